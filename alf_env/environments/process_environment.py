@@ -1,0 +1,706 @@
+"""One environment in one worker process, driven over an enum-typed pipe protocol.
+
+Design
+------
+The parent (:class:`ProcessEnvironment`) and the worker (:func:`_worker_main`)
+exchange ``(MessageType, payload)`` tuples over a ``multiprocessing`` pipe:
+
+=============  ===========  ====================================================
+message        sender       payload / meaning
+=============  ===========  ====================================================
+``READY``      worker       ``None``: the env was constructed; calls may follow.
+``ACCESS``     parent       attribute name: read ``getattr(env, name)``.
+``CALL``       parent       ``(name, args, kwargs)``: call ``env.name(...)``.
+``RESULT``     worker       the value of the last ``ACCESS`` / ``CALL`` / ``CLOSE``.
+``EXCEPTION``  worker       a :class:`RemoteException`: what went wrong, whole.
+``CLOSE``      parent       ``None``: close the env, answer ``RESULT`` and exit.
+=============  ===========  ====================================================
+
+Every request is answered by exactly one ``RESULT`` or ``EXCEPTION``, in order,
+so many calls can be in flight: each returns a promise that, when called,
+receives answers until its own has arrived (earlier answers are kept for their
+promises).
+
+Waiting never hangs on a dead worker: the parent waits on the pipe *and* the
+process sentinel, so a worker that dies (crash, signal, ``os._exit``) turns into
+:class:`~alf_env.errors.WorkerDiedError` naming the env id and the exit code or
+signal. A worker whose parent dies exits by itself (a watchdog thread polls a
+pidfd of the parent). Workers ignore SIGINT, so Ctrl-C in the foreground raises
+one ``KeyboardInterrupt`` in the parent instead of a traceback per worker.
+"""
+
+import atexit
+import enum
+import functools
+import inspect
+import multiprocessing
+import multiprocessing.connection
+import os
+import pickle
+import select
+import signal
+import threading
+import time
+import traceback
+import weakref
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+import cloudpickle
+from absl import logging
+
+from alf_env import nest
+from alf_env.errors import (EnvironmentClosedError, EnvironmentProcessError,
+                            EnvTimeoutError, WorkerDiedError)
+
+START_METHODS = ("fork", "spawn", "forkserver")
+
+# Seconds the parent waits for a worker to exit after asking it politely, then
+# after SIGTERM, then after SIGKILL. Their sum bounds ``close()``.
+CLOSE_POLITE_TIMEOUT = 5.0
+CLOSE_TERMINATE_TIMEOUT = 1.0
+CLOSE_KILL_TIMEOUT = 1.0
+
+# After the worker's sentinel fires, how long to wait for data it may have
+# written just before exiting (an exception report) to become readable.
+_DEATH_GRACE = 0.05
+
+# How often a worker without pidfd support checks whether its parent is alive.
+_PARENT_POLL_INTERVAL = 0.2
+
+
+class MessageType(enum.Enum):
+    """The messages of the parent <-> worker pipe protocol (see module doc)."""
+    READY = 1
+    ACCESS = 2
+    CALL = 3
+    RESULT = 4
+    EXCEPTION = 5
+    CLOSE = 6
+
+
+class _State(enum.Enum):
+    """Life cycle of a :class:`ProcessEnvironment`."""
+    NEW = "new"
+    STARTING = "starting"
+    RUNNING = "running"
+    DEAD = "dead"
+    CLOSED = "closed"
+
+
+class RemoteException:
+    """An exception raised in a worker, in a form that always crosses the pipe.
+
+    Attributes:
+        exception: the original exception if it survives a pickle round trip,
+            else ``None``.
+        type_name: qualified name of the exception type.
+        message: ``str()`` of the exception.
+        traceback_text: the worker-side traceback.
+        env_id: the env whose worker raised.
+        during: what the worker was doing (e.g. ``"step"``).
+    """
+
+    def __init__(self, exc: BaseException, env_id: Optional[int],
+                 during: str) -> None:
+        self.type_name = f"{type(exc).__module__}.{type(exc).__qualname__}"
+        self.message = str(exc)
+        self.traceback_text = "".join(
+            traceback.format_exception(type(exc), exc, exc.__traceback__))
+        self.env_id = env_id
+        self.during = during
+        self.exception = _picklable_or_none(exc)
+
+    def to_exception(self) -> BaseException:
+        """Builds the exception to raise in the parent.
+
+        Returns the original exception type when it could be pickled, chained
+        (``__cause__``) to an :class:`EnvironmentProcessError` that carries
+        the worker's traceback and env id; otherwise an
+        :class:`EnvironmentProcessError` with all of that in its message.
+        """
+        header = (f"{self.type_name} raised in the worker of env {self.env_id} "
+                  f"during {self.during}")
+        remote = EnvironmentProcessError(
+            f"{header}: {self.message}\nWorker traceback:\n{self.traceback_text}",
+            self.env_id, self.traceback_text)
+        if self.exception is None:
+            return remote
+        exc = self.exception
+        exc.__cause__ = remote
+        if hasattr(exc, "add_note"):
+            exc.add_note(f"({header}; worker traceback in __cause__)")
+        return exc
+
+
+class RemoteMethod:
+    """The answer to ``ACCESS`` of a method: the parent calls it remotely."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+
+def _picklable_or_none(exc: BaseException) -> Optional[BaseException]:
+    """Returns ``exc`` if it survives a pickle round trip, else ``None``."""
+    try:
+        restored = pickle.loads(pickle.dumps(exc))
+    except Exception:  # noqa: BLE001 -- any failure means "not picklable"
+        return None
+    return exc if type(restored) is type(exc) else None
+
+
+# ----------------------------------------------------------------------------
+# Worker side
+# ----------------------------------------------------------------------------
+
+
+def _watch_parent(parent_pid: int) -> None:
+    """Exits this worker as soon as ``parent_pid`` is gone (runs in a thread)."""
+    try:
+        fd = os.pidfd_open(parent_pid)
+    except ProcessLookupError:
+        os._exit(0)
+    except (AttributeError, OSError):
+        # No pidfd support: poll. A reparented worker sees a new ppid.
+        while os.getppid() == parent_pid:
+            time.sleep(_PARENT_POLL_INTERVAL)
+        os._exit(0)
+    select.select([fd], [], [])
+    os._exit(0)
+
+
+def start_parent_watchdog(parent_pid: int) -> None:
+    """Starts a daemon thread that ends this process when its parent dies.
+
+    Used by every alf_env worker, so that killing the trainer (even with
+    SIGKILL) never leaves workers behind. Under ``forkserver`` the OS parent
+    is the fork server, so the trainer's pid is passed explicitly.
+    """
+    threading.Thread(target=_watch_parent, args=(parent_pid,),
+                     name="alf_env-parent-watchdog", daemon=True).start()
+
+
+def _construct(env_constructor: Callable[..., Any], env_id: Optional[int]) -> Any:
+    """Calls ``env_constructor``, passing ``env_id`` when it accepts one."""
+    try:
+        params = inspect.signature(env_constructor).parameters
+    except (TypeError, ValueError):
+        params = {}
+    accepts = "env_id" in params or any(
+        p.kind == inspect.Parameter.VAR_KEYWORD for p in params.values())
+    return env_constructor(env_id=env_id) if accepts else env_constructor()
+
+
+class _WorkerEnvProxy:
+    """What the worker calls: the env, plus packing/unpacking in flatten mode."""
+
+    def __init__(self, env: Any, flatten: bool) -> None:
+        self.env = env
+        self.flatten = flatten
+
+    def access(self, name: str) -> Any:
+        """Reads an attribute; a method is answered by a marker to call it remotely."""
+        value = getattr(self.env, name)
+        if inspect.ismethod(value) or inspect.isbuiltin(value):
+            return RemoteMethod(name)
+        return value
+
+    def call(self, name: str, args: tuple, kwargs: dict) -> Any:
+        if self.flatten and name == "step":
+            (action,) = args
+            args = (nest.pack_sequence_as(self.env.action_spec(), action),)
+        result = getattr(self.env, name)(*args, **kwargs)
+        if self.flatten and name in ("step", "reset"):
+            result = nest.flatten(result)
+        return result
+
+
+def _worker_main(conn: multiprocessing.connection.Connection,
+                 env_constructor: Any, env_id: Optional[int], flatten: bool,
+                 torch_num_threads: Optional[int], parent_pid: int,
+                 pickled: bool) -> None:
+    """Entry point of a worker process: construct the env, then serve calls."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    start_parent_watchdog(parent_pid)
+    if torch_num_threads is not None:
+        import torch
+        torch.set_num_threads(torch_num_threads)
+    try:
+        if pickled:
+            env_constructor = cloudpickle.loads(env_constructor)
+        env = _construct(env_constructor, env_id)
+    except BaseException as exc:  # noqa: BLE001 -- reported to the parent
+        conn.send((MessageType.EXCEPTION, RemoteException(exc, env_id, "construction")))
+        conn.close()
+        return
+    conn.send((MessageType.READY, None))
+    proxy = _WorkerEnvProxy(env, flatten)
+    try:
+        serve(conn, proxy, env_id)
+    finally:
+        conn.close()
+
+
+def serve(conn: multiprocessing.connection.Connection, proxy: _WorkerEnvProxy,
+          env_id: Optional[int]) -> None:
+    """Answers requests on ``conn`` until ``CLOSE`` or until the pipe closes."""
+    while True:
+        try:
+            msg_type, payload = conn.recv()
+        except (EOFError, OSError):
+            # The parent closed its end (or died): nothing left to serve.
+            _close_quietly(proxy.env, env_id)
+            return
+        if not handle_message(conn, proxy, env_id, msg_type, payload):
+            return
+
+
+def handle_message(conn: multiprocessing.connection.Connection,
+                   proxy: _WorkerEnvProxy, env_id: Optional[int],
+                   msg_type: MessageType, payload: Any) -> bool:
+    """Handles one request; returns False when the worker should exit."""
+    if msg_type is MessageType.ACCESS:
+        _answer(conn, env_id, f"access to {payload!r}",
+                lambda: proxy.access(payload))
+        return True
+    if msg_type is MessageType.CALL:
+        name, args, kwargs = payload
+        _answer(conn, env_id, name, lambda: proxy.call(name, args, kwargs))
+        return True
+    if msg_type is MessageType.CLOSE:
+        _answer(conn, env_id, "close", proxy.env.close)
+        return False
+    if msg_type in (MessageType.READY, MessageType.RESULT, MessageType.EXCEPTION):
+        raise ValueError(f"env {env_id} worker: {msg_type} is sent by workers, "
+                         f"not to them")
+    raise ValueError(f"env {env_id} worker: unknown message type {msg_type!r}")
+
+
+def _answer(conn: multiprocessing.connection.Connection, env_id: Optional[int],
+            during: str, fn: Callable[[], Any]) -> None:
+    """Runs ``fn`` and sends its value as RESULT, or what it raised as EXCEPTION."""
+    try:
+        value = fn()
+    except Exception as exc:  # noqa: BLE001 -- reported to the parent
+        conn.send((MessageType.EXCEPTION, RemoteException(exc, env_id, during)))
+        return
+    try:
+        conn.send((MessageType.RESULT, value))
+    except Exception as exc:  # noqa: BLE001 -- e.g. an unpicklable result
+        conn.send((MessageType.EXCEPTION, RemoteException(
+            exc, env_id, f"sending the result of {during}")))
+
+
+def _close_quietly(env: Any, env_id: Optional[int]) -> None:
+    try:
+        env.close()
+    except Exception:  # noqa: BLE001 -- the parent is gone; nobody to tell
+        logging.exception("env %s: close() raised while shutting down", env_id)
+
+
+# ----------------------------------------------------------------------------
+# Parent side
+# ----------------------------------------------------------------------------
+
+
+def _close_if_alive(ref: "weakref.ReferenceType[ProcessEnvironment]") -> None:
+    env = ref()
+    if env is not None:
+        env.close()
+
+
+def _call_blocking(env: "ProcessEnvironment", name: str, *args, **kwargs) -> Any:
+    return env.call(name, *args, **kwargs)()
+
+
+class _Promise:
+    """The pending answer of one request; call it to wait for the value."""
+
+    def __init__(self, env: "ProcessEnvironment", seq: int,
+                 transform: Optional[Callable[[Any], Any]] = None) -> None:
+        self._env = env
+        self._seq = seq
+        self._transform = transform
+
+    def __call__(self, timeout: Optional[float] = None) -> Any:
+        """Waits for the answer.
+
+        Args:
+            timeout: seconds to wait at most (``None``: no limit).
+        Returns:
+            the value the worker sent.
+        Raises:
+            EnvTimeoutError: ``timeout`` passed first.
+            WorkerDiedError: the worker died before answering.
+            Exception: what the worker raised (see :class:`RemoteException`).
+        """
+        value = self._env._await(self._seq, timeout)
+        return self._transform(value) if self._transform else value
+
+
+class ProcessEnvironment:
+    """Runs one environment in a worker process (the control plane).
+
+    Args:
+        env_constructor: callable returning the environment; it gets
+            ``env_id=`` when its signature accepts it. With ``spawn`` and
+            ``forkserver`` it is sent with cloudpickle, so lambdas and
+            closures work.
+        env_id: id of the env, passed to the constructor and used in errors.
+        flatten: send actions and time steps as flat lists (cheaper to
+            pickle); packed back on either side.
+        fast: run the worker's native shared-memory loop for
+            ``FastParallelEnvironment`` (set by it, not by users).
+        num_envs: number of envs sharing the native region (``fast`` only).
+        torch_num_threads_per_env: ``torch.set_num_threads`` in the worker
+            (``None`` leaves torch alone and does not import it).
+        start_method: ``"fork"``, ``"spawn"`` or ``"forkserver"``.
+        name: a name for the worker process (shown by ``ps``-like tools).
+    """
+
+    def __init__(self, env_constructor: Callable[..., Any],
+                 env_id: Optional[int] = None, flatten: bool = False,
+                 fast: bool = False, num_envs: int = 0,
+                 torch_num_threads_per_env: Optional[int] = 1,
+                 start_method: str = "fork", name: str = "") -> None:
+        if start_method not in START_METHODS:
+            raise ValueError(f"start_method: expected one of {START_METHODS}, "
+                             f"got {start_method!r}")
+        if not callable(env_constructor):
+            raise TypeError(f"env_constructor: expected a callable, got "
+                            f"{type(env_constructor).__name__}")
+        if fast:
+            raise ValueError(
+                "fast=True is reserved for FastParallelEnvironment, which "
+                "drives the native loop itself; use fast=False")
+        self._env_constructor = env_constructor
+        self._env_id = env_id
+        self._flatten = flatten
+        self._num_envs = num_envs
+        self._torch_num_threads = torch_num_threads_per_env
+        self._start_method = start_method
+        self._name = name or f"alf_env-worker-{env_id if env_id is not None else 0}"
+        self._ctx = multiprocessing.get_context(start_method)
+        self._state = _State.NEW
+        self._conn: Optional[multiprocessing.connection.Connection] = None
+        self._process: Optional[multiprocessing.process.BaseProcess] = None
+        self._pid: Optional[int] = None
+        self._death: Optional[WorkerDiedError] = None
+        self._next_seq = 0        # sequence number of the next request
+        self._received_seq = 0    # sequence number of the next answer to read
+        self._answers: Dict[int, Tuple[MessageType, Any]] = {}
+        self._spec_cache: Dict[str, Any] = {}
+        self._atexit_hook: Optional[Callable[[], None]] = None
+
+    # -- life cycle ----------------------------------------------------------
+
+    def start(self, wait_to_start: bool = True) -> None:
+        """Starts the worker process.
+
+        Args:
+            wait_to_start: wait until the env is constructed (and raise what
+                its constructor raised); otherwise call :meth:`wait_start`.
+        Raises:
+            RuntimeError: the env was already started.
+            EnvironmentClosedError: the env was closed.
+        """
+        if self._state is _State.CLOSED:
+            raise EnvironmentClosedError(f"env {self._env_id} is closed; create a new one")
+        if self._state is not _State.NEW:
+            raise RuntimeError(f"env {self._env_id}: start() called twice "
+                               f"(state is {self._state.value})")
+        parent_conn, child_conn = self._ctx.Pipe()
+        pickled = self._start_method != "fork"
+        constructor = (cloudpickle.dumps(self._env_constructor) if pickled
+                       else self._env_constructor)
+        self._process = self._ctx.Process(
+            target=_worker_main, name=self._name, daemon=True,
+            args=(child_conn, constructor, self._env_id, self._flatten,
+                  self._torch_num_threads, os.getpid(), pickled))
+        with _sigint_ignored():
+            self._process.start()
+        self._pid = self._process.pid
+        child_conn.close()
+        self._conn = parent_conn
+        self._state = _State.STARTING
+        self._atexit_hook = functools.partial(_close_if_alive, weakref.ref(self))
+        atexit.register(self._atexit_hook)
+        if wait_to_start:
+            self.wait_start()
+
+    def wait_start(self) -> None:
+        """Waits until the worker has constructed its env.
+
+        Raises:
+            Exception: what the env constructor raised (the worker is reaped).
+            WorkerDiedError: the worker died during construction.
+        """
+        if self._state is _State.RUNNING:
+            return
+        if self._state is not _State.STARTING:
+            raise RuntimeError(f"env {self._env_id}: wait_start() needs a started "
+                               f"env (state is {self._state.value})")
+        try:
+            msg_type, payload = self._recv(None, during="start")
+        except BaseException:
+            self.close()
+            raise
+        if msg_type is MessageType.READY:
+            self._state = _State.RUNNING
+            return
+        self.close()
+        if msg_type is MessageType.EXCEPTION:
+            raise payload.to_exception()
+        raise EnvironmentProcessError(
+            f"env {self._env_id}: expected READY from the worker, got {msg_type}",
+            self._env_id)
+
+    def close(self) -> None:
+        """Closes the env and ends the worker; safe to call repeatedly.
+
+        Asks the worker to close its env, waits up to
+        ``CLOSE_POLITE_TIMEOUT`` s, then terminates, then kills it. Never
+        raises because of the worker's state.
+        """
+        if self._state is _State.CLOSED:
+            return
+        if self._atexit_hook is not None:
+            atexit.unregister(self._atexit_hook)
+            self._atexit_hook = None
+        process, conn = self._process, self._conn
+        polite = self._state is _State.RUNNING
+        self._state = _State.CLOSED
+        if process is not None:
+            if polite and process.is_alive():
+                try:
+                    conn.send((MessageType.CLOSE, None))
+                except (OSError, ValueError):
+                    pass
+            stop_process(process, CLOSE_POLITE_TIMEOUT if polite else 0.0)
+        if conn is not None:
+            conn.close()
+        self._answers.clear()
+
+    def __enter__(self) -> "ProcessEnvironment":
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+    # -- requests ------------------------------------------------------------
+
+    def call(self, name: str, *args, **kwargs) -> _Promise:
+        """Calls ``env.name(*args, **kwargs)`` in the worker.
+
+        Returns:
+            a promise; call it (optionally with ``timeout=``) for the value.
+        """
+        return self._request(MessageType.CALL, (name, args, kwargs))
+
+    def access(self, name: str) -> _Promise:
+        """Reads ``env.name`` in the worker; returns a promise."""
+        return self._request(MessageType.ACCESS, name)
+
+    def step(self, action: Any, blocking: bool = True) -> Any:
+        """Steps the env.
+
+        Args:
+            action: a nest matching ``action_spec()``.
+            blocking: return the time step (True) or a promise of it (False).
+        """
+        if self._flatten:
+            promise = self._request(MessageType.CALL, ("step", (nest.flatten(action),), {}),
+                                    transform=self._pack_time_step)
+        else:
+            promise = self.call("step", action)
+        return promise() if blocking else promise
+
+    def reset(self, blocking: bool = True) -> Any:
+        """Resets the env; returns the first time step, or a promise of it."""
+        promise = self._request(
+            MessageType.CALL, ("reset", (), {}),
+            transform=self._pack_time_step if self._flatten else None)
+        return promise() if blocking else promise
+
+    def render(self, mode: str = "rgb_array") -> Any:
+        """Renders the env in the worker and returns the frame."""
+        return self.call("render", mode)()
+
+    def seed(self, seed: int) -> Any:
+        """Seeds the env in the worker."""
+        return self.call("seed", seed)()
+
+    def observation_spec(self) -> Any:
+        return self._cached_spec("observation_spec")
+
+    def action_spec(self) -> Any:
+        return self._cached_spec("action_spec")
+
+    def reward_spec(self) -> Any:
+        return self._cached_spec("reward_spec")
+
+    def time_step_spec(self) -> Any:
+        return self._cached_spec("time_step_spec")
+
+    def env_info_spec(self) -> Any:
+        return self._cached_spec("env_info_spec")
+
+    @property
+    def batched(self) -> bool:
+        return self._cached_attr("batched")
+
+    @property
+    def batch_size(self) -> Optional[int]:
+        return self._cached_attr("batch_size")
+
+    @property
+    def env_id(self) -> Optional[int]:
+        """The id this env was created with."""
+        return self._env_id
+
+    @property
+    def pid(self) -> Optional[int]:
+        """The worker's process id (``None`` before start)."""
+        return self._pid
+
+    @property
+    def sentinel(self) -> Optional[int]:
+        """A handle that becomes ready when the worker ends (``None`` when closed)."""
+        if self._state in (_State.NEW, _State.CLOSED):
+            return None
+        return self._process.sentinel
+
+    @property
+    def connection(self) -> Optional[multiprocessing.connection.Connection]:
+        """The parent's end of the pipe (for front ends that multiplex waits)."""
+        return self._conn
+
+    def __getattr__(self, name: str) -> Any:
+        # Only reached for names this object does not have itself.
+        if name.startswith("_"):
+            raise AttributeError(name)
+        value = self.access(name)()
+        if isinstance(value, RemoteMethod):
+            return functools.partial(_call_blocking, self, value.name)
+        return value
+
+    # -- internals -----------------------------------------------------------
+
+    def _cached_spec(self, name: str) -> Any:
+        if name not in self._spec_cache:
+            self._spec_cache[name] = self.call(name)()
+        return self._spec_cache[name]
+
+    def _cached_attr(self, name: str) -> Any:
+        if name not in self._spec_cache:
+            self._spec_cache[name] = self.access(name)()
+        return self._spec_cache[name]
+
+    def _pack_time_step(self, flat: List[Any]) -> Any:
+        return nest.pack_sequence_as(self.time_step_spec(), flat)
+
+    def _check_usable(self) -> None:
+        if self._state is _State.RUNNING:
+            return
+        if self._state is _State.DEAD:
+            raise self._death
+        if self._state is _State.CLOSED:
+            raise EnvironmentClosedError(
+                f"env {self._env_id} is closed; create a new environment")
+        if self._state is _State.STARTING:
+            self.wait_start()
+            return
+        raise RuntimeError(f"env {self._env_id} is not started; call start() first")
+
+    def _request(self, msg_type: MessageType, payload: Any,
+                 transform: Optional[Callable[[Any], Any]] = None) -> _Promise:
+        self._check_usable()
+        try:
+            self._conn.send((msg_type, payload))
+        except (BrokenPipeError, ConnectionResetError):
+            raise self._died("sending a request") from None
+        seq = self._next_seq
+        self._next_seq += 1
+        return _Promise(self, seq, transform)
+
+    def _await(self, seq: int, timeout: Optional[float]) -> Any:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while seq not in self._answers:
+            self._check_usable()
+            if seq < self._received_seq:
+                raise RuntimeError(f"env {self._env_id}: this promise was already "
+                                   f"fulfilled; a promise can be called once")
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            answer = self._recv(remaining, during="a call")
+            self._answers[self._received_seq] = answer
+            self._received_seq += 1
+        msg_type, payload = self._answers.pop(seq)
+        if msg_type is MessageType.RESULT:
+            return payload
+        if msg_type is MessageType.EXCEPTION:
+            raise payload.to_exception()
+        raise EnvironmentProcessError(
+            f"env {self._env_id}: expected RESULT or EXCEPTION from the worker, "
+            f"got {msg_type}", self._env_id)
+
+    def _recv(self, timeout: Optional[float], during: str) -> Tuple[MessageType, Any]:
+        """Receives one message, watching the worker's sentinel meanwhile."""
+        ready = multiprocessing.connection.wait(
+            [self._conn, self._process.sentinel], timeout)
+        if not ready:
+            raise EnvTimeoutError(
+                f"env {self._env_id}: no answer from the worker within "
+                f"{timeout:.3g} s during {during}")
+        if self._conn not in ready and not self._conn.poll(_DEATH_GRACE):
+            raise self._died(during)
+        try:
+            return self._conn.recv()
+        except (EOFError, OSError):
+            raise self._died(during) from None
+
+    def _died(self, during: str) -> WorkerDiedError:
+        """Records that the worker is gone and returns the error to raise."""
+        self._process.join(CLOSE_KILL_TIMEOUT)
+        self._death = WorkerDiedError(self._env_id, self._process.exitcode, during)
+        self._state = _State.DEAD
+        return self._death
+
+
+def stop_process(process: multiprocessing.process.BaseProcess,
+                 polite_timeout: float) -> None:
+    """Waits for ``process`` to exit, escalating to SIGTERM then SIGKILL.
+
+    Bounded by ``polite_timeout + CLOSE_TERMINATE_TIMEOUT + CLOSE_KILL_TIMEOUT``.
+    """
+    process.join(polite_timeout)
+    if process.exitcode is None:
+        if polite_timeout > 0:
+            logging.warning("worker %s (pid %s) did not exit within %.1f s; "
+                            "terminating it", process.name, process.pid, polite_timeout)
+        process.terminate()
+        process.join(CLOSE_TERMINATE_TIMEOUT)
+    if process.exitcode is None:
+        process.kill()
+        process.join(CLOSE_KILL_TIMEOUT)
+    if process.exitcode is None:
+        logging.error("worker %s (pid %s) survived SIGKILL for %.1f s",
+                      process.name, process.pid, CLOSE_KILL_TIMEOUT)
+        return
+    process.close()
+
+
+class _sigint_ignored:
+    """Ignores SIGINT while a worker starts, so it is born ignoring it.
+
+    A signal disposition of SIG_IGN survives fork and exec, so a Ctrl-C that
+    arrives while a spawned worker is still importing does not print a
+    traceback there. Only possible in the main thread; elsewhere a no-op.
+    """
+
+    def __enter__(self) -> None:
+        self._previous = None
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+    def __exit__(self, *exc_info) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)

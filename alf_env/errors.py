@@ -1,0 +1,86 @@
+"""Exceptions raised by alf_env.
+
+Worker failures travel home whole: the error names the env id, carries the
+worker's traceback text, and keeps the original exception type when it can be
+pickled (see :func:`alf_env.environments.process_environment`).
+"""
+
+import multiprocessing
+import signal
+from typing import Optional
+
+
+class EnvironmentProcessError(RuntimeError):
+    """An error inside an environment worker process.
+
+    Attributes:
+        env_id: id of the environment whose worker failed (may be ``None``).
+        remote_traceback: the worker-side traceback text, if any.
+    """
+
+    def __init__(self, message: str, env_id: Optional[int] = None,
+                 remote_traceback: str = "") -> None:
+        super().__init__(message)
+        self.env_id = env_id
+        self.remote_traceback = remote_traceback
+
+    def __reduce__(self):
+        return (type(self), (self.args[0], self.env_id, self.remote_traceback))
+
+
+def describe_exit(exitcode: Optional[int]) -> str:
+    """Describes a ``multiprocessing.Process.exitcode`` for a human.
+
+    Args:
+        exitcode: ``None`` (still running or unknown), ``>= 0`` (exit status)
+            or ``< 0`` (killed by signal ``-exitcode``).
+    """
+    if exitcode is None:
+        return "exit status unknown"
+    if exitcode < 0:
+        try:
+            name = signal.Signals(-exitcode).name
+        except ValueError:
+            name = "unknown signal"
+        return f"killed by {name} (signal {-exitcode})"
+    return f"exited with code {exitcode}"
+
+
+class WorkerDiedError(EnvironmentProcessError):
+    """A worker process ended unexpectedly (crash, signal, ``os._exit``).
+
+    Attributes:
+        exitcode: the worker's ``multiprocessing`` exit code (negative for a
+            signal), or ``None`` if it could not be collected.
+    """
+
+    def __init__(self, env_id: Optional[int], exitcode: Optional[int],
+                 during: str = "") -> None:
+        where = f" during {during}" if during else ""
+        super().__init__(
+            f"The worker process of env {env_id} died{where}: "
+            f"{describe_exit(exitcode)}.", env_id)
+        self.exitcode = exitcode
+        self.during = during
+
+    def __reduce__(self):
+        return (type(self), (self.env_id, self.exitcode, self.during))
+
+    @property
+    def signal(self) -> Optional[int]:
+        """The signal number that killed the worker, or ``None``."""
+        if self.exitcode is not None and self.exitcode < 0:
+            return -self.exitcode
+        return None
+
+
+class EnvironmentClosedError(RuntimeError):
+    """An environment was used after ``close()``."""
+
+
+class EnvTimeoutError(TimeoutError, multiprocessing.TimeoutError):
+    """A wait passed its timeout.
+
+    It is both the built-in ``TimeoutError`` and ``multiprocessing.TimeoutError``
+    (what gymnasium's ``AsyncVectorEnv`` users catch).
+    """

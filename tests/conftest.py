@@ -1,0 +1,50 @@
+"""Test-wide fixtures: every test must leave no worker process and no /dev/shm entry."""
+
+import os
+import time
+
+import psutil
+import pytest
+
+# Helper processes multiprocessing keeps for the whole session by design.
+_SESSION_HELPERS = ("multiprocessing.forkserver", "multiprocessing.resource_tracker")
+_GRACE_SECONDS = 3.0
+
+
+def _stray_children() -> list:
+    strays = []
+    for child in psutil.Process().children(recursive=True):
+        try:
+            cmdline = " ".join(child.cmdline())
+            if any(helper in cmdline for helper in _SESSION_HELPERS):
+                continue
+            if child.status() == psutil.STATUS_ZOMBIE:
+                # A zombie still counts: somebody forgot to join it.
+                strays.append(f"{child.pid} (zombie)")
+            else:
+                strays.append(f"{child.pid} {cmdline[:120]}")
+        except psutil.NoSuchProcess:
+            continue
+    return strays
+
+
+def _shm_entries() -> set:
+    try:
+        return set(os.listdir("/dev/shm"))
+    except FileNotFoundError:
+        return set()
+
+
+@pytest.fixture(autouse=True)
+def no_leaked_workers_or_segments():
+    """Asserts that a test leaves no child process and no new /dev/shm entry."""
+    shm_before = _shm_entries()
+    yield
+    deadline = time.monotonic() + _GRACE_SECONDS
+    strays = _stray_children()
+    while strays and time.monotonic() < deadline:
+        time.sleep(0.05)
+        strays = _stray_children()
+    new_shm = _shm_entries() - shm_before
+    assert not strays, f"the test left worker processes behind: {strays}"
+    assert not new_shm, f"the test left /dev/shm entries behind: {sorted(new_shm)}"

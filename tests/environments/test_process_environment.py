@@ -1,0 +1,282 @@
+"""Tests of ProcessEnvironment: the enum-typed pipe protocol and its faults."""
+
+import functools
+import gc
+import multiprocessing
+import signal
+import time
+import weakref
+
+import psutil
+import pytest
+
+from alf_env.environments import process_environment
+from alf_env.environments.process_environment import MessageType, ProcessEnvironment
+from alf_env.errors import (EnvironmentClosedError, EnvironmentProcessError,
+                            EnvTimeoutError, WorkerDiedError)
+from tests.probe_envs import NoEnvIdProbe, ProbeEnv, UnpicklableError
+
+START_METHODS = ["fork", "spawn", "forkserver"]
+# Generous bound for "promptly": the machine is shared and noisy.
+PROMPT = 5.0
+
+
+@pytest.fixture
+def make_env():
+    """Creates ProcessEnvironments and closes every one of them after the test."""
+    created = []
+
+    def make(constructor=ProbeEnv, start=True, fault="", fault_phase="call", **kwargs):
+        if fault:
+            constructor = functools.partial(constructor, fault=fault,
+                                            fault_phase=fault_phase)
+        env = ProcessEnvironment(constructor, **kwargs)
+        created.append(env)
+        if start:
+            env.start()
+        return env
+
+    yield make
+    for env in created:
+        env.close()
+
+
+def test_message_type_has_the_protocol_members():
+    names = {m.name for m in MessageType}
+    assert {"READY", "ACCESS", "CALL", "RESULT", "EXCEPTION", "CLOSE"} <= names
+
+
+@pytest.mark.parametrize("start_method", START_METHODS)
+def test_call_and_access_with_every_start_method(make_env, start_method):
+    offset = 10
+
+    def closure(env_id):  # a closure: needs cloudpickle under spawn/forkserver
+        env = ProbeEnv(env_id=env_id + offset)
+        return env
+
+    env = make_env(closure, env_id=2, start_method=start_method)
+    assert env.call("add", 2, b=3)() == 5
+    assert env.env_id == 2
+    assert env.access("env_id")() == 12
+    assert env.whoami()[1] == env.pid != multiprocessing.current_process().pid
+
+
+@pytest.mark.parametrize("start_method", ["spawn", "forkserver"])
+def test_lambda_constructor_with_spawn_like_methods(make_env, start_method):
+    env = make_env(lambda: NoEnvIdProbe(), start_method=start_method)
+    assert env.created is True
+
+
+def test_env_id_passed_only_when_accepted(make_env):
+    assert make_env(ProbeEnv, env_id=7).access("env_id")() == 7
+    assert make_env(NoEnvIdProbe, env_id=7).created is True
+
+
+def test_promises_can_be_resolved_in_any_order(make_env):
+    env = make_env()
+    promises = [env.call("add", i, 100) for i in range(5)]
+    assert promises[3]() == 103
+    assert [promises[i]() for i in (4, 0, 2, 1)] == [104, 100, 102, 101]
+
+
+def test_promise_called_twice_raises(make_env):
+    env = make_env()
+    promise = env.call("add", 1, 1)
+    assert promise() == 2
+    with pytest.raises(RuntimeError, match="called once"):
+        promise()
+
+
+def test_spec_accessors_are_cached(make_env):
+    env = make_env(env_id=3)
+    assert env.observation_spec() == ("obs-spec", 3)
+    assert env.observation_spec() == ("obs-spec", 3)
+    assert env.spec_calls == 1
+
+
+def test_private_attribute_is_not_forwarded(make_env):
+    env = make_env()
+    with pytest.raises(AttributeError):
+        env._no_such_private_name  # noqa: B018
+
+
+def test_invalid_arguments_are_rejected():
+    with pytest.raises(ValueError, match="start_method"):
+        ProcessEnvironment(ProbeEnv, start_method="threads")
+    with pytest.raises(TypeError, match="env_constructor"):
+        ProcessEnvironment(42)
+
+
+# -- exceptions inside the worker ---------------------------------------------
+
+
+def test_constructor_exception_is_raised_by_start(make_env):
+    ctor = functools.partial(ProbeEnv, fault="raise", fault_phase="ctor")
+    begin = time.monotonic()
+    with pytest.raises(ValueError, match="injected failure") as info:
+        make_env(ctor, env_id=4)
+    assert time.monotonic() - begin < PROMPT
+    cause = info.value.__cause__
+    assert isinstance(cause, EnvironmentProcessError)
+    assert cause.env_id == 4
+    assert "in inject" in cause.remote_traceback
+    assert "env 4" in str(cause) and "construction" in str(cause)
+
+
+@pytest.mark.parametrize("start_method", START_METHODS)
+def test_call_exception_keeps_type_and_worker_traceback(make_env, start_method):
+    env = make_env(env_id=1, start_method=start_method)
+    with pytest.raises(ValueError, match="bad value") as info:
+        env.call("raise_value_error", "bad value")()
+    cause = info.value.__cause__
+    assert isinstance(cause, EnvironmentProcessError)
+    assert "raise_value_error" in cause.remote_traceback
+    assert "env 1" in str(cause)
+    # The worker survives an exception and keeps serving.
+    assert env.call("add", 1, 2)() == 3
+
+
+def test_unpicklable_exception_becomes_environment_process_error(make_env):
+    env = make_env(fault="raise_unpicklable", env_id=5)
+    with pytest.raises(EnvironmentProcessError) as info:
+        env.call("fail")()
+    message = str(info.value)
+    assert "UnpicklableError" in message and "injected unpicklable failure" in message
+    assert "env 5" in message and "in inject" in message
+    assert info.value.env_id == 5
+    assert not isinstance(info.value, UnpicklableError)
+
+
+def test_unpicklable_result_is_reported_not_hung(make_env):
+    env = make_env(env_id=0)
+    with pytest.raises(TypeError, match="pickle"):
+        env.call("unpicklable_result")()
+    assert env.call("add", 2, 2)() == 4
+
+
+# -- worker death ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fault,expected", [
+    ("exit", "exited with code 3"),
+    ("sigkill", r"killed by SIGKILL \(signal 9\)"),
+    ("segv", r"killed by SIGSEGV \(signal 11\)"),
+])
+def test_worker_death_raises_worker_died_error(make_env, fault, expected):
+    env = make_env(fault=fault, env_id=1)
+    begin = time.monotonic()
+    with pytest.raises(WorkerDiedError, match=expected) as info:
+        env.call("fail")()
+    assert time.monotonic() - begin < PROMPT
+    assert info.value.env_id == 1
+    assert "env 1" in str(info.value)
+    # Later use raises the same error; close() returns quietly.
+    with pytest.raises(WorkerDiedError):
+        env.call("add", 1, 1)()
+    env.close()
+
+
+def test_worker_killed_from_outside_while_waiting(make_env):
+    env = make_env(env_id=6)
+    promise = env.call("sleep", 30.0)
+    time.sleep(0.2)
+    psutil.Process(env.pid).send_signal(signal.SIGKILL)
+    begin = time.monotonic()
+    with pytest.raises(WorkerDiedError, match="env 6.*SIGKILL") as info:
+        promise()
+    assert time.monotonic() - begin < 1.0 + 0.5  # the contract says within 1 s
+    assert info.value.signal == signal.SIGKILL
+
+
+@pytest.mark.parametrize("fault", ["exit", "sigkill"])
+def test_worker_death_during_construction(make_env, fault):
+    ctor = functools.partial(ProbeEnv, fault=fault, fault_phase="ctor")
+    with pytest.raises(WorkerDiedError, match="env 2 died during start"):
+        make_env(ctor, env_id=2)
+
+
+def test_close_after_close_fault_still_returns(make_env):
+    env = make_env(fault="raise", fault_phase="close")
+    env.close()
+    env.close()
+
+
+# -- life cycle ------------------------------------------------------------------
+
+
+def test_start_twice_is_an_error(make_env):
+    env = make_env()
+    with pytest.raises(RuntimeError, match="start\\(\\) called twice"):
+        env.start()
+
+
+def test_use_after_close_raises_closed_error(make_env):
+    env = make_env()
+    env.close()
+    env.close()  # idempotent
+    with pytest.raises(EnvironmentClosedError):
+        env.call("add", 1, 1)
+    with pytest.raises(EnvironmentClosedError):
+        env.start()
+
+
+@pytest.mark.parametrize("start_method", START_METHODS)
+def test_close_right_after_start(make_env, start_method):
+    env = make_env(start=False, start_method=start_method)
+    env.start(wait_to_start=False)
+    pid = env.pid
+    begin = time.monotonic()
+    env.close()
+    assert time.monotonic() - begin < PROMPT
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+
+
+def test_wait_start_is_separate_from_start(make_env):
+    env = make_env(start=False)
+    env.start(wait_to_start=False)
+    env.wait_start()
+    env.wait_start()  # already running: returns
+    assert env.call("add", 3, 4)() == 7
+
+
+def test_timeout_on_a_hung_call(make_env):
+    env = make_env()
+    promise = env.call("sleep", 3600.0)
+    with pytest.raises(EnvTimeoutError) as info:
+        promise(timeout=0.2)
+    assert isinstance(info.value, TimeoutError)
+    assert isinstance(info.value, multiprocessing.TimeoutError)
+
+
+def test_close_of_a_hung_worker_is_bounded(make_env, monkeypatch):
+    monkeypatch.setattr(process_environment, "CLOSE_POLITE_TIMEOUT", 0.5)
+    env = make_env(fault="hang")
+    env.call("fail")
+    pid = env.pid
+    begin = time.monotonic()
+    env.close()
+    bound = 0.5 + process_environment.CLOSE_TERMINATE_TIMEOUT + \
+        process_environment.CLOSE_KILL_TIMEOUT
+    assert time.monotonic() - begin < bound + 1.0
+    assert not psutil.pid_exists(pid)
+
+
+def test_closed_env_is_not_kept_alive_by_atexit():
+    env = ProcessEnvironment(ProbeEnv)
+    env.start()
+    ref = weakref.ref(env)
+    env.close()
+    del env
+    gc.collect()
+    assert ref() is None
+
+
+def test_unclosed_env_is_closed_by_its_atexit_hook():
+    env = ProcessEnvironment(ProbeEnv)
+    env.start()
+    pid = env.pid
+    hook = env._atexit_hook
+    hook()  # what the interpreter runs at exit
+    assert not psutil.pid_exists(pid)
+    with pytest.raises(EnvironmentClosedError):
+        env.call("add", 1, 1)
