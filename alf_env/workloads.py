@@ -1,0 +1,111 @@
+"""Benchmark workloads, as gymnasium environments with fixed, cheap logic.
+
+The same env logic is run by every backend (alf_env's ALF-style envs wrap it
+with :class:`~alf_env.environments.alf_gym_wrapper.AlfGymWrapper`):
+
+- ``W1`` (:class:`TrivialEnv`): float32[4] observation, almost no work per
+  step; measures pure transport overhead.
+- ``W2`` (:class:`ImageEnv`): uint8[84, 84, 4] observation (an Atari-like
+  frame stack); measures the cost of moving bytes.
+- ``W3`` (:class:`BusyEnv`): about 1 ms of CPU per step; measures how well
+  the workers' work overlaps.
+
+Observations encode the env id and the step count (``obs[0]``/``obs[1]`` for
+W1 and W3, the first two pixels for W2), so tests can check that every row
+came from the right env at the right step.
+"""
+
+import time
+from typing import Any, Callable, Dict, Optional, Tuple
+
+import gymnasium as gym
+import numpy as np
+
+# Episode length of every workload env (then truncated); long enough that
+# resets are a small part of a benchmark, short enough that tests see them.
+EPISODE_LENGTH = 100
+W3_STEP_SECONDS = 1e-3
+
+
+class TrivialEnv(gym.Env):
+    """W1: float32[4] observations, a Discrete(2) action, next to no work.
+
+    Args:
+        env_id: written into ``obs[0]``.
+        episode_length: steps before the episode is truncated.
+    """
+
+    metadata = {"render_modes": ["rgb_array"]}
+
+    def __init__(self, env_id: int = 0, episode_length: int = EPISODE_LENGTH) -> None:
+        self.env_id = env_id
+        self.episode_length = episode_length
+        self.observation_space = gym.spaces.Box(-np.inf, np.inf, (4,), np.float32)
+        self.action_space = gym.spaces.Discrete(2)
+        self._t = 0
+        self._obs = np.zeros(4, np.float32)
+
+    def _observe(self) -> np.ndarray:
+        self._obs[0] = self.env_id
+        self._obs[1] = self._t
+        return self._obs.copy()
+
+    def reset(self, *, seed: Optional[int] = None,
+              options: Optional[Dict[str, Any]] = None) -> Tuple[np.ndarray, dict]:
+        super().reset(seed=seed)
+        self._t = 0
+        self._obs[2:] = self.np_random.random(2)
+        return self._observe(), {}
+
+    def step(self, action: Any) -> Tuple[np.ndarray, float, bool, bool, dict]:
+        self._t += 1
+        self._obs[3] = float(action)
+        truncated = self._t >= self.episode_length
+        return self._observe(), 1.0, False, truncated, {}
+
+    def render(self) -> np.ndarray:
+        return np.zeros((2, 2, 3), np.uint8)
+
+
+class ImageEnv(TrivialEnv):
+    """W2: uint8[84, 84, 4] observations (pixel 0 = env id, pixel 1 = step)."""
+
+    def __init__(self, env_id: int = 0, episode_length: int = EPISODE_LENGTH) -> None:
+        super().__init__(env_id, episode_length)
+        self.observation_space = gym.spaces.Box(0, 255, (84, 84, 4), np.uint8)
+        self._frame = np.zeros((84, 84, 4), np.uint8)
+
+    def _observe(self) -> np.ndarray:
+        flat = self._frame.reshape(-1)
+        flat[0] = self.env_id % 256
+        flat[1] = self._t % 256
+        return self._frame.copy()
+
+
+class BusyEnv(TrivialEnv):
+    """W3: like W1, but every step burns about ``step_seconds`` of CPU."""
+
+    def __init__(self, env_id: int = 0, episode_length: int = EPISODE_LENGTH,
+                 step_seconds: float = W3_STEP_SECONDS) -> None:
+        super().__init__(env_id, episode_length)
+        self.step_seconds = step_seconds
+
+    def step(self, action: Any) -> Tuple[np.ndarray, float, bool, bool, dict]:
+        end = time.perf_counter() + self.step_seconds
+        while time.perf_counter() < end:  # busy on purpose: a CPU-bound env
+            pass
+        return super().step(action)
+
+
+WORKLOADS: Dict[str, Callable[..., gym.Env]] = {
+    "W1": TrivialEnv,
+    "W2": ImageEnv,
+    "W3": BusyEnv,
+}
+
+
+def make_workload(name: str, env_id: int = 0) -> gym.Env:
+    """Creates workload ``name`` ("W1", "W2", "W3") or a registered gymnasium id."""
+    if name in WORKLOADS:
+        return WORKLOADS[name](env_id=env_id)
+    return gym.make(name)

@@ -1,0 +1,317 @@
+"""Tests of ParallelAlfEnvironment, compared value by value to in-process stepping."""
+
+import collections
+import functools
+import time
+
+import numpy as np
+import pytest
+import torch
+
+from alf_env.data_structures import StepType
+from alf_env.environments.alf_wrappers import BatchEnvironmentWrapper
+from alf_env.environments.parallel_environment import ParallelAlfEnvironment
+from alf_env.errors import EnvironmentClosedError, WorkerDiedError
+from tests.alf_test_envs import NUM_ACTIONS, CountingEnv
+
+PROMPT = 5.0
+
+
+def counting_ctors(n, **kwargs):
+    return [functools.partial(CountingEnv, env_id=i, **kwargs) for i in range(n)]
+
+
+def random_actions(num_steps, batch_size, seed=0):
+    rng = np.random.RandomState(seed)
+    return [torch.as_tensor(rng.randint(0, NUM_ACTIONS, batch_size)) for _ in range(num_steps)]
+
+
+class InProcessReference:
+    """Steps the same envs in this process with the documented slot/spare policy."""
+
+    def __init__(self, envs, num_spares=0):
+        self.envs = envs
+        self.num_slots = len(envs) - num_spares
+        self.slot_env = list(range(self.num_slots))
+        self.spares = collections.deque(range(self.num_slots, len(envs)))
+        self.spare_first = {}
+        self.fresh = {}
+
+    def reset(self):
+        outputs = [self.envs[i].reset() for i in self.slot_env]
+        self.spare_first = {i: self.envs[i].reset() for i in self.spares}
+        self.fresh = {}
+        return self._finish(outputs)
+
+    def step(self, action):
+        outputs = []
+        for slot, i in enumerate(self.slot_env):
+            if slot in self.fresh:
+                outputs.append(self.fresh.pop(slot))
+            else:
+                outputs.append(self.envs[i].step(action[slot].numpy()))
+        return self._finish(outputs)
+
+    def _finish(self, outputs):
+        if self.spares:
+            for slot, ts in enumerate(outputs):
+                if ts.step_type == StepType.LAST:
+                    old = self.slot_env[slot]
+                    new = self.spares.popleft()
+                    self.spares.append(old)
+                    self.slot_env[slot] = new
+                    self.fresh[slot] = self.spare_first.pop(new)
+                    self.spare_first[old] = self.envs[old].reset()
+        return outputs
+
+
+def assert_rows_equal(batched, rows):
+    """Compares a batched torch TimeStep with per-row numpy TimeSteps."""
+    for r, ts in enumerate(rows):
+        assert int(batched.step_type[r]) == int(ts.step_type)
+        assert float(batched.reward[r]) == float(ts.reward)
+        assert float(batched.discount[r]) == float(ts.discount)
+        np.testing.assert_array_equal(batched.observation[r].numpy(), ts.observation)
+        assert int(batched.prev_action[r]) == int(ts.prev_action)
+    np.testing.assert_array_equal(batched.env_id.numpy(), np.arange(len(rows)))
+
+
+@pytest.fixture
+def make_parallel():
+    created = []
+
+    def make(ctors, **kwargs):
+        env = ParallelAlfEnvironment(ctors, **kwargs)
+        created.append(env)
+        return env
+
+    yield make
+    for env in created:
+        env.close()
+
+
+def test_batched_time_step_types_and_shapes(make_parallel):
+    env = make_parallel(counting_ctors(3))
+    ts = env.reset()
+    assert env.batched and env.batch_size == 3
+    assert ts.observation.shape == (3, 4) and ts.observation.dtype == torch.float32
+    assert ts.step_type.dtype == torch.int32 and ts.env_id.dtype == torch.int32
+    assert ts.reward.dtype == torch.float32 and ts.discount.dtype == torch.float32
+    assert ts.prev_action.dtype == torch.int64
+    assert bool((ts.step_type == StepType.FIRST).all())
+    np.testing.assert_array_equal(ts.env_id.numpy(), [0, 1, 2])
+    assert env.observation_spec() == CountingEnv().observation_spec()
+    assert env.action_spec() == CountingEnv().action_spec()
+    assert env.time_step_spec() == CountingEnv().time_step_spec()
+
+
+@pytest.mark.parametrize("flatten", [True, False])
+@pytest.mark.parametrize("start_serially", [True, False])
+@pytest.mark.parametrize("blocking", [False, True])
+def test_matches_in_process_stepping(make_parallel, flatten, start_serially, blocking):
+    n, steps = 3, 200
+    env = make_parallel(counting_ctors(n), flatten=flatten,
+                        start_serially=start_serially, blocking=blocking)
+    ref = InProcessReference([CountingEnv(env_id=i) for i in range(n)])
+    assert_rows_equal(env.reset(), ref.reset())
+    ended = 0
+    for action in random_actions(steps, n):
+        ts = env.step(action)
+        assert_rows_equal(ts, ref.step(action))
+        ended += int(ts.is_last().sum())
+    assert ended > 20  # auto-reset really happened many times
+
+
+@pytest.mark.parametrize("start_method", ["spawn", "forkserver"])
+def test_spawn_and_forkserver(make_parallel, start_method):
+    env = make_parallel([lambda env_id: CountingEnv(env_id=env_id)] * 2,
+                        start_method=start_method, start_serially=False)
+    ref = InProcessReference([CountingEnv(env_id=i) for i in range(2)])
+    assert_rows_equal(env.reset(), ref.reset())
+    for action in random_actions(30, 2):
+        assert_rows_equal(env.step(action), ref.step(action))
+
+
+def test_batched_envs_in_workers(make_parallel):
+    per_env = 2
+
+    def batch_ctor(env_id):
+        return BatchEnvironmentWrapper(
+            [CountingEnv(env_id=env_id * per_env + j) for j in range(per_env)])
+
+    env = make_parallel([batch_ctor] * 3)
+    assert env.batch_size == 6
+    ref = InProcessReference([CountingEnv(env_id=i) for i in range(6)])
+    assert_rows_equal(env.reset(), ref.reset())
+    for action in random_actions(100, 6):
+        assert_rows_equal(env.step(action), ref.step(action))
+
+
+def test_spare_envs_take_over_after_last(make_parallel):
+    n, spares = 5, 2
+    env = make_parallel(counting_ctors(n), num_spare_envs_for_reload=spares)
+    assert env.batch_size == n - spares
+    assert len(env.worker_pids()) == n
+    ref = InProcessReference([CountingEnv(env_id=i) for i in range(n)], num_spares=spares)
+    assert_rows_equal(env.reset(), ref.reset())
+    producers = set()
+    prev = None
+    for action in random_actions(150, n - spares):
+        ts = env.step(action)
+        assert_rows_equal(ts, ref.step(action))
+        producers.update(int(x) for x in ts.observation[:, 0])
+        if prev is not None:
+            # The step after LAST is always a FIRST, from the spare that took over.
+            assert bool((ts.is_first() == prev.is_last()).all())
+        prev = ts
+    assert producers == set(range(n))  # every spare served a slot
+
+
+def test_spares_hide_slow_resets(make_parallel):
+    # Resets take 0.3 s; with spares the batch rarely waits for one.
+    ctors = counting_ctors(4, reset_delay=0.3, min_length=20, max_length=20)
+    env = make_parallel(ctors, num_spare_envs_for_reload=2, start_serially=False)
+    env.reset()
+    begin = time.monotonic()
+    for action in random_actions(42, 2):
+        env.step(action)
+    # Without spares each of the 4 episode ends would stall the batch 0.3 s.
+    assert time.monotonic() - begin < 4 * 0.3
+
+
+def test_spares_need_unbatched_envs():
+    def batch_ctor():
+        return BatchEnvironmentWrapper([CountingEnv(), CountingEnv(env_id=1)])
+
+    with pytest.raises(ValueError, match="num_spare_envs_for_reload"):
+        ParallelAlfEnvironment([batch_ctor] * 2, num_spare_envs_for_reload=1)
+
+
+def test_invalid_arguments():
+    with pytest.raises(ValueError, match="env_constructors"):
+        ParallelAlfEnvironment([])
+    with pytest.raises(ValueError, match="num_spare_envs_for_reload"):
+        ParallelAlfEnvironment(counting_ctors(2), num_spare_envs_for_reload=2)
+
+
+def test_seed_makes_runs_reproducible(make_parallel):
+    def run(seeds):
+        env = make_parallel(counting_ctors(3))
+        env.seed(seeds)
+        out = [env.reset().observation.clone()]
+        out += [env.step(a).observation.clone() for a in random_actions(40, 3)]
+        env.close()
+        return torch.stack(out)
+
+    a, b, c = run([5, 6, 7]), run([5, 6, 7]), run([8, 9, 10])
+    assert torch.equal(a, b)
+    assert not torch.equal(a, c)
+
+
+def test_seed_needs_one_seed_per_env(make_parallel):
+    env = make_parallel(counting_ctors(3), num_spare_envs_for_reload=1)
+    with pytest.raises(ValueError, match="expected 3 seeds"):
+        env.seed([1, 2])
+
+
+def test_call_render_and_pids(make_parallel):
+    env = make_parallel(counting_ctors(3))
+    assert env.call_envs_with_same_args("observation_spec") == \
+        [CountingEnv().observation_spec()] * 3
+    assert env.render("rgb_array").shape == (2, 2, 3)
+    pids = env.worker_pids()
+    assert len(set(pids)) == 3 and all(isinstance(p, int) for p in pids)
+    assert [e.env_id for e in env.envs] == [0, 1, 2]
+
+
+def test_specs_must_match():
+    class OtherSpec(CountingEnv):
+        def observation_spec(self):
+            from alf_env.tensor_specs import TensorSpec
+            return TensorSpec((5,))
+
+    ctors = [CountingEnv, CountingEnv, OtherSpec]
+    with pytest.raises(ValueError, match="env 2: observation_spec"):
+        ParallelAlfEnvironment(ctors)
+
+
+def test_constructor_failure_closes_every_worker():
+    ctors = counting_ctors(3)
+    ctors[1] = functools.partial(CountingEnv, env_id=1, fault="raise", fault_phase="ctor")
+    with pytest.raises(ValueError, match="injected failure"):
+        ParallelAlfEnvironment(ctors, start_serially=False)
+    # The autouse fixture checks that no worker is left.
+
+
+@pytest.mark.parametrize("phase", ["reset", "step"])
+def test_exception_in_reset_or_step_keeps_type(make_parallel, phase):
+    ctors = counting_ctors(3)
+    ctors[2] = functools.partial(CountingEnv, env_id=2, fault="raise", fault_phase=phase)
+    env = make_parallel(ctors)
+    with pytest.raises(ValueError, match="injected failure") as info:
+        env.reset()
+        for action in random_actions(10, 3):
+            env.step(action)
+    assert info.value.__cause__.env_id == 2
+    assert f"_{phase}" in info.value.__cause__.remote_traceback
+
+
+def test_worker_death_during_step(make_parallel):
+    ctors = counting_ctors(3)
+    ctors[1] = functools.partial(CountingEnv, env_id=1, fault="sigkill", fault_phase="step")
+    env = make_parallel(ctors)
+    env.reset()
+    begin = time.monotonic()
+    with pytest.raises(WorkerDiedError, match="env 1.*SIGKILL"):
+        for action in random_actions(10, 3):
+            env.step(action)
+    assert time.monotonic() - begin < PROMPT
+    env.close()
+
+
+@pytest.mark.parametrize("bad_action,match", [
+    (torch.zeros(4, dtype=torch.int64), r"action: expected shape \(3,\)"),
+    (torch.zeros((3, 1), dtype=torch.int64), r"action: expected shape \(3,\)"),
+    (torch.zeros(3, dtype=torch.float32), "action: expected dtype int64"),
+    ((torch.zeros(3, dtype=torch.int64),), "action: its nest structure"),
+])
+def test_bad_action_is_rejected_and_env_stays_usable(make_parallel, bad_action, match):
+    env = make_parallel(counting_ctors(3))
+    ref = InProcessReference([CountingEnv(env_id=i) for i in range(3)])
+    env.reset(), ref.reset()
+    actions = random_actions(20, 3)
+    for i, action in enumerate(actions):
+        if i == 5:
+            with pytest.raises(ValueError, match=match):
+                env.step(bad_action)
+        assert_rows_equal(env.step(action), ref.step(action))
+
+
+def test_safe_casts_and_non_contiguous_actions_are_accepted(make_parallel):
+    env = make_parallel(counting_ctors(3))
+    env.reset()
+    wide = torch.tensor([[1, 9], [2, 9], [3, 9]], dtype=torch.int32)[:, 0]  # strided
+    assert not wide.is_contiguous()
+    ts = env.step(wide)
+    np.testing.assert_array_equal(ts.prev_action.numpy(), [1, 2, 3])
+    ts = env.step(np.array([0, 1, 2], dtype=np.uint8))
+    np.testing.assert_array_equal(ts.observation[:, 3].numpy(), [0, 1, 2])
+
+
+def test_closed_env_raises_and_close_is_idempotent():
+    env = ParallelAlfEnvironment(counting_ctors(2))
+    env.reset()
+    env.close()
+    env.close()
+    with pytest.raises(EnvironmentClosedError):
+        env.step(torch.zeros(2, dtype=torch.int64))
+    with pytest.raises(EnvironmentClosedError):
+        env.reset()
+
+
+def test_context_manager_closes():
+    with ParallelAlfEnvironment(counting_ctors(2)) as env:
+        env.reset()
+        pids = env.worker_pids()
+    import psutil
+    assert not any(psutil.pid_exists(p) for p in pids)
