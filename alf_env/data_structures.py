@@ -1,0 +1,321 @@
+"""Core data structures: ``StepType``, ``TimeStep`` and their helpers.
+
+A ``TimeStep`` is what an environment returns from ``reset()`` and
+``step(action)``. Its fields are, in order:
+
+* ``step_type``: ``StepType.FIRST`` / ``MID`` / ``LAST`` (int32);
+* ``reward``: the reward for ``prev_action`` (``reward_spec``, float32);
+* ``discount``: float32 in [0, 1]; 0 when the episode terminated, the
+  environment's discount otherwise (also when it was truncated);
+* ``observation``: a nest matching ``observation_spec``;
+* ``prev_action``: the action that led here (zeros on ``FIRST``);
+* ``env_id``: int32 id of the environment (row) that produced the step;
+* ``untransformed``: left ``()`` by environments (room for data transformers);
+* ``env_info``: a dict of extra fixed-size numeric data (``{}`` by default).
+
+Every field defaults to ``()``, the empty nest.
+
+The helpers :func:`restart`, :func:`transition`, :func:`termination` and
+:func:`truncation` build numpy or torch ``TimeStep``s (decided by the type of
+the observation leaves), batched or not.
+"""
+
+import collections
+from typing import Any, Optional
+
+import numpy as np
+import torch
+
+from alf_env import nest
+from alf_env.tensor_specs import BoundedTensorSpec, TensorSpec
+
+__all__ = [
+    "StepType",
+    "TimeStep",
+    "time_step_spec",
+    "generate_time_step",
+    "restart",
+    "transition",
+    "termination",
+    "truncation",
+]
+
+
+class StepType:
+    """Where a ``TimeStep`` sits in an episode.
+
+    The members are ``np.int32`` constants, so they compare with Python ints,
+    numpy arrays and torch tensors alike.
+    """
+
+    FIRST = np.int32(0)
+    """The first step of an episode (returned by a reset)."""
+    MID = np.int32(1)
+    """Any step that is neither the first nor the last."""
+    LAST = np.int32(2)
+    """The last step of an episode (terminated or truncated)."""
+
+    def __new__(cls, value: Any) -> np.int32:
+        """Validates ``value`` and returns it as the matching ``np.int32``.
+
+        Raises:
+            ValueError: if ``value`` is not 0, 1 or 2.
+        """
+        valid = (cls.FIRST, cls.MID, cls.LAST)
+        if value in valid:
+            return np.int32(value)
+        raise ValueError(
+            f"StepType must be one of FIRST=0, MID=1, LAST=2, got {value!r}")
+
+
+_TIME_STEP_FIELDS = ("step_type", "reward", "discount", "observation",
+                     "prev_action", "env_id", "untransformed", "env_info")
+
+
+def _equal(step_type: Any, value: np.int32) -> Any:
+    if torch.is_tensor(step_type):
+        return torch.eq(step_type, int(value))
+    return np.equal(step_type, value)
+
+
+class TimeStep(
+        collections.namedtuple("TimeStep", _TIME_STEP_FIELDS,
+                               defaults=((), ) * len(_TIME_STEP_FIELDS))):
+    """One step of an environment; see the module docstring for the fields.
+
+    ``is_first()``, ``is_mid()`` and ``is_last()`` compare ``step_type`` and
+    return a bool, a numpy bool array or a torch bool tensor, following the
+    type of ``step_type``.
+    """
+
+    __slots__ = ()
+
+    def is_first(self) -> Any:
+        """Whether ``step_type`` is ``StepType.FIRST`` (element-wise)."""
+        return _equal(self.step_type, StepType.FIRST)
+
+    def is_mid(self) -> Any:
+        """Whether ``step_type`` is ``StepType.MID`` (element-wise)."""
+        return _equal(self.step_type, StepType.MID)
+
+    def is_last(self) -> Any:
+        """Whether ``step_type`` is ``StepType.LAST`` (element-wise)."""
+        return _equal(self.step_type, StepType.LAST)
+
+
+def _check_specs(specs: Any, field: str) -> None:
+    for path, leaf in nest.flatten_with_path(specs):
+        if not isinstance(leaf, TensorSpec):
+            where = f"{field}.{path}" if path else field
+            raise TypeError(
+                f"time_step_spec: {where} must be a TensorSpec, got "
+                f"{type(leaf).__name__} ({leaf!r})")
+
+
+def time_step_spec(observation_spec: Any, action_spec: Any,
+                   reward_spec: TensorSpec = TensorSpec(()),
+                   env_info_spec: Optional[Any] = None) -> TimeStep:
+    """Returns the ``TimeStep`` of specs for the given component specs.
+
+    Args:
+        observation_spec: nest of ``TensorSpec``.
+        action_spec: nest of ``TensorSpec``.
+        reward_spec: ``TensorSpec`` of the reward (scalar float32 by default).
+        env_info_spec: nest of ``TensorSpec`` for ``env_info``; ``{}`` if
+            omitted, matching the ``env_info={}`` of generated time steps.
+
+    Returns:
+        A ``TimeStep`` whose ``step_type`` is ``TensorSpec((), torch.int32)``,
+        ``discount`` is ``BoundedTensorSpec((), torch.float32, 0, 1)``, and
+        ``env_id`` is ``TensorSpec((), torch.int32)``; ``untransformed`` is
+        ``()``.
+
+    Raises:
+        TypeError: if a leaf of a spec nest is not a ``TensorSpec``.
+    """
+    if env_info_spec is None:
+        env_info_spec = {}
+    _check_specs(observation_spec, "observation")
+    _check_specs(action_spec, "prev_action")
+    _check_specs(reward_spec, "reward")
+    _check_specs(env_info_spec, "env_info")
+    return TimeStep(
+        step_type=TensorSpec((), torch.int32),
+        reward=reward_spec,
+        discount=BoundedTensorSpec((), torch.float32, minimum=0.0, maximum=1.0),
+        observation=observation_spec,
+        prev_action=action_spec,
+        env_id=TensorSpec((), torch.int32),
+        env_info=env_info_spec)
+
+
+def _uses_torch(observation: Any, use_tensor: Optional[bool]) -> bool:
+    if use_tensor is not None:
+        return use_tensor
+    leaves = nest.flatten(observation)
+    return bool(leaves) and all(torch.is_tensor(x) for x in leaves)
+
+
+def generate_time_step(batched: bool,
+                       observation: Any,
+                       step_type: int,
+                       discount: Any,
+                       prev_action: Any = None,
+                       action_spec: Any = None,
+                       reward: Any = None,
+                       reward_spec: TensorSpec = TensorSpec(()),
+                       env_id: Any = None,
+                       env_info: Any = None,
+                       use_tensor: Optional[bool] = None) -> TimeStep:
+    """Builds a ``TimeStep`` of numpy arrays or torch tensors.
+
+    Args:
+        batched: whether the leaves carry a leading batch dimension (its size
+            is read from the first observation leaf, or from ``reward``).
+        observation: nest of arrays / tensors.
+        step_type: a ``StepType`` member.
+        discount: scalar or per-row discount.
+        prev_action: nest of actions; zeros of ``action_spec`` if ``None``.
+        action_spec: used only when ``prev_action`` is ``None``.
+        reward: scalar or per-row reward; zeros of ``reward_spec`` if ``None``.
+        reward_spec: spec of one reward.
+        env_id: scalar or per-row id; ``0`` (unbatched) or ``arange(batch)``
+            (batched) if ``None``.
+        env_info: nest of extra data; ``{}`` if ``None``.
+        use_tensor: force torch (``True``) or numpy (``False``) outputs; by
+            default torch iff all observation leaves are tensors.
+
+    Returns:
+        The ``TimeStep``; ``step_type`` and ``env_id`` are int32, ``discount``
+        float32, ``reward`` of ``reward_spec``'s dtype.
+
+    Raises:
+        ValueError: if the batch size cannot be determined.
+    """
+    md_torch = _uses_torch(observation, use_tensor)
+    if env_info is None:
+        env_info = {}
+    reward_np_dtype = reward_spec.numpy_dtype
+
+    outer: tuple = ()
+    if batched:
+        candidates = nest.flatten(observation)
+        if candidates:
+            outer = (int(candidates[0].shape[0]), )
+        elif reward is not None:
+            outer = (int(np.shape(reward)[0]), )
+        else:
+            raise ValueError("generate_time_step: cannot infer the batch size "
+                             "from an empty observation without a reward")
+
+    def to_np(x: Any, dtype: np.dtype) -> np.ndarray:
+        if torch.is_tensor(x):
+            x = x.detach().cpu().numpy()
+        return np.asarray(x, dtype=dtype)
+
+    step_type_a = np.full(outer, step_type, dtype=np.int32)
+    discount_a = np.broadcast_to(to_np(discount, np.float32), outer).copy()
+    if reward is None:
+        reward_a = reward_spec.numpy_zeros(outer)
+    else:
+        reward_a = to_np(reward, reward_np_dtype)
+    if env_id is None:
+        env_id_a = (np.arange(outer[0], dtype=np.int32) if batched
+                    else np.zeros((), dtype=np.int32))
+    else:
+        env_id_a = np.broadcast_to(to_np(env_id, np.int32), outer).copy()
+    if prev_action is None:
+        if action_spec is None:
+            raise ValueError("generate_time_step: need prev_action or action_spec")
+        prev_action = nest.map_structure(lambda s: s.numpy_zeros(outer), action_spec)
+        if md_torch:
+            prev_action = nest.map_structure(torch.from_numpy, prev_action)
+
+    fields = (step_type_a, reward_a, discount_a, env_id_a)
+    if md_torch:
+        fields = tuple(torch.as_tensor(f) for f in fields)
+    step_type_a, reward_a, discount_a, env_id_a = fields
+    return TimeStep(
+        step_type=step_type_a,
+        reward=reward_a,
+        discount=discount_a,
+        observation=observation,
+        prev_action=prev_action,
+        env_id=env_id_a,
+        env_info=env_info)
+
+
+def _is_batched(reward: Any, reward_spec: TensorSpec) -> bool:
+    return np.ndim(reward) > len(reward_spec.shape) if not torch.is_tensor(
+        reward) else reward.dim() > len(reward_spec.shape)
+
+
+def restart(observation: Any,
+            action_spec: Any,
+            reward_spec: TensorSpec = TensorSpec(()),
+            env_id: Any = None,
+            env_info: Any = None,
+            batched: bool = False,
+            use_tensor: Optional[bool] = None) -> TimeStep:
+    """A ``FIRST`` step: zero reward and prev_action, discount 1.
+
+    Args:
+        observation: the first observation (nest).
+        action_spec: nest of ``TensorSpec`` used for the zero ``prev_action``.
+        reward_spec: spec of the (zero) reward.
+        env_id: optional id(s) of the environment.
+        env_info: optional env info nest (``{}`` by default).
+        batched: whether the leaves have a leading batch dimension.
+        use_tensor: see :func:`generate_time_step`.
+    """
+    return generate_time_step(batched, observation, StepType.FIRST, 1.0,
+                              action_spec=action_spec, reward_spec=reward_spec,
+                              env_id=env_id, env_info=env_info, use_tensor=use_tensor)
+
+
+def transition(observation: Any,
+               prev_action: Any,
+               reward: Any,
+               reward_spec: TensorSpec = TensorSpec(()),
+               discount: Any = 1.0,
+               env_id: Any = None,
+               env_info: Any = None,
+               use_tensor: Optional[bool] = None) -> TimeStep:
+    """A ``MID`` step. Batched iff ``reward`` has more dims than ``reward_spec``."""
+    return generate_time_step(_is_batched(reward, reward_spec), observation,
+                              StepType.MID, discount, prev_action=prev_action,
+                              reward=reward, reward_spec=reward_spec, env_id=env_id,
+                              env_info=env_info, use_tensor=use_tensor)
+
+
+def termination(observation: Any,
+                prev_action: Any,
+                reward: Any,
+                reward_spec: TensorSpec = TensorSpec(()),
+                env_id: Any = None,
+                env_info: Any = None,
+                use_tensor: Optional[bool] = None) -> TimeStep:
+    """A ``LAST`` step of a terminated episode: discount 0."""
+    return generate_time_step(_is_batched(reward, reward_spec), observation,
+                              StepType.LAST, 0.0, prev_action=prev_action,
+                              reward=reward, reward_spec=reward_spec, env_id=env_id,
+                              env_info=env_info, use_tensor=use_tensor)
+
+
+def truncation(observation: Any,
+               prev_action: Any,
+               reward: Any,
+               reward_spec: TensorSpec = TensorSpec(()),
+               discount: Any = 1.0,
+               env_id: Any = None,
+               env_info: Any = None,
+               use_tensor: Optional[bool] = None) -> TimeStep:
+    """A ``LAST`` step of a truncated episode: keeps ``discount`` (1 by default)."""
+    return generate_time_step(_is_batched(reward, reward_spec), observation,
+                              StepType.LAST, discount, prev_action=prev_action,
+                              reward=reward, reward_spec=reward_spec, env_id=env_id,
+                              env_info=env_info, use_tensor=use_tensor)
+
+
+# ALF's name for the generic helper.
+_generate_time_step = generate_time_step

@@ -1,0 +1,176 @@
+"""The ALF environment interface.
+
+An :class:`AlfEnvironment` produces :class:`~alf_env.data_structures.TimeStep`
+values: ``reset()`` starts an episode and returns a ``FIRST`` step,
+``step(action)`` applies an action and returns the next step. Episodes restart
+by themselves: the step after a ``LAST`` step is the ``FIRST`` step of a new
+episode (its action is ignored), and ``step()`` before any ``reset()`` resets.
+
+Unbatched environments take and return single values; batched ones (``batched``
+is ``True``) take and return values with a leading dimension ``batch_size``.
+Outputs are numpy arrays unless the environment says otherwise.
+
+Subclasses implement ``_reset()`` and ``_step(action)`` and the spec methods
+``observation_spec()`` / ``action_spec()``; they may override ``_close()`` to
+free resources. After ``close()``, ``reset()`` and ``step()`` raise
+:class:`~alf_env.errors.EnvironmentClosedError`.
+"""
+
+import abc
+from typing import Any, Optional
+
+from alf_env.data_structures import TimeStep, time_step_spec
+from alf_env.errors import EnvironmentClosedError
+from alf_env.tensor_specs import TensorSpec
+
+__all__ = ["AlfEnvironment"]
+
+
+class AlfEnvironment(abc.ABC):
+    """Abstract base class of ALF environments.
+
+    Example::
+
+        with SomeEnvironment() as env:
+            time_step = env.reset()
+            while not time_step.is_last():
+                time_step = env.step(policy(time_step))
+    """
+
+    def __init__(self) -> None:
+        self._current_time_step: Optional[TimeStep] = None
+        self._closed = False
+
+    # ----- batching ---------------------------------------------------------
+    @property
+    def batched(self) -> bool:
+        """Whether inputs and outputs carry a leading batch dimension."""
+        return False
+
+    @property
+    def batch_size(self) -> int:
+        """The batch dimension of a batched env; 1 for an unbatched env.
+
+        Raises:
+            RuntimeError: if a subclass is batched but did not override this.
+        """
+        if self.batched:
+            raise RuntimeError(
+                f"{type(self).__name__} is batched but does not override batch_size")
+        return 1
+
+    @property
+    def is_tensor_based(self) -> bool:
+        """Whether the env returns torch tensors (``False``: numpy arrays)."""
+        return False
+
+    # ----- specs ------------------------------------------------------------
+    @abc.abstractmethod
+    def observation_spec(self) -> Any:
+        """The nest of ``TensorSpec`` describing one observation."""
+
+    @abc.abstractmethod
+    def action_spec(self) -> Any:
+        """The nest of ``TensorSpec`` describing one action."""
+
+    def reward_spec(self) -> TensorSpec:
+        """The spec of one reward; a float32 scalar by default."""
+        return TensorSpec(())
+
+    def env_info_spec(self) -> Any:
+        """The nest of specs of ``TimeStep.env_info``; ``{}`` by default."""
+        return {}
+
+    def time_step_spec(self) -> TimeStep:
+        """The ``TimeStep`` of specs of one (unbatched) time step.
+
+        Built from the observation, action, reward and env info specs; see
+        :func:`alf_env.data_structures.time_step_spec`.
+        """
+        return time_step_spec(self.observation_spec(), self.action_spec(),
+                              self.reward_spec(), self.env_info_spec())
+
+    # ----- stepping ---------------------------------------------------------
+    def current_time_step(self) -> Optional[TimeStep]:
+        """The last ``TimeStep`` returned, or ``None`` before the first reset."""
+        return getattr(self, "_current_time_step", None)
+
+    def reset(self) -> TimeStep:
+        """Starts a new episode and returns its ``FIRST`` time step.
+
+        Raises:
+            EnvironmentClosedError: if the env was closed.
+        """
+        self._check_not_closed()
+        self._current_time_step = self._reset()
+        return self._current_time_step
+
+    def step(self, action: Any) -> TimeStep:
+        """Applies ``action`` and returns the next time step.
+
+        Before the first ``reset()`` this resets instead and ignores
+        ``action``; after a ``LAST`` step, subclasses reset and ignore it.
+
+        Args:
+            action: a nest matching ``action_spec()`` (with a leading batch
+                dimension when ``batched``).
+
+        Raises:
+            EnvironmentClosedError: if the env was closed.
+        """
+        self._check_not_closed()
+        if self.current_time_step() is None:
+            return self.reset()
+        self._current_time_step = self._step(action)
+        return self._current_time_step
+
+    @abc.abstractmethod
+    def _reset(self) -> TimeStep:
+        """Subclass hook of :meth:`reset`."""
+
+    @abc.abstractmethod
+    def _step(self, action: Any) -> TimeStep:
+        """Subclass hook of :meth:`step`; reset (ignoring action) after LAST."""
+
+    # ----- misc -------------------------------------------------------------
+    def seed(self, seed: int) -> None:
+        """Seeds the env's random number generators.
+
+        Raises:
+            NotImplementedError: unless a subclass supports seeding.
+        """
+        raise NotImplementedError(f"{type(self).__name__} does not support seed()")
+
+    def render(self, mode: str = "rgb_array") -> Any:
+        """Renders the env; ``'rgb_array'`` returns an ``[H, W, 3]`` uint8 array.
+
+        Raises:
+            NotImplementedError: unless a subclass supports rendering.
+        """
+        raise NotImplementedError(f"{type(self).__name__} does not support render()")
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called."""
+        return getattr(self, "_closed", False)
+
+    def close(self) -> None:
+        """Frees the env's resources; idempotent."""
+        if self.closed:
+            return
+        self._closed = True
+        self._close()
+
+    def _close(self) -> None:
+        """Subclass hook of :meth:`close`, called once."""
+
+    def _check_not_closed(self) -> None:
+        if self.closed:
+            raise EnvironmentClosedError(
+                f"{type(self).__name__} is closed; create a new environment")
+
+    def __enter__(self) -> "AlfEnvironment":
+        return self
+
+    def __exit__(self, exc_type: Any, exc_value: Any, traceback: Any) -> None:
+        self.close()

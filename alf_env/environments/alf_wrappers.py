@@ -1,0 +1,144 @@
+"""Wrappers of :class:`AlfEnvironment`.
+
+:class:`BatchEnvironmentWrapper` turns n unbatched environments into one
+batched environment that steps them one after another in this process.
+"""
+
+from typing import Any, List, Sequence
+
+import numpy as np
+
+from alf_env import nest
+from alf_env.data_structures import TimeStep
+from alf_env.environments.alf_environment import AlfEnvironment
+
+__all__ = ["BatchEnvironmentWrapper"]
+
+_SPEC_METHODS = ("observation_spec", "action_spec", "reward_spec", "env_info_spec",
+                 "time_step_spec")
+
+
+class BatchEnvironmentWrapper(AlfEnvironment):
+    """Batches n unbatched environments with identical specs.
+
+    Row ``i`` of every output comes from ``envs[i]`` and its ``env_id`` is
+    ``i``. Each member resets on its own after its ``LAST`` step, so rows may
+    be at different points of their episodes.
+    """
+
+    def __init__(self, envs: Sequence[AlfEnvironment]) -> None:
+        """Wraps ``envs``.
+
+        Args:
+            envs: one or more unbatched environments with identical specs.
+
+        Raises:
+            ValueError: if ``envs`` is empty, a member is batched or
+                tensor-based, or a member's spec differs from ``envs[0]``'s
+                (the message names the member and the spec).
+        """
+        super().__init__()
+        self._envs: List[AlfEnvironment] = list(envs)
+        if not self._envs:
+            raise ValueError("envs: expected at least one environment, got none")
+        for i, env in enumerate(self._envs):
+            if env.batched:
+                raise ValueError(f"envs[{i}] is batched (batch_size={env.batch_size}); "
+                                 f"expected unbatched environments")
+            if getattr(env, "is_tensor_based", False):
+                raise ValueError(f"envs[{i}] returns torch tensors; expected numpy "
+                                 f"array based environments")
+        first = self._envs[0]
+        self._specs = {name: getattr(first, name)() for name in _SPEC_METHODS}
+        for i, env in enumerate(self._envs[1:], start=1):
+            for name, expected in self._specs.items():
+                difference = _spec_difference(expected, getattr(env, name)())
+                if difference:
+                    raise ValueError(
+                        f"envs[{i}].{name}() differs from envs[0].{name}(): {difference}")
+        self._env_ids = np.arange(len(self._envs), dtype=np.int32)
+
+    @property
+    def envs(self) -> List[AlfEnvironment]:
+        """The member environments."""
+        return self._envs
+
+    @property
+    def batched(self) -> bool:
+        """Always ``True``."""
+        return True
+
+    @property
+    def batch_size(self) -> int:
+        """The number of member environments."""
+        return len(self._envs)
+
+    def observation_spec(self) -> Any:
+        """The members' observation spec."""
+        return self._specs["observation_spec"]
+
+    def action_spec(self) -> Any:
+        """The members' action spec."""
+        return self._specs["action_spec"]
+
+    def reward_spec(self) -> Any:
+        """The members' reward spec."""
+        return self._specs["reward_spec"]
+
+    def env_info_spec(self) -> Any:
+        """The members' env info spec."""
+        return self._specs["env_info_spec"]
+
+    def time_step_spec(self) -> TimeStep:
+        """The members' time step spec."""
+        return self._specs["time_step_spec"]
+
+    def seed(self, seed: int) -> None:
+        """Seeds member ``i`` with ``seed * n + i`` (n = number of members)."""
+        n = len(self._envs)
+        for i, env in enumerate(self._envs):
+            env.seed(seed * n + i)
+
+    def render(self, mode: str = "rgb_array") -> Any:
+        """Renders member 0."""
+        return self._envs[0].render(mode)
+
+    def _close(self) -> None:
+        for env in self._envs:
+            env.close()
+
+    def _batch(self, time_steps: List[TimeStep]) -> TimeStep:
+        batched = nest.map_structure(lambda *xs: np.stack(xs), *time_steps)
+        return batched._replace(env_id=self._env_ids.copy())
+
+    def _reset(self) -> TimeStep:
+        return self._batch([env.reset() for env in self._envs])
+
+    def _step(self, action: Any) -> TimeStep:
+        n = len(self._envs)
+
+        def check(path: str, leaf: Any) -> Any:
+            if np.shape(leaf)[:1] != (n, ):
+                field = f"action.{path}" if path else "action"
+                raise ValueError(f"{field}: expected a leading batch dimension of "
+                                 f"{n}, got shape {tuple(np.shape(leaf))}")
+            return leaf
+
+        nest.map_structure_with_path(check, action)
+        return self._batch([
+            env.step(nest.map_structure(lambda a, i=i: a[i], action))
+            for i, env in enumerate(self._envs)
+        ])
+
+
+def _spec_difference(expected: Any, got: Any) -> str:
+    """Describes the first difference between two spec nests ("" if equal)."""
+    try:
+        nest.assert_same_structure(expected, got)
+    except (TypeError, ValueError) as err:
+        return str(err)
+    for (path, a), b in zip(nest.flatten_with_path(expected), nest.flatten(got)):
+        if a != b:
+            where = f"at '{path}'" if path else "at the root"
+            return f"{where} expected {a!r}, got {b!r}"
+    return ""

@@ -1,0 +1,480 @@
+"""Specs describing tensors (and numpy arrays) before they exist.
+
+:class:`TensorSpec` gives a shape and a torch dtype; :class:`BoundedTensorSpec`
+adds inclusive element-wise bounds and can sample values inside them. Specs
+compare by value, hash, pickle, and build torch tensors (``zeros``, ``ones``,
+``constant``, ``sample``) or numpy arrays (``numpy_zeros``, ``numpy_constant``,
+``numpy_sample``).
+
+Dtypes may be given as ``torch.dtype``, ``numpy.dtype``, numpy scalar types
+(``np.uint8``) or strings (``"float32"``, ``"torch.int64"``); they are always
+stored as ``torch.dtype``.
+"""
+
+from typing import Any, Iterable, Optional, Sequence, Union
+
+import numpy as np
+import torch
+
+__all__ = [
+    "TensorSpec",
+    "BoundedTensorSpec",
+    "torch_dtype_to_numpy",
+    "numpy_dtype_to_torch",
+    "as_torch_dtype",
+]
+
+DTypeLike = Union[torch.dtype, np.dtype, type, str]
+ShapeLike = Union[torch.Size, Sequence[int], int]
+OuterDims = Optional[Iterable[int]]
+
+_TORCH_TO_NUMPY = {
+    torch.bool: np.dtype(np.bool_),
+    torch.uint8: np.dtype(np.uint8),
+    torch.int8: np.dtype(np.int8),
+    torch.int16: np.dtype(np.int16),
+    torch.int32: np.dtype(np.int32),
+    torch.int64: np.dtype(np.int64),
+    torch.float16: np.dtype(np.float16),
+    torch.float32: np.dtype(np.float32),
+    torch.float64: np.dtype(np.float64),
+    torch.complex64: np.dtype(np.complex64),
+    torch.complex128: np.dtype(np.complex128),
+}
+for _name, _np_type in (("uint16", np.uint16), ("uint32", np.uint32),
+                        ("uint64", np.uint64)):
+    if hasattr(torch, _name):
+        _TORCH_TO_NUMPY[getattr(torch, _name)] = np.dtype(_np_type)
+_NUMPY_TO_TORCH = {v: k for k, v in _TORCH_TO_NUMPY.items()}
+
+# Upper limit (exclusive) of the seed drawn from torch's RNG for ``sample()``.
+_TORCH_SEED_LIMIT = 2**62
+
+
+def torch_dtype_to_numpy(dtype: DTypeLike) -> np.dtype:
+    """Returns the numpy dtype equivalent to a torch dtype (or dtype-like).
+
+    Raises:
+        TypeError: if the dtype has no numpy equivalent (e.g. bfloat16).
+    """
+    dtype = as_torch_dtype(dtype)
+    try:
+        return _TORCH_TO_NUMPY[dtype]
+    except KeyError:
+        raise TypeError(f"torch dtype {dtype} has no numpy equivalent; "
+                        f"expected one of {sorted(map(str, _TORCH_TO_NUMPY))}"
+                        ) from None
+
+
+def numpy_dtype_to_torch(dtype: Any) -> torch.dtype:
+    """Returns the torch dtype equivalent to a numpy dtype (or dtype-like).
+
+    Raises:
+        TypeError: if the dtype has no torch equivalent (e.g. strings, objects).
+    """
+    try:
+        np_dtype = np.dtype(dtype)
+    except TypeError as e:
+        raise TypeError(f"{dtype!r} is not a numpy dtype: {e}") from None
+    try:
+        return _NUMPY_TO_TORCH[np_dtype]
+    except KeyError:
+        raise TypeError(f"numpy dtype {np_dtype} has no torch equivalent; "
+                        f"expected one of {sorted(map(str, _NUMPY_TO_TORCH))}"
+                        ) from None
+
+
+def as_torch_dtype(dtype: DTypeLike) -> torch.dtype:
+    """Converts a dtype-like (torch/numpy dtype, numpy type, str) to torch.
+
+    Raises:
+        TypeError: if ``dtype`` does not name a dtype known to torch.
+    """
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if isinstance(dtype, str):
+        name = dtype[len("torch."):] if dtype.startswith("torch.") else dtype
+        candidate = getattr(torch, name, None)
+        if isinstance(candidate, torch.dtype):
+            return candidate
+    return numpy_dtype_to_torch(dtype)
+
+
+def _as_shape(shape: ShapeLike) -> torch.Size:
+    if isinstance(shape, (int, np.integer)):
+        shape = (int(shape), )
+    try:
+        dims = tuple(int(d) for d in shape)
+    except TypeError:
+        raise TypeError(f"shape must be a sequence of ints, got {shape!r}") from None
+    if any(d < 0 for d in dims):
+        raise ValueError(f"shape must have non-negative dims, got {dims}")
+    return torch.Size(dims)
+
+
+def _full_shape(shape: torch.Size, outer_dims: OuterDims) -> tuple:
+    if outer_dims is None:
+        return tuple(shape)
+    return tuple(int(d) for d in outer_dims) + tuple(shape)
+
+
+class TensorSpec:
+    """Describes a tensor by its shape and dtype.
+
+    Attributes:
+        shape: a ``torch.Size``.
+        dtype: a ``torch.dtype``.
+    """
+
+    __slots__ = ("_shape", "_dtype")
+
+    def __init__(self, shape: ShapeLike, dtype: DTypeLike = torch.float32) -> None:
+        """Creates a spec.
+
+        Args:
+            shape: the shape of the described tensor (without batch dims).
+            dtype: a torch dtype or anything convertible (numpy dtype, "int32").
+
+        Raises:
+            TypeError: if ``shape`` or ``dtype`` cannot be interpreted.
+        """
+        self._shape = _as_shape(shape)
+        self._dtype = as_torch_dtype(dtype)
+
+    # ----- construction helpers -------------------------------------------
+    @classmethod
+    def from_spec(cls, spec: "TensorSpec") -> "TensorSpec":
+        """Returns a ``TensorSpec`` with the shape and dtype of ``spec``."""
+        if not isinstance(spec, TensorSpec):
+            raise TypeError(f"from_spec expects a TensorSpec, got {type(spec).__name__}")
+        return TensorSpec(spec.shape, spec.dtype)
+
+    @classmethod
+    def from_tensor(cls, tensor: torch.Tensor, from_dim: int = 0) -> "TensorSpec":
+        """Returns the spec of ``tensor.shape[from_dim:]`` and ``tensor.dtype``."""
+        if not torch.is_tensor(tensor):
+            raise TypeError(f"from_tensor expects a torch.Tensor, got {type(tensor).__name__}")
+        return TensorSpec(tensor.shape[from_dim:], tensor.dtype)
+
+    @classmethod
+    def from_array(cls, array: Union[np.ndarray, np.generic, Any],
+                   from_dim: int = 0) -> "TensorSpec":
+        """Returns the spec of ``array.shape[from_dim:]`` and ``array.dtype``.
+
+        Python scalars and sequences are converted with ``np.asarray`` first.
+        """
+        array = np.asarray(array)
+        return TensorSpec(array.shape[from_dim:], array.dtype)
+
+    # ----- properties -----------------------------------------------------
+    @property
+    def shape(self) -> torch.Size:
+        """The shape of the described tensor."""
+        return self._shape
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The torch dtype of the described tensor."""
+        return self._dtype
+
+    @property
+    def ndim(self) -> int:
+        """The rank of the described tensor."""
+        return len(self._shape)
+
+    @property
+    def numel(self) -> int:
+        """The number of elements of the described tensor."""
+        return int(np.prod(tuple(self._shape), dtype=np.int64))
+
+    @property
+    def numpy_dtype(self) -> np.dtype:
+        """The numpy dtype equivalent to :attr:`dtype`."""
+        return torch_dtype_to_numpy(self._dtype)
+
+    @property
+    def dtype_str(self) -> str:
+        """The dtype's name without the ``torch.`` prefix, e.g. ``"float32"``."""
+        return str(self._dtype)[len("torch."):]
+
+    @property
+    def is_discrete(self) -> bool:
+        """Whether the dtype is not floating point (ints and bool)."""
+        return not self._dtype.is_floating_point
+
+    @property
+    def is_continuous(self) -> bool:
+        """Whether the dtype is floating point."""
+        return self._dtype.is_floating_point
+
+    @classmethod
+    def is_bounded(cls) -> bool:
+        """Whether this spec class carries bounds."""
+        return False
+
+    # ----- value constructors ---------------------------------------------
+    def zeros(self, outer_dims: OuterDims = None) -> torch.Tensor:
+        """A zero tensor of shape ``outer_dims + shape``."""
+        return torch.zeros(_full_shape(self._shape, outer_dims), dtype=self._dtype)
+
+    def ones(self, outer_dims: OuterDims = None) -> torch.Tensor:
+        """An all-one tensor of shape ``outer_dims + shape``."""
+        return torch.ones(_full_shape(self._shape, outer_dims), dtype=self._dtype)
+
+    def constant(self, value: Any, outer_dims: OuterDims = None) -> torch.Tensor:
+        """A tensor of shape ``outer_dims + shape`` filled with ``value``.
+
+        Args:
+            value: a scalar, or an array broadcastable to ``shape``.
+            outer_dims: optional leading dims.
+        """
+        return torch.from_numpy(self.numpy_constant(value, outer_dims))
+
+    def numpy_zeros(self, outer_dims: OuterDims = None) -> np.ndarray:
+        """A zero array of shape ``outer_dims + shape``."""
+        return np.zeros(_full_shape(self._shape, outer_dims), dtype=self.numpy_dtype)
+
+    def numpy_constant(self, value: Any, outer_dims: OuterDims = None) -> np.ndarray:
+        """An array of shape ``outer_dims + shape`` filled with ``value``.
+
+        Args:
+            value: a scalar, or an array broadcastable to ``shape``.
+            outer_dims: optional leading dims.
+        """
+        if torch.is_tensor(value):
+            value = value.detach().cpu().numpy()
+        out = np.empty(_full_shape(self._shape, outer_dims), dtype=self.numpy_dtype)
+        out[...] = value
+        return out
+
+    def randn(self, outer_dims: OuterDims = None) -> torch.Tensor:
+        """A tensor of standard-normal samples (floating dtypes only)."""
+        return torch.randn(_full_shape(self._shape, outer_dims), dtype=self._dtype)
+
+    # ----- comparison / pickling ------------------------------------------
+    def __eq__(self, other: Any) -> bool:
+        if type(self) is not type(other):
+            return NotImplemented if not isinstance(other, TensorSpec) else False
+        return self._shape == other._shape and self._dtype == other._dtype
+
+    def __ne__(self, other: Any) -> bool:
+        eq = self.__eq__(other)
+        return eq if eq is NotImplemented else not eq
+
+    def __hash__(self) -> int:
+        return hash((type(self).__name__, tuple(self._shape), self._dtype))
+
+    def __repr__(self) -> str:
+        return f"TensorSpec(shape={tuple(self._shape)}, dtype={self._dtype})"
+
+    def __reduce__(self):
+        return TensorSpec, (tuple(self._shape), self._dtype)
+
+
+def _default_bound(dtype: torch.dtype, np_dtype: np.dtype, upper: bool) -> Any:
+    """Default bound: the dtype range for ints/bool, ALF's [0, 1] for floats."""
+    if dtype == torch.bool:
+        return upper
+    if np.issubdtype(np_dtype, np.integer):
+        info = np.iinfo(np_dtype)
+        return info.max if upper else info.min
+    return 1.0 if upper else 0.0
+
+
+def _bound_array(value: Any, name: str, shape: torch.Size,
+                 np_dtype: np.dtype) -> np.ndarray:
+    """Converts a bound to a read-only array of ``np_dtype`` and ``shape``."""
+    if torch.is_tensor(value):
+        value = value.detach().cpu().numpy()
+    raw = np.asarray(value)
+    if raw.dtype == object:
+        raise TypeError(f"{name} must be numeric, got {value!r}")
+    if np.issubdtype(np_dtype, np.integer) or np_dtype == np.bool_:
+        if np.issubdtype(raw.dtype, np.floating) and not np.all(np.isfinite(raw)):
+            raise ValueError(f"{name} must be finite for dtype {np_dtype}, got {value!r}")
+        if np.issubdtype(np_dtype, np.integer):
+            info = np.iinfo(np_dtype)
+            as_obj = raw.astype(object) if raw.dtype.kind in "iub" else raw
+            if np.any(as_obj < info.min) or np.any(as_obj > info.max):
+                raise ValueError(
+                    f"{name}={value!r} is outside the range of dtype {np_dtype} "
+                    f"[{info.min}, {info.max}]")
+    elif np.any(np.isnan(raw.astype(np.float64, copy=False))):
+        raise ValueError(f"{name} must not be NaN, got {value!r}")
+    try:
+        arr = np.broadcast_to(raw.astype(np_dtype), tuple(shape))
+    except ValueError:
+        raise ValueError(f"{name} with shape {raw.shape} cannot be broadcast to the "
+                         f"spec shape {tuple(shape)}") from None
+    arr = np.array(arr)
+    arr.setflags(write=False)
+    return arr
+
+
+class BoundedTensorSpec(TensorSpec):
+    """A :class:`TensorSpec` with inclusive element-wise bounds.
+
+    Bounds may be scalars or arrays broadcastable to ``shape``; they are stored
+    broadcast to ``shape`` as read-only numpy arrays of the spec's dtype. For
+    integer dtypes both bounds are inclusive (a uint8 spec over [0, 255] can
+    sample 255). Omitted bounds default to the dtype's range for integer and
+    bool dtypes and to ``[0, 1]`` for floating dtypes (as in ALF). Float bounds
+    may be infinite.
+    """
+
+    __slots__ = ("_minimum", "_maximum")
+
+    def __init__(self, shape: ShapeLike, dtype: DTypeLike = torch.float32,
+                 minimum: Any = None, maximum: Any = None) -> None:
+        """Creates a bounded spec.
+
+        Args:
+            shape: the shape of the described tensor.
+            dtype: a torch dtype or anything convertible.
+            minimum: inclusive lower bound(s), broadcastable to ``shape``.
+            maximum: inclusive upper bound(s), broadcastable to ``shape``.
+
+        Raises:
+            ValueError: if a bound cannot be broadcast to ``shape``, is outside
+                the dtype's range, is NaN, or ``minimum > maximum`` anywhere
+                (the message names the offending bound and index).
+        """
+        super().__init__(shape, dtype)
+        np_dtype = self.numpy_dtype
+        if minimum is None:
+            minimum = _default_bound(self._dtype, np_dtype, upper=False)
+        if maximum is None:
+            maximum = _default_bound(self._dtype, np_dtype, upper=True)
+        self._minimum = _bound_array(minimum, "minimum", self._shape, np_dtype)
+        self._maximum = _bound_array(maximum, "maximum", self._shape, np_dtype)
+        bad = self._minimum > self._maximum
+        if np.any(bad):
+            index = tuple(int(i) for i in np.argwhere(bad)[0])
+            raise ValueError(
+                f"minimum must be <= maximum, but at index {index} minimum="
+                f"{self._minimum[index].item()!r} > maximum={self._maximum[index].item()!r}")
+
+    @classmethod
+    def from_spec(cls, spec: TensorSpec) -> "BoundedTensorSpec":
+        """Returns a bounded copy of ``spec`` (default bounds if it has none)."""
+        if not isinstance(spec, TensorSpec):
+            raise TypeError(f"from_spec expects a TensorSpec, got {type(spec).__name__}")
+        if isinstance(spec, BoundedTensorSpec):
+            return BoundedTensorSpec(spec.shape, spec.dtype, spec.minimum, spec.maximum)
+        return BoundedTensorSpec(spec.shape, spec.dtype)
+
+    @classmethod
+    def is_bounded(cls) -> bool:
+        """Whether this spec class carries bounds."""
+        return True
+
+    @property
+    def minimum(self) -> np.ndarray:
+        """Inclusive lower bounds, a read-only array of shape :attr:`shape`."""
+        return self._minimum
+
+    @property
+    def maximum(self) -> np.ndarray:
+        """Inclusive upper bounds, a read-only array of shape :attr:`shape`."""
+        return self._maximum
+
+    # ----- sampling -------------------------------------------------------
+    def numpy_sample(self, outer_dims: OuterDims = None, rng: Any = np.random
+                     ) -> np.ndarray:
+        """Samples an array of shape ``outer_dims + shape`` inside the bounds.
+
+        Integers are uniform over the inclusive range. Floats are uniform
+        between finite bounds; a finite bound with an infinite other side is offset by a
+        half-normal draw (standard normal if both sides are infinite), so the
+        values are always finite.
+
+        Args:
+            outer_dims: optional leading dims.
+            rng: ``numpy.random`` (default), a ``RandomState`` or a
+                ``numpy.random.Generator``.
+
+        Returns:
+            An array of the spec's numpy dtype.
+        """
+        shape = _full_shape(self._shape, outer_dims)
+        np_dtype = self.numpy_dtype
+        low = np.broadcast_to(self._minimum, shape)
+        high = np.broadcast_to(self._maximum, shape)
+        if self.is_continuous:
+            return _sample_float(rng, low, high, shape, np_dtype)
+        return _sample_int(rng, low, high, shape, np_dtype)
+
+    def sample(self, outer_dims: OuterDims = None) -> torch.Tensor:
+        """Samples a tensor of shape ``outer_dims + shape`` inside the bounds.
+
+        Draws from torch's global RNG, so ``torch.manual_seed`` makes it
+        reproducible. See :meth:`numpy_sample` for the distribution.
+        """
+        seed = int(torch.randint(0, _TORCH_SEED_LIMIT, (), dtype=torch.int64))
+        return torch.from_numpy(self.numpy_sample(outer_dims, np.random.default_rng(seed)))
+
+    # ----- comparison / pickling ------------------------------------------
+    def __eq__(self, other: Any) -> bool:
+        eq = super().__eq__(other)
+        if eq is not True:
+            return eq
+        return (np.array_equal(self._minimum, other._minimum, equal_nan=False)
+                and np.array_equal(self._maximum, other._maximum))
+
+    def __hash__(self) -> int:
+        return super().__hash__()
+
+    def __repr__(self) -> str:
+        return (f"BoundedTensorSpec(shape={tuple(self._shape)}, dtype={self._dtype}, "
+                f"minimum={_compact(self._minimum)}, maximum={_compact(self._maximum)})")
+
+    def __reduce__(self):
+        return BoundedTensorSpec, (tuple(self._shape), self._dtype,
+                                   self._minimum, self._maximum)
+
+
+def _compact(bound: np.ndarray) -> str:
+    """Shows a bound as a scalar when it is uniform."""
+    if bound.size > 0 and np.all(bound == bound.flat[0]):
+        return str(bound.flat[0])
+    return np.array2string(bound, separator=", ")
+
+
+def _sample_int(rng: Any, low: np.ndarray, high: np.ndarray, shape: tuple,
+                np_dtype: np.dtype) -> np.ndarray:
+    """Uniform integers in the inclusive range ``[low, high]``."""
+    out_dtype = np.dtype(np.int64) if np_dtype == np.bool_ else np_dtype
+    # C order matters: RandomState.randint misreads non-C-ordered object arrays.
+    low = np.ascontiguousarray(low, dtype=out_dtype)
+    high = np.ascontiguousarray(high, dtype=out_dtype)
+    if hasattr(rng, "integers"):  # numpy.random.Generator
+        values = rng.integers(low, high, size=shape, dtype=out_dtype, endpoint=True)
+    else:
+        # RandomState's upper bound is exclusive; Python ints avoid overflow
+        # of ``high + 1`` at the dtype's maximum.
+        values = rng.randint(low.astype(object), high.astype(object) + 1,
+                             size=shape, dtype=out_dtype)
+    return np.asarray(values).astype(np_dtype, copy=False)
+
+
+def _sample_float(rng: Any, low: np.ndarray, high: np.ndarray, shape: tuple,
+                  np_dtype: np.dtype) -> np.ndarray:
+    """Finite floats inside ``[low, high]`` (uniform when both are finite)."""
+    low = low.astype(np.float64)
+    high = high.astype(np.float64)
+    low_finite = np.isfinite(low)
+    high_finite = np.isfinite(high)
+    u = rng.uniform(0.0, 1.0, size=shape)
+    # (1-u)*low + u*high never overflows for finite bounds.
+    with np.errstate(invalid="ignore", over="ignore"):
+        values = (1.0 - u) * low + u * high
+    if not (np.all(low_finite) and np.all(high_finite)):
+        normal = rng.standard_normal(size=shape)
+        tail = np.abs(normal)
+        values = np.where(low_finite & ~high_finite, low + tail, values)
+        values = np.where(~low_finite & high_finite, high - tail, values)
+        values = np.where(~low_finite & ~high_finite, normal, values)
+    info = np.finfo(np_dtype)
+    values = np.clip(values, np.maximum(low, float(info.min)),
+                     np.minimum(high, float(info.max)))
+    return np.asarray(values).astype(np_dtype)
