@@ -14,6 +14,10 @@ message        sender       payload / meaning
 ``RESULT``     worker       the value of the last ``ACCESS`` / ``CALL`` / ``CLOSE``.
 ``EXCEPTION``  worker       a :class:`RemoteException`: what went wrong, whole.
 ``CLOSE``      parent       ``None``: close the env, answer ``RESULT`` and exit.
+``FAST_LOOP``  parent       a :class:`FastLoopSpec`: attach to the shared region,
+                            answer ``RESULT``, then serve step/reset jobs from
+                            the native job slot until it says CLOSE; pipe
+                            requests are then served when the slot says CALL.
 =============  ===========  ====================================================
 
 Every request is answered by exactly one ``RESULT`` or ``EXCEPTION``, in order,
@@ -76,6 +80,7 @@ class MessageType(enum.Enum):
     RESULT = 4
     EXCEPTION = 5
     CLOSE = 6
+    FAST_LOOP = 7
 
 
 class _State(enum.Enum):
@@ -269,6 +274,10 @@ def handle_message(conn: multiprocessing.connection.Connection,
     if msg_type is MessageType.CLOSE:
         _answer(conn, env_id, "close", proxy.env.close)
         return False
+    if msg_type is MessageType.FAST_LOOP:
+        # Imported here: only FastParallelEnvironment's workers need it.
+        from alf_env.environments.fast_worker import run_fast_loop
+        return run_fast_loop(conn, proxy, env_id, payload)
     if msg_type in (MessageType.READY, MessageType.RESULT, MessageType.EXCEPTION):
         raise ValueError(f"env {env_id} worker: {msg_type} is sent by workers, "
                          f"not to them")
@@ -348,9 +357,11 @@ class ProcessEnvironment:
         env_id: id of the env, passed to the constructor and used in errors.
         flatten: send actions and time steps as flat lists (cheaper to
             pickle); packed back on either side.
-        fast: run the worker's native shared-memory loop for
-            ``FastParallelEnvironment`` (set by it, not by users).
-        num_envs: number of envs sharing the native region (``fast`` only).
+        fast: the worker will run the native shared-memory loop of
+            ``FastParallelEnvironment`` (which sets this; see
+            :meth:`start_fast_loop`).
+        num_envs: number of envs sharing the native region (``fast`` only;
+            ``env_id`` must be below it).
         torch_num_threads_per_env: ``torch.set_num_threads`` in the worker
             (``None`` leaves torch alone and does not import it).
         start_method: ``"fork"``, ``"spawn"`` or ``"forkserver"``.
@@ -368,10 +379,10 @@ class ProcessEnvironment:
         if not callable(env_constructor):
             raise TypeError(f"env_constructor: expected a callable, got "
                             f"{type(env_constructor).__name__}")
-        if fast:
-            raise ValueError(
-                "fast=True is reserved for FastParallelEnvironment, which "
-                "drives the native loop itself; use fast=False")
+        if fast and env_id is not None and not 0 <= env_id < max(num_envs, 1):
+            raise ValueError(f"env_id: expected 0 <= env_id < num_envs={num_envs} "
+                             f"with fast=True, got {env_id}")
+        self._fast = fast
         self._env_constructor = env_constructor
         self._env_id = env_id
         self._flatten = flatten
@@ -390,6 +401,9 @@ class ProcessEnvironment:
         self._answers: Dict[int, Tuple[MessageType, Any]] = {}
         self._spec_cache: Dict[str, Any] = {}
         self._atexit_hook: Optional[Callable[[], None]] = None
+        # Set while the worker runs the native loop: rung after every pipe
+        # request so the worker reads it (see FastParallelEnvironment).
+        self._doorbell: Optional[Callable[[], None]] = None
 
     # -- life cycle ----------------------------------------------------------
 
@@ -421,6 +435,9 @@ class ProcessEnvironment:
         self._pid = self._process.pid
         child_conn.close()
         self._conn = parent_conn
+        self._poller = select.poll()
+        self._poller.register(parent_conn.fileno(), select.POLLIN)
+        self._poller.register(self._process.sentinel, select.POLLIN)
         self._state = _State.STARTING
         self._atexit_hook = functools.partial(_close_if_alive, weakref.ref(self))
         atexit.register(self._atexit_hook)
@@ -454,18 +471,19 @@ class ProcessEnvironment:
             f"env {self._env_id}: expected READY from the worker, got {msg_type}",
             self._env_id)
 
-    def close(self) -> None:
+    def close(self, polite_timeout: Optional[float] = None) -> None:
         """Closes the env and ends the worker; safe to call repeatedly.
 
-        Asks the worker to close its env, waits up to
-        ``CLOSE_POLITE_TIMEOUT`` s, then terminates, then kills it. Never
-        raises because of the worker's state.
+        Asks the worker to close its env, waits up to ``polite_timeout`` s
+        (default ``CLOSE_POLITE_TIMEOUT``), then terminates, then kills it.
+        Never raises because of the worker's state.
         """
         if self._state is _State.CLOSED:
             return
         if self._atexit_hook is not None:
             atexit.unregister(self._atexit_hook)
             self._atexit_hook = None
+        self._doorbell = None
         process, conn = self._process, self._conn
         polite = self._state is _State.RUNNING
         self._state = _State.CLOSED
@@ -475,7 +493,9 @@ class ProcessEnvironment:
                     conn.send((MessageType.CLOSE, None))
                 except (OSError, ValueError):
                     pass
-            stop_process(process, CLOSE_POLITE_TIMEOUT if polite else 0.0)
+            if polite_timeout is None:
+                polite_timeout = CLOSE_POLITE_TIMEOUT
+            stop_process(process, polite_timeout if polite else 0.0)
         if conn is not None:
             conn.close()
         self._answers.clear()
@@ -583,6 +603,50 @@ class ProcessEnvironment:
             return functools.partial(_call_blocking, self, value.name)
         return value
 
+    # -- native loop (FastParallelEnvironment) --------------------------------
+
+    def start_fast_loop(self, spec: Any, doorbell: Callable[[], None]) -> None:
+        """Moves the worker into the native shared-memory loop.
+
+        Args:
+            spec: a ``FastLoopSpec`` (shared block, worker index, rows, spin).
+            doorbell: called after each later pipe request; it must make the
+                worker serve that request (post a CALL job and wait for it).
+        Raises:
+            ValueError: this env was not created with ``fast=True``.
+        """
+        if not self._fast:
+            raise ValueError(f"env {self._env_id}: start_fast_loop() needs an env "
+                             f"created with fast=True")
+        self._request(MessageType.FAST_LOOP, spec)()
+        self._doorbell = doorbell
+
+    @property
+    def in_fast_loop(self) -> bool:
+        """Whether the worker is serving the native loop (and is usable)."""
+        return self._doorbell is not None and self._state is _State.RUNNING
+
+    def stop_fast_loop(self) -> None:
+        """Forgets the doorbell once the worker has left the native loop."""
+        self._doorbell = None
+
+    def pending_report(self) -> _Promise:
+        """A promise of a message the worker sends unasked (a fast-path error).
+
+        The worker answers requests in order, so the report is the answer
+        after every request sent so far.
+        """
+        self._check_usable()
+        seq = self._next_seq
+        self._next_seq += 1
+        return _Promise(self, seq)
+
+    def mark_died(self, during: str) -> WorkerDiedError:
+        """Records that the worker died (seen by another channel); returns the error."""
+        if self._death is None:
+            return self._died(during)
+        return self._death
+
     # -- internals -----------------------------------------------------------
 
     def _cached_spec(self, name: str) -> Any:
@@ -620,6 +684,8 @@ class ProcessEnvironment:
             raise self._died("sending a request") from None
         seq = self._next_seq
         self._next_seq += 1
+        if self._doorbell is not None:
+            self._doorbell()
         return _Promise(self, seq, transform)
 
     def _await(self, seq: int, timeout: Optional[float]) -> Any:
@@ -644,13 +710,15 @@ class ProcessEnvironment:
 
     def _recv(self, timeout: Optional[float], during: str) -> Tuple[MessageType, Any]:
         """Receives one message, watching the worker's sentinel meanwhile."""
-        ready = multiprocessing.connection.wait(
-            [self._conn, self._process.sentinel], timeout)
+        # One poll object per env (built at start): cheaper than
+        # multiprocessing.connection.wait, which builds a selector per call.
+        timeout_ms = None if timeout is None else int(timeout * 1000)
+        ready = {fd for fd, _ in self._poller.poll(timeout_ms)}
         if not ready:
             raise EnvTimeoutError(
                 f"env {self._env_id}: no answer from the worker within "
                 f"{timeout:.3g} s during {during}")
-        if self._conn not in ready and not self._conn.poll(_DEATH_GRACE):
+        if self._conn.fileno() not in ready and not self._conn.poll(_DEATH_GRACE):
             raise self._died(during)
         try:
             return self._conn.recv()
