@@ -44,6 +44,8 @@ class CountingEnv(AlfEnvironment):
         self._fault_phase = fault_phase
         self._fault_step = fault_step
         self._rng = np.random.RandomState(env_id)
+        # Delays have their own RNG so they do not change episode lengths.
+        self._delay_rng = np.random.RandomState(env_id + 10_000)
         self._t = 0
         self._length = 0
         self._episode = -1
@@ -89,7 +91,7 @@ class CountingEnv(AlfEnvironment):
         if self._fault_phase == "step" and self._total_steps >= self._fault_step:
             inject(self._fault)
         if self._step_delay_max:
-            time.sleep(self._rng.uniform(0, self._step_delay_max))
+            time.sleep(self._delay_rng.uniform(0, self._step_delay_max))
         action = int(action)
         self._t += 1
         if self._t >= self._length:

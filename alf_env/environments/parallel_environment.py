@@ -179,6 +179,9 @@ class ParallelAlfEnvironment(AlfEnvironment):
         start_method: ``"fork"``, ``"spawn"`` or ``"forkserver"``.
     """
 
+    # Whether the workers will run the native loop (FastParallelEnvironment).
+    _FAST = False
+
     def __init__(self, env_constructors: Sequence[Callable[..., Any]],
                  start_serially: bool = True, blocking: bool = False,
                  flatten: bool = True, num_spare_envs_for_reload: int = 0,
@@ -194,7 +197,8 @@ class ParallelAlfEnvironment(AlfEnvironment):
                 f"number of env_constructors), got {num_spare_envs_for_reload}")
         self._blocking = blocking
         self._envs = [
-            ProcessEnvironment(ctor, env_id=i, flatten=flatten,
+            ProcessEnvironment(ctor, env_id=i, flatten=flatten, fast=self._FAST,
+                               num_envs=num_envs,
                                torch_num_threads_per_env=torch_num_threads_per_env,
                                start_method=start_method)
             for i, ctor in enumerate(env_constructors)

@@ -1,4 +1,8 @@
-"""Tests of ParallelAlfEnvironment, compared value by value to in-process stepping."""
+"""The contract suite of the batched envs, run on every backend.
+
+ParallelAlfEnvironment (pipes) and FastParallelEnvironment (shared memory) are
+both compared value by value to stepping the same envs in this process.
+"""
 
 import collections
 import functools
@@ -10,6 +14,7 @@ import torch
 
 from alf_env.data_structures import StepType
 from alf_env.environments.alf_wrappers import BatchEnvironmentWrapper
+from alf_env.environments.fast_parallel_environment import FastParallelEnvironment
 from alf_env.environments.parallel_environment import ParallelAlfEnvironment
 from alf_env.errors import EnvironmentClosedError, WorkerDiedError
 from tests.alf_test_envs import NUM_ACTIONS, CountingEnv
@@ -76,12 +81,18 @@ def assert_rows_equal(batched, rows):
     np.testing.assert_array_equal(batched.env_id.numpy(), np.arange(len(rows)))
 
 
+@pytest.fixture(params=[ParallelAlfEnvironment, FastParallelEnvironment],
+                ids=["pipes", "fast"])
+def backend(request):
+    return request.param
+
+
 @pytest.fixture
-def make_parallel():
+def make_parallel(backend):
     created = []
 
     def make(ctors, **kwargs):
-        env = ParallelAlfEnvironment(ctors, **kwargs)
+        env = backend(ctors, **kwargs)
         created.append(env)
         return env
 
@@ -179,19 +190,19 @@ def test_spares_hide_slow_resets(make_parallel):
     assert time.monotonic() - begin < 4 * 0.3
 
 
-def test_spares_need_unbatched_envs():
+def test_spares_need_unbatched_envs(backend):
     def batch_ctor():
         return BatchEnvironmentWrapper([CountingEnv(), CountingEnv(env_id=1)])
 
     with pytest.raises(ValueError, match="num_spare_envs_for_reload"):
-        ParallelAlfEnvironment([batch_ctor] * 2, num_spare_envs_for_reload=1)
+        backend([batch_ctor] * 2, num_spare_envs_for_reload=1)
 
 
-def test_invalid_arguments():
+def test_invalid_arguments(backend):
     with pytest.raises(ValueError, match="env_constructors"):
-        ParallelAlfEnvironment([])
+        backend([])
     with pytest.raises(ValueError, match="num_spare_envs_for_reload"):
-        ParallelAlfEnvironment(counting_ctors(2), num_spare_envs_for_reload=2)
+        backend(counting_ctors(2), num_spare_envs_for_reload=2)
 
 
 def test_seed_makes_runs_reproducible(make_parallel):
@@ -224,7 +235,7 @@ def test_call_render_and_pids(make_parallel):
     assert [e.env_id for e in env.envs] == [0, 1, 2]
 
 
-def test_specs_must_match():
+def test_specs_must_match(backend):
     class OtherSpec(CountingEnv):
         def observation_spec(self):
             from alf_env.tensor_specs import TensorSpec
@@ -232,14 +243,14 @@ def test_specs_must_match():
 
     ctors = [CountingEnv, CountingEnv, OtherSpec]
     with pytest.raises(ValueError, match="env 2: observation_spec"):
-        ParallelAlfEnvironment(ctors)
+        backend(ctors)
 
 
-def test_constructor_failure_closes_every_worker():
+def test_constructor_failure_closes_every_worker(backend):
     ctors = counting_ctors(3)
     ctors[1] = functools.partial(CountingEnv, env_id=1, fault="raise", fault_phase="ctor")
     with pytest.raises(ValueError, match="injected failure"):
-        ParallelAlfEnvironment(ctors, start_serially=False)
+        backend(ctors, start_serially=False)
     # The autouse fixture checks that no worker is left.
 
 
@@ -298,8 +309,8 @@ def test_safe_casts_and_non_contiguous_actions_are_accepted(make_parallel):
     np.testing.assert_array_equal(ts.observation[:, 3].numpy(), [0, 1, 2])
 
 
-def test_closed_env_raises_and_close_is_idempotent():
-    env = ParallelAlfEnvironment(counting_ctors(2))
+def test_closed_env_raises_and_close_is_idempotent(backend):
+    env = backend(counting_ctors(2))
     env.reset()
     env.close()
     env.close()
@@ -309,8 +320,8 @@ def test_closed_env_raises_and_close_is_idempotent():
         env.reset()
 
 
-def test_context_manager_closes():
-    with ParallelAlfEnvironment(counting_ctors(2)) as env:
+def test_context_manager_closes(backend):
+    with backend(counting_ctors(2)) as env:
         env.reset()
         pids = env.worker_pids()
     import psutil

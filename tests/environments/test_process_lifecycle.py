@@ -33,7 +33,8 @@ TRAINER = textwrap.dedent("""
             env.step(action)
 """)
 
-BACKENDS = [("parallel_environment", "ParallelAlfEnvironment")]
+BACKENDS = [("parallel_environment", "ParallelAlfEnvironment"),
+            ("fast_parallel_environment", "FastParallelEnvironment")]
 START_METHODS = ["fork", "spawn", "forkserver"]
 
 

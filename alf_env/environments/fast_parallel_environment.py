@@ -1,0 +1,264 @@
+"""Batched environments in worker processes, stepped through shared memory.
+
+Design
+------
+:class:`FastParallelEnvironment` has the arguments and the results of
+:class:`~alf_env.environments.parallel_environment.ParallelAlfEnvironment` (the
+reference path it is tested against, value by value) but moves the hot path
+out of the pipes:
+
+* **Fixed-size data through shared memory.** One ``SharedBlock`` (a memfd
+  region, see :mod:`alf_env._shared`) holds, for every leaf of the flattened
+  action spec and time step spec, an array of ``num_envs * env_batch_size``
+  rows. Worker ``i`` owns rows ``[i * b, (i + 1) * b)``. The parent writes
+  actions into the rows of the envs it steps, posts a STEP job to their job
+  slots and waits for their completions (one native call that releases the
+  GIL); the workers write their time steps into their own rows.
+* **Variable-size data through the pipe.** Everything else (spec queries,
+  ``seed``, ``render``, any ``call``, errors with their tracebacks) keeps
+  using the enum-typed pipe protocol of ``ProcessEnvironment``: after each
+  pipe request the parent posts a CALL job so the worker, parked in its
+  native loop, reads the pipe.
+* **Faults.** A worker whose step raised reports ERROR in its slot and sends
+  the exception on the pipe; the parent re-raises it. A worker that dies is
+  noticed by the native wait (pidfds) within ~50 ms and raises
+  ``WorkerDiedError``.
+* **Copies.** Returned tensors are copies of the shared rows, unless
+  ``zero_copy=True`` (then they are views that the next step overwrites).
+"""
+
+import functools
+import time
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set
+
+import numpy as np
+import torch
+from absl import logging
+
+from alf_env import nest
+from alf_env.data_structures import StepType, TimeStep
+from alf_env.environments import process_environment as pe
+from alf_env.environments.fast_worker import FastLoopSpec
+from alf_env.environments.parallel_environment import (ParallelAlfEnvironment,
+                                                       to_numpy_action)
+
+try:
+    from alf_env import _penv
+    from alf_env._shared import SharedBlock
+except ImportError as _err:  # pragma: no cover - the package always builds it
+    raise ImportError(
+        "alf_env._penv (the native module) is not built; reinstall alf_env with "
+        "`pip install -e .` (needs a C++17 compiler)") from _err
+
+
+class FastParallelEnvironment(ParallelAlfEnvironment):
+    """Like ``ParallelAlfEnvironment``, with steps and resets through shared memory.
+
+    Args:
+        env_constructors, start_serially, blocking, flatten,
+        num_spare_envs_for_reload, torch_num_threads_per_env, start_method:
+            as for ``ParallelAlfEnvironment``.
+        zero_copy: return tensors that view the shared rows instead of copies
+            (valid until the next step; needs no spares).
+        spin_us: how long a waiter spins before it sleeps on the futex, in
+            microseconds: -1 adapts to the machine (no spinning when there
+            are more processes than cores), 0 never spins.
+    """
+
+    _FAST = True
+
+    def __init__(self, env_constructors: Sequence[Callable[..., Any]],
+                 start_serially: bool = True, blocking: bool = False,
+                 flatten: bool = True, num_spare_envs_for_reload: int = 0,
+                 torch_num_threads_per_env: Optional[int] = 1,
+                 start_method: str = "fork", *, zero_copy: bool = False,
+                 spin_us: int = -1) -> None:
+        if zero_copy and num_spare_envs_for_reload:
+            raise ValueError("zero_copy: views need each slot to keep its env; got "
+                             f"num_spare_envs_for_reload={num_spare_envs_for_reload}; "
+                             "use zero_copy=False with spares")
+        self._controller = None
+        super().__init__(env_constructors, start_serially=start_serially,
+                         blocking=blocking, flatten=flatten,
+                         num_spare_envs_for_reload=num_spare_envs_for_reload,
+                         torch_num_threads_per_env=torch_num_threads_per_env,
+                         start_method=start_method)
+        self._zero_copy = zero_copy
+        try:
+            self._attach_workers(spin_us)
+        except BaseException:
+            self.close()
+            raise
+
+    def _attach_workers(self, spin_us: int) -> None:
+        b = self._env_batch_size
+        fields, action_names, time_step_names = [], [], []
+        for prefix, spec, names in (("action", self._action_spec, action_names),
+                                    ("time_step", self._time_step_spec, time_step_names)):
+            for path, leaf in nest.flatten_with_path(spec):
+                name = f"{prefix}.{path}"
+                fields.append((name, tuple(leaf.shape), leaf.numpy_dtype))
+                names.append(name)
+        num_envs = len(self._envs)
+        self._block = SharedBlock(fields, num_rows=num_envs * b, num_workers=num_envs)
+        self._action_views = [self._block.views[n] for n in action_names]
+        self._time_step_views = [self._block.views[n] for n in time_step_names]
+        self._step_type_view = self._block.views["time_step.step_type"]
+        self._controller = self._block.controller(spin_us)
+        self._done: Set[int] = set()   # workers whose last job has finished
+        self._errors: Dict[int, BaseException] = {}  # what their failed jobs raised
+        for i, env in enumerate(self._envs):
+            self._controller.set_worker_pid(i, env.pid)
+            spec = FastLoopSpec(self._block, i, (i * b, (i + 1) * b),
+                                tuple(action_names), tuple(time_step_names), spin_us)
+            env.start_fast_loop(spec, functools.partial(self._serve_pipe, i))
+        self._update_slot_rows()
+
+    # -- jobs ----------------------------------------------------------------
+
+    def _post(self, workers: Iterable[int], job: Any) -> None:
+        """Posts ``job`` to ``workers``, first finishing any job they still run."""
+        workers = list(workers)
+        busy = [w for w in workers if self._controller.outstanding(w)]
+        if busy:
+            self._wait_for(busy, "finishing an earlier job")
+        for w in workers:
+            self._done.discard(w)
+        self._controller.post(np.asarray(workers, np.int32), job)
+
+    def _wait_for(self, workers: Iterable[int], during: str,
+                  timeout: Optional[float] = None) -> None:
+        """Waits until each of ``workers`` finished its job; raises what one raised."""
+        workers = list(workers)
+        remaining = {w for w in workers if w not in self._done}
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while remaining:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            status, ids = self._controller.wait(len(remaining), left)
+            if status == _penv.WaitStatus.WORKER_DIED:
+                dead = int(ids[0])
+                self._controller.abandon(dead)
+                raise self._envs[dead].mark_died(during)
+            for i in ids:
+                self._on_finished(int(i))
+            remaining.difference_update(int(i) for i in ids)
+            if status == _penv.WaitStatus.TIMEOUT:
+                raise pe.EnvTimeoutError(
+                    f"envs {sorted(remaining)} did not finish {during} within "
+                    f"{timeout:.3g} s")
+        errors = [self._errors.pop(w) for w in workers if w in self._errors]
+        if errors:
+            raise errors[0]
+
+    def _on_finished(self, worker: int) -> None:
+        """Records a finished job; fetches the report of one that failed."""
+        self._done.add(worker)
+        if self._controller.status(worker) == _penv.JobStatus.ERROR:
+            try:
+                self._envs[worker].pending_report()()
+            except BaseException as exc:  # noqa: BLE001 -- raised by _wait_for
+                self._errors[worker] = exc
+
+    def _serve_pipe(self, worker: int) -> None:
+        """The doorbell: make a worker in the native loop serve one pipe request."""
+        self._post([worker], _penv.JobType.CALL)
+        self._wait_for([worker], "a call")
+
+    # -- stepping ------------------------------------------------------------
+
+    def _update_slot_rows(self) -> None:
+        b = self._env_batch_size
+        rows = np.concatenate([np.arange(e * b, (e + 1) * b) for e in self._slots.slot_env])
+        self._slot_rows = rows
+        self._identity_rows = bool((rows == np.arange(self._batch_size)).all())
+
+    def _run(self, workers: List[int], job: Any, during: str) -> None:
+        if self._blocking:
+            for w in workers:
+                self._post([w], job)
+                self._wait_for([w], during)
+        else:
+            self._post(workers, job)
+            self._wait_for(workers, during)
+
+    def _reset(self) -> TimeStep:
+        self._check_not_closed()
+        slot_envs = list(self._slots.slot_env)
+        self._run(slot_envs, _penv.JobType.RESET, "reset")
+        spares = list(self._slots.spares)
+        if spares:  # spares reset in the background; collected when needed
+            self._post(spares, _penv.JobType.RESET)
+        self._slots.fresh_slots.clear()
+        return self._finish_fast()
+
+    def _step(self, action: Any) -> TimeStep:
+        self._check_not_closed()
+        action = to_numpy_action(action, self._action_spec, self._batch_size)
+        fresh = self._slots.fresh_slots
+        stepped = [e for k, e in enumerate(self._slots.slot_env) if k not in fresh]
+        rows = self._slot_rows
+        for view, leaf in zip(self._action_views, nest.flatten(action)):
+            if self._identity_rows:
+                view[:self._batch_size] = leaf
+            else:
+                view[rows] = leaf
+        # A fresh slot shows the FIRST step its new env wrote when it reset.
+        fresh_envs = [self._slots.slot_env[k] for k in fresh]
+        fresh.clear()
+        self._run(stepped, _penv.JobType.STEP, "step")
+        if fresh_envs:
+            self._wait_for(fresh_envs, "reset")
+        return self._finish_fast()
+
+    def _finish_fast(self) -> TimeStep:
+        rows = self._slot_rows
+        if self._identity_rows:
+            leaves = [v[:self._batch_size] for v in self._time_step_views]
+            if not self._zero_copy:
+                leaves = [np.array(v) for v in leaves]
+        else:
+            leaves = [v[rows] for v in self._time_step_views]  # fancy index: a copy
+        time_step = nest.pack_sequence_as(self._time_step_spec,
+                                          [torch.from_numpy(x) for x in leaves])
+        time_step = time_step._replace(env_id=torch.from_numpy(self._env_ids.copy()))
+        if self._slots.has_spares:
+            self._rotate_ended_slots(leaves_step_type=self._step_type_view[rows])
+        return time_step
+
+    def _rotate_ended_slots(self, leaves_step_type: np.ndarray) -> None:
+        ended = np.flatnonzero(leaves_step_type == StepType.LAST)
+        if not len(ended):
+            return
+        old_envs = []
+        for slot in ended:
+            old, new = self._slots.swap(int(slot))
+            self._slots.fresh_slots[int(slot)] = new
+            old_envs.append(old)
+        self._post(old_envs, _penv.JobType.RESET)
+        self._update_slot_rows()
+
+    # -- shutdown ------------------------------------------------------------
+
+    def _close(self) -> None:
+        if self._controller is not None:
+            deadline = time.monotonic() + pe.CLOSE_POLITE_TIMEOUT
+            for i, env in enumerate(self._envs):
+                if env.in_fast_loop and not self._leave_native_loop(i, deadline):
+                    # Stuck in a job: asking politely on the pipe is pointless.
+                    env.close(polite_timeout=0.0)
+        super()._close()
+
+    def _leave_native_loop(self, i: int, deadline: float) -> bool:
+        """Brings worker ``i`` back to serving its pipe; False if it did not come."""
+        try:
+            if self._controller.outstanding(i):
+                self._wait_for([i], "closing", max(0.0, deadline - time.monotonic()))
+            self._controller.post(np.asarray([i], np.int32), _penv.JobType.CLOSE)
+            self._wait_for([i], "closing", max(0.0, deadline - time.monotonic()))
+            return True
+        except Exception as exc:  # noqa: BLE001 -- close() must not raise
+            logging.warning("env %d: could not leave the native loop (%s); it "
+                            "will be terminated", i, exc)
+            return False
+        finally:
+            self._envs[i].stop_fast_loop()

@@ -1,0 +1,144 @@
+"""The worker side of FastParallelEnvironment: the native job loop.
+
+A worker enters this loop when its parent sends ``MessageType.FAST_LOOP``.
+From then on it waits on its job slot in the shared region (a futex wait that
+releases the GIL) and runs one job at a time:
+
+- ``STEP``: read this worker's action rows, ``env.step``, write the time step
+  into this worker's rows, report OK.
+- ``RESET``: ``env.reset``, write the time step, report OK.
+- ``CALL``: one request is waiting on the pipe; serve it there (the answer
+  goes back on the pipe), report OK.
+- ``CLOSE``: report OK and go back to serving the pipe directly.
+
+A step or reset that raises reports ERROR and sends the exception, whole, on
+the pipe (the parent reads it as an unsolicited report). Fixed-size data moves
+only through the shared rows; anything of variable size moves on the pipe.
+"""
+
+from typing import Any, List, NamedTuple, Tuple
+
+import numpy as np
+
+from alf_env import nest
+from alf_env.environments import process_environment as pe
+
+
+class FastLoopSpec(NamedTuple):
+    """What a worker needs to join the shared region (sent with FAST_LOOP).
+
+    Attributes:
+        block: the ``SharedBlock`` (pickled with its fd, see ``alf_env._shared``).
+        worker_index: this worker's job slot.
+        rows: ``(begin, end)``: the rows this worker owns in every field.
+        action_fields: block field names of the flattened action spec.
+        time_step_fields: block field names of the flattened time step spec.
+        spin_us: the waiting policy (-1: adaptive, 0: never spin).
+    """
+    block: Any
+    worker_index: int
+    rows: Tuple[int, int]
+    action_fields: Tuple[str, ...]
+    time_step_fields: Tuple[str, ...]
+    spin_us: int
+
+
+# How long one wait for a job may last before the loop looks around again
+# (the parent-death watchdog runs in its own thread; this only bounds how
+# stale the loop can get).
+_JOB_WAIT_SLICE = 1.0
+
+
+class _Rows:
+    """This worker's rows of a list of fields, and how to move nests in/out."""
+
+    def __init__(self, block: Any, names: Tuple[str, ...], rows: Tuple[int, int],
+                 paths: List[str], batched: bool) -> None:
+        begin, end = rows
+        views = [block.views[name][begin:end] for name in names]
+        # An unbatched env owns one row and sees it without the batch dim
+        # (`v[0, ...]` stays a writable view, also for scalar fields).
+        self.views = views if batched else [v[0, ...] for v in views]
+        self.paths = paths
+
+    def read(self, spec: Any) -> Any:
+        # Copies: the env may keep the action; the parent reuses the rows.
+        return nest.pack_sequence_as(spec, [np.array(v) for v in self.views])
+
+    def write(self, value: Any, env_id: Any) -> None:
+        leaves = nest.flatten(value)
+        if len(leaves) != len(self.views):
+            raise ValueError(
+                f"env {env_id} returned a time step with {len(leaves)} leaves, but its "
+                f"time_step_spec() has {len(self.views)} ({', '.join(self.paths)}); "
+                f"make step()/reset() return what the specs describe")
+        for path, view, leaf in zip(self.paths, self.views, leaves):
+            array = np.asarray(leaf)
+            if array.shape != view.shape:
+                raise ValueError(
+                    f"env {env_id} returned time_step.{path} of shape {array.shape} "
+                    f"and dtype {array.dtype}; its spec expects shape {view.shape} and "
+                    f"dtype {view.dtype}")
+            try:
+                np.copyto(view, array, casting="same_kind")
+            except TypeError:
+                raise ValueError(
+                    f"env {env_id} returned time_step.{path} of dtype {array.dtype}, "
+                    f"which does not convert to the spec's {view.dtype}") from None
+
+
+def run_fast_loop(conn: Any, proxy: "pe._WorkerEnvProxy", env_id: Any,
+                  spec: FastLoopSpec) -> bool:
+    """Serves jobs from the native slot; returns whether to keep serving the pipe."""
+    from alf_env import _penv  # the compiled module; only fast workers need it
+
+    env = proxy.env
+    try:
+        port = spec.block.worker_port(spec.worker_index, spec.spin_us)
+        batched = bool(env.batched)
+        action_spec = env.action_spec()
+        action_paths = [p for p, _ in nest.flatten_with_path(action_spec)]
+        time_step_paths = [p for p, _ in nest.flatten_with_path(env.time_step_spec())]
+        actions = _Rows(spec.block, spec.action_fields, spec.rows, action_paths, batched)
+        outputs = _Rows(spec.block, spec.time_step_fields, spec.rows, time_step_paths,
+                        batched)
+    except Exception as exc:  # noqa: BLE001 -- reported; the pipe stays served
+        conn.send((pe.MessageType.EXCEPTION,
+                   pe.RemoteException(exc, env_id, "entering the native loop")))
+        return True
+    # Attached: tell the parent (the answer to its FAST_LOOP request).
+    conn.send((pe.MessageType.RESULT, None))
+    job_type = _penv.JobType
+    while True:
+        job, _ = port.wait_job(_JOB_WAIT_SLICE)
+        if job == job_type.NONE:
+            continue
+        if job == job_type.STEP:
+            _run_env_job(conn, port, env_id, "step", outputs,
+                         lambda: env.step(actions.read(action_spec)))
+        elif job == job_type.RESET:
+            _run_env_job(conn, port, env_id, "reset", outputs, env.reset)
+        elif job == job_type.CALL:
+            msg_type, payload = conn.recv()
+            keep_serving = pe.handle_message(conn, proxy, env_id, msg_type, payload)
+            port.finish(_penv.JobStatus.OK)
+            if not keep_serving:
+                return False
+        elif job == job_type.CLOSE:
+            port.finish(_penv.JobStatus.OK)
+            return True
+        else:
+            raise ValueError(f"env {env_id} worker: unknown job type {job!r}")
+
+
+def _run_env_job(conn: Any, port: Any, env_id: Any, during: str, outputs: _Rows,
+                 fn: Any) -> None:
+    from alf_env import _penv
+
+    try:
+        outputs.write(fn(), env_id)
+    except Exception as exc:  # noqa: BLE001 -- reported to the parent whole
+        conn.send((pe.MessageType.EXCEPTION, pe.RemoteException(exc, env_id, during)))
+        port.finish(_penv.JobStatus.ERROR)
+        return
+    port.finish(_penv.JobStatus.OK)

@@ -1,0 +1,228 @@
+"""FastParallelEnvironment beyond the shared contract suite: equivalence with the
+pipe path on real envs, copy semantics, native-loop faults and a stress run."""
+
+import functools
+import os
+import signal
+import threading
+import time
+
+import numpy as np
+import pytest
+import torch
+
+from alf_env.environments import suite_gym
+from alf_env.environments.alf_gym_wrapper import AlfGymWrapper
+from alf_env.environments.fast_parallel_environment import FastParallelEnvironment
+from alf_env.environments.parallel_environment import ParallelAlfEnvironment
+from alf_env.environments.random_alf_environment import RandomAlfEnvironment
+from alf_env.errors import WorkerDiedError
+from alf_env.tensor_specs import BoundedTensorSpec, TensorSpec
+from alf_env.workloads import ImageEnv, TrivialEnv
+from tests.alf_test_envs import NUM_ACTIONS, CountingEnv
+from tests.environments.test_parallel_environment import (InProcessReference,
+                                                          assert_rows_equal,
+                                                          random_actions)
+
+
+def random_env(env_id, batch_size=None):
+    obs_spec = {"pos": BoundedTensorSpec((3,), torch.float32, -1, 1),
+                "frame": BoundedTensorSpec((2, 2), torch.uint8, 0, 255)}
+    action_spec = (BoundedTensorSpec((), torch.int64, 0, 3),
+                   BoundedTensorSpec((2,), torch.float32, -1, 1))
+    return RandomAlfEnvironment(obs_spec, action_spec, env_id=env_id,
+                                episode_end_probability=0.1, batch_size=batch_size,
+                                seed=100 + env_id)
+
+
+def trivial_env(env_id):
+    return AlfGymWrapper(TrivialEnv(env_id=env_id), env_id=env_id)
+
+
+def image_env(env_id):
+    return AlfGymWrapper(ImageEnv(env_id=env_id), env_id=env_id)
+
+
+def cartpole(env_id):
+    return suite_gym.load("CartPole-v1", env_id=env_id)
+
+
+def run(cls, ctors, steps, seed=0, **kwargs):
+    """Steps a batched env with seeded random actions; returns every time step."""
+    out = []
+    with cls(ctors, **kwargs) as env:
+        env.seed([7 * i + 1 for i in range(len(ctors))])
+        torch.manual_seed(seed)
+        out.append(env.reset())
+        for _ in range(steps):
+            action = env.action_spec()
+            action = type(action)(s.sample((env.batch_size,)) for s in action) \
+                if isinstance(action, tuple) else action.sample((env.batch_size,))
+            out.append(env.step(action))
+    return out
+
+
+def assert_same_sequences(a, b):
+    assert len(a) == len(b)
+    for t, (x, y) in enumerate(zip(a, b)):
+        for path, (u, v) in zip(*(_paths(x), zip(_leaves(x), _leaves(y)))):
+            assert u.dtype == v.dtype, (t, path)
+            assert torch.equal(u, v), (t, path, u, v)
+
+
+def _leaves(ts):
+    from alf_env import nest
+    return nest.flatten(ts)
+
+
+def _paths(ts):
+    from alf_env import nest
+    return [p for p, _ in nest.flatten_with_path(ts)]
+
+
+@pytest.mark.parametrize("name,ctor,kwargs", [
+    ("random-dict-obs", random_env, {}),
+    ("random-spares", random_env, {"num_spare_envs_for_reload": 2}),
+    ("random-batched", functools.partial(random_env, batch_size=3), {}),
+    ("trivial", trivial_env, {}),
+    ("image", image_env, {}),
+    ("cartpole", cartpole, {"num_spare_envs_for_reload": 1}),
+])
+def test_identical_time_steps_to_the_pipe_path(name, ctor, kwargs):
+    ctors = [functools.partial(ctor, i) for i in range(5)]
+    steps = 300
+    slow = run(ParallelAlfEnvironment, ctors, steps, **kwargs)
+    fast = run(FastParallelEnvironment, ctors, steps, **kwargs)
+    assert_same_sequences(slow, fast)
+    ended = sum(int(ts.is_last().sum()) for ts in fast)
+    assert ended > 5, "the comparison must cover episode ends"
+
+
+def test_returned_tensors_do_not_alias_shared_rows():
+    with FastParallelEnvironment([functools.partial(CountingEnv, env_id=i)
+                                  for i in range(2)]) as env:
+        first = env.reset()
+        kept = first.observation.clone()
+        env.step(torch.ones(2, dtype=torch.int64))
+        assert torch.equal(first.observation, kept)
+
+
+def test_zero_copy_views_see_the_next_step():
+    with FastParallelEnvironment([functools.partial(CountingEnv, env_id=i)
+                                  for i in range(2)], zero_copy=True) as env:
+        first = env.reset()
+        before = first.observation.clone()
+        second = env.step(torch.full((2,), 3, dtype=torch.int64))
+        assert torch.equal(first.observation, second.observation)
+        assert not torch.equal(first.observation, before)
+
+
+def test_zero_copy_needs_no_spares():
+    with pytest.raises(ValueError, match="zero_copy"):
+        FastParallelEnvironment([CountingEnv] * 3, zero_copy=True,
+                                num_spare_envs_for_reload=1)
+
+
+def test_pipe_calls_work_while_workers_run_the_native_loop():
+    with FastParallelEnvironment([functools.partial(CountingEnv, env_id=i)
+                                  for i in range(3)]) as env:
+        env.reset()
+        env.step(torch.zeros(3, dtype=torch.int64))
+        assert env.render().shape == (2, 2, 3)
+        assert env.call_envs_with_same_args("observation_spec") == \
+            [TensorSpec((4,))] * 3
+        assert env.envs[1].access("_env_id")() == 1
+        env.seed([1, 2, 3])
+        ts = env.step(torch.zeros(3, dtype=torch.int64))
+        assert ts.observation.shape == (3, 4)
+
+
+def test_worker_killed_mid_step_is_reported_within_a_second():
+    ctors = [functools.partial(CountingEnv, env_id=i, step_delay_max=0.0)
+             for i in range(3)]
+    ctors[2] = functools.partial(CountingEnv, env_id=2, fault="hang", fault_phase="step",
+                                 fault_step=1)
+    env = FastParallelEnvironment(ctors)
+    try:
+        env.reset()
+        victim = env.worker_pids()[2]
+        killer = threading.Timer(0.3, os.kill, (victim, signal.SIGKILL))
+        killer.start()
+        with pytest.raises(WorkerDiedError, match=r"env 2 .*SIGKILL \(signal 9\)"):
+            env.step(torch.zeros(3, dtype=torch.int64))
+        killed = time.monotonic()
+        killer.join()
+    finally:
+        env.close()
+    assert time.monotonic() - killed < 5.0
+
+
+class Interrupted(Exception):
+    """Raised by a SIGALRM handler, as KeyboardInterrupt is by Ctrl-C."""
+
+
+def _interrupt(*_):
+    raise Interrupted()
+
+
+def test_signal_interrupts_a_hung_step_and_close_is_bounded(monkeypatch):
+    from alf_env.environments import process_environment
+    monkeypatch.setattr(process_environment, "CLOSE_POLITE_TIMEOUT", 0.5)
+    ctors = [functools.partial(CountingEnv, env_id=i) for i in range(2)]
+    ctors[1] = functools.partial(CountingEnv, env_id=1, fault="hang", fault_phase="step",
+                                 fault_step=1)
+    env = FastParallelEnvironment(ctors)
+    previous = signal.signal(signal.SIGALRM, _interrupt)
+    try:
+        env.reset()
+        signal.setitimer(signal.ITIMER_REAL, 0.3)
+        begin = time.monotonic()
+        with pytest.raises(Interrupted):
+            env.step(torch.zeros(2, dtype=torch.int64))
+        assert time.monotonic() - begin < 2.0  # the native wait checks signals
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+        begin = time.monotonic()
+        env.close()
+        closed_in = time.monotonic() - begin
+    bound = 0.5 + process_environment.CLOSE_TERMINATE_TIMEOUT + \
+        process_environment.CLOSE_KILL_TIMEOUT
+    assert closed_in < bound + 1.0
+
+
+def test_wrong_observation_shape_is_named_by_the_worker():
+    class BadObs(CountingEnv):
+        def _obs(self, action):
+            return np.zeros(5, np.float32)
+
+    with FastParallelEnvironment([BadObs, BadObs]) as env:
+        with pytest.raises(ValueError, match=r"time_step\.observation of shape \(5,\)"):
+            env.reset()
+
+
+def test_stress_many_envs_random_delays_and_resets():
+    n, spares, steps = 12, 2, 250
+    ctors = [functools.partial(CountingEnv, env_id=i, min_length=1, max_length=6,
+                               step_delay_max=0.002) for i in range(n)]
+    ref = InProcessReference([CountingEnv(env_id=i, min_length=1, max_length=6)
+                              for i in range(n)], num_spares=spares)
+    with FastParallelEnvironment(ctors, num_spare_envs_for_reload=spares,
+                                 start_serially=False) as env:
+        assert_rows_equal(env.reset(), ref.reset())
+        for action in random_actions(steps, n - spares, seed=3):
+            assert_rows_equal(env.step(action), ref.step(action))
+
+
+def test_no_fd_growth_over_create_and_close():
+    def cycle():
+        with FastParallelEnvironment([functools.partial(CountingEnv, env_id=i)
+                                      for i in range(2)]) as env:
+            env.reset()
+            env.step(torch.zeros(2, dtype=torch.int64))
+
+    cycle()
+    before = len(os.listdir("/proc/self/fd"))
+    for _ in range(3):
+        cycle()
+    assert len(os.listdir("/proc/self/fd")) <= before
