@@ -39,8 +39,7 @@ from alf_env import nest
 from alf_env.data_structures import StepType, TimeStep
 from alf_env.environments import process_environment as pe
 from alf_env.environments.fast_worker import FastLoopSpec
-from alf_env.environments.parallel_environment import (ParallelAlfEnvironment,
-                                                       to_numpy_action)
+from alf_env.environments.parallel_environment import ParallelAlfEnvironment
 
 try:
     from alf_env import _penv
@@ -193,11 +192,11 @@ class FastParallelEnvironment(ParallelAlfEnvironment):
 
     def _step(self, action: Any) -> TimeStep:
         self._check_not_closed()
-        action = to_numpy_action(action, self._action_spec, self._batch_size)
+        flat_action = self._check_action.flat(action)
         fresh = self._slots.fresh_slots
         stepped = [e for k, e in enumerate(self._slots.slot_env) if k not in fresh]
         rows = self._slot_rows
-        for view, leaf in zip(self._action_views, nest.flatten(action)):
+        for view, leaf in zip(self._action_views, flat_action):
             if self._identity_rows:
                 view[:self._batch_size] = leaf
             else:

@@ -71,45 +71,65 @@ def _spec_attr(env: ProcessEnvironment, name: str) -> Any:
     return value() if callable(value) else value
 
 
-def to_numpy_action(action: Any, action_spec: Any, batch_size: int) -> Any:
-    """Converts a batched action nest to numpy, checking it against the spec.
+class ActionChecker:
+    """Converts batched actions to numpy leaves, checking them against the spec.
+
+    The per-leaf expectations are computed once, so the per-step cost is a
+    flatten and a shape/dtype check per leaf.
 
     Args:
-        action: nest of tensors / arrays with a leading dimension ``batch_size``.
         action_spec: the per-env action spec nest.
         batch_size: the expected leading dimension.
-    Returns:
-        the same nest of C-contiguous numpy arrays of the spec dtypes.
-    Raises:
-        ValueError: naming the offending field and the expected shape and dtype,
-            for a wrong nest structure, shape, batch size or a dtype that
-            numpy's "safe" casting rule does not allow.
     """
-    try:
-        nest.assert_same_structure(action, action_spec)
-    except (TypeError, ValueError) as err:
-        raise ValueError(f"action: its nest structure does not match the action "
-                         f"spec {action_spec!r}: {err}") from None
 
-    def convert(path: str, leaf: Any, spec: Any) -> np.ndarray:
-        field = f"action.{path}" if path else "action"
+    def __init__(self, action_spec: Any, batch_size: int) -> None:
+        self._spec = action_spec
+        self._nested = nest.is_nested(action_spec)
+        self._leaves = []
+        for path, spec in nest.flatten_with_path(action_spec):
+            field = f"action.{path}" if path else "action"
+            shape = (batch_size,) + tuple(spec.shape)
+            self._leaves.append((field, torch_dtype_to_numpy(spec.dtype), shape,
+                                 tuple(spec.shape)))
+        self._batch_size = batch_size
+
+    def flat(self, action: Any) -> List[np.ndarray]:
+        """Returns the flattened action as C-contiguous arrays of the spec dtypes.
+
+        Raises:
+            ValueError: naming the offending field and the expected shape and
+                dtype, for a wrong nest structure, shape, batch size or a dtype
+                that numpy's "safe" casting rule does not allow.
+        """
+        if self._nested or nest.is_nested(action):
+            try:
+                nest.assert_same_structure(action, self._spec)
+            except (TypeError, ValueError) as err:
+                raise ValueError(f"action: its nest structure does not match the "
+                                 f"action spec {self._spec!r}: {err}") from None
+            leaves = nest.flatten(action)
+        else:
+            leaves = [action]
+        return [self._convert(leaf, *info) for leaf, info in zip(leaves, self._leaves)]
+
+    def __call__(self, action: Any) -> Any:
+        """Like :meth:`flat`, packed back into the action spec's structure."""
+        return nest.pack_sequence_as(self._spec, self.flat(action))
+
+    def _convert(self, leaf: Any, field: str, dtype: np.dtype, shape: tuple,
+                 spec_shape: tuple) -> np.ndarray:
         if isinstance(leaf, torch.Tensor):
             leaf = leaf.detach().cpu().numpy()
         array = np.asarray(leaf)
-        dtype = torch_dtype_to_numpy(spec.dtype)
-        expected_shape = (batch_size,) + tuple(spec.shape)
-        if array.shape != expected_shape:
+        if array.shape != shape:
             raise ValueError(
-                f"{field}: expected shape {expected_shape} (batch size {batch_size} "
-                f"x spec shape {tuple(spec.shape)}) and dtype {dtype}, got shape "
-                f"{array.shape}")
-        if not np.can_cast(array.dtype, dtype, casting="safe"):
+                f"{field}: expected shape {shape} (batch size {self._batch_size} x spec "
+                f"shape {spec_shape}) and dtype {dtype}, got shape {array.shape}")
+        if array.dtype != dtype and not np.can_cast(array.dtype, dtype, casting="safe"):
             raise ValueError(
                 f"{field}: expected dtype {dtype} (or one that casts to it safely), "
                 f"got {array.dtype}; convert it explicitly, e.g. .astype({dtype.name!r})")
         return np.ascontiguousarray(array, dtype=dtype)
-
-    return nest.map_structure_with_path(convert, action, action_spec)
 
 
 class _Resolved:
@@ -225,6 +245,7 @@ class ParallelAlfEnvironment(AlfEnvironment):
         self._slots = SlotScheduler(num_envs, num_spare_envs_for_reload)
         self._batch_size = self._slots.num_slots * self._env_batch_size
         self._env_ids = np.arange(self._batch_size, dtype=np.int32)
+        self._check_action = ActionChecker(self._action_spec, self._batch_size)
 
     # -- AlfEnvironment API --------------------------------------------------
 
@@ -308,7 +329,7 @@ class ParallelAlfEnvironment(AlfEnvironment):
 
     def _step(self, action: Any) -> TimeStep:
         self._check_not_closed()
-        action = to_numpy_action(action, self._action_spec, self._batch_size)
+        action = self._check_action(action)
         b = self._env_batch_size
         promises = dict(self._slots.fresh_slots)
         self._slots.fresh_slots.clear()
@@ -332,5 +353,5 @@ class ParallelAlfEnvironment(AlfEnvironment):
                     self._spare_resets[old] = self._envs[old].reset(blocking=False)
         combine = np.concatenate if self._env_batched else np.stack
         batched = nest.map_structure(lambda *xs: combine(xs), *results)
-        batched = batched._replace(env_id=self._env_ids)
+        batched = batched._replace(env_id=self._env_ids.copy())
         return nest.map_structure(_to_torch, batched)

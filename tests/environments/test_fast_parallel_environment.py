@@ -138,23 +138,28 @@ def test_pipe_calls_work_while_workers_run_the_native_loop():
 
 
 def test_worker_killed_mid_step_is_reported_within_a_second():
-    ctors = [functools.partial(CountingEnv, env_id=i, step_delay_max=0.0)
-             for i in range(3)]
+    ctors = [functools.partial(CountingEnv, env_id=i) for i in range(3)]
     ctors[2] = functools.partial(CountingEnv, env_id=2, fault="hang", fault_phase="step",
                                  fault_step=1)
     env = FastParallelEnvironment(ctors)
     try:
         env.reset()
         victim = env.worker_pids()[2]
-        killer = threading.Timer(0.3, os.kill, (victim, signal.SIGKILL))
+        killed_at = []
+
+        def kill():
+            killed_at.append(time.monotonic())
+            os.kill(victim, signal.SIGKILL)
+
+        killer = threading.Timer(0.3, kill)
         killer.start()
         with pytest.raises(WorkerDiedError, match=r"env 2 .*SIGKILL \(signal 9\)"):
             env.step(torch.zeros(3, dtype=torch.int64))
-        killed = time.monotonic()
+        reported_at = time.monotonic()
         killer.join()
     finally:
         env.close()
-    assert time.monotonic() - killed < 5.0
+    assert reported_at - killed_at[0] < 1.0  # the contract: within 1 s
 
 
 class Interrupted(Exception):
