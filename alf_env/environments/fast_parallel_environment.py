@@ -38,7 +38,7 @@ from absl import logging
 from alf_env import nest
 from alf_env.data_structures import StepType, TimeStep
 from alf_env.environments import process_environment as pe
-from alf_env.environments.fast_worker import FastLoopSpec
+from alf_env.environments.fast_worker import AlfRowsHandler, FastLoopSpec
 from alf_env.environments.parallel_environment import ParallelAlfEnvironment
 
 try:
@@ -108,8 +108,9 @@ class FastParallelEnvironment(ParallelAlfEnvironment):
         self._errors: Dict[int, BaseException] = {}  # what their failed jobs raised
         for i, env in enumerate(self._envs):
             self._controller.set_worker_pid(i, env.pid)
-            spec = FastLoopSpec(self._block, i, (i * b, (i + 1) * b),
-                                tuple(action_names), tuple(time_step_names), spin_us)
+            handler = AlfRowsHandler((i * b, (i + 1) * b), tuple(action_names),
+                                     tuple(time_step_names))
+            spec = FastLoopSpec(self._block, i, spin_us, handler)
             env.start_fast_loop(spec, functools.partial(self._serve_pipe, i))
         self._update_slot_rows()
 

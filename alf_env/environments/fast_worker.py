@@ -1,12 +1,13 @@
-"""The worker side of FastParallelEnvironment: the native job loop.
+"""The worker side of the native fast path: the job loop.
 
 A worker enters this loop when its parent sends ``MessageType.FAST_LOOP``.
 From then on it waits on its job slot in the shared region (a futex wait that
 releases the GIL) and runs one job at a time:
 
-- ``STEP``: read this worker's action rows, ``env.step``, write the time step
-  into this worker's rows, report OK.
-- ``RESET``: ``env.reset``, write the time step, report OK.
+- ``STEP``: the job handler reads this worker's action rows, steps its env(s)
+  and writes the results into this worker's rows; report OK.
+- ``RESET``: the handler resets (the job argument is handler-defined, e.g. a
+  seed) and writes the results; report OK.
 - ``CALL``: one request is waiting on the pipe; serve it there (the answer
   goes back on the pipe), report OK.
 - ``CLOSE``: report OK and go back to serving the pipe directly.
@@ -16,12 +17,31 @@ the pipe (the parent reads it as an unsolicited report). Fixed-size data moves
 only through the shared rows; anything of variable size moves on the pipe.
 """
 
-from typing import Any, List, NamedTuple, Tuple
+from typing import Any, Callable, List, NamedTuple, Protocol, Tuple
 
 import numpy as np
 
 from alf_env import nest
 from alf_env.environments import process_environment as pe
+
+
+class JobHandler(Protocol):
+    """Runs STEP and RESET jobs for one worker; built in the worker by a factory.
+
+    Raising from either method reports ERROR for the job and sends the
+    exception home on the pipe.
+    """
+
+    def step(self, arg: int) -> None:
+        """Reads the action rows, steps, writes the result rows."""
+
+    def reset(self, arg: int) -> None:
+        """Resets, writes the result rows."""
+
+
+# make_handler(env, block, conn, env_id) -> JobHandler; must be picklable
+# (a module-level class or function) for spawn and forkserver.
+HandlerFactory = Callable[[Any, Any, Any, Any], JobHandler]
 
 
 class FastLoopSpec(NamedTuple):
@@ -30,17 +50,13 @@ class FastLoopSpec(NamedTuple):
     Attributes:
         block: the ``SharedBlock`` (pickled with its fd, see ``alf_env._shared``).
         worker_index: this worker's job slot.
-        rows: ``(begin, end)``: the rows this worker owns in every field.
-        action_fields: block field names of the flattened action spec.
-        time_step_fields: block field names of the flattened time step spec.
         spin_us: the waiting policy (-1: adaptive, 0: never spin).
+        make_handler: builds this worker's :class:`JobHandler`.
     """
     block: Any
     worker_index: int
-    rows: Tuple[int, int]
-    action_fields: Tuple[str, ...]
-    time_step_fields: Tuple[str, ...]
     spin_us: int
+    make_handler: HandlerFactory
 
 
 # How long one wait for a job may last before the loop looks around again
@@ -87,21 +103,50 @@ class _Rows:
                     f"which does not convert to the spec's {view.dtype}") from None
 
 
+class AlfRowsHandler:
+    """The job handler (and its factory) of FastParallelEnvironment's workers.
+
+    Args:
+        rows: ``(begin, end)``: the rows this worker owns in every field.
+        action_fields: block field names of the flattened action spec.
+        time_step_fields: block field names of the flattened time step spec.
+    """
+
+    def __init__(self, rows: Tuple[int, int], action_fields: Tuple[str, ...],
+                 time_step_fields: Tuple[str, ...]) -> None:
+        self.rows = rows
+        self.action_fields = action_fields
+        self.time_step_fields = time_step_fields
+
+    def __call__(self, env: Any, block: Any, conn: Any, env_id: Any) -> "AlfRowsHandler":
+        """Binds to the worker's env and the shared block (in the worker)."""
+        batched = bool(env.batched)
+        self._env = env
+        self._env_id = env_id
+        self._action_spec = env.action_spec()
+        action_paths = [p for p, _ in nest.flatten_with_path(self._action_spec)]
+        time_step_paths = [p for p, _ in nest.flatten_with_path(env.time_step_spec())]
+        self._actions = _Rows(block, self.action_fields, self.rows, action_paths, batched)
+        self._outputs = _Rows(block, self.time_step_fields, self.rows, time_step_paths,
+                              batched)
+        return self
+
+    def step(self, arg: int) -> None:
+        self._outputs.write(self._env.step(self._actions.read(self._action_spec)),
+                            self._env_id)
+
+    def reset(self, arg: int) -> None:
+        self._outputs.write(self._env.reset(), self._env_id)
+
+
 def run_fast_loop(conn: Any, proxy: "pe._WorkerEnvProxy", env_id: Any,
                   spec: FastLoopSpec) -> bool:
     """Serves jobs from the native slot; returns whether to keep serving the pipe."""
     from alf_env import _penv  # the compiled module; only fast workers need it
 
-    env = proxy.env
     try:
         port = spec.block.worker_port(spec.worker_index, spec.spin_us)
-        batched = bool(env.batched)
-        action_spec = env.action_spec()
-        action_paths = [p for p, _ in nest.flatten_with_path(action_spec)]
-        time_step_paths = [p for p, _ in nest.flatten_with_path(env.time_step_spec())]
-        actions = _Rows(spec.block, spec.action_fields, spec.rows, action_paths, batched)
-        outputs = _Rows(spec.block, spec.time_step_fields, spec.rows, time_step_paths,
-                        batched)
+        handler = spec.make_handler(proxy.env, spec.block, conn, env_id)
     except Exception as exc:  # noqa: BLE001 -- reported; the pipe stays served
         conn.send((pe.MessageType.EXCEPTION,
                    pe.RemoteException(exc, env_id, "entering the native loop")))
@@ -110,14 +155,13 @@ def run_fast_loop(conn: Any, proxy: "pe._WorkerEnvProxy", env_id: Any,
     conn.send((pe.MessageType.RESULT, None))
     job_type = _penv.JobType
     while True:
-        job, _ = port.wait_job(_JOB_WAIT_SLICE)
+        job, arg = port.wait_job(_JOB_WAIT_SLICE)
         if job == job_type.NONE:
             continue
         if job == job_type.STEP:
-            _run_env_job(conn, port, env_id, "step", outputs,
-                         lambda: env.step(actions.read(action_spec)))
+            _run_env_job(conn, port, env_id, "step", handler.step, arg)
         elif job == job_type.RESET:
-            _run_env_job(conn, port, env_id, "reset", outputs, env.reset)
+            _run_env_job(conn, port, env_id, "reset", handler.reset, arg)
         elif job == job_type.CALL:
             msg_type, payload = conn.recv()
             keep_serving = pe.handle_message(conn, proxy, env_id, msg_type, payload)
@@ -131,12 +175,12 @@ def run_fast_loop(conn: Any, proxy: "pe._WorkerEnvProxy", env_id: Any,
             raise ValueError(f"env {env_id} worker: unknown job type {job!r}")
 
 
-def _run_env_job(conn: Any, port: Any, env_id: Any, during: str, outputs: _Rows,
-                 fn: Any) -> None:
+def _run_env_job(conn: Any, port: Any, env_id: Any, during: str,
+                 fn: Callable[[int], None], arg: int) -> None:
     from alf_env import _penv
 
     try:
-        outputs.write(fn(), env_id)
+        fn(arg)
     except Exception as exc:  # noqa: BLE001 -- reported to the parent whole
         conn.send((pe.MessageType.EXCEPTION, pe.RemoteException(exc, env_id, during)))
         port.finish(_penv.JobStatus.ERROR)
