@@ -7,8 +7,9 @@ with :class:`~alf_env.environments.alf_gym_wrapper.AlfGymWrapper`):
   step; measures pure transport overhead.
 - ``W2`` (:class:`ImageEnv`): uint8[84, 84, 4] observation (an Atari-like
   frame stack); measures the cost of moving bytes.
-- ``W3`` (:class:`BusyEnv`): about 1 ms of CPU per step; measures how well
-  the workers' work overlaps.
+- ``W3`` (:class:`BusyEnv`): about 1 ms of CPU per step (measured with the
+  thread's CPU clock, so a worker that is preempted does not get free steps);
+  measures how well the workers' work overlaps.
 
 Observations encode the env id and the step count (``obs[0]``/``obs[1]`` for
 W1 and W3, the first two pixels for W2), so tests can check that every row
@@ -91,8 +92,10 @@ class BusyEnv(TrivialEnv):
         self.step_seconds = step_seconds
 
     def step(self, action: Any) -> Tuple[np.ndarray, float, bool, bool, dict]:
-        end = time.perf_counter() + self.step_seconds
-        while time.perf_counter() < end:  # busy on purpose: a CPU-bound env
+        # Busy on purpose: a CPU-bound env. The thread's CPU clock, not the wall
+        # clock, so time spent preempted does not count as work done.
+        end = time.thread_time() + self.step_seconds
+        while time.thread_time() < end:
             pass
         return super().step(action)
 
