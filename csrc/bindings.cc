@@ -1,0 +1,303 @@
+// pybind11 module alf_env._penv: the native shared-memory engine.
+//
+// The surface is small on purpose; the friendly API lives in
+// alf_env/_shared.py. Every call that can block releases the GIL and, while
+// blocked, checks for pending Python signals after each sleep slice (so
+// Ctrl-C interrupts a wait within ~50 ms without losing completions).
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "controller.h"
+#include "futex.h"
+#include "job_slots.h"
+#include "layout.h"
+#include "protocol.h"
+#include "region.h"
+#include "syscall_error.h"
+#include "worker_port.h"
+
+namespace py = pybind11;
+using namespace alf_env::penv;
+
+namespace {
+
+// Runs (without the GIL) between sleep slices: raises pending Python
+// signals, e.g. KeyboardInterrupt, out of the blocking call.
+InterruptCheck python_signal_check() {
+  return [] {
+    py::gil_scoped_acquire gil;
+    if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+  };
+}
+
+double to_us(std::chrono::nanoseconds duration) {
+  return std::chrono::duration<double, std::micro>(duration).count();
+}
+
+// Accepts a sequence of ints or an integer numpy array of worker ids.
+std::vector<std::int64_t> to_ids(const py::handle& ids) {
+  if (py::isinstance<py::array>(ids)) {
+    auto array = py::reinterpret_borrow<py::array>(ids);
+    const char kind = array.dtype().kind();
+    if (kind != 'i' && kind != 'u') {
+      throw py::type_error("worker ids must be integers, got an array of dtype " +
+                           std::string(py::str(array.dtype())));
+    }
+    auto flat = py::array_t<std::int64_t, py::array::c_style | py::array::forcecast>::ensure(array);
+    if (!flat) throw py::error_already_set();
+    return std::vector<std::int64_t>(flat.data(), flat.data() + flat.size());
+  }
+  return ids.cast<std::vector<std::int64_t>>();
+}
+
+std::atomic<std::uint32_t>& word_at(SharedRegion& region, std::int64_t offset) {
+  if (offset < 0 || offset % static_cast<std::int64_t>(sizeof(std::uint32_t)) != 0 ||
+      static_cast<std::size_t>(offset) + sizeof(std::uint32_t) > region.size()) {
+    throw std::invalid_argument(
+        "offset must be a multiple of 4 inside the region (0 <= offset <= " +
+        std::to_string(region.size() - sizeof(std::uint32_t)) + "), got " +
+        std::to_string(offset));
+  }
+  return *reinterpret_cast<std::atomic<std::uint32_t>*>(region.data() + offset);
+}
+
+const char* futex_result_name(FutexWaitResult result) {
+  switch (result) {
+    case FutexWaitResult::kWoken: return "woken";
+    case FutexWaitResult::kValueChanged: return "value_changed";
+    case FutexWaitResult::kTimedOut: return "timed_out";
+    case FutexWaitResult::kInterrupted: return "interrupted";
+  }
+  return "unknown";
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_penv, m) {
+  m.doc() =
+      "Native shared-memory engine of alf_env: memfd regions, block layout, "
+      "lock-free job slots with futex waits. See alf_env/_shared.py.";
+  m.attr("__version__") = kEngineVersion;
+  m.attr("LAYOUT_VERSION") = kLayoutVersion;
+  m.attr("CACHE_LINE_SIZE") = kCacheLineSize;
+  m.attr("MAX_WORKERS") = kMaxWorkers;
+  m.attr("SPIN_ADAPTIVE") = kSpinAdaptive;
+
+  // SyscallError -> OSError(errno, message) (or its errno subclass, e.g.
+  // ProcessLookupError for ESRCH).
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const SyscallError& e) {
+      py::object error = py::reinterpret_steal<py::object>(
+          PyObject_CallFunction(PyExc_OSError, "is", e.error_number(), e.what()));
+      if (!error) throw py::error_already_set();
+      PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(error.ptr())), error.ptr());
+    }
+  });
+
+  py::enum_<JobType>(m, "JobType", "What a worker is asked to do.")
+      .value("NONE", JobType::NONE, "No job (wait_job timed out).")
+      .value("STEP", JobType::STEP, "Step with the action in your rows.")
+      .value("RESET", JobType::RESET, "Reset.")
+      .value("CALL", JobType::CALL,
+             "A message waits on your pipe: handle it and report.")
+      .value("CLOSE", JobType::CLOSE, "Leave the native loop.");
+  py::enum_<JobStatus>(m, "JobStatus", "Outcome of a finished job.")
+      .value("OK", JobStatus::OK)
+      .value("ERROR", JobStatus::ERROR,
+             "The worker's Python code raised; details travel on the pipe.");
+  py::enum_<WaitStatus>(m, "WaitStatus", "Outcome of Controller.wait().")
+      .value("OK", WaitStatus::OK, "k workers finished.")
+      .value("TIMEOUT", WaitStatus::TIMEOUT,
+             "The timeout passed; no ids returned, completions stay queued.")
+      .value("WORKER_DIED", WaitStatus::WORKER_DIED,
+             "A worker with an unfinished job died; its id is returned.");
+
+  py::class_<SharedRegion, std::shared_ptr<SharedRegion>>(
+      m, "SharedRegion", py::buffer_protocol(),
+      "Anonymous shared memory (memfd + mmap(MAP_SHARED)); nothing in "
+      "/dev/shm. Exposes a writable 1-D uint8 buffer; the mapping lives as "
+      "long as this object or any view of it.")
+      .def(py::init(&SharedRegion::create), py::arg("size"),
+           "Creates a zero-filled region of `size` bytes.")
+      .def_static("attach", &SharedRegion::attach, py::arg("fd"), py::arg("size"),
+                  "Maps an existing region from its memfd `fd` (which is "
+                  "duplicated: the caller still owns and closes `fd`).")
+      .def_property_readonly("fd", &SharedRegion::fd,
+                             "The region's memfd (owned by this object).")
+      .def_property_readonly("size", &SharedRegion::size)
+      .def_buffer([](SharedRegion& region) {
+        return py::buffer_info(region.data(), sizeof(std::uint8_t),
+                               py::format_descriptor<std::uint8_t>::format(), 1,
+                               {static_cast<py::ssize_t>(region.size())},
+                               {static_cast<py::ssize_t>(1)},
+                               /*readonly=*/false);
+      })
+      .def("__len__", &SharedRegion::size)
+      .def("__repr__", [](const SharedRegion& region) {
+        return "<SharedRegion fd=" + std::to_string(region.fd()) +
+               " size=" + std::to_string(region.size()) + ">";
+      });
+
+  py::class_<FieldLayout>(m, "FieldLayout")
+      .def_readonly("offset", &FieldLayout::offset)
+      .def_readonly("row_stride", &FieldLayout::row_stride)
+      .def_readonly("row_bytes", &FieldLayout::row_bytes)
+      .def("__repr__", [](const FieldLayout& f) {
+        return "FieldLayout(offset=" + std::to_string(f.offset) +
+               ", row_stride=" + std::to_string(f.row_stride) +
+               ", row_bytes=" + std::to_string(f.row_bytes) + ")";
+      });
+  py::class_<Layout>(m, "Layout")
+      .def_readonly("num_workers", &Layout::num_workers)
+      .def_readonly("num_rows", &Layout::num_rows)
+      .def_readonly("control_size", &Layout::control_size)
+      .def_readonly("total_size", &Layout::total_size)
+      .def_readonly("fields", &Layout::fields)
+      .def("__repr__", [](const Layout& l) {
+        return "Layout(num_workers=" + std::to_string(l.num_workers) +
+               ", num_rows=" + std::to_string(l.num_rows) +
+               ", control_size=" + std::to_string(l.control_size) +
+               ", total_size=" + std::to_string(l.total_size) + ", fields=" +
+               std::to_string(l.fields.size()) + ")";
+      });
+  m.def("compute_layout", &compute_layout, py::arg("num_workers"),
+        py::arg("num_rows"), py::arg("row_bytes"),
+        "Offsets of the control block and of one array per field (each row "
+        "padded to a multiple of CACHE_LINE_SIZE).");
+  m.def("control_block_size", &ControlBlock::size_for, py::arg("num_workers"));
+
+  py::class_<Controller>(m, "Controller",
+                         "Main-process side: post jobs, receive the first k "
+                         "finished workers, detect dead workers.")
+      .def(py::init<std::shared_ptr<SharedRegion>, std::size_t, int>(),
+           py::arg("region").none(false), py::arg("num_workers"),
+           py::arg("spin_us") = kSpinAdaptive)
+      .def_property_readonly("num_workers", &Controller::num_workers)
+      .def("set_worker_pid", &Controller::set_worker_pid, py::arg("worker"),
+           py::arg("pid"),
+           "Watches process `pid` as `worker` (pidfd); pid <= 0 stops.")
+      .def(
+          "post",
+          [](Controller& controller, const py::handle& worker_ids, JobType job,
+             std::int64_t arg) {
+            std::vector<std::int64_t> ids = to_ids(worker_ids);
+            py::gil_scoped_release release;
+            controller.post(ids, job, arg);
+          },
+          py::arg("worker_ids"), py::arg("job"), py::arg("arg") = 0,
+          "Posts `job` to each listed worker; ValueError (nothing posted) if "
+          "an id is out of range, repeated or already busy.")
+      .def(
+          "wait",
+          [](Controller& controller, std::int64_t k, std::optional<double> timeout_s) {
+            if (k < 0) {
+              throw std::invalid_argument("Controller.wait: k must be >= 0, got " +
+                                          std::to_string(k));
+            }
+            const Deadline deadline = Deadline::after(timeout_s, "Controller.wait");
+            Controller::WaitResult result;
+            {
+              py::gil_scoped_release release;
+              result = controller.wait(static_cast<std::size_t>(k), deadline,
+                                       python_signal_check());
+            }
+            py::array_t<std::int32_t> ids(static_cast<py::ssize_t>(result.workers.size()));
+            std::copy(result.workers.begin(), result.workers.end(), ids.mutable_data());
+            return py::make_tuple(result.status, ids);
+          },
+          py::arg("k"), py::arg("timeout_s") = py::none(),
+          "Returns (WaitStatus, int32 array): OK with the first k finished "
+          "workers in completion order; TIMEOUT with no ids (completions stay "
+          "queued); WORKER_DIED with the dead workers' ids.")
+      .def("status", &Controller::status, py::arg("worker"))
+      .def("outstanding", &Controller::outstanding, py::arg("worker"))
+      .def_property_readonly("num_outstanding", &Controller::num_outstanding)
+      .def("abandon", &Controller::abandon, py::arg("worker"),
+           "Forgets the outstanding job of `worker`; returns whether it had one.")
+      .def_property_readonly("spin_budget_us", [](const Controller& c) {
+        return to_us(c.spin_budget());
+      });
+
+  py::class_<WorkerPort>(m, "WorkerPort", "Worker side of one job slot.")
+      .def(py::init<std::shared_ptr<SharedRegion>, std::size_t, std::size_t, int>(),
+           py::arg("region").none(false), py::arg("num_workers"), py::arg("worker_index"),
+           py::arg("spin_us") = kSpinAdaptive)
+      .def(
+          "wait_job",
+          [](WorkerPort& port, std::optional<double> timeout_s) {
+            const Deadline deadline = Deadline::after(timeout_s, "WorkerPort.wait_job");
+            WorkerPort::Job job{};
+            {
+              py::gil_scoped_release release;
+              job = port.wait_job(deadline, python_signal_check());
+            }
+            return py::make_tuple(job.type, job.arg);
+          },
+          py::arg("timeout_s") = py::none(),
+          "Returns (JobType, arg); (JobType.NONE, 0) when the timeout passes.")
+      .def(
+          "finish",
+          [](WorkerPort& port, JobStatus status) {
+            py::gil_scoped_release release;
+            port.finish(status, python_signal_check());
+          },
+          py::arg("status") = JobStatus::OK,
+          "Reports the current job finished and wakes the main process.")
+      .def_property_readonly("has_job", &WorkerPort::has_job)
+      .def_property_readonly("worker_index", &WorkerPort::worker_index)
+      .def_property_readonly("num_workers", &WorkerPort::num_workers)
+      .def_property_readonly("spin_budget_us", [](const WorkerPort& p) {
+        return to_us(p.spin_budget());
+      });
+
+  py::module_ testing = m.def_submodule(
+      "_testing", "Low-level hooks for the tests of alf_env._penv.");
+  testing.def(
+      "futex_wait",
+      [](SharedRegion& region, std::int64_t offset, std::uint32_t expected,
+         std::optional<double> timeout_s) {
+        auto& word = word_at(region, offset);
+        const Deadline deadline = Deadline::after(timeout_s, "futex_wait");
+        std::optional<std::chrono::nanoseconds> timeout;
+        if (!deadline.unlimited()) timeout = deadline.remaining(std::chrono::nanoseconds(0));
+        FutexWaitResult result;
+        {
+          py::gil_scoped_release release;
+          result = futex_wait(word, expected, timeout);
+        }
+        return std::string(futex_result_name(result));
+      },
+      py::arg("region"), py::arg("offset"), py::arg("expected"),
+      py::arg("timeout_s") = py::none());
+  testing.def(
+      "futex_wake",
+      [](SharedRegion& region, std::int64_t offset, int count) {
+        return futex_wake(word_at(region, offset), count);
+      },
+      py::arg("region"), py::arg("offset"), py::arg("count") = 1);
+  testing.def(
+      "load_u32",
+      [](SharedRegion& region, std::int64_t offset) {
+        // seq_cst: test hook, simplest ordering.
+        return word_at(region, offset).load(std::memory_order_seq_cst);
+      },
+      py::arg("region"), py::arg("offset"));
+  testing.def(
+      "store_u32",
+      [](SharedRegion& region, std::int64_t offset, std::uint32_t value) {
+        // seq_cst: test hook, simplest ordering.
+        word_at(region, offset).store(value, std::memory_order_seq_cst);
+      },
+      py::arg("region"), py::arg("offset"), py::arg("value"));
+  testing.def("usable_cpu_count", &usable_cpu_count);
+}

@@ -1,0 +1,111 @@
+// Controller: the main process's side of the job slots.
+//
+// Usage: post(ids, job) hands a job to each listed worker; wait(k) returns the
+// first k workers that finished, in completion order (EnvPool-style "receive
+// first K"); "step all and wait for all" is post(all) + wait(n).
+//
+// Bookkeeping (process-local): a worker is *outstanding* from post() until
+// wait() returns its id (or abandon() forgets it). Completions that arrive
+// beyond the k asked for stay queued, in order, for later wait() calls: a
+// wait never loses a completion, whether it returns OK, TIMEOUT or
+// WORKER_DIED, or is interrupted by an exception (e.g. KeyboardInterrupt).
+//
+// Waiting: spins per SpinPolicy, then sleeps on the completion futex in
+// slices of at most kMaxSleepSlice. At least every kPidPollInterval, it
+// polls (timeout 0) the pidfds of workers that are outstanding and not yet
+// finished; a dead one ends the wait with WORKER_DIED, so a crash is reported
+// within ~50 ms instead of hanging. Workers without a pid (see
+// set_worker_pid) are not watched.
+//
+// On TIMEOUT, wait() returns no ids: completions that arrived in the
+// meantime stay queued and come out of the next wait(). On WORKER_DIED it
+// returns the dead workers' ids; their jobs stay outstanding until abandon().
+//
+// Not thread-safe: use one Controller from one thread (concurrent calls raise
+// instead of deadlocking). One Controller per region.
+#pragma once
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <vector>
+
+#include "futex.h"
+#include "job_slots.h"
+#include "unique_fd.h"
+
+namespace alf_env::penv {
+
+class SharedRegion;
+
+class Controller {
+ public:
+  struct WaitResult {
+    WaitStatus status;
+    std::vector<std::int32_t> workers;  // finished (OK) or dead (WORKER_DIED)
+  };
+
+  // Initialises the control block at the start of `region` for
+  // `num_workers` workers. spin_us: see SpinPolicy (-1 adaptive, 0 never).
+  Controller(std::shared_ptr<SharedRegion> region, std::size_t num_workers,
+             int spin_us = kSpinAdaptive);
+
+  std::size_t num_workers() const noexcept { return num_workers_; }
+
+  // Watches process `pid` as worker `worker` (pidfd_open). pid <= 0 stops
+  // watching. Call again after replacing a worker process.
+  void set_worker_pid(std::size_t worker, pid_t pid);
+
+  // Posts `job` with `arg` to every worker in `workers`. Checks all ids
+  // first (range, duplicates, nothing outstanding) and posts nothing if any
+  // is bad (std::invalid_argument naming the worker).
+  void post(const std::vector<std::int64_t>& workers, JobType job,
+            std::int64_t arg);
+
+  // Waits for k completions (0 <= k <= num_outstanding()). `check` runs after
+  // every sleep slice and EINTR and may throw to abort the wait.
+  WaitResult wait(std::size_t k, const Deadline& deadline,
+                  const InterruptCheck& check);
+
+  // Status of the worker's last finished job (meaningful once wait() has
+  // returned the worker).
+  JobStatus status(std::size_t worker) const;
+  bool outstanding(std::size_t worker) const;
+  std::size_t num_outstanding() const noexcept { return num_outstanding_; }
+
+  // Forgets the outstanding job of `worker` (typically dead), including a
+  // completion that is queued but not yet returned. Returns whether there
+  // was a job to forget. A completion that still arrives for it is dropped.
+  bool abandon(std::size_t worker);
+
+  std::chrono::nanoseconds spin_budget() const noexcept {
+    return spin_.budget();
+  }
+
+ private:
+  void check_worker(std::int64_t worker, const char* who) const;
+  void drain();
+  std::vector<std::int32_t> find_dead_workers();
+  std::vector<std::int32_t> take(std::size_t k);
+
+  std::shared_ptr<SharedRegion> region_;  // keeps the mapping alive
+  std::size_t num_workers_;
+  ControlBlock block_;
+  SpinPolicy spin_;
+  std::uint64_t queue_head_ = 0;              // consumer position
+  std::vector<std::uint32_t> posted_seq_;     // seq of the last post
+  std::vector<std::uint8_t> outstanding_;     // posted, not yet returned
+  std::vector<std::uint8_t> finished_;        // popped, waiting in pending_
+  std::deque<std::int32_t> pending_;          // finished, in completion order
+  std::size_t num_outstanding_ = 0;
+  std::vector<UniqueFd> pidfds_;
+  std::chrono::steady_clock::time_point last_pid_poll_;
+  std::atomic<bool> busy_{false};
+};
+
+}  // namespace alf_env::penv

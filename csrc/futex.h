@@ -1,0 +1,203 @@
+// Cross-process futex wait/wake, the sleeping-flag handshake, and the
+// spin-then-sleep policy used by every waiter of alf_env._penv.
+//
+// Futexes
+// -------
+// futex_wait()/futex_wake() operate on a std::atomic<uint32_t> that lives in
+// a MAP_SHARED mapping. They do NOT use FUTEX_PRIVATE_FLAG: the kernel keys a
+// shared futex by (file, offset), so processes that map the region at
+// different addresses still meet on the same word.
+//
+// Sleeping flags (no lost wakes, no useless syscalls)
+// --------------------------------------------------
+// Each futex word has exactly one potential sleeper, which owns a "sleeping"
+// flag next to the word. The sleeper (sleep_on):
+//     sleeping.store(kSleeping, seq_cst);   (A)
+//     if (word.load(seq_cst) != seen) skip; (B)
+//     futex_wait(word, seen);               (kernel re-checks word == seen)
+// The waker, after changing the word with a seq_cst operation (C), calls
+// wake_sleeper():
+//     if (sleeping.load(seq_cst) == kSleeping) futex_wake(word);   (D)
+// This is Dekker's pattern: all four operations are seq_cst, so they appear in
+// one total order. If D reads kAwake, D precedes A, hence C precedes B and the
+// sleeper sees the new value and does not sleep. If D reads kSleeping, the
+// waker issues FUTEX_WAKE; a sleeper that has not yet reached the kernel
+// fails the kernel's own word == seen check (EAGAIN). Either way no wake is
+// lost. Release/acquire alone would not do: it allows both loads to read the
+// old values (store->load reordering, which x86 performs too).
+//
+// Spin-then-sleep policy (SpinPolicy)
+// -----------------------------------
+// Before sleeping, a waiter may spin: first kPauseRounds rounds of the CPU's
+// pause instruction (cheap, keeps the core to itself), then sched_yield()
+// rounds (lets other runnable threads on this core go first), re-checking the
+// condition each round, until the spin budget is used up. Then it sleeps on
+// the futex. `spin_us` chooses the budget:
+//   * 0: never spin; always sleep right away (lowest CPU use).
+//   * > 0: a fixed budget of spin_us microseconds (at most kMaxSpinUs).
+//   * -1 (kSpinAdaptive, the default):
+//       - no spinning at all when the processes taking part (num_workers + 1)
+//         outnumber the CPUs this process may run on: a spinning main process
+//         or worker would burn exactly the CPU time the others need (16
+//         workers on 2 cores never spin);
+//       - otherwise the budget starts at kAdaptiveMaxSpin and adapts: a spin
+//         that succeeds after t ns raises the budget to max(budget, 2t)
+//         (capped); a spin that fails (the waiter had to sleep anyway) halves
+//         it; below kAdaptiveMinSpin it becomes 0 (sleep at once). With a zero
+//         budget, every kAdaptiveProbePeriod-th wait probes once with the full
+//         budget so the waiter notices when spinning starts paying off again.
+//   The budget never exceeds the caller's remaining timeout.
+#pragma once
+
+#include <sched.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <optional>
+
+namespace alf_env::penv {
+
+static_assert(std::atomic<std::uint32_t>::is_always_lock_free &&
+                  sizeof(std::atomic<std::uint32_t>) == sizeof(std::uint32_t),
+              "futex words must be plain lock-free 32-bit atomics");
+
+// ---------------------------------------------------------------- futexes --
+
+enum class FutexWaitResult {
+  kWoken,         // FUTEX_WAKE (or a spurious wake-up): re-check the word
+  kValueChanged,  // the word no longer held `expected` (EAGAIN)
+  kTimedOut,      // the timeout passed (ETIMEDOUT)
+  kInterrupted,   // a signal handler ran (EINTR)
+};
+
+// Sleeps while `word` == `expected`, at most `timeout` (nullopt: no limit).
+// Throws SyscallError for unexpected errors (EFAULT, EINVAL, ENOSYS).
+FutexWaitResult futex_wait(std::atomic<std::uint32_t>& word,
+                           std::uint32_t expected,
+                           std::optional<std::chrono::nanoseconds> timeout);
+
+// Wakes at most `max_waiters` processes sleeping on `word`; returns how many.
+int futex_wake(std::atomic<std::uint32_t>& word, int max_waiters);
+
+// The sleeper's half of the handshake described above: announces itself in
+// `sleeping`, re-checks `word` against `seen` and sleeps at most `timeout`.
+FutexWaitResult sleep_on(std::atomic<std::uint32_t>& word, std::uint32_t seen,
+                         std::atomic<std::uint32_t>& sleeping,
+                         std::optional<std::chrono::nanoseconds> timeout);
+
+// The waker's half: call after changing `word` with a seq_cst operation.
+// Issues FUTEX_WAKE only if the sleeper announced itself.
+void wake_sleeper(std::atomic<std::uint32_t>& word,
+                  std::atomic<std::uint32_t>& sleeping);
+
+// --------------------------------------------------------------- spinning --
+
+// Tells the CPU we are in a spin loop (x86 `pause`, arm64 `yield`).
+inline void cpu_relax() noexcept {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__) || defined(__arm__)
+  asm volatile("yield" ::: "memory");
+#endif
+}
+
+// The number of CPUs this process may run on (sched_getaffinity), >= 1.
+int usable_cpu_count();
+
+inline constexpr int kSpinAdaptive = -1;
+inline constexpr int kSpinNever = 0;
+inline constexpr int kMaxSpinUs = 1'000'000;
+inline constexpr std::chrono::nanoseconds kAdaptiveMaxSpin =
+    std::chrono::microseconds(100);
+inline constexpr std::chrono::nanoseconds kAdaptiveMinSpin =
+    std::chrono::microseconds(2);
+inline constexpr std::uint32_t kAdaptiveProbePeriod = 64;
+// Rounds of `pause` before switching to sched_yield(); the clock is read
+// every kClockCheckPeriod pause rounds and after every sched_yield().
+inline constexpr std::uint32_t kPauseRounds = 64;
+inline constexpr std::uint32_t kClockCheckPeriod = 16;
+
+// Decides how long a waiter spins before it sleeps (see the header comment).
+// Process-local state; not thread-safe (each waiter owns one).
+class SpinPolicy {
+ public:
+  // spin_us: kSpinAdaptive (-1), kSpinNever (0) or a fixed budget in µs.
+  // num_processes: processes that share the work (num_workers + 1).
+  SpinPolicy(int spin_us, std::size_t num_processes);
+
+  // Spins until `ready()` returns true (-> true) or the budget, capped at
+  // `limit`, is used up (-> false). Adapts the budget in adaptive mode.
+  template <typename Ready>
+  bool spin(Ready&& ready, std::chrono::nanoseconds limit);
+
+  // The current budget (0 when the waiter sleeps at once).
+  std::chrono::nanoseconds budget() const noexcept {
+    return std::chrono::nanoseconds(budget_ns_);
+  }
+
+ private:
+  enum class Mode { kNever, kFixed, kAdaptive };
+
+  std::int64_t next_budget_ns();
+  void record(bool success, std::int64_t spun_ns, bool truncated);
+
+  Mode mode_;
+  std::int64_t budget_ns_;
+  std::uint32_t waits_since_probe_ = 0;
+};
+
+template <typename Ready>
+bool SpinPolicy::spin(Ready&& ready, std::chrono::nanoseconds limit) {
+  using Clock = std::chrono::steady_clock;
+  const std::int64_t planned = next_budget_ns();
+  const std::int64_t budget = std::min<std::int64_t>(planned, limit.count());
+  if (budget <= 0) return false;
+  const auto start = Clock::now();
+  const auto deadline = start + std::chrono::nanoseconds(budget);
+  for (std::uint32_t round = 0;; ++round) {
+    if (ready()) {
+      record(true, (Clock::now() - start).count(), false);
+      return true;
+    }
+    if (round < kPauseRounds) {
+      cpu_relax();
+      if (round % kClockCheckPeriod != 0) continue;
+    } else {
+      // Someone else on this core may be the one we are waiting for.
+      ::sched_yield();
+    }
+    if (Clock::now() >= deadline) break;
+  }
+  record(false, budget, budget < planned);
+  return false;
+}
+
+// --------------------------------------------------------------- timeouts --
+
+// A wait's time limit. nullopt means "no limit".
+class Deadline {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  // timeout_s: nullopt or +inf (no limit), or a finite number >= 0.
+  // Throws std::invalid_argument for negative or NaN values.
+  static Deadline after(std::optional<double> timeout_s, const char* who);
+
+  bool unlimited() const noexcept { return !at_.has_value(); }
+  // Time left (0 when passed); `cap` for an unlimited deadline.
+  std::chrono::nanoseconds remaining(std::chrono::nanoseconds cap) const;
+  bool passed() const;
+
+ private:
+  std::optional<Clock::time_point> at_;
+};
+
+// Called (without the GIL) after each sleep slice and after EINTR; may throw
+// to abort the wait (the bindings raise pending Python signals, e.g. Ctrl-C).
+using InterruptCheck = std::function<void()>;
+
+}  // namespace alf_env::penv

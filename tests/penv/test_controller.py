@@ -1,0 +1,153 @@
+"""Controller with real worker processes: wakes, timeouts, signals, misuse."""
+
+import os
+import signal
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from alf_env._shared import JobStatus, JobType, WaitStatus
+
+from . import _workers
+from .conftest import close_workers, make_block
+
+
+def _start(start_process, num_workers, spin_us=-1):
+    block = make_block(num_workers)
+    controller = block.controller(spin_us)
+    processes = []
+    for i in range(num_workers):
+        process = start_process(_workers.job_worker, block, i, spin_us)
+        controller.set_worker_pid(i, process.pid)
+        processes.append(process)
+    return block, controller, processes
+
+
+@pytest.mark.parametrize("spin_us", [-1, 0, 50])
+def test_step_all_and_wait_for_all(start_process, spin_us):
+    block, controller, processes = _start(start_process, 3, spin_us)
+    for round_ in range(1, 51):
+        block["inp"][:] = np.arange(3)[:, None] * 1000 + round_
+        controller.post(range(3), JobType.STEP, _workers.step_arg(round_))
+        status, ids = controller.wait(3, timeout_s=10)
+        assert status == WaitStatus.OK and sorted(ids) == [0, 1, 2]
+        np.testing.assert_array_equal(block["out"], block["inp"])
+        for i in range(3):
+            assert tuple(block["rec"][i]) == (i, round_, _workers.step_arg(round_))
+            assert controller.status(i) == JobStatus.OK
+    close_workers(controller, processes)
+
+
+def test_error_status_travels_back(start_process):
+    _, controller, processes = _start(start_process, 1)
+    controller.post([0], JobType.CALL, _workers.CALL_FAIL)
+    assert controller.wait(1, timeout_s=10)[0] == WaitStatus.OK
+    assert controller.status(0) == JobStatus.ERROR
+    controller.post([0], JobType.CALL, _workers.CALL_PING)
+    assert controller.wait(1, timeout_s=10)[0] == WaitStatus.OK
+    assert controller.status(0) == JobStatus.OK
+    close_workers(controller, processes)
+
+
+def test_timeout_returns_no_ids_and_loses_nothing(start_process):
+    _, controller, processes = _start(start_process, 2)
+    controller.post([0], JobType.STEP, _workers.step_arg(1))                     # fast
+    controller.post([1], JobType.STEP, _workers.step_arg(2, delay_us=400_000))   # slow
+    start = time.monotonic()
+    status, ids = controller.wait(2, timeout_s=0.15)
+    elapsed = time.monotonic() - start
+    assert status == WaitStatus.TIMEOUT and len(ids) == 0
+    assert 0.14 <= elapsed < 0.35
+    start = time.monotonic()
+    status, ids = controller.wait(1, timeout_s=10)
+    assert status == WaitStatus.OK and list(ids) == [0]
+    assert time.monotonic() - start < 0.1  # it had finished already
+    status, ids = controller.wait(1, timeout_s=10)
+    assert status == WaitStatus.OK and list(ids) == [1]
+    close_workers(controller, processes)
+
+
+class _Interrupted(Exception):
+    pass
+
+
+def _raise_interrupted(signum, frame):
+    raise _Interrupted()
+
+
+def test_python_signal_interrupts_wait_without_losing_completions(start_process):
+    _, controller, processes = _start(start_process, 1)
+    controller.post([0], JobType.STEP, _workers.step_arg(1, delay_us=300_000))
+    previous = signal.signal(signal.SIGALRM, _raise_interrupted)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.1)
+        start = time.monotonic()
+        with pytest.raises(_Interrupted):
+            controller.wait(1, timeout_s=10)
+        assert time.monotonic() - start < 0.25
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    assert controller.outstanding(0)
+    status, ids = controller.wait(1, timeout_s=10)
+    assert status == WaitStatus.OK and list(ids) == [0]
+    close_workers(controller, processes)
+
+
+def test_wait_releases_the_gil(start_process):
+    _, controller, processes = _start(start_process, 1)
+    controller.post([0], JobType.STEP, _workers.step_arg(1, delay_us=300_000))
+    ticks = []
+    stop = threading.Event()
+
+    def ticker():
+        while not stop.is_set():
+            ticks.append(time.monotonic())
+            time.sleep(0.01)
+
+    thread = threading.Thread(target=ticker)
+    thread.start()
+    try:
+        assert controller.wait(1, timeout_s=10)[0] == WaitStatus.OK
+    finally:
+        stop.set()
+        thread.join()
+    assert len(ticks) >= 10  # the other thread ran while we waited
+    close_workers(controller, processes)
+
+
+def test_concurrent_use_from_two_threads_is_refused(start_process):
+    _, controller, processes = _start(start_process, 2)
+    controller.post([0], JobType.STEP, _workers.step_arg(1, delay_us=500_000))
+    result = {}
+
+    def waiter():
+        result["wait"] = controller.wait(1, timeout_s=10)
+
+    thread = threading.Thread(target=waiter)
+    thread.start()
+    time.sleep(0.1)  # the waiter is inside wait() now
+    try:
+        with pytest.raises(RuntimeError, match="not thread-safe"):
+            controller.post([1], JobType.STEP)
+    finally:
+        thread.join()
+    assert result["wait"][0] == WaitStatus.OK
+    close_workers(controller, processes)
+
+
+def test_set_worker_pid_errors():
+    block = make_block(1)
+    controller = block.controller()
+    with pytest.raises(ValueError, match="out of range"):
+        controller.set_worker_pid(1, os.getpid())
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    os.waitpid(pid, 0)  # reaped: the pid no longer exists
+    with pytest.raises(ProcessLookupError, match="pidfd_open"):
+        controller.set_worker_pid(0, pid)
+    controller.set_worker_pid(0, os.getpid())
+    controller.set_worker_pid(0, 0)  # stop watching

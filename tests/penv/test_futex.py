@@ -1,0 +1,143 @@
+"""Futex wait/wake across processes, timeouts, and the spin policy's CPU use."""
+
+import multiprocessing as mp
+import time
+
+import numpy as np
+import pytest
+
+from alf_env import _penv
+from alf_env._penv import _testing
+from alf_env._shared import JobType, SharedBlock
+
+from . import _workers
+
+WORD = 0  # offset of the futex word used in these tests
+
+
+def test_wait_returns_at_once_if_the_value_differs():
+    region = _penv.SharedRegion(64)
+    _testing.store_u32(region, WORD, 5)
+    start = time.monotonic()
+    assert _testing.futex_wait(region, WORD, 4, timeout_s=5) == "value_changed"
+    assert time.monotonic() - start < 1.0
+
+
+@pytest.mark.parametrize("timeout_s", [0.0, 0.05, 0.2])
+def test_wait_with_timeout_returns_in_time(timeout_s):
+    region = _penv.SharedRegion(64)
+    start = time.monotonic()
+    assert _testing.futex_wait(region, WORD, 0, timeout_s=timeout_s) == "timed_out"
+    elapsed = time.monotonic() - start
+    assert timeout_s * 0.9 <= elapsed < timeout_s + 0.5
+
+
+def test_wake_without_waiters_wakes_nobody():
+    region = _penv.SharedRegion(64)
+    assert _testing.futex_wake(region, WORD, 1) == 0
+
+
+def test_bad_offsets_are_rejected():
+    region = _penv.SharedRegion(64)
+    with pytest.raises(ValueError, match="multiple of 4"):
+        _testing.futex_wait(region, 2, 0, timeout_s=0)
+    with pytest.raises(ValueError, match="inside the region"):
+        _testing.futex_wake(region, 64)
+
+
+def test_negative_timeout_is_rejected():
+    region = _penv.SharedRegion(64)
+    with pytest.raises(ValueError, match="timeout_s must be >= 0"):
+        _testing.futex_wait(region, WORD, 0, timeout_s=-1)
+
+
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_wake_from_another_process(start_process, method):
+    # The child gets the region through a SharedBlock: inherited under fork,
+    # re-attached from a passed fd under spawn.
+    block = SharedBlock([("pad", (16,), np.uint8)], num_rows=1, num_workers=1)
+    region = block.region
+    offset = block.layout.fields[0].offset
+    parent_end, child_end = mp.Pipe()
+    start_process(_workers.futex_sleeper, block, offset, child_end, method=method)
+    assert parent_end.poll(60) and parent_end.recv() == "waiting"
+    time.sleep(0.3)  # let it fall asleep
+    _testing.store_u32(region, offset, 1)
+    woken = _testing.futex_wake(region, offset, 1)
+    assert parent_end.poll(10)
+    result, elapsed, cpu = parent_end.recv()
+    assert result == "woken" and woken == 1
+    assert elapsed < 5.0
+    assert cpu < 0.1  # it slept, it did not spin
+
+
+def test_spin_budgets():
+    cpus = _testing.usable_cpu_count()
+    assert cpus >= 1
+    for spin_us, expected in [(0, 0.0), (30, 30.0), (1000, 1000.0)]:
+        block = SharedBlock([], num_rows=0, num_workers=1)
+        assert block.controller(spin_us).spin_budget_us == expected
+        assert block.worker_port(0, spin_us).spin_budget_us == expected
+
+
+def test_adaptive_spin_is_off_when_processes_outnumber_cpus():
+    cpus = _testing.usable_cpu_count()
+    block = SharedBlock([], num_rows=0, num_workers=cpus)  # cpus + 1 processes
+    assert block.controller().spin_budget_us == 0
+    assert block.worker_port(0).spin_budget_us == 0
+
+
+@pytest.mark.skipif(_testing.usable_cpu_count() < 2, reason="needs 2 CPUs")
+def test_adaptive_spin_starts_on_when_cpus_suffice():
+    block = SharedBlock([], num_rows=0, num_workers=1)  # 2 processes
+    assert block.controller().spin_budget_us == 100
+    assert block.worker_port(0).spin_budget_us == 100
+
+
+@pytest.mark.parametrize("spin_us", [-2, 10**7])
+def test_bad_spin_us(spin_us):
+    block = SharedBlock([], num_rows=0, num_workers=1)
+    with pytest.raises(ValueError, match="spin_us must be -1 .adaptive., 0"):
+        block.controller(spin_us)
+
+
+@pytest.mark.parametrize("spin_us", [-1, 0, 1000])
+def test_sleeping_workers_do_not_burn_cpu(start_process, spin_us):
+    num_workers = 4
+    block = SharedBlock([], num_rows=0, num_workers=num_workers)
+    block.controller()
+    pipes = []
+    for index in range(num_workers):
+        parent_end, child_end = mp.Pipe()
+        start_process(_workers.wait_one_job_cpu, block, index, spin_us, 1.5, child_end)
+        pipes.append(parent_end)
+    for parent_end in pipes:
+        assert parent_end.poll(30) and parent_end.recv() == "ready"
+    for parent_end in pipes:
+        assert parent_end.poll(30)
+        job, cpu, wall = parent_end.recv()
+        assert job == int(JobType.NONE)
+        assert 1.4 <= wall < 5.0
+        # 1.5 s of waiting: a busy loop would use ~1 s of CPU here (2 cores).
+        assert cpu < 0.15, f"a waiting worker used {cpu:.3f} s CPU (spin_us={spin_us})"
+
+
+@pytest.mark.parametrize("spin_us", [-1, 1000])
+def test_waiting_main_process_does_not_burn_cpu(start_process, spin_us):
+    block = SharedBlock([("rec", (3,), np.int64)], num_rows=1, num_workers=1)
+    controller = block.controller(spin_us)
+    process = start_process(_workers.job_worker, block, 0)
+    controller.set_worker_pid(0, process.pid)
+    controller.post([0], JobType.STEP, _workers.step_arg(1, delay_us=1_000_000))
+    start_cpu = time.process_time()
+    start = time.monotonic()
+    status, ids = controller.wait(1, timeout_s=30)
+    cpu = time.process_time() - start_cpu
+    assert status == _penv.WaitStatus.OK and list(ids) == [0]
+    assert time.monotonic() - start >= 0.9
+    assert cpu < 0.15, f"waiting main process used {cpu:.3f} s CPU"
+    controller.post([0], JobType.CLOSE)
+    assert controller.wait(1, timeout_s=10)[0] == _penv.WaitStatus.OK
+    process.join(10)
