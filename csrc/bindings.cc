@@ -220,6 +220,20 @@ PYBIND11_MODULE(_penv, m) {
           "workers in completion order; TIMEOUT with no ids (completions stay "
           "queued); WORKER_DIED with the dead workers' ids.")
       .def("status", &Controller::status, py::arg("worker"))
+      .def(
+          "failed",
+          [](const Controller& controller, const py::handle& worker_ids) {
+            // One call instead of one status() per worker on the hot path.
+            py::list failed;
+            for (std::int64_t id : to_ids(worker_ids)) {
+              if (controller.status(static_cast<std::size_t>(id)) == JobStatus::ERROR) {
+                failed.append(id);
+              }
+            }
+            return failed;
+          },
+          py::arg("worker_ids"),
+          "The listed workers whose last finished job reported ERROR.")
       .def("outstanding", &Controller::outstanding, py::arg("worker"))
       .def_property_readonly("num_outstanding", &Controller::num_outstanding)
       .def("abandon", &Controller::abandon, py::arg("worker"),

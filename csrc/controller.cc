@@ -214,6 +214,11 @@ Controller::WaitResult Controller::wait(std::size_t k, const Deadline& deadline,
         std::max<std::chrono::nanoseconds>(until_poll,
                                            std::chrono::nanoseconds(0)));
     if (slice.count() > 0) {
+      // seq_cst: stored before sleep_on()'s (A), so a worker whose (D) sees
+      // us sleeping also sees this threshold (futex.h, wake_sleeper_at).
+      // Each completion adds one to count and at most one id to the queue.
+      const auto needed = static_cast<std::uint32_t>(k - pending_.size());
+      completion.wake_at.store(seen + needed, std::memory_order_seq_cst);
       const FutexWaitResult result =
           sleep_on(completion.count, seen, completion.sleeping, slice);
       if (result == FutexWaitResult::kTimedOut ||

@@ -99,6 +99,19 @@ void wake_sleeper(std::atomic<std::uint32_t>& word,
   }
 }
 
+void wake_sleeper_at(std::atomic<std::uint32_t>& word,
+                     std::atomic<std::uint32_t>& sleeping,
+                     const std::atomic<std::uint32_t>& wake_at,
+                     std::uint32_t reached) {
+  // (D) seq_cst, as in wake_sleeper().
+  if (sleeping.load(std::memory_order_seq_cst) != kSleeping) return;
+  // seq_cst: ordered after (D), so it sees the threshold stored before (A).
+  const std::uint32_t target = wake_at.load(std::memory_order_seq_cst);
+  // Wrap-around safe "reached >= target" on a 32-bit counter.
+  if (static_cast<std::int32_t>(reached - target) < 0) return;
+  futex_wake(word, 1);
+}
+
 int usable_cpu_count() {
   // sched_getaffinity with a buffer large enough for any machine we may see.
   constexpr int kMaxCpus = 8192;

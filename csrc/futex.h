@@ -94,6 +94,18 @@ FutexWaitResult sleep_on(std::atomic<std::uint32_t>& word, std::uint32_t seen,
 void wake_sleeper(std::atomic<std::uint32_t>& word,
                   std::atomic<std::uint32_t>& sleeping);
 
+// Like wake_sleeper() for a counter `word` whose sleeper only needs waking
+// once the counter reaches `wake_at` (stored by the sleeper, seq_cst, before
+// its (A)). `reached` is the counter's value after the waker's increment (C).
+// If (D) reads kSleeping, the later seq_cst load of `wake_at` sees the
+// threshold of that sleep (or a newer one), so the increment that reaches it
+// always wakes; increments short of it skip the syscall and the sleeper keeps
+// sleeping (the kernel does not re-check the word after it has slept).
+void wake_sleeper_at(std::atomic<std::uint32_t>& word,
+                     std::atomic<std::uint32_t>& sleeping,
+                     const std::atomic<std::uint32_t>& wake_at,
+                     std::uint32_t reached);
+
 // --------------------------------------------------------------- spinning --
 
 // Tells the CPU we are in a spin loop (x86 `pause`, arm64 `yield`).

@@ -97,6 +97,7 @@ ControlBlock ControlBlock::initialize(SharedRegion& region,
   // relaxed (all initial stores): published by the release store of magic.
   completion->count.store(0, std::memory_order_relaxed);
   completion->sleeping.store(kAwake, std::memory_order_relaxed);
+  completion->wake_at.store(0, std::memory_order_relaxed);
   for (std::size_t w = 0; w < num_workers; ++w) {
     auto* slot = new (&block.slots_[w]) JobSlot;
     slot->seq.store(0, std::memory_order_relaxed);

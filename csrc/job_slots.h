@@ -75,10 +75,15 @@ struct alignas(kCacheLineSize) ControlHeader {
   std::uint64_t control_size;
 };
 
-// The main process sleeps on `count` while waiting for completions.
+// The main process sleeps on `count` while waiting for completions. It
+// publishes in `wake_at` the count it needs before it sleeps, so a worker
+// wakes it only with the completion that reaches it: a wait for k jobs costs
+// the main process one wake-up, not k (each of which would preempt a worker
+// when workers outnumber cores).
 struct alignas(kCacheLineSize) CompletionWord {
   std::atomic<std::uint32_t> count;     // futex word: +1 per finished job
   std::atomic<std::uint32_t> sleeping;  // kSleeping while main sleeps
+  std::atomic<std::uint32_t> wake_at;   // wake main once count reaches this
 };
 
 // One worker's mailbox. Written by the main process: seq, job_type, arg;

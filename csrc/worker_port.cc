@@ -133,8 +133,10 @@ void WorkerPort::finish(JobStatus status, const InterruptCheck& check) {
   CompletionWord& completion = block_.completion();
   // seq_cst: the waker's change (C) of the handshake in futex.h, ordered
   // before our load of the main process's sleeping flag in wake_sleeper().
-  completion.count.fetch_add(1, std::memory_order_seq_cst);
-  wake_sleeper(completion.count, completion.sleeping);
+  const std::uint32_t reached =
+      completion.count.fetch_add(1, std::memory_order_seq_cst) + 1;
+  wake_sleeper_at(completion.count, completion.sleeping, completion.wake_at,
+                  reached);
 }
 
 }  // namespace alf_env::penv
