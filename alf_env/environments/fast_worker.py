@@ -76,6 +76,7 @@ class _Rows:
         # (`v[0, ...]` stays a writable view, also for scalar fields).
         self.views = views if batched else [v[0, ...] for v in views]
         self.paths = paths
+        self._casts: dict = {}
 
     def read(self, spec: Any) -> Any:
         # Copies: the env may keep the action; the parent reuses the rows.
@@ -89,18 +90,25 @@ class _Rows:
                 f"time_step_spec() has {len(self.views)} ({', '.join(self.paths)}); "
                 f"make step()/reset() return what the specs describe")
         for path, view, leaf in zip(self.paths, self.views, leaves):
-            array = np.asarray(leaf)
+            array = leaf if type(leaf) is np.ndarray else np.asarray(leaf)
             if array.shape != view.shape:
                 raise ValueError(
                     f"env {env_id} returned time_step.{path} of shape {array.shape} "
                     f"and dtype {array.dtype}; its spec expects shape {view.shape} and "
                     f"dtype {view.dtype}")
-            try:
-                np.copyto(view, array, casting="same_kind")
-            except TypeError:
+            if array.dtype != view.dtype and not self._converts(array.dtype, view.dtype):
                 raise ValueError(
                     f"env {env_id} returned time_step.{path} of dtype {array.dtype}, "
-                    f"which does not convert to the spec's {view.dtype}") from None
+                    f"which does not convert to the spec's {view.dtype}")
+            # Plain assignment: cheaper than np.copyto, and the dtype was checked.
+            view[...] = array
+
+    def _converts(self, source: np.dtype, target: np.dtype) -> bool:
+        """numpy's "same_kind" rule, cached (it is slow and asked every step)."""
+        key = (source, target)
+        if key not in self._casts:
+            self._casts[key] = np.can_cast(source, target, casting="same_kind")
+        return self._casts[key]
 
 
 class AlfRowsHandler:
@@ -153,24 +161,27 @@ def run_fast_loop(conn: Any, proxy: "pe._WorkerEnvProxy", env_id: Any,
         return True
     # Attached: tell the parent (the answer to its FAST_LOOP request).
     conn.send((pe.MessageType.RESULT, None))
-    job_type = _penv.JobType
+    # Enum members as locals, STEP tested first: this loop is the hot path.
+    step, reset, call, close, none = (_penv.JobType.STEP, _penv.JobType.RESET,
+                                      _penv.JobType.CALL, _penv.JobType.CLOSE,
+                                      _penv.JobType.NONE)
     while True:
         job, arg = port.wait_job(_JOB_WAIT_SLICE)
-        if job == job_type.NONE:
-            continue
-        if job == job_type.STEP:
+        if job == step:
             _run_env_job(conn, port, env_id, "step", handler.step, arg)
-        elif job == job_type.RESET:
+        elif job == reset:
             _run_env_job(conn, port, env_id, "reset", handler.reset, arg)
-        elif job == job_type.CALL:
+        elif job == call:
             msg_type, payload = conn.recv()
             keep_serving = pe.handle_message(conn, proxy, env_id, msg_type, payload)
             port.finish(_penv.JobStatus.OK)
             if not keep_serving:
                 return False
-        elif job == job_type.CLOSE:
+        elif job == close:
             port.finish(_penv.JobStatus.OK)
             return True
+        elif job == none:
+            continue
         else:
             raise ValueError(f"env {env_id} worker: unknown job type {job!r}")
 
