@@ -7,6 +7,7 @@ import signal
 import time
 import weakref
 
+import numpy as np
 import psutil
 import pytest
 
@@ -280,3 +281,38 @@ def test_unclosed_env_is_closed_by_its_atexit_hook():
     assert not psutil.pid_exists(pid)
     with pytest.raises(EnvironmentClosedError):
         env.call("add", 1, 1)
+
+
+# -- step / reset of an AlfEnvironment ---------------------------------------------
+
+
+@pytest.mark.parametrize("flatten", [False, True])
+def test_step_and_reset_match_in_process_env(make_env, flatten):
+    from tests.alf_test_envs import CountingEnv
+    env = make_env(CountingEnv, env_id=3, flatten=flatten)
+    local = CountingEnv(env_id=3)
+    assert env.time_step_spec() == local.time_step_spec()
+    first = env.reset()
+    assert first.step_type == local.reset().step_type
+    for t in range(30):
+        action = np.int64(t % 4)
+        promise = env.step(action, blocking=False)
+        remote, expected = promise(), local.step(action)
+        np.testing.assert_array_equal(remote.observation, expected.observation)
+        assert (remote.step_type, remote.reward, remote.discount) == \
+            (expected.step_type, expected.reward, expected.discount)
+
+
+@pytest.mark.parametrize("phase", ["reset", "step"])
+def test_exception_in_reset_or_step_keeps_type_and_traceback(make_env, phase):
+    from tests.alf_test_envs import CountingEnv
+    ctor = functools.partial(CountingEnv, fault="raise", fault_phase=phase, fault_step=1)
+    env = make_env(ctor, env_id=8)
+    with pytest.raises(ValueError, match="injected failure") as info:
+        env.reset()
+        env.step(np.int64(0))
+    cause = info.value.__cause__
+    assert cause.env_id == 8 and f"_{phase}" in cause.remote_traceback
+    assert f"during {phase}" in str(cause)
+    # The worker is still there: other calls work.
+    assert env.call("observation_spec")() == CountingEnv().observation_spec()
