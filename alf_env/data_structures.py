@@ -152,8 +152,44 @@ def time_step_spec(observation_spec: Any, action_spec: Any,
 def _uses_torch(observation: Any, use_tensor: Optional[bool]) -> bool:
     if use_tensor is not None:
         return use_tensor
+    if type(observation) is np.ndarray:
+        return False  # a single numpy leaf (the common case)
     leaves = nest.flatten(observation)
     return bool(leaves) and all(torch.is_tensor(x) for x in leaves)
+
+
+def _to_np(x: Any, dtype: np.dtype) -> np.ndarray:
+    """``x`` (array, tensor or number) as a numpy array of ``dtype``."""
+    if torch.is_tensor(x):
+        x = x.detach().cpu().numpy()
+    return np.asarray(x, dtype=dtype)
+
+
+# Numbers for which ``np.asarray(x, dtype)`` is always a new 0-d array, so
+# ``np.array(x, dtype)`` gives exactly what broadcasting it to shape () and
+# copying gives, without the (slow) broadcast.
+_SCALAR_TYPES = frozenset({
+    bool, int, float, np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8,
+    np.uint16, np.uint32, np.uint64, np.float16, np.float32, np.float64
+})
+
+
+def _scalar_array(value: Any, dtype: Any) -> np.ndarray:
+    """``np.broadcast_to(_to_np(value, dtype), ()).copy()``: a new 0-d array.
+
+    Raises:
+        ValueError: if ``value`` is an array that is not 0-d.
+    """
+    if type(value) in _SCALAR_TYPES:
+        return np.array(value, dtype=dtype)
+    return np.broadcast_to(_to_np(value, dtype), ()).copy()
+
+
+def _outer_array(value: Any, dtype: Any, outer: tuple) -> np.ndarray:
+    """``value`` broadcast to ``outer`` as a new array of ``dtype``."""
+    if not outer:
+        return _scalar_array(value, dtype)
+    return np.broadcast_to(_to_np(value, dtype), outer).copy()
 
 
 def generate_time_step(batched: bool,
@@ -208,22 +244,21 @@ def generate_time_step(batched: bool,
             raise ValueError("generate_time_step: cannot infer the batch size "
                              "from an empty observation without a reward")
 
-    def to_np(x: Any, dtype: np.dtype) -> np.ndarray:
-        if torch.is_tensor(x):
-            x = x.detach().cpu().numpy()
-        return np.asarray(x, dtype=dtype)
-
-    step_type_a = np.full(outer, step_type, dtype=np.int32)
-    discount_a = np.broadcast_to(to_np(discount, np.float32), outer).copy()
+    if not outer and type(step_type) is np.int32:
+        # np.full((), x, int32) of an int32 scalar is a new 0-d array of x.
+        step_type_a = np.array(step_type)
+    else:
+        step_type_a = np.full(outer, step_type, dtype=np.int32)
+    discount_a = _outer_array(discount, np.float32, outer)
     if reward is None:
         reward_a = reward_spec.numpy_zeros(outer)
     else:
-        reward_a = to_np(reward, reward_np_dtype)
+        reward_a = _to_np(reward, reward_np_dtype)
     if env_id is None:
         env_id_a = (np.arange(outer[0], dtype=np.int32) if batched
                     else np.zeros((), dtype=np.int32))
     else:
-        env_id_a = np.broadcast_to(to_np(env_id, np.int32), outer).copy()
+        env_id_a = _outer_array(env_id, np.int32, outer)
     if prev_action is None:
         if action_spec is None:
             raise ValueError("generate_time_step: need prev_action or action_spec")
@@ -231,18 +266,12 @@ def generate_time_step(batched: bool,
         if md_torch:
             prev_action = nest.map_structure(torch.from_numpy, prev_action)
 
-    fields = (step_type_a, reward_a, discount_a, env_id_a)
     if md_torch:
-        fields = tuple(torch.as_tensor(f) for f in fields)
-    step_type_a, reward_a, discount_a, env_id_a = fields
-    return TimeStep(
-        step_type=step_type_a,
-        reward=reward_a,
-        discount=discount_a,
-        observation=observation,
-        prev_action=prev_action,
-        env_id=env_id_a,
-        env_info=env_info)
+        step_type_a, reward_a, discount_a, env_id_a = (
+            torch.as_tensor(f) for f in (step_type_a, reward_a, discount_a, env_id_a))
+    # Positional: the same TimeStep as with keywords, without their cost.
+    return TimeStep(step_type_a, reward_a, discount_a, observation, prev_action,
+                    env_id_a, (), env_info)
 
 
 def _is_batched(reward: Any, reward_spec: TensorSpec) -> bool:

@@ -24,8 +24,9 @@ different lengths or keys) or ``TypeError`` (different container types); the
 message names the path where the nests differ and what was expected vs got.
 """
 
+import abc
 import collections.abc
-from typing import Any, Callable, Iterator, List, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -44,6 +45,104 @@ __all__ = [
 
 _PATH_SEPARATOR = "."
 
+# ----- node kinds ----------------------------------------------------------------
+#
+# Every public function below walks nests node by node, and at each node needs
+# the answer of ``is_nested`` / ``isinstance(x, Mapping)`` / ``is_namedtuple``.
+# Asking ``isinstance`` against ``collections.abc.Mapping`` (an ABC check) at
+# every node dominated the per-step cost of the environments. So the answer
+# is computed once per *type* with exactly those predicates and kept in
+# ``_KINDS``:
+#
+# * ``_LEAF``: not a tuple, list or Mapping;
+# * ``_SEQUENCE``: a list (or subclass), or a tuple (sub)class without
+#   ``_fields``: children in iteration order (what ``enumerate`` gives);
+# * ``_NAMEDTUPLE``: a tuple subclass with ``_fields``: children are
+#   ``zip(type(x)._fields, x)``;
+# * ``_NAMEDTUPLE_PLAIN``: the same, for a class that keeps ``tuple.__iter__``,
+#   so iterating it directly gives the same children as the ``zip`` whenever
+#   ``_fields`` is at least as long as the tuple (checked per node);
+# * ``_MAPPING``: a ``collections.abc.Mapping``: children in sorted key order.
+#
+# Why caching per type is exact: ``isinstance(x, tuple/list)`` depends only on
+# the type's bases, and ``isinstance(x, Mapping)`` on the bases and on ABC
+# registrations; every registration bumps ``abc.get_cache_token()``, and the
+# cache is dropped whenever that token changed (checked once per public call).
+# Types that override ``__class__`` (proxies, mocks) can make ``isinstance``
+# answer per instance, so they are never cached. What is assumed is only what
+# ``abc`` itself assumes: a class does not change its bases, gain or lose
+# ``_fields`` or swap ``__iter__`` after it has been used in a nest.
+_LEAF = 0
+_SEQUENCE = 1
+_NAMEDTUPLE = 2
+_NAMEDTUPLE_PLAIN = 3
+_MAPPING = 4
+
+# Builtin containers: their answers can never change (builtins cannot be
+# re-based, and ``dict`` is a Mapping by a registration that cannot be undone).
+_BUILTIN_KINDS: Dict[type, int] = {tuple: _SEQUENCE, list: _SEQUENCE, dict: _MAPPING}
+_KINDS: Dict[type, int] = dict(_BUILTIN_KINDS)
+# A bound on the cache, so code that creates classes on the fly (namedtuples
+# made per call) cannot make it grow without limit; refilling is cheap.
+_MAX_CACHED_KINDS = 4096
+_get_cache_token = abc.get_cache_token
+_kinds_token = _get_cache_token()
+_Mapping = collections.abc.Mapping
+
+
+def _sync_kinds() -> None:
+    """Drops the kind cache if an ABC registration happened since it was filled."""
+    global _kinds_token
+    token = _get_cache_token()
+    if token != _kinds_token:
+        _KINDS.clear()
+        _KINDS.update(_BUILTIN_KINDS)
+        _kinds_token = token
+
+
+def _lies_about_class(cls: type) -> bool:
+    """Whether instances of ``cls`` may report a ``__class__`` other than ``cls``."""
+    return any("__class__" in vars(base) for base in cls.__mro__[:-1])
+
+
+def _new_kind(value: Any) -> int:
+    """The kind of ``value`` from the original predicates; caches it if safe."""
+    cls = type(value)
+    if isinstance(value, _Mapping):
+        kind = _MAPPING
+    elif isinstance(value, tuple) and hasattr(cls, "_fields"):
+        kind = (_NAMEDTUPLE_PLAIN if issubclass(cls, tuple) and cls.__iter__ is tuple.__iter__
+                else _NAMEDTUPLE)
+    elif isinstance(value, (tuple, list)):
+        kind = _SEQUENCE
+    else:
+        kind = _LEAF
+    if not _lies_about_class(cls):
+        if len(_KINDS) >= _MAX_CACHED_KINDS:
+            _KINDS.clear()
+            _KINDS.update(_BUILTIN_KINDS)
+        _KINDS[cls] = kind
+    return kind
+
+
+def _kind(value: Any) -> int:
+    """The cached kind of ``value`` (see above)."""
+    kind = _KINDS.get(type(value))
+    if kind is None:
+        return _new_kind(value)
+    return kind
+
+
+def _namedtuple_children(value: Any, kind: int) -> Any:
+    """The children of a namedtuple node: what ``zip(_fields, value)`` yields."""
+    fields = type(value)._fields
+    # For a class keeping tuple.__iter__, the zip yields every element exactly
+    # when _fields is at least as long as the tuple itself.
+    if (kind == _NAMEDTUPLE_PLAIN and type(fields) is tuple
+            and len(fields) >= tuple.__len__(value)):
+        return value
+    return [child for _, child in zip(fields, value)]
+
 
 def is_namedtuple(value: Any) -> bool:
     """Whether ``value`` is an instance of a namedtuple type."""
@@ -52,7 +151,8 @@ def is_namedtuple(value: Any) -> bool:
 
 def is_nested(value: Any) -> bool:
     """Whether ``value`` is a container (tuple, list, namedtuple or mapping)."""
-    return isinstance(value, (tuple, list, collections.abc.Mapping))
+    _sync_kinds()
+    return _kind(value) != _LEAF
 
 
 def _sorted_keys(mapping: collections.abc.Mapping) -> List[Any]:
@@ -61,15 +161,6 @@ def _sorted_keys(mapping: collections.abc.Mapping) -> List[Any]:
         return sorted(mapping)
     except TypeError:
         return sorted(mapping, key=lambda k: (type(k).__name__, str(k)))
-
-
-def _children(nest: Any) -> List[Tuple[Any, Any]]:
-    """The ``(key, child)`` pairs of a container, in canonical order."""
-    if isinstance(nest, collections.abc.Mapping):
-        return [(k, nest[k]) for k in _sorted_keys(nest)]
-    if is_namedtuple(nest):
-        return list(zip(type(nest)._fields, nest))
-    return list(enumerate(nest))
 
 
 def _join(path: str, key: Any) -> str:
@@ -93,12 +184,26 @@ def _describe(value: Any) -> str:
     return f"leaf of type {_type_name(value)}"
 
 
-def _flatten_into(nest: Any, out: List[Any]) -> None:
-    if is_nested(nest):
-        for _, child in _children(nest):
-            _flatten_into(child, out)
+def _flatten_into(nest: Any, kind: int, out: List[Any]) -> None:
+    """Appends the leaves of the container ``nest`` (of ``kind``) to ``out``."""
+    if kind == _SEQUENCE:
+        children = nest
+    elif kind == _MAPPING:
+        children = [nest[k] for k in _sorted_keys(nest)]
     else:
-        out.append(nest)
+        children = _namedtuple_children(nest, kind)
+    append = out.append
+    kinds_get = _KINDS.get
+    for child in children:
+        child_kind = kinds_get(type(child))
+        if child_kind is None:
+            child_kind = _new_kind(child)
+        if child_kind == _LEAF:
+            append(child)
+        elif type(child) in _BUILTIN_KINDS and not child:
+            continue  # an empty builtin container (e.g. an unused field) has no leaves
+        else:
+            _flatten_into(child, child_kind, out)
 
 
 def flatten(nest: Any) -> List[Any]:
@@ -111,18 +216,29 @@ def flatten(nest: Any) -> List[Any]:
         The leaves; ``[nest]`` if ``nest`` is itself a leaf, ``[]`` for an empty
         container.
     """
+    _sync_kinds()
+    kind = _kind(nest)
+    if kind == _LEAF:
+        return [nest]
     out: List[Any] = []
-    _flatten_into(nest, out)
+    _flatten_into(nest, kind, out)
     return out
 
 
 def _flatten_with_path_into(nest: Any, path: str,
                             out: List[Tuple[str, Any]]) -> None:
-    if is_nested(nest):
-        for key, child in _children(nest):
-            _flatten_with_path_into(child, _join(path, key), out)
-    else:
+    kind = _kind(nest)
+    if kind == _LEAF:
         out.append((path, nest))
+        return
+    if kind == _SEQUENCE:
+        pairs: Any = enumerate(nest)
+    elif kind == _MAPPING:
+        pairs = [(k, nest[k]) for k in _sorted_keys(nest)]
+    else:
+        pairs = list(zip(type(nest)._fields, nest))
+    for key, child in pairs:
+        _flatten_with_path_into(child, _join(path, key), out)
 
 
 def flatten_with_path(nest: Any) -> List[Tuple[str, Any]]:
@@ -134,30 +250,69 @@ def flatten_with_path(nest: Any) -> List[Tuple[str, Any]]:
     Returns:
         A list of ``(dotted_path, leaf)``; the root leaf's path is ``""``.
     """
+    _sync_kinds()
     out: List[Tuple[str, Any]] = []
     _flatten_with_path_into(nest, "", out)
     return out
 
 
-def _rebuild(structure: Any, values: List[Any]) -> Any:
-    """Builds a container of ``structure``'s type from canonical-order values."""
-    if isinstance(structure, collections.abc.Mapping):
-        by_key = dict(zip(_sorted_keys(structure), values))
-        # Keep the structure's own key order (it matters to OrderedDict).
-        items = [(k, by_key[k]) for k in structure]
-        if isinstance(structure, collections.defaultdict):
-            return type(structure)(structure.default_factory, items)
-        return type(structure)(items)
-    if is_namedtuple(structure):
-        return type(structure)(*values)
-    return type(structure)(values)
+def _pack(structure: Any, kind: int, leaves: Iterator[Any]) -> Any:
+    """Builds a container like ``structure`` (of ``kind``) from ``leaves``.
+
+    Raises ``StopIteration`` when ``leaves`` runs out (the caller turns that
+    into its leaf-count error).
+    """
+    kinds_get = _KINDS.get
+    if kind == _MAPPING:
+        keys = _sorted_keys(structure)
+        children: Any = [structure[k] for k in keys]
+    elif kind == _SEQUENCE:
+        children = structure
+    else:
+        children = _namedtuple_children(structure, kind)
+    values = []
+    append = values.append
+    for child in children:
+        child_type = type(child)
+        child_kind = kinds_get(child_type)
+        if child_kind is None:
+            child_kind = _new_kind(child)
+        if child_kind == _LEAF:
+            append(next(leaves))
+        elif child_type in _BUILTIN_KINDS and not child:
+            # What packing an empty builtin container gives: tuple([]) is the
+            # () singleton, list([]) and dict([]) are new empty containers.
+            append(() if child_type is tuple else child_type())
+        else:
+            append(_pack(child, child_kind, leaves))
+    cls = type(structure)
+    if kind == _SEQUENCE:
+        return cls(values)
+    if kind != _MAPPING:
+        return cls(*values)
+    # Keep the structure's own key order (it matters to OrderedDict).
+    if cls is dict:
+        # ``update`` keeps the position of existing keys: the result has the
+        # structure's key order and the values matched by key.
+        packed = dict.fromkeys(structure)
+        packed.update(zip(keys, values))
+        return packed
+    by_key = dict(zip(keys, values))
+    items = [(k, by_key[k]) for k in structure]
+    if isinstance(structure, collections.defaultdict):
+        return cls(structure.default_factory, items)
+    return cls(items)
 
 
-def _pack(structure: Any, leaves: Iterator[Any]) -> Any:
-    if not is_nested(structure):
-        return next(leaves)
-    values = [_pack(child, leaves) for _, child in _children(structure)]
-    return _rebuild(structure, values)
+def _leaf_count_error(structure: Any, got: int) -> ValueError:
+    expected = len(flatten(structure))
+    return ValueError(
+        f"pack_sequence_as: the structure has {expected} leaves but the "
+        f"flat sequence has {got} elements. "
+        f"Structure: {structure!r}")
+
+
+_NO_LEAF = object()
 
 
 def pack_sequence_as(structure: Any, flat_sequence: Sequence[Any]) -> Any:
@@ -176,48 +331,107 @@ def pack_sequence_as(structure: Any, flat_sequence: Sequence[Any]) -> Any:
     Raises:
         ValueError: if the number of leaves does not match ``structure``.
     """
-    flat_sequence = list(flat_sequence)
-    expected = len(flatten(structure))
-    if expected != len(flat_sequence):
-        raise ValueError(
-            f"pack_sequence_as: the structure has {expected} leaves but the "
-            f"flat sequence has {len(flat_sequence)} elements. "
-            f"Structure: {structure!r}")
-    return _pack(structure, iter(flat_sequence))
+    _sync_kinds()
+    # A list is only read here, so it needs no defensive copy.
+    flat = flat_sequence if type(flat_sequence) is list else list(flat_sequence)
+    kind = _kind(structure)
+    if kind == _LEAF:
+        if len(flat) != 1:
+            raise _leaf_count_error(structure, len(flat))
+        return flat[0]
+    # Packing and counting in one walk: the count is checked when the walk
+    # ends or fails. A wrong count is reported before any other failure, as
+    # when the leaves were counted first.
+    leaves = iter(flat)
+    try:
+        packed = _pack(structure, kind, leaves)
+    except Exception:
+        if len(flatten(structure)) == len(flat):
+            raise
+        packed = _NO_LEAF  # the count error is raised below, outside the handler
+    if packed is _NO_LEAF or next(leaves, _NO_LEAF) is not _NO_LEAF:
+        raise _leaf_count_error(structure, len(flat))
+    return packed
 
 
-def _assert_same_structure(a: Any, b: Any, path: str, check_types: bool) -> None:
-    a_nested, b_nested = is_nested(a), is_nested(b)
-    if a_nested != b_nested:
-        raise ValueError(
-            f"The two nests differ at {_describe_path(path)}: expected "
-            f"{_describe(a)}, got {_describe(b)}.")
-    if not a_nested:
-        return
-    a_map = isinstance(a, collections.abc.Mapping)
-    b_map = isinstance(b, collections.abc.Mapping)
-    if a_map != b_map or (check_types and not a_map and type(a) is not type(b)):
-        raise TypeError(
-            f"The two nests differ at {_describe_path(path)}: expected "
-            f"{_describe(a)}, got {_describe(b)}.")
-    if a_map:
-        a_keys, b_keys = _sorted_keys(a), _sorted_keys(b)
-        if a_keys != b_keys:
+class _Mismatch(Exception):
+    """A structure difference found deep in a nest, carrying its path upwards.
+
+    The dotted path is only built (by the caller of the walk) when the nests
+    differ, so equal nests cost no string formatting.
+    """
+
+    def __init__(self, error: type, expected: Any, got: Any, keys: bool = False) -> None:
+        super().__init__()
+        self.error = error
+        self.expected = expected
+        self.got = got
+        self.keys = keys
+        self.reversed_path: List[Any] = []
+
+    def to_error(self) -> Exception:
+        path = ""
+        for key in reversed(self.reversed_path):
+            path = _join(path, key)
+        where = _describe_path(path)
+        a, b = self.expected, self.got
+        if self.keys:
+            a_keys, b_keys = _sorted_keys(a), _sorted_keys(b)
             missing = [k for k in a_keys if k not in b]
             extra = [k for k in b_keys if k not in a]
-            raise ValueError(
-                f"The two nests differ at {_describe_path(path)}: expected "
+            return self.error(
+                f"The two nests differ at {where}: expected "
                 f"keys {a_keys}, got keys {b_keys} (missing {missing}, "
                 f"unexpected {extra}).")
+        return self.error(
+            f"The two nests differ at {where}: expected "
+            f"{_describe(a)}, got {_describe(b)}.")
+
+
+def _assert_same_structure(a: Any, b: Any, check_types: bool) -> None:
+    a_kind, b_kind = _kind(a), _kind(b)
+    if a_kind == _LEAF or b_kind == _LEAF:
+        if a_kind != b_kind:
+            raise _Mismatch(ValueError, a, b)
+        return
+    a_map = a_kind == _MAPPING
+    b_map = b_kind == _MAPPING
+    if a_map != b_map or (check_types and not a_map and type(a) is not type(b)):
+        raise _Mismatch(TypeError, a, b)
+    kinds_get = _KINDS.get
+    if a_map:
+        a_keys = _sorted_keys(a)
+        if a_keys != _sorted_keys(b):
+            raise _Mismatch(ValueError, a, b, keys=True)
         for k in a_keys:
-            _assert_same_structure(a[k], b[k], _join(path, k), check_types)
+            a_child, b_child = a[k], b[k]
+            # Two leaves always match: skip the call.
+            if kinds_get(type(a_child)) == _LEAF and kinds_get(type(b_child)) == _LEAF:
+                continue
+            try:
+                _assert_same_structure(a_child, b_child, check_types)
+            except _Mismatch as mismatch:
+                mismatch.reversed_path.append(k)
+                raise
         return
     if len(a) != len(b):
-        raise ValueError(
-            f"The two nests differ at {_describe_path(path)}: expected "
-            f"{_describe(a)}, got {_describe(b)}.")
-    for (key, a_child), (_, b_child) in zip(_children(a), _children(b)):
-        _assert_same_structure(a_child, b_child, _join(path, key), check_types)
+        raise _Mismatch(ValueError, a, b)
+    a_children = a if a_kind == _SEQUENCE else _namedtuple_children(a, a_kind)
+    b_children = b if b_kind == _SEQUENCE else _namedtuple_children(b, b_kind)
+    for index, (a_child, b_child) in enumerate(zip(a_children, b_children)):
+        a_type = type(a_child)
+        if kinds_get(a_type) == _LEAF and kinds_get(type(b_child)) == _LEAF:
+            continue
+        if (a_type is type(b_child) and a_type in _BUILTIN_KINDS and not a_child
+                and not b_child):
+            continue  # two empty builtin containers of one type always match
+        try:
+            _assert_same_structure(a_child, b_child, check_types)
+        except _Mismatch as mismatch:
+            # The key of a child is its index, or its field for a namedtuple.
+            mismatch.reversed_path.append(
+                index if a_kind == _SEQUENCE else type(a)._fields[index])
+            raise
 
 
 def assert_same_structure(nest1: Any, nest2: Any, check_types: bool = True) -> None:
@@ -240,7 +454,14 @@ def assert_same_structure(nest1: Any, nest2: Any, check_types: bool = True) -> N
         The message names the path where the nests differ and gives the
         expected and actual node.
     """
-    _assert_same_structure(nest1, nest2, "", check_types)
+    _sync_kinds()
+    try:
+        _assert_same_structure(nest1, nest2, check_types)
+        return
+    except _Mismatch as found:
+        mismatch = found
+    # Raised outside the handler, so the error carries no internal context.
+    raise mismatch.to_error()
 
 
 def map_structure(fn: Callable[..., Any], *nests: Any, check_types: bool = True) -> Any:
@@ -260,6 +481,8 @@ def map_structure(fn: Callable[..., Any], *nests: Any, check_types: bool = True)
     if not nests:
         raise ValueError("map_structure needs at least one nest, got none.")
     first = nests[0]
+    if len(nests) == 1:
+        return pack_sequence_as(first, [fn(leaf) for leaf in flatten(first)])
     for other in nests[1:]:
         assert_same_structure(first, other, check_types)
     flats = [flatten(n) for n in nests]
@@ -288,8 +511,11 @@ def map_structure_with_path(fn: Callable[..., Any], *nests: Any,
     first = nests[0]
     for other in nests[1:]:
         assert_same_structure(first, other, check_types)
-    paths = [p for p, _ in flatten_with_path(first)]
-    flats = [flatten(n) for n in nests]
+    paths_and_leaves = flatten_with_path(first)
+    paths = [p for p, _ in paths_and_leaves]
+    # The leaves of ``first`` come from the same walk as its paths.
+    flats = [[leaf for _, leaf in paths_and_leaves]]
+    flats += [flatten(n) for n in nests[1:]]
     return pack_sequence_as(
         first, [fn(p, *leaves) for p, leaves in zip(paths, zip(*flats))])
 

@@ -57,6 +57,11 @@ def torch_dtype_to_numpy(dtype: DTypeLike) -> np.dtype:
     Raises:
         TypeError: if the dtype has no numpy equivalent (e.g. bfloat16).
     """
+    # A torch dtype (the common case) is its own as_torch_dtype: look it up
+    # directly.
+    np_dtype = _TORCH_TO_NUMPY.get(dtype) if type(dtype) is torch.dtype else None
+    if np_dtype is not None:
+        return np_dtype
     dtype = as_torch_dtype(dtype)
     try:
         return _TORCH_TO_NUMPY[dtype]
@@ -113,7 +118,8 @@ def _as_shape(shape: ShapeLike) -> torch.Size:
 
 
 def _full_shape(shape: torch.Size, outer_dims: OuterDims) -> tuple:
-    if outer_dims is None:
+    # An empty tuple of outer dims adds nothing (the unbatched case).
+    if outer_dims is None or (type(outer_dims) is tuple and not outer_dims):
         return tuple(shape)
     return tuple(int(d) for d in outer_dims) + tuple(shape)
 
@@ -190,7 +196,10 @@ class TensorSpec:
     @property
     def numpy_dtype(self) -> np.dtype:
         """The numpy dtype equivalent to :attr:`dtype`."""
-        return torch_dtype_to_numpy(self._dtype)
+        np_dtype = _TORCH_TO_NUMPY.get(self._dtype)
+        if np_dtype is None:
+            return torch_dtype_to_numpy(self._dtype)  # raises the TypeError
+        return np_dtype
 
     @property
     def dtype_str(self) -> str:
@@ -398,8 +407,13 @@ class BoundedTensorSpec(TensorSpec):
         """
         shape = _full_shape(self._shape, outer_dims)
         np_dtype = self.numpy_dtype
-        low = np.broadcast_to(self._minimum, shape)
-        high = np.broadcast_to(self._maximum, shape)
+        if shape == self._minimum.shape:
+            # The bounds already have the shape: broadcasting would only make
+            # read-only views of the same values (the samplers only read them).
+            low, high = self._minimum, self._maximum
+        else:
+            low = np.broadcast_to(self._minimum, shape)
+            high = np.broadcast_to(self._maximum, shape)
         if self.is_continuous:
             return _sample_float(rng, low, high, shape, np_dtype)
         return _sample_int(rng, low, high, shape, np_dtype)

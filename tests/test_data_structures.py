@@ -132,3 +132,51 @@ def test_torch_time_steps_follow_observation_type():
 def test_generate_time_step_requires_action_source():
     with pytest.raises(ValueError, match="need prev_action or action_spec"):
         generate_time_step(False, np.zeros(1), StepType.FIRST, 1.0)
+
+
+# ----- fast paths of unbatched numpy time steps -----------------------------------
+
+@pytest.mark.parametrize("discount", [0.5, np.float32(0.5), np.float64(0.5), np.array(0.5),
+                                      np.array(0.5, np.float32), torch.tensor(0.5), 1, True])
+@pytest.mark.parametrize("env_id", [None, 3, np.int32(3), np.int64(3), np.array(3),
+                                    torch.tensor(3)])
+@pytest.mark.parametrize("step_type", [StepType.MID, 1, np.int64(1)])
+def test_unbatched_scalar_fields_are_new_0d_arrays(discount, env_id, step_type):
+    ts = generate_time_step(False, np.zeros(2, np.float32), step_type, discount,
+                            prev_action=np.zeros((), np.int64), reward=1.0, env_id=env_id)
+    expected_id = 0 if env_id is None else 3
+    for field, dtype, value in ((ts.step_type, np.int32, 1),
+                                (ts.discount, np.float32, float(np.float32(discount))),
+                                (ts.env_id, np.int32, expected_id)):
+        assert type(field) is np.ndarray and field.shape == () and field.dtype == dtype
+        assert field.flags.writeable and field.flags.owndata and field.base is None
+        assert field.item() == value
+    again = generate_time_step(False, np.zeros(2, np.float32), step_type, discount,
+                               prev_action=np.zeros((), np.int64), reward=1.0, env_id=env_id)
+    # Every time step has its own arrays.
+    assert again.step_type is not ts.step_type and again.discount is not ts.discount
+    assert again.env_id is not ts.env_id
+    if isinstance(discount, np.ndarray):
+        assert ts.discount is not discount
+
+
+def test_unbatched_scalar_fields_reject_arrays_with_dims():
+    with pytest.raises(ValueError):
+        generate_time_step(False, np.zeros(2), StepType.MID, np.ones(2), prev_action=0,
+                           reward=1.0)
+    with pytest.raises(ValueError):
+        generate_time_step(False, np.zeros(2), StepType.MID, 1.0, prev_action=0, reward=1.0,
+                           env_id=np.arange(2))
+
+
+def test_reward_array_of_spec_dtype_is_kept_and_time_step_type_follows_leaves():
+    reward = np.array(2.0, np.float32)
+    ts = transition(np.zeros(2, np.float32), np.zeros((), np.int64), reward)
+    assert ts.reward is reward
+    assert isinstance(ts, TimeStep) and ts.untransformed == () and ts.env_info == {}
+    # A single numpy leaf, an empty observation and mixed leaves give numpy.
+    assert isinstance(transition((), 0, reward).step_type, np.ndarray)
+    mixed = transition({"a": torch.zeros(1), "b": np.zeros(1)}, 0, reward)
+    assert isinstance(mixed.step_type, np.ndarray)
+    assert torch.is_tensor(transition(torch.zeros(1), 0, reward).step_type)
+    assert torch.is_tensor(transition(np.zeros(1), 0, reward, use_tensor=True).discount)

@@ -271,3 +271,56 @@ def test_sample_outer_dims_shape():
     assert tuple(spec.sample((4, )).shape) == (4, 2, 3)
     assert spec.numpy_sample((1, 4)).shape == (1, 4, 2, 3)
     assert spec.numpy_sample().shape == (2, 3)
+
+
+# ----- fast paths -----------------------------------------------------------------
+
+@pytest.mark.parametrize("torch_dtype", [torch.bool, torch.uint8, torch.int8, torch.int16,
+                                         torch.int32, torch.int64, torch.float16,
+                                         torch.float32, torch.float64, torch.complex64])
+def test_numpy_dtype_matches_torch_dtype_to_numpy(torch_dtype):
+    spec = TensorSpec((1, ), torch_dtype)
+    assert spec.numpy_dtype == torch_dtype_to_numpy(torch_dtype)
+    assert spec.numpy_dtype == torch_dtype_to_numpy(str(torch_dtype))
+    assert isinstance(spec.numpy_dtype, np.dtype)
+
+
+def test_numpy_dtype_without_numpy_equivalent_still_raises():
+    spec = TensorSpec((1, ), torch.bfloat16)
+    with pytest.raises(TypeError, match="has no numpy equivalent"):
+        _ = spec.numpy_dtype
+
+
+@pytest.mark.parametrize("outer_dims,expected", [
+    (None, (2, 3)), ((), (2, 3)), ([], (2, 3)), (np.array([], dtype=np.int64), (2, 3)),
+    ((4, ), (4, 2, 3)), ([1, 2], (1, 2, 2, 3)), (np.array([5]), (5, 2, 3)),
+])
+def test_outer_dims_forms(outer_dims, expected):
+    spec = BoundedTensorSpec((2, 3), torch.int64, 0, 5)
+    assert spec.numpy_zeros(outer_dims).shape == expected
+    assert tuple(spec.zeros(outer_dims).shape) == expected
+    assert spec.numpy_sample(outer_dims, np.random.RandomState(0)).shape == expected
+
+
+@pytest.mark.parametrize("dtype,minimum,maximum", [
+    (torch.float32, [-1.0, 0.0], [1.0, np.inf]),
+    (torch.float64, -np.inf, np.inf),
+    (torch.int64, [0, -5], [3, 5]),
+    (torch.uint8, 0, 255),
+    (torch.bool, None, None),
+])
+@pytest.mark.parametrize("rng_factory", [np.random.RandomState, np.random.default_rng])
+def test_sampling_without_outer_dims_matches_broadcast_bounds(dtype, minimum, maximum,
+                                                              rng_factory):
+    # Without outer dims the bounds are used as they are, not broadcast: the
+    # values must be those of the broadcasting path (outer dims (1,)).
+    spec = BoundedTensorSpec((2, ), dtype, minimum, maximum)
+    bounds = (spec.minimum.copy(), spec.maximum.copy())
+    plain = spec.numpy_sample(None, rng_factory(5))
+    broadcast = spec.numpy_sample((1, ), rng_factory(5))[0]
+    np.testing.assert_array_equal(plain, broadcast)
+    assert plain.dtype == broadcast.dtype == spec.numpy_dtype
+    assert plain.flags.writeable
+    np.testing.assert_array_equal(spec.minimum, bounds[0])
+    np.testing.assert_array_equal(spec.maximum, bounds[1])
+    assert not spec.minimum.flags.writeable and not spec.maximum.flags.writeable

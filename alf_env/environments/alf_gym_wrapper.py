@@ -33,8 +33,9 @@ entry whose shape changed raises ``ValueError``, and new entries are ignored.
 Pass ``env_info_spec`` to skip the probe.
 """
 
+import collections
 import collections.abc
-from typing import Any, Dict, Optional
+from typing import Any, Callable, Dict, Optional
 
 import gymnasium
 import numpy as np
@@ -42,7 +43,8 @@ import torch
 from gymnasium import spaces
 
 from alf_env import nest
-from alf_env.data_structures import TimeStep, restart, termination, transition, truncation
+from alf_env.data_structures import (StepType, TimeStep, _scalar_array, restart, termination,
+                                     transition, truncation)
 from alf_env.environments.alf_environment import AlfEnvironment
 from alf_env.tensor_specs import (BoundedTensorSpec, TensorSpec, numpy_dtype_to_torch)
 
@@ -151,10 +153,258 @@ def _fetch_info(spec: Any, info: Any, path: str) -> Any:
                       for key in sorted(spec))
 
 
+# ----- compiled per-step conversions ---------------------------------------------
+#
+# The conversions above walk generic nests (structure assertion, path
+# strings, dtype look-ups) on every step. The wrapper's specs are fixed when
+# it is created, so it compiles them once into small closures that handle the
+# common case directly: exact ``dict`` / ``tuple`` / ``list`` containers
+# matching the spec, numpy leaves. A compiled converter never decides an
+# uncommon case: it raises (``_Fallback``, or whatever numpy raised) and the
+# caller re-runs the general conversion, which gives the result or the precise
+# error of before. The conversions have no side effects, so re-running them
+# is safe. Specs that are not plain dicts, tuples, lists and ``TensorSpec``
+# leaves are not compiled: they always take the general path.
+
+_Converter = Callable[[Any], Any]
+
+
+class _Fallback(Exception):
+    """A compiled converter met an input it does not handle."""
+
+
+# Containers a compiled converter accepts where the general path accepts any
+# Mapping / any tuple or list (``check_types=False``); they have no
+# ``__missing__`` and index, iterate and measure like the builtins.
+_FAST_MAPPINGS = (dict, collections.OrderedDict)
+_FAST_SEQUENCES = (tuple, list)
+
+
+def _compile_structure(spec: Any, leaf: Callable[[TensorSpec], _Converter]
+                       ) -> Optional[_Converter]:
+    """Compiles ``map_structure(convert_leaf, spec, x, check_types=False)``.
+
+    Args:
+        spec: the spec nest.
+        leaf: makes the converter of one ``TensorSpec`` leaf; it must raise
+            when the value is nested.
+
+    Returns:
+        A converter whose result is what ``nest.map_structure`` packs (the
+        spec's container types and key order), or ``None`` if ``spec`` has
+        containers other than ``dict``, ``tuple`` and ``list``.
+    """
+    spec_type = type(spec)
+    if spec_type is dict:
+        try:
+            keys = sorted(spec)
+        except TypeError:
+            return None  # unorderable keys: the general path sorts by str
+        children = [_compile_structure(spec[k], leaf) for k in keys]
+        if any(child is None for child in children):
+            return None
+        pairs = list(zip(keys, children))
+        spec_order = list(spec)
+        in_sorted_order = spec_order == keys
+        size = len(keys)
+
+        def convert_dict(value: Any) -> Any:
+            if type(value) not in _FAST_MAPPINGS or len(value) != size:
+                raise _Fallback
+            # Same size and every spec key present: the same keys. Values are
+            # converted in sorted key order, as the general path does, and
+            # packed in the spec's key order.
+            if in_sorted_order:
+                return {k: child(value[k]) for k, child in pairs}
+            by_key = {k: child(value[k]) for k, child in pairs}
+            return {k: by_key[k] for k in spec_order}
+
+        return convert_dict
+    if spec_type is tuple or spec_type is list:
+        children = [_compile_structure(s, leaf) for s in spec]
+        if any(child is None for child in children):
+            return None
+        size = len(children)
+
+        def convert_sequence(value: Any) -> Any:
+            if type(value) not in _FAST_SEQUENCES or len(value) != size:
+                raise _Fallback
+            return spec_type([child(v) for child, v in zip(children, value)])
+
+        return convert_sequence
+    if isinstance(spec, TensorSpec) and not nest.is_nested(spec):
+        return leaf(spec)
+    return None
+
+
+def _observation_leaf(spec: TensorSpec) -> _Converter:
+    """``np.asarray(_to_numpy(x), dtype=spec.numpy_dtype)`` for a leaf ``x``."""
+    dtype = spec.numpy_dtype
+
+    def convert(value: Any) -> Any:
+        if type(value) is np.ndarray:
+            # np.asarray returns an ndarray of the requested dtype as is.
+            return value if value.dtype is dtype else np.asarray(value, dtype=dtype)
+        if nest.is_nested(value):
+            raise _Fallback
+        return np.asarray(_to_numpy(value), dtype=dtype)
+
+    return convert
+
+
+def _action_leaf(spec: TensorSpec) -> _Converter:
+    """``np.asarray(_to_numpy(x)).astype(dtype)`` after the shape check."""
+    shape = tuple(spec.shape)
+    dtype = spec.numpy_dtype
+    # A numpy scalar of exactly the spec dtype needs no cast: np.array copies
+    # it into the same 0-d array that asarray + astype would make.
+    scalar_type = dtype.type if shape == () and np.dtype(dtype.type) == dtype else None
+
+    def convert(value: Any) -> np.ndarray:
+        value_type = type(value)
+        if value_type is np.ndarray:
+            # np.asarray(_to_numpy(x)) is x itself for an exact ndarray.
+            if value.shape != shape:
+                raise _Fallback
+            return value.astype(dtype)
+        if value_type is scalar_type:
+            return np.array(value)
+        if nest.is_nested(value):
+            raise _Fallback
+        array = np.asarray(_to_numpy(value))
+        if array.shape != shape:
+            raise _Fallback
+        return array.astype(dtype)
+
+    return convert
+
+
+def _compile_zeros(spec: Any) -> Optional[Callable[[], Any]]:
+    """Compiles ``nest.map_structure(lambda s: s.numpy_zeros(()), spec)``."""
+    spec_type = type(spec)
+    if spec_type is dict:
+        try:
+            keys = sorted(spec)
+        except TypeError:
+            return None
+        children = [_compile_zeros(spec[k]) for k in keys]
+        if any(child is None for child in children):
+            return None
+        by_spec_order = [children[keys.index(k)] for k in spec]
+        spec_order = list(spec)
+        return lambda: dict(zip(spec_order, [child() for child in by_spec_order]))
+    if spec_type is tuple or spec_type is list:
+        children = [_compile_zeros(s) for s in spec]
+        if any(child is None for child in children):
+            return None
+        return lambda: spec_type([child() for child in children])
+    if type(spec) in (TensorSpec, BoundedTensorSpec):
+        # numpy_zeros(()) is np.zeros(() + shape, dtype) for these classes.
+        shape, dtype = tuple(spec.shape), spec.numpy_dtype
+        return lambda: np.zeros(shape, dtype=dtype)
+    return None
+
+
+def _compile_info(spec: Any) -> Optional[_Converter]:
+    """Compiles ``_fetch_info(spec, info, path)``; ``None`` if not compilable."""
+    if isinstance(spec, TensorSpec):
+        shape, dtype = tuple(spec.shape), spec.numpy_dtype
+
+        def fetch_leaf(info: Any) -> Any:
+            if info is None:
+                return spec.numpy_zeros()
+            array = np.asarray(_to_numpy(info))
+            if array.shape != shape:
+                raise _Fallback  # the general path raises the shape error
+            return array.astype(dtype)
+
+        return fetch_leaf
+    if type(spec) is not dict:
+        return None
+    try:
+        keys = sorted(spec)
+    except TypeError:
+        return None
+    children = [_compile_info(spec[k]) for k in keys]
+    if any(child is None for child in children):
+        return None
+    if not keys:
+        return _no_info  # an empty spec selects nothing from any info
+    pairs = list(zip(keys, children))
+
+    def fetch_dict(info: Any) -> Any:
+        if info is None:
+            info = {}  # not a Mapping: every entry is missing
+        elif type(info) not in _FAST_MAPPINGS:
+            raise _Fallback
+        get = info.get
+        return {k: child(get(k)) for k, child in pairs}
+
+    return fetch_dict
+
+
+def _no_info(info: Any) -> Dict[Any, Any]:
+    """``_fetch_info({}, info, path)``: a new empty dict."""
+    return {}
+
+
+def _compile_gym_action(space: spaces.Space) -> _Converter:
+    """Compiles ``AlfGymWrapper._to_gym_action(space, action)``."""
+    if isinstance(space, spaces.Dict):
+        children = [(k, _compile_gym_action(s)) for k, s in space.spaces.items()]
+        return lambda action: {k: child(action[k]) for k, child in children}
+    if isinstance(space, spaces.Tuple):
+        children = [_compile_gym_action(s) for s in space.spaces]
+        return lambda action: tuple(child(a) for child, a in zip(children, action))
+    dtype = space.dtype
+    if isinstance(space, spaces.Discrete):
+
+        def to_int(action: Any) -> Any:
+            # np.asarray returns a 0-d array of the right dtype as is, and
+            # reshape(()) of it is a view: .item() gives the same number.
+            if type(action) is np.ndarray and action.dtype is dtype and action.ndim == 0:
+                return action.item()
+            return np.asarray(action, dtype=dtype).reshape(()).item()
+
+        return to_int
+
+    def to_array(action: Any) -> Any:
+        if type(action) is np.ndarray and action.dtype is dtype:
+            return action  # what np.asarray returns for it
+        return np.asarray(action, dtype=dtype)
+
+    return to_array
+
+
+# What generate_time_step() makes of the step types and the discount 0 of a
+# termination, made once; every time step gets its own copy, as before.
+_FIRST_ARRAY = _scalar_array(StepType.FIRST, np.int32)
+_MID_ARRAY = _scalar_array(StepType.MID, np.int32)
+_LAST_ARRAY = _scalar_array(StepType.LAST, np.int32)
+_ZERO_DISCOUNT_ARRAY = _scalar_array(0.0, np.float32)
+_ONE_DISCOUNT_ARRAY = _scalar_array(1.0, np.float32)
+
+
+# The attributes set by AlfGymWrapper._compile (left out of pickles).
+_COMPILED_ATTRIBUTES = ("_fast_observation", "_fast_action", "_fast_zero_action",
+                        "_fast_env_info", "_gym_action_space", "_fast_gym_action",
+                        "_direct_time_steps", "_direct_gym_action", "_discount_array",
+                        "_env_id_array")
+
+
+def _is_inherited(obj: Any, name: str) -> bool:
+    """Whether ``obj``'s class uses ``AlfGymWrapper``'s own method ``name``."""
+    return getattr(type(obj), name) is getattr(AlfGymWrapper, name)
+
+
 class AlfGymWrapper(AlfEnvironment):
     """An :class:`AlfEnvironment` over a ``gymnasium.Env``; see the module doc.
 
     Unknown public attributes are looked up on the wrapped gymnasium env.
+
+    The per-step conversions are compiled, when the wrapper is created, from
+    its specs and from the gymnasium env's action space; do not change those
+    in place afterwards.
     """
 
     def __init__(self,
@@ -186,9 +436,54 @@ class AlfGymWrapper(AlfEnvironment):
         self._action_spec = tensor_spec_from_gym_space(gym_env.action_space)
         self._pending_seed: Optional[int] = None
         self._done = True
+        # No compiled conversions yet: the probe below takes the general path.
+        self._fast_gym_action: Optional[_Converter] = None
+        self._gym_action_space: Optional[spaces.Space] = None
         if env_info_spec is None:
             env_info_spec = self._probe_env_info_spec()
         self._env_info_spec = env_info_spec
+        self._compile()
+
+    def _compile(self) -> None:
+        """Compiles the per-step conversions of the specs (see above)."""
+        self._fast_observation = _compile_structure(self._observation_spec,
+                                                    _observation_leaf)
+        self._fast_action = _compile_structure(self._action_spec, _action_leaf)
+        self._fast_zero_action = _compile_zeros(self._action_spec)
+        self._fast_env_info = _compile_info(self._env_info_spec)
+        self._gym_action_space = self._gym_env.action_space
+        self._fast_gym_action = _compile_gym_action(self._gym_action_space)
+        # Time steps are built directly (not through restart() / transition()
+        # ...) when the observation and reward come from this class's own
+        # conversions: then they are numpy arrays and the reward is a float32
+        # scalar array, which is what those helpers assume for an unbatched
+        # numpy time step. A subclass that converts differently keeps the
+        # helpers.
+        self._direct_time_steps = (_is_inherited(self, "_observation")
+                                   and _is_inherited(self, "_reward"))
+        # _step may call the compiled action conversion for the gymnasium env
+        # itself when _to_gym_action is this class's.
+        self._direct_gym_action = _is_inherited(self, "_to_gym_action")
+        # The discount and env id arrays, made once from the values they are
+        # made from (re-made should those attributes ever be replaced).
+        self._discount_array = (self._discount, _scalar_array(self._discount, np.float32))
+        self._env_id_array = (self._env_id, _scalar_array(self._env_id, np.int32))
+
+    def __getstate__(self) -> Dict[str, Any]:
+        """The state to pickle: everything but the compiled conversions.
+
+        The compiled conversions are closures, which do not pickle; they are
+        compiled again from the rest of the state when it is unpickled.
+        """
+        state = self.__dict__.copy()
+        for name in _COMPILED_ATTRIBUTES:
+            state.pop(name, None)
+        return state
+
+    def __setstate__(self, state: Dict[str, Any]) -> None:
+        """Restores a pickled state and compiles its conversions again."""
+        self.__dict__.update(state)
+        self._compile()
 
     # ----- probing ----------------------------------------------------------
     def _fixed_action(self) -> Any:
@@ -256,6 +551,15 @@ class AlfGymWrapper(AlfEnvironment):
 
     # ----- conversions --------------------------------------------------------
     def _observation(self, observation: Any) -> Any:
+        convert = self._fast_observation
+        if convert is not None:
+            try:
+                return convert(observation)
+            except Exception:  # not the common case: the general path decides
+                pass
+        return self._observation_general(observation)
+
+    def _observation_general(self, observation: Any) -> Any:
         try:
             nest.assert_same_structure(self._observation_spec, observation,
                                        check_types=False)
@@ -268,6 +572,15 @@ class AlfGymWrapper(AlfEnvironment):
             self._observation_spec, observation, check_types=False)
 
     def _action_arrays(self, action: Any) -> Any:
+        convert = self._fast_action
+        if convert is not None:
+            try:
+                return convert(action)
+            except Exception:  # not the common case: the general path decides
+                pass
+        return self._action_arrays_general(action)
+
+    def _action_arrays_general(self, action: Any) -> Any:
         try:
             nest.assert_same_structure(self._action_spec, action, check_types=False)
         except (TypeError, ValueError) as err:
@@ -285,6 +598,10 @@ class AlfGymWrapper(AlfEnvironment):
                                             check_types=False)
 
     def _to_gym_action(self, space: spaces.Space, action: Any) -> Any:
+        # The compiled form is used for the space it was compiled from, while
+        # the gymnasium env still reports that same space object.
+        if space is self._gym_action_space and self._fast_gym_action is not None:
+            return self._fast_gym_action(action)
         if isinstance(space, spaces.Dict):
             return {k: self._to_gym_action(s, action[k]) for k, s in space.spaces.items()}
         if isinstance(space, spaces.Tuple):
@@ -294,10 +611,19 @@ class AlfGymWrapper(AlfEnvironment):
         return np.asarray(action, dtype=space.dtype)
 
     def _env_info(self, info: Any) -> Any:
+        fetch = self._fast_env_info
+        if fetch is not None:
+            try:
+                return fetch(info)
+            except Exception:  # not the common case: the general path decides
+                pass
         return _fetch_info(self._env_info_spec, info, "")
 
     @staticmethod
     def _reward(reward: Any) -> np.ndarray:
+        if type(reward) is float:
+            # A Python float is no tensor and always converts to shape ().
+            return np.asarray(reward, dtype=np.float32)
         value = np.asarray(_to_numpy(reward), dtype=np.float32)
         if value.shape != ():
             raise ValueError(f"reward: expected a scalar (reward_spec shape ()), got "
@@ -305,22 +631,62 @@ class AlfGymWrapper(AlfEnvironment):
         return value
 
     # ----- stepping -----------------------------------------------------------
+    def _fresh_env_id(self) -> np.ndarray:
+        """A new 0-d int32 array of ``env_id``, as generate_time_step makes it."""
+        source, array = self._env_id_array
+        if source is self._env_id:
+            return array.copy()
+        return _scalar_array(self._env_id, np.int32)
+
+    def _fresh_discount(self) -> np.ndarray:
+        """A new 0-d float32 array of ``discount``, as generate_time_step makes it."""
+        source, array = self._discount_array
+        if source is self._discount:
+            return array.copy()
+        return _scalar_array(self._discount, np.float32)
+
     def _reset(self) -> TimeStep:
         seed, self._pending_seed = self._pending_seed, None
         observation, info = self._gym_env.reset(seed=seed)
         self._done = False
-        return restart(self._observation(observation), self._action_spec,
-                       env_id=self._env_id, env_info=self._env_info(info))
+        observation = self._observation(observation)
+        env_info = self._env_info(info)
+        if self._direct_time_steps and self._fast_zero_action is not None:
+            # What restart() builds for a numpy observation: zero reward and
+            # prev_action, discount 1 (see _compile).
+            return TimeStep(_FIRST_ARRAY.copy(), np.zeros((), dtype=np.float32),
+                            _ONE_DISCOUNT_ARRAY.copy(), observation,
+                            self._fast_zero_action(), self._fresh_env_id(), (),
+                            {} if env_info is None else env_info)
+        return restart(observation, self._action_spec, env_id=self._env_id,
+                       env_info=env_info)
 
     def _step(self, action: Any) -> TimeStep:
         if self._done and self._auto_reset:
             return self.reset()
         action = self._action_arrays(action)
-        observation, reward, terminated, truncated, info = self._gym_env.step(
-            self._to_gym_action(self._gym_env.action_space, action))
+        space = self._gym_env.action_space
+        if space is self._gym_action_space and self._direct_gym_action:
+            gym_action = self._fast_gym_action(action)
+        else:
+            gym_action = self._to_gym_action(space, action)
+        observation, reward, terminated, truncated, info = self._gym_env.step(gym_action)
         self._done = bool(terminated or truncated)
-        args = (self._observation(observation), action, self._reward(reward))
-        kwargs = dict(env_id=self._env_id, env_info=self._env_info(info))
+        observation = self._observation(observation)
+        reward = self._reward(reward)
+        env_info = self._env_info(info)
+        if self._direct_time_steps:
+            # What termination() / truncation() / transition() build for a
+            # numpy observation and a float32 scalar reward (see _compile).
+            if terminated:
+                step_type, discount = _LAST_ARRAY.copy(), _ZERO_DISCOUNT_ARRAY.copy()
+            else:
+                step_type = (_LAST_ARRAY if truncated else _MID_ARRAY).copy()
+                discount = self._fresh_discount()
+            return TimeStep(step_type, reward, discount, observation, action,
+                            self._fresh_env_id(), (), {} if env_info is None else env_info)
+        args = (observation, action, reward)
+        kwargs = dict(env_id=self._env_id, env_info=env_info)
         if terminated:
             return termination(*args, **kwargs)
         if truncated:

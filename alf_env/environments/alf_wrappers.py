@@ -125,8 +125,10 @@ class BatchEnvironmentWrapper(AlfEnvironment):
             return leaf
 
         nest.map_structure_with_path(check, action)
+        # map_structure(lambda a: a[i], action) for each row, flattening once.
+        leaves = nest.flatten(action)
         return self._batch([
-            env.step(nest.map_structure(lambda a, i=i: a[i], action))
+            env.step(nest.pack_sequence_as(action, [a[i] for a in leaves]))
             for i, env in enumerate(self._envs)
         ])
 

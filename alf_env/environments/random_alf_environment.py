@@ -178,6 +178,10 @@ class RandomAlfEnvironment(AlfEnvironment):
                                      f"{spec.numpy_dtype}, got shape {array.shape}")
             return np.array(array, dtype=spec.numpy_dtype)
 
+        if not nest.is_nested(self._action_spec) and not nest.is_nested(action):
+            # A leaf against a leaf: what map_structure_with_path does, minus
+            # its walk of the (trivial) nests.
+            return convert("", self._action_spec, action)
         return nest.map_structure_with_path(convert, self._action_spec, action)
 
     def _reward(self, step_type: np.int32, action: Any, observation: Any) -> np.ndarray:

@@ -1,5 +1,9 @@
 """Tests of AlfGymWrapper."""
 
+import collections
+import copy
+import pickle
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -8,7 +12,8 @@ from gymnasium import spaces
 
 from alf_env import nest
 from alf_env.data_structures import StepType
-from alf_env.environments.alf_gym_wrapper import AlfGymWrapper, tensor_spec_from_gym_space
+from alf_env.environments.alf_gym_wrapper import (AlfGymWrapper, _fetch_info,
+                                                  tensor_spec_from_gym_space)
 from alf_env.errors import EnvironmentClosedError
 from alf_env.tensor_specs import BoundedTensorSpec, TensorSpec
 
@@ -268,3 +273,266 @@ def test_attribute_forwarding():
     assert env.metadata == {"render_modes": ["rgb_array"]}
     with pytest.raises(AttributeError):
         _ = env.no_such_attribute
+
+
+# ----- compiled fast paths against the general conversions -------------------------
+
+class _GeneralWrapper(AlfGymWrapper):
+    """Takes the general (uncompiled) conversions and the time step helpers."""
+
+    def _compile(self):
+        super()._compile()
+        self._fast_gym_action = None  # _to_gym_action takes its general branches
+
+    def _observation(self, observation):
+        return self._observation_general(observation)
+
+    def _action_arrays(self, action):
+        return self._action_arrays_general(action)
+
+    def _env_info(self, info):
+        return _fetch_info(self._env_info_spec, info, "")
+
+    def _to_gym_action(self, space, action):
+        return super()._to_gym_action(space, action)
+
+    @staticmethod
+    def _reward(reward):
+        return AlfGymWrapper._reward(reward)
+
+
+class _FormsEnv(_ScriptedEnv):
+    """A _ScriptedEnv whose observations, rewards and infos come in other forms."""
+
+    def __init__(self, observation_transform, reward=1.0, info_transform=None, **kwargs):
+        super().__init__(**kwargs)
+        self._transform = observation_transform
+        self._reward_value = reward
+        self._info_transform = info_transform or (lambda info: info)
+
+    def reset(self, *, seed=None, options=None):
+        observation, info = super().reset(seed=seed, options=options)
+        return self._transform(observation), self._info_transform(info)
+
+    def step(self, action):
+        observation, _, terminated, truncated, info = super().step(action)
+        return (self._transform(observation), self._reward_value, terminated, truncated,
+                self._info_transform(info))
+
+
+def _describe(value):
+    """Everything observable about a nest of arrays: types, dtypes, layout, bytes."""
+    if isinstance(value, dict):
+        return (type(value), [(k, _describe(v)) for k, v in value.items()])
+    if isinstance(value, (tuple, list)):
+        return (type(value), [_describe(v) for v in value])
+    if isinstance(value, np.ndarray):
+        return (np.ndarray, value.dtype.str, value.shape, value.strides,
+                value.flags.writeable, value.flags.owndata, value.tobytes())
+    if torch.is_tensor(value):
+        return (torch.Tensor, value.dtype, tuple(value.shape), value.tolist())
+    return (type(value), repr(value))
+
+
+def _outcome(call):
+    try:
+        return ("ok", _describe(call()))
+    except Exception as err:  # the same error, type and message, is expected
+        return ("error", type(err), str(err))
+
+
+def _to_list(value):
+    return value.tolist() if isinstance(value, np.ndarray) else value
+
+
+def _as_ordered_dict(value):
+    return collections.OrderedDict(value) if isinstance(value, dict) else value
+
+
+def _as_torch(value):
+    return nest.map_structure(lambda x: torch.as_tensor(np.asarray(x)), value)
+
+
+def _as_float64(value):
+    return nest.map_structure(lambda x: np.asarray(x, np.float64), value)
+
+
+def _as_fortran(value):
+    return nest.map_structure(lambda x: np.asfortranarray(np.asarray(x)), value)
+
+
+TUPLE_SPACE = spaces.Tuple((spaces.Discrete(3), spaces.Box(-1.0, 1.0, (2, 2), np.float32)))
+NESTED_SPACE = spaces.Dict({"z": TUPLE_SPACE, "a": spaces.Box(0, 5, (3, ), np.int32)})
+
+
+@pytest.mark.parametrize("space", [
+    spaces.Box(-1.0, 1.0, (4, ), np.float32),
+    spaces.Box(-1.0, 1.0, (2, ), np.float64),
+    spaces.Discrete(5, start=-2),
+    spaces.MultiBinary(3),
+    ALL_SPACES,
+    TUPLE_SPACE,
+    NESTED_SPACE,
+])
+@pytest.mark.parametrize("transform", [
+    lambda x: x, _as_float64, _as_torch, _as_fortran, _as_ordered_dict,
+    lambda x: list(x) if isinstance(x, tuple) else x,
+    lambda x: nest.map_structure(_to_list, x),
+    lambda x: (x, ),  # a structure mismatch
+])
+def test_fast_paths_match_general_path(space, transform):
+    def run(wrapper_class, reward):
+        env = wrapper_class(_FormsEnv(transform, reward=reward, observation_space=space,
+                                      action_space=space, length=4, end="both"), env_id=2,
+                            discount=0.9)
+        env.seed(0)
+        rng = np.random.RandomState(0)
+        outcomes = [_outcome(env.reset)]
+        for i in range(10):
+            sample = nest.map_structure(lambda s: s.numpy_sample(rng=rng), env.action_spec())
+            action = [sample, transform(sample), _as_torch(sample),
+                      nest.map_structure(lambda x: x[()] if x.ndim == 0 else x, sample),
+                      nest.map_structure(_to_list, sample)][i % 5]
+            outcomes.append(_outcome(lambda: env.step(action)))
+        return outcomes, [repr(a) for a in env.gym_env.actions]
+
+    for reward in (1.0, np.float64(2.5), 3, torch.tensor(0.5), np.zeros(1)):
+        assert run(AlfGymWrapper, reward) == run(_GeneralWrapper, reward)
+
+
+@pytest.mark.parametrize("info_transform", [
+    lambda info: info,
+    lambda info: collections.OrderedDict(info),
+    lambda info: None,
+    lambda info: {**info, "nested": 3},
+    lambda info: {k: v for k, v in info.items() if k != "vec"},
+    lambda info: {**info, "vec": np.zeros(3)},  # a shape change
+    lambda info: {**info, "count": torch.tensor(7)},
+])
+def test_env_info_fast_path_matches_general_path(info_transform):
+    def run(wrapper_class):
+        env = wrapper_class(_FormsEnv(lambda x: x, info_transform=info_transform, length=3),
+                            env_info_spec={"count": TensorSpec((), torch.int64),
+                                           "vec": TensorSpec((2, )),
+                                           "nested": {"flag": TensorSpec((), torch.bool)}})
+        env.seed(0)
+        return [_outcome(env.reset)] + [_outcome(lambda: env.step(1)) for _ in range(4)]
+
+    assert run(AlfGymWrapper) == run(_GeneralWrapper)
+
+
+def test_observation_of_spec_dtype_is_not_copied_and_others_are_converted():
+    returned = []
+
+    def keep(observation):
+        returned.append(observation)
+        return observation
+
+    env = AlfGymWrapper(_FormsEnv(keep, observation_space=spaces.Box(-1, 1, (2, ), np.float32)))
+    ts = env.step(1)
+    assert ts.observation is returned[-1]  # np.asarray returned it as is before too
+    env = AlfGymWrapper(_FormsEnv(_as_float64,
+                                  observation_space=spaces.Box(-1, 1, (2, ), np.float32)))
+    ts = env.step(1)
+    assert ts.observation.dtype == np.float32
+
+
+def test_time_step_scalars_are_new_arrays_every_step():
+    env = _wrap(length=100)
+    first, second = env.reset(), env.step(0)
+    third = env.step(1)
+    for a, b in ((first, second), (second, third)):
+        for field in ("step_type", "reward", "discount", "env_id"):
+            x, y = getattr(a, field), getattr(b, field)
+            assert type(x) is np.ndarray and x.shape == () and x.flags.writeable
+            assert x is not y
+    second.step_type[...] = 7
+    second.discount[...] = 0.5
+    assert int(env.step(1).step_type) == StepType.MID
+    assert float(env.step(1).discount) == 1.0
+
+
+def test_time_steps_of_an_episode_end():
+    env = _wrap(length=2, end="terminated", discount=0.9)
+    kinds = [(int(ts.step_type), float(ts.discount), ts.prev_action.dtype)
+             for ts in [env.reset()] + [env.step(1) for _ in range(3)]]
+    assert kinds == [(0, 1.0, np.int64), (1, np.float32(0.9), np.int64),
+                     (2, 0.0, np.int64), (0, 1.0, np.int64)]
+
+
+def test_subclass_converting_observations_to_tensors_keeps_the_helpers():
+
+    class TensorObservations(AlfGymWrapper):
+        def _observation(self, observation):
+            return torch.as_tensor(super()._observation(observation))
+
+    env = TensorObservations(_ScriptedEnv())
+    for ts in (env.reset(), env.step(1)):
+        # restart() / transition() make torch time steps of torch observations.
+        assert torch.is_tensor(ts.observation) and torch.is_tensor(ts.step_type)
+        assert torch.is_tensor(ts.reward) and torch.is_tensor(ts.discount)
+
+
+def test_replaced_action_space_takes_the_general_conversion():
+    env = _wrap(action_space=spaces.Discrete(3))
+    env.reset()
+    env.gym_env.action_space = spaces.Discrete(3)
+    env.step(np.int64(2))
+    assert env.gym_env.actions[-1] == 2 and type(env.gym_env.actions[-1]) is int
+
+
+def test_replaced_discount_and_env_id_are_used():
+    env = _wrap(length=100, env_id=1, discount=0.9)
+    env.reset()
+    env._discount, env._env_id = np.float32(0.5), np.int32(4)
+    ts = env.step(0)
+    assert float(ts.discount) == 0.5 and int(ts.env_id) == 4
+    assert ts.discount.dtype == np.float32 and ts.env_id.dtype == np.int32
+
+
+@pytest.mark.parametrize("observation,message", [
+    ({"a": np.zeros(2)}, "observation returned by the gymnasium env does not match the "
+     "observation space: The two nests differ at the root: expected leaf of type "
+     "BoundedTensorSpec, got dict with keys ['a']."),
+    ((np.zeros(2), ), "observation returned by the gymnasium env does not match the "
+     "observation space: The two nests differ at the root: expected leaf of type "
+     "BoundedTensorSpec, got tuple of length 1."),
+])
+def test_observation_structure_errors_unchanged(observation, message):
+    env = AlfGymWrapper(_FormsEnv(lambda x: observation), env_info_spec={})
+    with pytest.raises(ValueError) as info:
+        env.reset()
+    assert str(info.value) == message
+
+
+def test_dict_observation_key_errors_unchanged():
+    space = spaces.Dict({"b": spaces.Discrete(2), "a": spaces.Discrete(2)})
+    env = AlfGymWrapper(_FormsEnv(lambda x: {"a": 0, "c": 1}, observation_space=space),
+                        env_info_spec={})
+    with pytest.raises(ValueError, match=r"expected keys \['a', 'b'\], got keys \['a', 'c'\] "
+                       r"\(missing \['b'\], unexpected \['c'\]\)"):
+        env.reset()
+
+
+def test_reward_with_dims_rejected():
+    env = AlfGymWrapper(_FormsEnv(lambda x: x, reward=np.zeros(2)), env_info_spec={})
+    env.reset()
+    with pytest.raises(ValueError, match=r"reward: expected a scalar .* got shape \(2,\)"):
+        env.step(0)
+
+
+@pytest.mark.parametrize("copier", [lambda env: pickle.loads(pickle.dumps(env)), copy.deepcopy,
+                                    copy.copy])
+def test_pickle_and_copies_recompile_the_conversions(copier):
+    space = spaces.Dict({"b": spaces.Discrete(3), "a": spaces.Box(-1.0, 1.0, (2, ), np.float32)})
+    env = AlfGymWrapper(_ScriptedEnv(observation_space=space, action_space=space, length=100),
+                        env_id=3, discount=0.5)
+    env.seed(1)
+    env.reset()
+    clone = copier(env)
+    assert clone.action_spec() == env.action_spec()
+    action = {"a": np.zeros(2, np.float32), "b": np.int64(2)}
+    for ts in (env.step(action), clone.step(action)):
+        assert int(ts.env_id) == 3 and float(ts.discount) == 0.5
+        assert set(ts.observation) == {"a", "b"} and ts.observation["b"].dtype == np.int64
+    assert clone.gym_env.actions[-1] == {"b": 2, "a": pytest.approx([0.0, 0.0])}

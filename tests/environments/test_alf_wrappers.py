@@ -130,3 +130,33 @@ def test_close_closes_all_members():
 def test_render_uses_first_member():
     env = _make()
     assert env.render("rgb_array").shape == (2, 2, 3)
+
+
+def test_nested_actions_are_split_by_row():
+    spec = {"move": BoundedTensorSpec((2, ), torch.float32, -1, 1),
+            "jump": (BoundedTensorSpec((), torch.int64, 0, 1), )}
+
+    class Recorder(RandomAlfEnvironment):
+        def __init__(self):
+            super().__init__(OBS_SPEC, spec, episode_end_probability=0.0)
+            self.actions = []
+
+        def _step(self, action):
+            self.actions.append(action)
+            return super()._step(action)
+
+    env = BatchEnvironmentWrapper([Recorder() for _ in range(NUM_ENVS)])
+    env.reset()
+    action = {"move": np.arange(6, dtype=np.float32).reshape(3, 2) / 10,
+              "jump": (np.array([1, 0, 1]), )}
+    ts = env.step(action)
+    for i, member in enumerate(env.envs):
+        got = member.actions[-1]
+        assert set(got) == {"move", "jump"} and type(got["jump"]) is tuple
+        np.testing.assert_array_equal(got["move"], action["move"][i])
+        assert int(got["jump"][0]) == action["jump"][0][i]
+    np.testing.assert_array_equal(ts.prev_action["move"], action["move"])
+    np.testing.assert_array_equal(ts.prev_action["jump"][0], action["jump"][0])
+    with pytest.raises(ValueError, match=r"action\.jump\.0: expected a leading batch "
+                       r"dimension of 3, got shape \(2,\)"):
+        env.step({"move": action["move"], "jump": (np.zeros(2, np.int64), )})

@@ -197,3 +197,40 @@ def test_invalid_constructor_arguments():
         RandomAlfEnvironment(OBS_SPEC, ACTION_SPEC, episode_end_probability=1.5)
     with pytest.raises(ValueError, match="max_duration must be >="):
         RandomAlfEnvironment(OBS_SPEC, ACTION_SPEC, min_duration=5, max_duration=3)
+
+
+@pytest.mark.parametrize("action", [
+    np.ones(2, np.int64), np.ones(2, np.int32), np.ones(2, np.float64),
+    torch.ones(2, dtype=torch.int64), np.asfortranarray(np.ones((2, 2), np.int64))[:, 0],
+])
+@pytest.mark.parametrize("nested", [False, True])
+def test_leaf_action_conversion_matches_nested_spec(action, nested):
+    # A leaf action spec skips the nest walk; a one-leaf tuple spec takes it.
+    # The converted actions must be alike.
+    spec = (ACTION_SPEC, ) if nested else ACTION_SPEC
+    env = RandomAlfEnvironment(OBS_SPEC, spec, episode_end_probability=0.0)
+    env.reset()
+    ts = env.step((action, ) if nested else action)
+    prev_action = ts.prev_action[0] if nested else ts.prev_action
+    assert type(prev_action) is np.ndarray and prev_action.dtype == np.int64
+    assert prev_action.shape == (2, ) and prev_action.flags.c_contiguous
+    assert prev_action.flags.owndata and prev_action.flags.writeable
+    np.testing.assert_array_equal(prev_action, [1, 1])
+    if isinstance(action, np.ndarray):
+        assert prev_action is not action
+
+
+def test_leaf_action_batched_broadcast_and_errors():
+    env = RandomAlfEnvironment(OBS_SPEC, ACTION_SPEC, batch_size=BATCH,
+                               episode_end_probability=0.0)
+    env.reset()
+    ts = env.step(np.array([1, 2], np.int64))  # one action for every row
+    np.testing.assert_array_equal(ts.prev_action, [[1, 2]] * BATCH)
+    assert ts.prev_action.flags.writeable and ts.prev_action.flags.owndata
+    with pytest.raises(ValueError, match=r"action: expected shape \(3, 2\) and dtype int64, "
+                       r"got shape \(2, 3\)"):
+        env.step(np.zeros((2, 3), np.int64))
+    with pytest.raises(ValueError, match="does not match the action spec: The two nests "
+                       "differ at the root: expected leaf of type BoundedTensorSpec, got "
+                       "list of length 2"):
+        env.step([np.zeros(2, np.int64)] * 2)
