@@ -16,6 +16,8 @@ Backends:
 ``parallel``   ``ParallelAlfEnvironment`` (pipes), envs wrapped in ``AlfGymWrapper``.
 ``gym_async``  ``gymnasium.vector.AsyncVectorEnv(shared_memory=True)`` (fork, like
                the alf_env backends).
+``fast_vector`` ``alf_env.vector.FastVectorEnv`` (fork; the gymnasium API over the
+               shared-memory workers; a drop-in for ``gym_async``).
 ``gym_sync``   ``gymnasium.vector.SyncVectorEnv`` (in-process; the ceiling for
                trivial envs).
 ``single``     one env stepped in a plain loop in this process (its rate is that
@@ -74,6 +76,12 @@ try:
 except ImportError as err:  # the native backend may be missing or mid-rewrite
     FastParallelEnvironment = None  # type: ignore[assignment,misc]
     FAST_IMPORT_ERROR = f"{type(err).__name__}: {err}"
+try:
+    from alf_env.vector import FastVectorEnv
+    FAST_VECTOR_IMPORT_ERROR: Optional[str] = None
+except ImportError as err:
+    FastVectorEnv = None  # type: ignore[assignment,misc]
+    FAST_VECTOR_IMPORT_ERROR = f"{type(err).__name__}: {err}"
 
 DEFAULT_NUM_ENVS: Dict[str, List[int]] = {
     "W1": [2, 4, 8, 16],
@@ -81,7 +89,7 @@ DEFAULT_NUM_ENVS: Dict[str, List[int]] = {
     "W3": [2, 4, 8],
     "CartPole-v1": [8],
 }
-ALL_BACKENDS = ("fast", "parallel", "gym_async", "gym_sync", "single")
+ALL_BACKENDS = ("fast", "fast_vector", "parallel", "gym_async", "gym_sync", "single")
 NUM_ACTIONS = 64  # distinct precomputed batched actions, cycled through
 ACTION_SEED = 0
 
@@ -164,6 +172,13 @@ def _gym_vector_runner(make_vector: Callable[[List[Callable[[], gym.Env]]], gym.
     return Runner(step=lambda k: env.step(batches[k % NUM_ACTIONS]), close=env.close)
 
 
+def _fast_vector_runner(workload: str, num_envs: int, actions: Actions) -> Runner:
+    if FastVectorEnv is None:
+        raise _Skip(f"cannot import FastVectorEnv ({FAST_VECTOR_IMPORT_ERROR})")
+    return _gym_vector_runner(lambda fns: FastVectorEnv(fns, context="fork"),
+                              workload, num_envs, actions)
+
+
 def _single_runner(workload: str, num_envs: int, actions: Actions) -> Runner:
     """One env in this process; a round is ``num_envs`` env-steps of it.
 
@@ -194,6 +209,7 @@ BuildRunner = Callable[[str, int, Actions], Runner]
 BACKENDS: Dict[str, BuildRunner] = {
     "fast": _fast_runner,
     "parallel": functools.partial(_alf_runner, ParallelAlfEnvironment),
+    "fast_vector": _fast_vector_runner,
     "gym_async": functools.partial(
         _gym_vector_runner,
         lambda fns: gym.vector.AsyncVectorEnv(fns, shared_memory=True, context="fork")),

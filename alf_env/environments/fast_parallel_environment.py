@@ -28,16 +28,14 @@ out of the pipes:
 """
 
 import functools
-import time
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set
+from typing import Any, Callable, Iterable, List, Optional, Sequence
 
 import numpy as np
 import torch
-from absl import logging
 
 from alf_env import nest
 from alf_env.data_structures import StepType, TimeStep
-from alf_env.environments import process_environment as pe
+from alf_env.environments.fast_jobs import JobBoard
 from alf_env.environments.fast_worker import AlfRowsHandler, FastLoopSpec
 from alf_env.environments.parallel_environment import ParallelAlfEnvironment
 
@@ -104,65 +102,24 @@ class FastParallelEnvironment(ParallelAlfEnvironment):
         self._time_step_views = [self._block.views[n] for n in time_step_names]
         self._step_type_view = self._block.views["time_step.step_type"]
         self._controller = self._block.controller(spin_us)
-        self._done: Set[int] = set()   # workers whose last job has finished
-        self._errors: Dict[int, BaseException] = {}  # what their failed jobs raised
+        self._board = JobBoard(self._controller, self._envs)
         for i, env in enumerate(self._envs):
             self._controller.set_worker_pid(i, env.pid)
             handler = AlfRowsHandler((i * b, (i + 1) * b), tuple(action_names),
                                      tuple(time_step_names))
             spec = FastLoopSpec(self._block, i, spin_us, handler)
-            env.start_fast_loop(spec, functools.partial(self._serve_pipe, i))
+            env.start_fast_loop(spec, functools.partial(self._board.serve_pipe, i))
         self._update_slot_rows()
 
-    # -- jobs ----------------------------------------------------------------
+    # -- jobs (see fast_jobs.JobBoard) --------------------------------------
 
     def _post(self, workers: Iterable[int], job: Any) -> None:
         """Posts ``job`` to ``workers``, first finishing any job they still run."""
-        workers = list(workers)
-        busy = [w for w in workers if self._controller.outstanding(w)]
-        if busy:
-            self._wait_for(busy, "finishing an earlier job")
-        for w in workers:
-            self._done.discard(w)
-        self._controller.post(np.asarray(workers, np.int32), job)
+        self._board.post(workers, job)
 
-    def _wait_for(self, workers: Iterable[int], during: str,
-                  timeout: Optional[float] = None) -> None:
-        """Waits until each of ``workers`` finished its job; raises what one raised."""
-        workers = list(workers)
-        remaining = {w for w in workers if w not in self._done}
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while remaining:
-            left = None if deadline is None else max(0.0, deadline - time.monotonic())
-            status, ids = self._controller.wait(len(remaining), left)
-            if status == _penv.WaitStatus.WORKER_DIED:
-                dead = int(ids[0])
-                self._controller.abandon(dead)
-                raise self._envs[dead].mark_died(during)
-            for i in ids:
-                self._on_finished(int(i))
-            remaining.difference_update(int(i) for i in ids)
-            if status == _penv.WaitStatus.TIMEOUT:
-                raise pe.EnvTimeoutError(
-                    f"envs {sorted(remaining)} did not finish {during} within "
-                    f"{timeout:.3g} s")
-        errors = [self._errors.pop(w) for w in workers if w in self._errors]
-        if errors:
-            raise errors[0]
-
-    def _on_finished(self, worker: int) -> None:
-        """Records a finished job; fetches the report of one that failed."""
-        self._done.add(worker)
-        if self._controller.status(worker) == _penv.JobStatus.ERROR:
-            try:
-                self._envs[worker].pending_report()()
-            except BaseException as exc:  # noqa: BLE001 -- raised by _wait_for
-                self._errors[worker] = exc
-
-    def _serve_pipe(self, worker: int) -> None:
-        """The doorbell: make a worker in the native loop serve one pipe request."""
-        self._post([worker], _penv.JobType.CALL)
-        self._wait_for([worker], "a call")
+    def _wait_for(self, workers: Iterable[int], during: str) -> None:
+        """Waits until each of ``workers`` finished; raises what one raised."""
+        self._board.wait_for(workers, during)
 
     # -- stepping ------------------------------------------------------------
 
@@ -241,24 +198,5 @@ class FastParallelEnvironment(ParallelAlfEnvironment):
 
     def _close(self) -> None:
         if self._controller is not None:
-            deadline = time.monotonic() + pe.CLOSE_POLITE_TIMEOUT
-            for i, env in enumerate(self._envs):
-                if env.in_fast_loop and not self._leave_native_loop(i, deadline):
-                    # Stuck in a job: asking politely on the pipe is pointless.
-                    env.close(polite_timeout=0.0)
+            self._board.release()
         super()._close()
-
-    def _leave_native_loop(self, i: int, deadline: float) -> bool:
-        """Brings worker ``i`` back to serving its pipe; False if it did not come."""
-        try:
-            if self._controller.outstanding(i):
-                self._wait_for([i], "closing", max(0.0, deadline - time.monotonic()))
-            self._controller.post(np.asarray([i], np.int32), _penv.JobType.CLOSE)
-            self._wait_for([i], "closing", max(0.0, deadline - time.monotonic()))
-            return True
-        except Exception as exc:  # noqa: BLE001 -- close() must not raise
-            logging.warning("env %d: could not leave the native loop (%s); it "
-                            "will be terminated", i, exc)
-            return False
-        finally:
-            self._envs[i].stop_fast_loop()

@@ -27,7 +27,7 @@ import torch
 from alf_env import nest
 from alf_env.data_structures import StepType, TimeStep
 from alf_env.environments.alf_environment import AlfEnvironment
-from alf_env.environments.process_environment import ProcessEnvironment
+from alf_env.environments.process_environment import ProcessEnvironment, close_all
 from alf_env.tensor_specs import torch_dtype_to_numpy
 
 
@@ -309,8 +309,7 @@ class ParallelAlfEnvironment(AlfEnvironment):
 
     def _close(self) -> None:
         """Closes every worker (``close()`` is idempotent and bounded in time)."""
-        for env in self._envs:
-            env.close()
+        close_all(self._envs)
 
     # -- stepping ------------------------------------------------------------
 

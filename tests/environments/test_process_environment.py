@@ -316,3 +316,17 @@ def test_exception_in_reset_or_step_keeps_type_and_traceback(make_env, phase):
     assert f"during {phase}" in str(cause)
     # The worker is still there: other calls work.
     assert env.call("observation_spec")() == CountingEnv().observation_spec()
+
+
+def test_a_start_that_fails_leaves_a_closable_env(monkeypatch):
+    env = ProcessEnvironment(ProbeEnv)
+
+    def refuse(*args, **kwargs):
+        raise OSError("no more processes")
+
+    monkeypatch.setattr(env._ctx, "Process", lambda *a, **k: type(
+        "P", (), {"start": refuse})())
+    with pytest.raises(OSError, match="no more processes"):
+        env.start()
+    env.close()  # must not raise "can only join a started process"
+    env.close()

@@ -1,0 +1,208 @@
+"""Posting jobs to workers in the native loop and collecting their completions.
+
+Shared by the front ends that drive ``ProcessEnvironment`` workers through a
+``SharedBlock`` (``FastParallelEnvironment`` and ``alf_env.vector.FastVectorEnv``):
+
+* :meth:`JobBoard.post` hands a job to some workers, first finishing any job
+  they still run.
+* :meth:`JobBoard.wait_for` waits until the listed workers finished and raises
+  what one of them raised; :meth:`JobBoard.wait_first` returns the first ``k``
+  of a set of workers to finish, in completion order (EnvPool's ``recv``).
+* A worker whose job reports ERROR has sent the exception on its pipe; it is
+  read as soon as the completion is seen (so the pipe stays in step) and
+  raised by the wait that asked for that worker. An ``on_ok`` hook lets a
+  front end read what successful jobs sent on the pipe at the same moment.
+* A worker that dies turns into ``WorkerDiedError`` (the native wait polls
+  pidfds); its job is abandoned so that closing can proceed.
+* :meth:`JobBoard.serve_pipe` is the doorbell of ``ProcessEnvironment``:
+  after each pipe request, a CALL job makes the parked worker read its pipe.
+* :meth:`JobBoard.release` brings every worker back from the native loop and
+  closes it (bounded in time; a worker stuck in a job is terminated).
+"""
+
+import time
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set
+
+import numpy as np
+from absl import logging
+
+from alf_env._shared import JobType, WaitStatus
+from alf_env.environments import process_environment as pe
+
+
+# on_ok(workers): called with the workers whose jobs just finished OK (see
+# JobBoard.job_of), before anything else is sent to them; returns what went
+# wrong per worker while handling them (raised by the waits as job errors).
+OkHook = Callable[[List[int]], Dict[int, BaseException]]
+
+
+class JobBoard:
+    """The parent's view of the job slots of a set of worker processes.
+
+    Args:
+        controller: the ``Controller`` of the shared block.
+        envs: the workers; ``envs[i]`` owns job slot ``i``.
+        on_ok: optional hook run for the jobs that finished OK.
+    """
+
+    def __init__(self, controller: Any, envs: Sequence[pe.ProcessEnvironment],
+                 on_ok: Optional[OkHook] = None) -> None:
+        self.controller = controller
+        self.envs = envs
+        self._on_ok = on_ok
+        # Workers whose last job has finished, in completion order (a dict
+        # used as an ordered set).
+        self._done: Dict[int, None] = {}
+        self._errors: Dict[int, BaseException] = {}  # what their failed jobs raised
+        self._jobs: Dict[int, Any] = {}  # the last job posted to each worker
+
+    # -- posting ---------------------------------------------------------------
+
+    def post(self, workers: Iterable[int], job: Any, arg: int = 0) -> None:
+        """Posts ``job`` to ``workers``, first finishing any job they still run."""
+        workers = list(workers)
+        if self.controller.num_outstanding:
+            busy = [w for w in workers if self.controller.outstanding(w)]
+            if busy:
+                self.wait_for(busy, "finishing an earlier job")
+        for w in workers:
+            self._done.pop(w, None)
+            self._jobs[w] = job
+        self.controller.post(np.asarray(workers, np.int32), job, arg)
+
+    def job_of(self, worker: int) -> Any:
+        """The last job posted to ``worker`` (a ``JobType``), or ``None``."""
+        return self._jobs.get(worker)
+
+    def is_done(self, worker: int) -> bool:
+        """Whether the last job of ``worker`` finished (and nothing was posted since)."""
+        return worker in self._done
+
+    def outstanding(self, worker: int) -> bool:
+        """Whether ``worker`` has a job whose completion was not seen yet."""
+        return bool(self.controller.outstanding(worker))
+
+    # -- waiting ---------------------------------------------------------------
+
+    def wait_for(self, workers: Iterable[int], during: str,
+                 timeout: Optional[float] = None, raise_errors: bool = True) -> None:
+        """Waits until each of ``workers`` finished its job; raises what one raised.
+
+        Args:
+            workers: the workers to wait for.
+            during: what they do (for error messages).
+            timeout: seconds to wait at most (``None``: no limit).
+            raise_errors: raise what a job raised (else keep it for
+                :meth:`pop_errors`).
+
+        Raises:
+            EnvTimeoutError: ``timeout`` passed first (nothing is lost: a later
+                wait still sees every completion).
+            WorkerDiedError: a worker died before finishing.
+            Exception: what a worker's job raised (the first in ``workers``).
+        """
+        workers = list(workers)
+        remaining = {w for w in workers if w not in self._done}
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while remaining:
+            ids = self._wait_some(len(remaining), during, deadline, timeout,
+                                  lambda: sorted(remaining))
+            remaining.difference_update(ids)
+        if raise_errors:
+            self._raise_first_error(workers)
+
+    def wait_first(self, candidates: Set[int], k: int, during: str,
+                   timeout: Optional[float] = None) -> List[int]:
+        """Returns the first ``k`` of ``candidates`` to finish, in completion order.
+
+        Every job outstanding on the board must belong to a candidate (so any
+        completion counts). Workers that finished earlier (e.g. seen while
+        another wait ran) come first. Errors of their jobs are not raised:
+        ask :meth:`pop_errors`.
+
+        Raises:
+            EnvTimeoutError, WorkerDiedError: as :meth:`wait_for`.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        ready = [w for w in self._done if w in candidates]
+        while len(ready) < k:
+            ids = self._wait_some(k - len(ready), during, deadline, timeout,
+                                  lambda: sorted(c for c in candidates if c not in self._done))
+            ready.extend(ids)
+        return ready[:k]
+
+    def _wait_some(self, k: int, during: str, deadline: Optional[float],
+                   timeout: Optional[float], pending: Callable[[], List[int]]) -> List[int]:
+        """One native wait for ``k`` completions; records and returns them."""
+        left = None if deadline is None else max(0.0, deadline - time.monotonic())
+        status, ids = self.controller.wait(k, left)
+        if status == WaitStatus.WORKER_DIED:
+            dead = int(ids[0])
+            self.controller.abandon(dead)
+            raise self.envs[dead].mark_died(during)
+        finished = ids.tolist()
+        if finished:
+            self._on_finished(finished, ids)
+        if status == WaitStatus.TIMEOUT:
+            raise pe.EnvTimeoutError(
+                f"envs {pending()} did not finish {during} within {timeout:.3g} s")
+        return finished
+
+    def _on_finished(self, workers: List[int], ids: np.ndarray) -> None:
+        """Records finished jobs; reads what their workers sent on the pipe for them."""
+        self._done.update(dict.fromkeys(workers))
+        failed = self.controller.failed(ids)
+        for worker in failed:
+            try:
+                self.envs[worker].pending_report()()
+            except BaseException as exc:  # noqa: BLE001 -- raised by the waits
+                self._errors[worker] = exc
+        if self._on_ok is not None:
+            ok = [w for w in workers if w not in failed] if failed else workers
+            self._errors.update(self._on_ok(ok))
+
+    def pop_errors(self, workers: Iterable[int]) -> Dict[int, BaseException]:
+        """Removes and returns what the finished jobs of ``workers`` raised."""
+        return {w: self._errors.pop(w) for w in workers if w in self._errors}
+
+    def _raise_first_error(self, workers: Sequence[int]) -> None:
+        errors = self.pop_errors(workers)
+        if errors:
+            raise next(iter(errors.values()))
+
+    # -- pipe and shutdown -----------------------------------------------------
+
+    def serve_pipe(self, worker: int) -> None:
+        """The doorbell: make a worker in the native loop serve one pipe request."""
+        self.post([worker], JobType.CALL)
+        self.wait_for([worker], "a call")
+
+    def release(self, timeout: Optional[float] = None) -> None:
+        """Brings every worker back from the native loop; terminates stuck ones.
+
+        Args:
+            timeout: seconds for all workers together (default
+                ``CLOSE_POLITE_TIMEOUT``); never raises.
+        """
+        deadline = time.monotonic() + (pe.CLOSE_POLITE_TIMEOUT if timeout is None
+                                       else timeout)
+        for i, env in enumerate(self.envs):
+            if env.in_fast_loop and not self._leave_native_loop(i, deadline):
+                # Stuck in a job: asking politely on the pipe is pointless.
+                env.close(polite_timeout=0.0)
+
+    def _leave_native_loop(self, i: int, deadline: float) -> bool:
+        """Brings worker ``i`` back to serving its pipe; False if it did not come."""
+        try:
+            if self.controller.outstanding(i):
+                self.wait_for([i], "closing", max(0.0, deadline - time.monotonic()))
+            self.controller.post(np.asarray([i], np.int32), JobType.CLOSE)
+            self._jobs[i] = JobType.CLOSE
+            self.wait_for([i], "closing", max(0.0, deadline - time.monotonic()))
+            return True
+        except Exception as exc:  # noqa: BLE001 -- close() must not raise
+            logging.warning("env %d: could not leave the native loop (%s); it "
+                            "will be terminated", i, exc)
+            return False
+        finally:
+            self.envs[i].stop_fast_loop()

@@ -1,0 +1,465 @@
+"""Gymnasium spaces as fixed-size shared-memory fields, and back.
+
+:class:`SpaceLayout` turns one (per-env) gymnasium space into a list of
+*fields* ``(name, row shape, dtype)`` for a ``SharedBlock`` (one row per env)
+and moves values between Python objects and the rows:
+
+==================  ==========================================  ===============================
+space               fields (per env row)                        value read back
+==================  ==========================================  ===============================
+Box                 ``shape``, ``dtype``                        ndarray (batched: ``(n, *shape)``)
+Discrete            ``()``, int64                               np.int64 (batched: int64 ``(n,)``)
+MultiDiscrete       ``nvec.shape``, ``dtype``                   ndarray
+MultiBinary         ``shape``, int8                             ndarray
+Text                codes ``(max_length,)`` uint32 (UTF-32      str (batched: tuple of str)
+                    code points) + length ``()`` int64
+Tuple / Dict        the fields of each sub-space                tuple / dict of the sub-values
+OneOf               index ``()`` int64 + the fields of every    ``(np.int64 index, value)``
+                    sub-space (only the chosen one is written)  (batched: tuple of those)
+Graph, Sequence,    none: the value travels on the pipe         whatever the env returned
+other spaces        (a *pipe leaf*)                             (batched: tuple of values)
+==================  ==========================================  ===============================
+
+Batched values have the structure of ``gymnasium.vector.utils.concatenate``
+over ``batch_space(space, n)``, so a vector env built on this returns what
+``SyncVectorEnv`` returns. A OneOf with a sub-space of no fixed size is one
+pipe leaf as a whole. Field names are positional (``"obs.0"``, ``"obs.1"``,
+...), so no space can make two fields collide; error messages use Python
+paths such as ``observation['pos'][1]``.
+
+Writing checks shape and dtype: one row (what an env returned) follows numpy's
+``"same_kind"`` casting rule (like ``np.stack(..., out=...)`` in gymnasium),
+a batch (the actions a user passes) the ``"safe"`` rule; a violation raises
+``ValueError`` naming the path and the expected and actual shape and dtype.
+"""
+
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
+
+import numpy as np
+from gymnasium import spaces
+
+#: A field: ``(name, shape of one row, numpy dtype)``.
+FieldSpec = Tuple[str, Tuple[int, ...], np.dtype]
+#: Rows of a batch: a slice (contiguous rows) or an integer array.
+Rows = Union[slice, np.ndarray]
+
+#: dtype of the code points of a Text value (UTF-32, little endian).
+TEXT_CODE_DTYPE = np.dtype("<u4")
+_TEXT_ENCODING = "utf-32-le"
+#: dtype of Text lengths and OneOf indices.
+INDEX_DTYPE = np.dtype(np.int64)
+
+# (source dtype, target dtype, rule) -> whether numpy allows the cast. The
+# question is asked for every leaf of every step and np.can_cast is slow.
+_CAST_CACHE: Dict[Tuple[np.dtype, np.dtype, str], bool] = {}
+
+
+def _can_cast(source: np.dtype, target: np.dtype, casting: str) -> bool:
+    key = (source, target, casting)
+    allowed = _CAST_CACHE.get(key)
+    if allowed is None:
+        allowed = _CAST_CACHE[key] = bool(np.can_cast(source, target, casting=casting))
+    return allowed
+
+
+class _Node:
+    """One sub-space of a layout: its fields and how its values move.
+
+    Attributes:
+        path: the Python path of the sub-space, for error messages.
+        first: index of its first field in the layout's field list.
+        fields: its fields (``first`` onwards), positional names.
+        num_pipe: how many pipe leaves it has.
+    """
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.first = 0
+        self.fields: List[FieldSpec] = []
+        self.num_pipe = 0
+
+    def encode(self, value: Any, casting: str, arrays: List[Optional[np.ndarray]],
+               pipe: List[Any]) -> None:
+        """Appends one array per field (``None``: leave the row alone) and pipe leaves."""
+        raise NotImplementedError
+
+    def decode(self, views: Sequence[np.ndarray], row: int, pipe: Iterator[Any]) -> Any:
+        """Reads the value of one row (pipe leaves come from ``pipe``)."""
+        raise NotImplementedError
+
+    def encode_batch(self, values: Any, n: int, casting: str,
+                     arrays: List[np.ndarray]) -> None:
+        """Appends one ``(n, *shape)`` array per field for a batched value."""
+        raise NotImplementedError
+
+    def decode_batch(self, views: Sequence[np.ndarray], rows: Rows, row_list: List[int],
+                     pipe_rows: Sequence[Sequence[Any]], copy: bool) -> Any:
+        """Reads the batched value of ``rows`` (``row_list``: the same, as ints)."""
+        raise NotImplementedError
+
+    def _check_sequence(self, values: Any, length: int, what: str) -> None:
+        if not isinstance(values, (tuple, list)) or len(values) != length:
+            got = (f"a {type(values).__name__} of length {len(values)}"
+                   if isinstance(values, (tuple, list)) else repr(type(values).__name__))
+            raise ValueError(f"{self.path}: expected a tuple of {length} {what}, got {got}")
+
+
+class _ArrayNode(_Node):
+    """Box, Discrete, MultiDiscrete, MultiBinary: one field of the space's shape."""
+
+    def __init__(self, path: str, shape: Tuple[int, ...], dtype: np.dtype) -> None:
+        super().__init__(path)
+        self.shape = tuple(int(d) for d in shape)
+        self.dtype = np.dtype(dtype)
+        self.fields = [("", self.shape, self.dtype)]
+
+    def _check(self, value: Any, shape: Tuple[int, ...], casting: str,
+               batch: Optional[int]) -> np.ndarray:
+        array = value if type(value) is np.ndarray else np.asarray(value)
+        ok_dtype = array.dtype == self.dtype or _can_cast(array.dtype, self.dtype, casting)
+        if array.shape != shape or not ok_dtype:
+            expected = (f"shape {shape} (a batch of {batch} x space shape {self.shape})"
+                        if batch is not None else f"shape {shape}")
+            hint = ("" if ok_dtype else
+                    f" ({array.dtype} does not cast to {self.dtype} under numpy's "
+                    f"{casting!r} rule; convert it, e.g. .astype({self.dtype.name!r}))")
+            raise ValueError(
+                f"{self.path}: expected {expected} and dtype {self.dtype}, got shape "
+                f"{array.shape} and dtype {array.dtype}{hint}")
+        return array
+
+    def encode(self, value, casting, arrays, pipe):
+        arrays.append(self._check(value, self.shape, casting, None))
+
+    def decode(self, views, row, pipe):
+        value = views[self.first][row]
+        return value.copy() if type(value) is np.ndarray else value
+
+    def encode_batch(self, values, n, casting, arrays):
+        arrays.append(self._check(values, (n,) + self.shape, casting, n))
+
+    def decode_batch(self, views, rows, row_list, pipe_rows, copy):
+        value = views[self.first][rows]
+        # A slice is a view of the shared rows; an index array already copied.
+        return np.array(value) if copy and isinstance(rows, slice) else value
+
+
+class _TextNode(_Node):
+    """Text: UTF-32 code points padded to ``max_length``, plus the length."""
+
+    def __init__(self, path: str, space: spaces.Text) -> None:
+        super().__init__(path)
+        self.max_length = int(space.max_length)
+        self.fields = [("codes", (self.max_length,), TEXT_CODE_DTYPE),
+                       ("length", (), INDEX_DTYPE)]
+
+    def _codes(self, value: Any) -> np.ndarray:
+        if not isinstance(value, str):
+            raise ValueError(f"{self.path}: expected a str of at most {self.max_length} "
+                             f"characters, got {type(value).__name__}")
+        if len(value) > self.max_length:
+            raise ValueError(f"{self.path}: expected a str of at most {self.max_length} "
+                             f"characters, got {len(value)} characters")
+        return np.frombuffer(value.encode(_TEXT_ENCODING), TEXT_CODE_DTYPE)
+
+    def _padded(self, value: Any) -> np.ndarray:
+        codes = self._codes(value)
+        padded = np.zeros(self.max_length, TEXT_CODE_DTYPE)
+        padded[:len(codes)] = codes
+        return padded
+
+    def encode(self, value, casting, arrays, pipe):
+        arrays.append(self._padded(value))
+        arrays.append(np.asarray(len(value), INDEX_DTYPE))
+
+    def decode(self, views, row, pipe):
+        length = int(views[self.first + 1][row])
+        return views[self.first][row, :length].tobytes().decode(_TEXT_ENCODING)
+
+    def encode_batch(self, values, n, casting, arrays):
+        self._check_sequence(values, n, "str (one per env)")
+        arrays.append(np.stack([self._padded(v) for v in values]) if n else
+                      np.zeros((0, self.max_length), TEXT_CODE_DTYPE))
+        arrays.append(np.asarray([len(v) for v in values], INDEX_DTYPE))
+
+    def decode_batch(self, views, rows, row_list, pipe_rows, copy):
+        return tuple(self.decode(views, row, iter(())) for row in row_list)
+
+
+class _TupleNode(_Node):
+    """Tuple: the fields of each sub-space, in order."""
+
+    def __init__(self, path: str, children: List[_Node]) -> None:
+        super().__init__(path)
+        self.children = children
+
+    def encode(self, value, casting, arrays, pipe):
+        self._check_sequence(value, len(self.children), "values")
+        for child, item in zip(self.children, value):
+            child.encode(item, casting, arrays, pipe)
+
+    def decode(self, views, row, pipe):
+        return tuple(child.decode(views, row, pipe) for child in self.children)
+
+    def encode_batch(self, values, n, casting, arrays):
+        self._check_sequence(values, len(self.children), "batched values")
+        for child, item in zip(self.children, values):
+            child.encode_batch(item, n, casting, arrays)
+
+    def decode_batch(self, views, rows, row_list, pipe_rows, copy):
+        return tuple(child.decode_batch(views, rows, row_list, pipe_rows, copy)
+                     for child in self.children)
+
+
+class _DictNode(_Node):
+    """Dict: the fields of each sub-space, in the space's key order."""
+
+    def __init__(self, path: str, keys: List[str], children: List[_Node]) -> None:
+        super().__init__(path)
+        self.keys = keys
+        self.children = children
+
+    def _items(self, value: Any) -> List[Any]:
+        if not isinstance(value, Mapping):
+            raise ValueError(f"{self.path}: expected a dict with keys {self.keys}, got "
+                             f"{type(value).__name__}")
+        missing = [k for k in self.keys if k not in value]
+        if missing:
+            raise ValueError(f"{self.path}: expected a dict with keys {self.keys}, "
+                             f"missing {missing}")
+        return [value[k] for k in self.keys]
+
+    def encode(self, value, casting, arrays, pipe):
+        for child, item in zip(self.children, self._items(value)):
+            child.encode(item, casting, arrays, pipe)
+
+    def decode(self, views, row, pipe):
+        return {k: c.decode(views, row, pipe) for k, c in zip(self.keys, self.children)}
+
+    def encode_batch(self, values, n, casting, arrays):
+        for child, item in zip(self.children, self._items(values)):
+            child.encode_batch(item, n, casting, arrays)
+
+    def decode_batch(self, views, rows, row_list, pipe_rows, copy):
+        return {k: c.decode_batch(views, rows, row_list, pipe_rows, copy)
+                for k, c in zip(self.keys, self.children)}
+
+
+class _OneOfNode(_Node):
+    """OneOf: the index of the chosen sub-space, then every sub-space's fields."""
+
+    def __init__(self, path: str, children: List[_Node]) -> None:
+        super().__init__(path)
+        self.children = children
+        self.fields = [("index", (), INDEX_DTYPE)]
+        self._child_fields = [_all_fields(child) for child in children]
+
+    def _split(self, value: Any) -> Tuple[int, Any]:
+        if not isinstance(value, (tuple, list)) or len(value) != 2:
+            raise ValueError(f"{self.path}: expected a pair (index, value), got "
+                             f"{type(value).__name__}")
+        index, item = value
+        if not isinstance(index, (int, np.integer)) or not 0 <= index < len(self.children):
+            raise ValueError(f"{self.path}: expected an index in [0, {len(self.children)}), "
+                             f"got {index!r}")
+        return int(index), item
+
+    def encode(self, value, casting, arrays, pipe):
+        index, item = self._split(value)
+        arrays.append(np.asarray(index, INDEX_DTYPE))
+        for k, child in enumerate(self.children):
+            if k == index:
+                child.encode(item, casting, arrays, pipe)
+            else:
+                arrays.extend([None] * len(self._child_fields[k]))
+
+    def decode(self, views, row, pipe):
+        index = views[self.first][row]
+        return index, self.children[int(index)].decode(views, row, pipe)
+
+    def encode_batch(self, values, n, casting, arrays):
+        self._check_sequence(values, n, "(index, value) pairs (one per env)")
+        pairs = [self._split(v) for v in values]
+        arrays.append(np.asarray([index for index, _ in pairs], INDEX_DTYPE).reshape(n))
+        for k, child in enumerate(self.children):
+            batch = [np.zeros((n,) + shape, dtype) for _, shape, dtype in self._child_fields[k]]
+            for row, (index, item) in enumerate(pairs):
+                if index == k:
+                    encoded: List[Optional[np.ndarray]] = []
+                    child.encode(item, casting, encoded, [])
+                    for column, array in zip(batch, encoded):
+                        column[row] = array
+            arrays.extend(batch)
+
+    def decode_batch(self, views, rows, row_list, pipe_rows, copy):
+        return tuple(self.decode(views, row, iter(())) for row in row_list)
+
+
+class _PipeNode(_Node):
+    """A space of no fixed size: its value is a pipe leaf."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(path)
+        self.num_pipe = 1
+        self.pipe_index = 0
+
+    def encode(self, value, casting, arrays, pipe):
+        pipe.append(value)
+
+    def decode(self, views, row, pipe):
+        return next(pipe)
+
+    def encode_batch(self, values, n, casting, arrays):
+        raise ValueError(f"{self.path}: a space of no fixed size cannot be written to "
+                         f"shared memory")
+
+    def decode_batch(self, views, rows, row_list, pipe_rows, copy):
+        return tuple(leaves[self.pipe_index] for leaves in pipe_rows)
+
+
+def _children(node: _Node) -> List[_Node]:
+    return getattr(node, "children", [])
+
+
+def _all_fields(node: _Node) -> List[FieldSpec]:
+    """The fields of ``node`` and its descendants, in layout order."""
+    out = list(node.fields)
+    for child in _children(node):
+        out.extend(_all_fields(child))
+    return out
+
+
+def _has_pipe(node: _Node) -> bool:
+    return node.num_pipe > 0 or any(_has_pipe(c) for c in _children(node))
+
+
+def _build(space: spaces.Space, path: str) -> _Node:
+    """The node tree of ``space`` (fields not numbered yet)."""
+    if isinstance(space, spaces.Discrete):
+        return _ArrayNode(path, (), space.dtype)
+    if isinstance(space, (spaces.Box, spaces.MultiDiscrete, spaces.MultiBinary)):
+        return _ArrayNode(path, space.shape, space.dtype)
+    if isinstance(space, spaces.Text):
+        return _TextNode(path, space)
+    if isinstance(space, spaces.Tuple):
+        return _TupleNode(path, [_build(s, f"{path}[{i}]")
+                                 for i, s in enumerate(space.spaces)])
+    if isinstance(space, spaces.Dict):
+        keys = list(space.spaces.keys())
+        return _DictNode(path, keys, [_build(space.spaces[k], f"{path}[{k!r}]")
+                                      for k in keys])
+    if isinstance(space, spaces.OneOf):
+        children = [_build(s, f"{path}[{i}]") for i, s in enumerate(space.spaces)]
+        if any(_has_pipe(c) for c in children):
+            return _PipeNode(path)
+        return _OneOfNode(path, children)
+    return _PipeNode(path)  # Graph, Sequence, custom spaces
+
+
+def _number(node: _Node, prefix: str, field_index: int, pipe_index: int,
+            fields: List[FieldSpec], pipe_paths: List[str]) -> Tuple[int, int]:
+    """Gives ``node`` and its descendants positional fields and pipe indices."""
+    node.first = field_index
+    for _, shape, dtype in node.fields:
+        fields.append((f"{prefix}.{field_index}", shape, dtype))
+        field_index += 1
+    if isinstance(node, _PipeNode):
+        node.pipe_index = pipe_index
+        pipe_paths.append(node.path)
+        pipe_index += 1
+    for child in _children(node):
+        field_index, pipe_index = _number(child, prefix, field_index, pipe_index,
+                                          fields, pipe_paths)
+    return field_index, pipe_index
+
+
+class SpaceLayout:
+    """How values of one gymnasium space live in shared-memory rows.
+
+    Args:
+        space: the per-env space.
+        prefix: prefix of the field names (unique per block, e.g. ``"obs"``).
+        path: the name of the value in error messages (e.g. ``"observation"``).
+
+    Attributes:
+        space: the space.
+        fields: ``(name, row shape, dtype)`` of every field, in order.
+        field_names: the names alone.
+        pipe_paths: paths of the sub-values that travel on the pipe.
+    """
+
+    def __init__(self, space: spaces.Space, prefix: str, path: str) -> None:
+        self.space = space
+        self._root = _build(space, path)
+        fields: List[FieldSpec] = []
+        pipe_paths: List[str] = []
+        _number(self._root, prefix, 0, 0, fields, pipe_paths)
+        self.fields: Tuple[FieldSpec, ...] = tuple(fields)
+        self.field_names: Tuple[str, ...] = tuple(name for name, _, _ in fields)
+        self.pipe_paths: Tuple[str, ...] = tuple(pipe_paths)
+
+    @property
+    def num_pipe_leaves(self) -> int:
+        """How many sub-values travel on the pipe (0: all in shared memory)."""
+        return len(self.pipe_paths)
+
+    def views(self, block_views: Mapping[str, np.ndarray]) -> List[np.ndarray]:
+        """This layout's field views (in order) from a block's ``views`` mapping."""
+        return [block_views[name] for name in self.field_names]
+
+    # -- one row (a worker writes what its env returned / reads its action) --
+
+    def write_row(self, views: Sequence[np.ndarray], row: int, value: Any,
+                  casting: str = "same_kind") -> List[Any]:
+        """Writes ``value`` into ``row``; returns its pipe leaves (in order).
+
+        Raises:
+            ValueError: ``value`` does not fit the space (nothing written).
+        """
+        arrays: List[Optional[np.ndarray]] = []
+        pipe: List[Any] = []
+        self._root.encode(value, casting, arrays, pipe)
+        for view, array in zip(views, arrays):
+            if array is not None:
+                view[row] = array
+        return pipe
+
+    def read_row(self, views: Sequence[np.ndarray], row: int,
+                 pipe_leaves: Sequence[Any] = ()) -> Any:
+        """Reads the value of ``row`` (a copy), taking pipe leaves from ``pipe_leaves``."""
+        return self._root.decode(views, row, iter(pipe_leaves))
+
+    # -- a batch (the parent writes actions / reads observations) -------------
+
+    def encode_batch(self, values: Any, n: int, casting: str = "safe") -> List[np.ndarray]:
+        """Checks a batched value of ``n`` rows; returns one array per field.
+
+        Raises:
+            ValueError: naming the offending path and the expected and actual
+                shape and dtype.
+        """
+        arrays: List[np.ndarray] = []
+        self._root.encode_batch(values, n, casting, arrays)
+        return arrays
+
+    @staticmethod
+    def write_rows(views: Sequence[np.ndarray], rows: Rows,
+                   arrays: Sequence[np.ndarray]) -> None:
+        """Writes what :meth:`encode_batch` returned into ``rows``."""
+        for view, array in zip(views, arrays):
+            view[rows] = array
+
+    def read_rows(self, views: Sequence[np.ndarray], rows: Rows, row_list: List[int],
+                  pipe_rows: Optional[Sequence[Sequence[Any]]] = None,
+                  copy: bool = True) -> Any:
+        """Reads the batched value of ``rows``, structured like gymnasium's.
+
+        Args:
+            views: the field views.
+            rows: a slice (array leaves are views of the rows unless ``copy``)
+                or an index array (leaves are copies).
+            row_list: the same rows as a list of ints.
+            pipe_rows: per row (in order), its pipe leaves.
+            copy: copy array leaves read through a slice.
+        """
+        return self._root.decode_batch(views, rows, row_list, pipe_rows or (), copy)

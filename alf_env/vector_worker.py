@@ -1,0 +1,285 @@
+"""The worker side of :class:`alf_env.vector.FastVectorEnv`.
+
+A worker process hosts an :class:`EnvGroup` (``envs_per_worker`` gymnasium
+envs, built from their ``env_fns`` by ``ProcessEnvironment``) and, once in the
+native loop, a :class:`GymRowsHandler` that runs STEP and RESET jobs:
+
+* it reads each env's action from the shared action rows, steps the env,
+  auto-resets it as the autoreset mode says (exactly like ``SyncVectorEnv``),
+  and writes observation, reward, terminated and truncated into the env's rows;
+* whatever has no fixed size - a non-empty info dict, the observation leaves
+  of spaces such as Graph and Sequence - goes into one *report* per job: a
+  dict ``{local env index: (info or None, pipe leaves or None)}`` sent on the
+  pipe as an unsolicited ``RESULT``; the env's ``report`` flag row says it is
+  there. A job whose envs all return empty infos sends nothing on the pipe.
+
+Reports up to ``INLINE_REPORT_BYTES`` are sent before the job is reported
+finished. A larger one could fill the pipe's buffer while the parent still
+waits for the job, so it is handed to a sender thread and the job finishes
+at once; the parent reads the report right after it sees the job finish,
+before it sends this worker anything else, so pipe order is kept.
+
+Reset arguments that are not the default (seeds, options, ``reset_mask``)
+reach the worker on the pipe first (``EnvGroup.stage_reset``), and the RESET
+job's argument says to use them (``RESET_STAGED``).
+"""
+
+import threading
+from multiprocessing.reduction import ForkingPickler
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+import gymnasium as gym
+import numpy as np
+
+from alf_env.environments import process_environment as pe
+from alf_env.vector_spaces import FieldSpec, SpaceLayout
+
+# Arguments of RESET jobs.
+RESET_DEFAULT = 0   # every env, no seed, no options
+RESET_STAGED = 1    # use what EnvGroup.stage_reset() stored
+
+# Larger reports are sent by a thread (see the module docstring). Well below
+# the smallest socket buffer Linux gives a multiprocessing pipe.
+INLINE_REPORT_BYTES = 32 * 1024
+
+# Names the envs' own step/reset/close must not be reached by through call().
+RESERVED_CALL_NAMES = ("step", "reset", "close")
+
+# The per-env scalar fields of the shared block, besides observation and action.
+SCALAR_FIELDS = (("reward", (), np.float64),       # float64, like gymnasium's rewards
+                 ("terminated", (), np.bool_),
+                 ("truncated", (), np.bool_),
+                 ("report", (), np.bool_))         # "my worker's report has an entry for me"
+
+
+def block_fields(observation: SpaceLayout, action: SpaceLayout) -> List[FieldSpec]:
+    """Every field of a FastVectorEnv's shared block (one row per env)."""
+    return list(observation.fields) + list(action.fields) + list(SCALAR_FIELDS)
+
+
+class EnvRows:
+    """The views of a FastVectorEnv block, the same in the parent and the workers.
+
+    Attributes:
+        obs, act: the observation and action field views (layout order).
+        reward, terminated, truncated, report: ``(num_envs,)`` views.
+    """
+
+    def __init__(self, block: Any, observation: SpaceLayout, action: SpaceLayout) -> None:
+        views = block.views
+        self.obs = observation.views(views)
+        self.act = action.views(views)
+        self.reward, self.terminated, self.truncated, self.report = (
+            views[name] for name, _, _ in SCALAR_FIELDS)
+
+
+class StagedReset:
+    """What the next ``RESET_STAGED`` job does, per local env.
+
+    Attributes:
+        seeds: a seed (or ``None``) per local env.
+        options: the options passed to every reset env's ``reset``.
+        mask: which local envs to reset.
+    """
+
+    def __init__(self, seeds: Sequence[Optional[int]], options: Optional[dict],
+                 mask: Sequence[bool]) -> None:
+        self.seeds = list(seeds)
+        self.options = options
+        self.mask = [bool(m) for m in mask]
+
+
+class EnvGroup:
+    """The object a worker serves: its envs, and the pipe-side operations on them.
+
+    Args:
+        env_fns: constructors of this worker's envs.
+        env_id: index of the first env (given by ``ProcessEnvironment``).
+    """
+
+    def __init__(self, env_fns: Sequence[Callable[[], gym.Env]],
+                 env_id: Optional[int] = None) -> None:
+        self.first_env = env_id or 0
+        self.envs: List[gym.Env] = []
+        try:
+            for fn in env_fns:
+                self.envs.append(fn())
+        except BaseException:
+            self.close()
+            raise
+        self.staged: Optional[StagedReset] = None
+
+    def describe(self) -> List[Tuple[gym.Space, gym.Space]]:
+        """``(observation_space, action_space)`` of each env."""
+        return [(env.observation_space, env.action_space) for env in self.envs]
+
+    def info(self) -> Tuple[dict, Optional[str]]:
+        """``(metadata, render_mode)`` of the first env."""
+        env = self.envs[0]
+        return dict(env.metadata), env.render_mode
+
+    def call_each(self, name: str, args: tuple, kwargs: dict) -> List[Any]:
+        """``env.name(*args, **kwargs)`` (or the attribute) for each env, like gymnasium."""
+        if name in RESERVED_CALL_NAMES:
+            raise ValueError(f"call({name!r}): use the vector env's own {name}() instead")
+        results = []
+        for env in self.envs:
+            attr = env.get_wrapper_attr(name)
+            results.append(attr(*args, **kwargs) if callable(attr) else attr)
+        return results
+
+    def set_each(self, name: str, values: Sequence[Any]) -> None:
+        """Sets attribute ``name`` of env ``k`` to ``values[k]``."""
+        for env, value in zip(self.envs, values):
+            env.set_wrapper_attr(name, value)
+
+    def stage_reset(self, staged: StagedReset) -> None:
+        """Stores the arguments of the next ``RESET_STAGED`` job."""
+        self.staged = staged
+
+    def close(self) -> None:
+        """Closes every env (all of them, even if one raises; the first error wins)."""
+        first_error = None
+        for env in self.envs:
+            try:
+                env.close()
+            except Exception as exc:  # noqa: BLE001 -- re-raised after the others
+                first_error = first_error or exc
+        if first_error is not None:
+            raise first_error
+
+
+class GymRowsHandler:
+    """The job handler (and its factory) of FastVectorEnv's workers.
+
+    Args:
+        rows: ``(begin, end)``: the env rows this worker owns.
+        observation: layout of the observation space (field prefix ``obs``).
+        action: layout of the action space (field prefix ``act``).
+        autoreset_mode: a ``gymnasium.vector.AutoresetMode``.
+    """
+
+    def __init__(self, rows: Tuple[int, int], observation: SpaceLayout,
+                 action: SpaceLayout, autoreset_mode: gym.vector.AutoresetMode) -> None:
+        self.rows = rows
+        self.observation = observation
+        self.action = action
+        self.autoreset_mode = autoreset_mode
+
+    def __call__(self, group: EnvGroup, block: Any, conn: Any, env_id: Any) -> "GymRowsHandler":
+        """Binds to the worker's env group, the shared block and the pipe (in the worker)."""
+        self._group = group
+        self._conn = conn
+        self._rows = EnvRows(block, self.observation, self.action)
+        n = len(group.envs)
+        self._needs_reset = [False] * n
+        self._sender: Optional[threading.Thread] = None
+        mode = gym.vector.AutoresetMode
+        self._step_one = {mode.NEXT_STEP: self._step_next, mode.SAME_STEP: self._step_same,
+                          mode.DISABLED: self._step_disabled}[self.autoreset_mode]
+        return self
+
+    # -- jobs -------------------------------------------------------------------
+
+    def step(self, arg: int) -> None:
+        """Steps every env of the group with its action row."""
+        report: Dict[int, Tuple[Optional[dict], Optional[list]]] = {}
+        begin = self.rows[0]
+        for k, env in enumerate(self._group.envs):
+            row = begin + k
+            try:
+                action = self.action.read_row(self._rows.act, row)
+                obs, reward, terminated, truncated, info = self._step_one(k, env, action)
+            except Exception as exc:
+                _name_env(exc, self._group.first_env + k, "step")
+                raise
+            self._write(k, row, obs, reward, terminated, truncated, info, report)
+        self._send(report)
+
+    def reset(self, arg: int) -> None:
+        """Resets the envs (all, or what ``stage_reset`` said) and writes their rows."""
+        envs = self._group.envs
+        if arg == RESET_STAGED:
+            staged, self._group.staged = self._group.staged, None
+        else:
+            staged = StagedReset([None] * len(envs), None, [True] * len(envs))
+        report: Dict[int, Tuple[Optional[dict], Optional[list]]] = {}
+        begin = self.rows[0]
+        for k, env in enumerate(envs):
+            row = begin + k
+            if not staged.mask[k]:
+                self._rows.report[row] = False
+                continue
+            try:
+                obs, info = env.reset(seed=staged.seeds[k], options=staged.options)
+            except Exception as exc:
+                _name_env(exc, self._group.first_env + k, "reset")
+                raise
+            self._needs_reset[k] = False
+            self._write(k, row, obs, 0.0, False, False, info, report)
+        self._send(report)
+
+    # -- one env, per autoreset mode (gymnasium's SyncVectorEnv semantics) ------
+
+    def _step_next(self, k: int, env: gym.Env, action: Any) -> tuple:
+        if self._needs_reset[k]:
+            obs, info = env.reset()
+            result = (obs, 0.0, False, False, info)
+        else:
+            result = env.step(action)
+        self._needs_reset[k] = bool(result[2] or result[3])
+        return result
+
+    def _step_same(self, k: int, env: gym.Env, action: Any) -> tuple:
+        obs, reward, terminated, truncated, info = env.step(action)
+        if terminated or truncated:
+            reset_obs, reset_info = env.reset()
+            # The order in which SyncVectorEnv adds them to the batched info.
+            info = {"final_obs": obs, "final_info": info, **reset_info}
+            obs = reset_obs
+        return obs, reward, terminated, truncated, info
+
+    def _step_disabled(self, k: int, env: gym.Env, action: Any) -> tuple:
+        # The parent refuses to step an env that needs a reset.
+        return env.step(action)
+
+    # -- rows and reports --------------------------------------------------------
+
+    def _write(self, k: int, row: int, obs: Any, reward: Any, terminated: Any,
+               truncated: Any, info: dict,
+               report: Dict[int, Tuple[Optional[dict], Optional[list]]]) -> None:
+        try:
+            pipe_leaves = self.observation.write_row(self._rows.obs, row, obs)
+        except ValueError as exc:
+            raise ValueError(f"env {self._group.first_env + k} returned an observation "
+                             f"that does not fit its observation space "
+                             f"{self.observation.space}: {exc}") from None
+        rows = self._rows
+        rows.reward[row] = reward
+        rows.terminated[row] = terminated
+        rows.truncated[row] = truncated
+        has_report = bool(info) or bool(pipe_leaves)
+        rows.report[row] = has_report
+        if has_report:
+            report[k] = (info or None, pipe_leaves or None)
+
+    def _send(self, report: Dict[int, Any]) -> None:
+        """Sends the job's report (if any) home; see the module docstring."""
+        if self._sender is not None:
+            self._sender.join()
+            self._sender = None
+        if not report:
+            return
+        data = ForkingPickler.dumps((pe.MessageType.RESULT, report))
+        if len(data) <= INLINE_REPORT_BYTES:
+            self._conn.send_bytes(data)
+            return
+        self._sender = threading.Thread(target=self._conn.send_bytes, args=(data,),
+                                        name="alf_env-report-sender", daemon=True)
+        self._sender.start()
+
+
+def _name_env(exc: BaseException, env_index: int, during: str) -> None:
+    """Notes on ``exc`` which env of the worker raised it."""
+    if hasattr(exc, "add_note"):
+        exc.add_note(f"(raised by env {env_index} of the vector env during {during})")
