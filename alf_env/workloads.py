@@ -11,6 +11,10 @@ with :class:`~alf_env.environments.alf_gym_wrapper.AlfGymWrapper`):
   thread's CPU clock, so a worker that is preempted does not get free steps);
   measures how well the workers' work overlaps.
 
+- ``W4`` (:class:`UnevenEnv`): 0.2-2 ms of CPU per step, drawn at random for
+  every step; measures what the asynchronous mode gains when envs finish at
+  different times.
+
 Observations encode the env id and the step count (``obs[0]``/``obs[1]`` for
 W1 and W3, the first two pixels for W2), so tests can check that every row
 came from the right env at the right step.
@@ -100,15 +104,37 @@ class BusyEnv(TrivialEnv):
         return super().step(action)
 
 
+W4_STEP_SECONDS = (0.2e-3, 2e-3)
+
+
+class UnevenEnv(BusyEnv):
+    """W4: like W3, but each step burns a random 0.2-2 ms of CPU.
+
+    The step times come from an RNG of their own, seeded with the env id, so
+    they are the same in every backend and do not disturb the observations.
+    """
+
+    def __init__(self, env_id: int = 0, episode_length: int = EPISODE_LENGTH,
+                 step_seconds: Tuple[float, float] = W4_STEP_SECONDS) -> None:
+        super().__init__(env_id, episode_length)
+        self._times = np.random.default_rng(env_id)
+        self._range = step_seconds
+
+    def step(self, action: Any) -> Tuple[np.ndarray, float, bool, bool, dict]:
+        self.step_seconds = float(self._times.uniform(*self._range))
+        return super().step(action)
+
+
 WORKLOADS: Dict[str, Callable[..., gym.Env]] = {
     "W1": TrivialEnv,
     "W2": ImageEnv,
     "W3": BusyEnv,
+    "W4": UnevenEnv,
 }
 
 
 def make_workload(name: str, env_id: int = 0) -> gym.Env:
-    """Creates workload ``name`` ("W1", "W2", "W3") or a registered gymnasium id."""
+    """Creates workload ``name`` ("W1" ... "W4") or a registered gymnasium id."""
     if name in WORKLOADS:
         return WORKLOADS[name](env_id=env_id)
     return gym.make(name)
