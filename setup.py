@@ -81,9 +81,11 @@ setup(
         "gymnasium>=1.0",
         "absl-py>=1.0",
         "cloudpickle>=2.0",
+        "matplotlib>=3.7",  # the plot of alf-env-bench
     ],
     extras_require={
         "test": ["pytest>=7", "pytest-timeout>=2.1", "psutil>=5.9"],
     },
+    entry_points={"console_scripts": ["alf-env-bench = alf_env.bench:main"]},
     zip_safe=False,
 )

@@ -16,7 +16,7 @@ A ``TimeStep`` is what an environment returns from ``reset()`` and
 Every field defaults to ``()``, the empty nest.
 
 The helpers :func:`restart`, :func:`transition`, :func:`termination` and
-:func:`truncation` build numpy or torch ``TimeStep``s (decided by the type of
+:func:`truncation` build numpy or torch ``TimeStep`` values (decided by the type of
 the observation leaves), batched or not.
 """
 

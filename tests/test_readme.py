@@ -19,9 +19,18 @@ def python_blocks():
 
 def test_readme_gives_exactly_two_commands():
     commands = [line for block in bash_blocks() for line in block.splitlines() if line]
-    assert len(commands) == 2, commands
-    assert commands[0].endswith("python -m alf_env")
-    assert commands[1].endswith("python -m pytest")
+    assert commands == ["pip install -r requirements-dev.txt && alf-env-bench --quick",
+                        "pip install -r requirements-dev.txt && python -m pytest"]
+
+
+def test_readme_links_resolve():
+    targets = re.findall(r"\]\(([^)#]+)\)", README)
+    for name in ("docs/", "examples/", "docs/benchmarks.md", "docs/reliability.md",
+                 "docs/architecture.rst", "examples/alf_rollout.py",
+                 "examples/gym_training_loop.py"):
+        assert name in targets, f"the README does not link {name}"
+    missing = [t for t in targets if not (REPO_ROOT / t).exists()]
+    assert not missing, f"README links to missing files: {missing}"
 
 
 def test_ci_runs_the_readme_test_command():
