@@ -287,6 +287,7 @@ class FastVectorEnv(gym.vector.VectorEnv):
         if not self._infos and not self._report.any():
             return errors  # the hot path: nobody reported anything
         e = self.envs_per_worker
+        promises = {}
         for worker in workers:
             job = self._board.job_of(worker)
             if job is not JobType.STEP and job is not JobType.RESET:
@@ -294,11 +295,18 @@ class FastVectorEnv(gym.vector.VectorEnv):
             begin = worker * e
             for row in range(begin, begin + e):
                 self._infos.pop(row, None)
-            if not self._report[begin:begin + e].any():
-                continue
+            if self._report[begin:begin + e].any():
+                # Every report's place on its pipe is taken before any is read,
+                # so an interrupted read leaves no pipe out of step.
+                try:
+                    promises[worker] = self._workers[worker].pending_report()
+                except Exception as exc:  # noqa: BLE001 -- e.g. known to be dead
+                    errors[worker] = exc
+        for worker, promise in promises.items():
+            begin = worker * e
             try:
-                report = self._workers[worker].pending_report()()
-            except BaseException as exc:  # noqa: BLE001 -- raised by the board's waits
+                report = promise()
+            except Exception as exc:  # noqa: BLE001 -- raised by the board's waits
                 errors[worker] = exc
                 continue
             for k, (info, leaves) in report.items():
@@ -377,6 +385,12 @@ class FastVectorEnv(gym.vector.VectorEnv):
     def step_async(self, actions: Any) -> None:
         """Writes the actions and posts the steps; collect them with :meth:`step_wait`.
 
+        Actions are checked against ``single_action_space`` for structure,
+        shape and dtype (numpy's "safe" casting rule; non-contiguous arrays
+        are fine), not for bounds: a value outside a ``Box``'s bounds or a
+        ``Discrete``'s range reaches the env unchanged (never clipped), as
+        with gymnasium's own vector envs.
+
         Raises:
             ValueError: a malformed action (naming the field, the expected and
                 the actual shape and dtype); nothing was sent.
@@ -427,16 +441,30 @@ class FastVectorEnv(gym.vector.VectorEnv):
             raise ValueError(f"call({name!r}): use FastVectorEnv.{name}() instead")
         self._assert_state("call_async")
         self._settle()
-        self._pending_calls = [w.call("call_each", name, args, kwargs)
-                               for w in self._workers]
+        # Each worker reads its request and runs it; they run side by side.
+        self._pending_calls = self._guard(lambda: [
+            w.call("call_each", name, args, kwargs) for w in self._workers])
         self._state = AsyncState.WAITING_CALL
 
     def call_wait(self, timeout: Optional[float] = None) -> Tuple[Any, ...]:
-        """The results of the pending :meth:`call_async`, one per env."""
+        """The results of the pending :meth:`call_async`, one per env.
+
+        Raises:
+            NoAsyncCallError: no call is pending.
+            EnvTimeoutError: ``timeout`` passed (call again to keep waiting).
+        """
         self._assert_waiting(AsyncState.WAITING_CALL, "call_wait", "call_async")
-        promises, self._pending_calls = self._pending_calls, []
+        try:
+            groups = self._resolve(self._pending_calls, timeout, "call")
+        except pe.EnvTimeoutError:
+            raise  # nothing was used up: the call stays pending
+        except BaseException:
+            self._pending_calls = []
+            self._state = AsyncState.DEFAULT
+            raise
+        self._pending_calls = []
         self._state = AsyncState.DEFAULT
-        return tuple(value for group in self._resolve(promises, timeout) for value in group)
+        return tuple(value for group in groups for value in group)
 
     def get_attr(self, name: str) -> Tuple[Any, ...]:
         """Attribute ``name`` of every env (a method is called without arguments)."""
@@ -516,6 +544,11 @@ class FastVectorEnv(gym.vector.VectorEnv):
 
     def close_extras(self, timeout: Optional[float] = None, terminate: bool = False) -> None:
         """Ends the workers (``VectorEnv.close`` calls this once).
+
+        Bounded: workers still stuck in a job after ``timeout`` are
+        terminated, then every worker closes its envs within
+        ``CLOSE_POLITE_TIMEOUT`` (else it is terminated, then killed). An
+        exception raised by an env's ``close()`` is logged, not raised.
 
         Args:
             timeout: seconds to let running jobs finish before workers are
@@ -757,21 +790,14 @@ class FastVectorEnv(gym.vector.VectorEnv):
             return None
         return [self._pipe_leaves[row] for row in row_list]
 
-    def _resolve(self, promises: List[Any], timeout: Optional[float]) -> List[Any]:
-        """Waits for every promise; raises the first error after all have answered."""
-        results, first_error = [], None
-        for promise in promises:
-            try:
-                results.append(promise(timeout))
-            except WorkerDiedError as exc:
-                self._broken = exc
-                raise
-            except Exception as exc:  # noqa: BLE001 -- raised once all answered
-                first_error = first_error or exc
-                results.append(None)
-        if first_error is not None:
-            raise first_error
-        return results
+    def _resolve(self, promises: List[Any], timeout: Optional[float],
+                 during: str = "a call") -> List[Any]:
+        """Waits for every promise together (``resolve_all``); a dead worker breaks the env."""
+        try:
+            return pe.resolve_all(promises, timeout, during)
+        except WorkerDiedError as exc:
+            self._broken = exc
+            raise
 
 
 def _check_arguments(env_fns: List[Any], batch_size: int, envs_per_worker: int,

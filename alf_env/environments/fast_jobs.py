@@ -43,12 +43,16 @@ class JobBoard:
         controller: the ``Controller`` of the shared block.
         envs: the workers; ``envs[i]`` owns job slot ``i``.
         on_ok: optional hook run for the jobs that finished OK.
+        timeout: seconds a wait may last when its caller gives no ``timeout``
+            (``None``: no limit); this also bounds the waits inside
+            :meth:`post` (for a job still running) and :meth:`serve_pipe`.
     """
 
     def __init__(self, controller: Any, envs: Sequence[pe.ProcessEnvironment],
-                 on_ok: Optional[OkHook] = None) -> None:
+                 on_ok: Optional[OkHook] = None, timeout: Optional[float] = None) -> None:
         self.controller = controller
         self.envs = envs
+        self.timeout = timeout
         self._on_ok = on_ok
         # Workers whose last job has finished, in completion order (a dict
         # used as an ordered set).
@@ -91,7 +95,8 @@ class JobBoard:
         Args:
             workers: the workers to wait for.
             during: what they do (for error messages).
-            timeout: seconds to wait at most (``None``: no limit).
+            timeout: seconds to wait at most (``None``: the board's
+                ``timeout``).
             raise_errors: raise what a job raised (else keep it for
                 :meth:`pop_errors`).
 
@@ -103,6 +108,8 @@ class JobBoard:
         """
         workers = list(workers)
         remaining = {w for w in workers if w not in self._done}
+        if timeout is None:
+            timeout = self.timeout
         deadline = None if timeout is None else time.monotonic() + timeout
         while remaining:
             ids = self._wait_some(len(remaining), during, deadline, timeout,
@@ -123,6 +130,8 @@ class JobBoard:
         Raises:
             EnvTimeoutError, WorkerDiedError: as :meth:`wait_for`.
         """
+        if timeout is None:
+            timeout = self.timeout
         deadline = None if timeout is None else time.monotonic() + timeout
         ready = [w for w in self._done if w in candidates]
         while len(ready) < k:
@@ -152,11 +161,21 @@ class JobBoard:
         """Records finished jobs; reads what their workers sent on the pipe for them."""
         self._done.update(dict.fromkeys(workers))
         failed = self.controller.failed(ids)
-        for worker in failed:
-            try:
-                self.envs[worker].pending_report()()
-            except BaseException as exc:  # noqa: BLE001 -- raised by the waits
-                self._errors[worker] = exc
+        if failed:
+            # Every report's place on its pipe is taken before any is read, so
+            # an interrupted read (Ctrl-C) leaves no pipe out of step.
+            reports = {}
+            for worker in failed:
+                try:
+                    reports[worker] = self.envs[worker].pending_report()
+                except Exception as exc:  # noqa: BLE001 -- e.g. known to be dead
+                    self._errors[worker] = exc
+            for worker, report in reports.items():
+                try:
+                    # Sent right after the job reported ERROR: this is quick.
+                    report(self.timeout)
+                except Exception as exc:  # noqa: BLE001 -- raised by the waits
+                    self._errors[worker] = exc
         if self._on_ok is not None:
             ok = [w for w in workers if w not in failed] if failed else workers
             self._errors.update(self._on_ok(ok))
@@ -173,36 +192,67 @@ class JobBoard:
     # -- pipe and shutdown -----------------------------------------------------
 
     def serve_pipe(self, worker: int) -> None:
-        """The doorbell: make a worker in the native loop serve one pipe request."""
+        """The doorbell: make a worker in the native loop serve one pipe request.
+
+        Returns once the worker has read the request (its CALL job finishes
+        then); the answer is awaited on the pipe by the request's promise.
+        The CALL job is posted whatever an earlier job of the worker raised
+        (e.g. a spare's reset in the background): the request is on the pipe
+        already, so skipping the job would put the pipe out of step. That
+        error stays for the wait that asks for the earlier job.
+        """
+        if self.controller.outstanding(worker):
+            self.wait_for([worker], "finishing an earlier job", raise_errors=False)
         self.post([worker], JobType.CALL)
-        self.wait_for([worker], "a call")
+        self.wait_for([worker], "a call", raise_errors=False)
 
     def release(self, timeout: Optional[float] = None) -> None:
         """Brings every worker back from the native loop; terminates stuck ones.
+
+        All the workers are asked at once: each gets a CLOSE job as soon as
+        its current job (if any) has finished, so one worker stuck in a job
+        delays nobody else; those still in the loop when ``timeout`` passes
+        are terminated (side by side).
 
         Args:
             timeout: seconds for all workers together (default
                 ``CLOSE_POLITE_TIMEOUT``); never raises.
         """
-        deadline = time.monotonic() + (pe.CLOSE_POLITE_TIMEOUT if timeout is None
-                                       else timeout)
-        for i, env in enumerate(self.envs):
-            if env.in_fast_loop and not self._leave_native_loop(i, deadline):
-                # Stuck in a job: asking politely on the pipe is pointless.
-                env.close(polite_timeout=0.0)
-
-    def _leave_native_loop(self, i: int, deadline: float) -> bool:
-        """Brings worker ``i`` back to serving its pipe; False if it did not come."""
+        total = pe.CLOSE_POLITE_TIMEOUT if timeout is None else timeout
+        deadline = time.monotonic() + total
+        waiting = {i for i, env in enumerate(self.envs) if env.in_fast_loop}
+        closing: Set[int] = set()  # CLOSE posted, not yet finished
         try:
-            if self.controller.outstanding(i):
-                self.wait_for([i], "closing", max(0.0, deadline - time.monotonic()))
-            self.controller.post(np.asarray([i], np.int32), JobType.CLOSE)
-            self._jobs[i] = JobType.CLOSE
-            self.wait_for([i], "closing", max(0.0, deadline - time.monotonic()))
-            return True
+            while waiting:
+                idle = sorted(i for i in waiting - closing
+                              if not self.controller.outstanding(i))
+                if idle:
+                    self.controller.post(np.asarray(idle, np.int32), JobType.CLOSE)
+                    for i in idle:
+                        self._done.pop(i, None)
+                        self._jobs[i] = JobType.CLOSE
+                    closing.update(idle)
+                try:
+                    finished = self._wait_some(1, "closing", deadline, total,
+                                               lambda: sorted(waiting))
+                except pe.EnvTimeoutError:
+                    break
+                except pe.WorkerDiedError:
+                    finished = []  # _wait_some abandoned its job and marked it dead
+                for i in finished:
+                    if i in closing:
+                        closing.discard(i)
+                        waiting.discard(i)
+                        self.envs[i].stop_fast_loop()
+                waiting = {i for i in waiting if self.envs[i].in_fast_loop}
         except Exception as exc:  # noqa: BLE001 -- close() must not raise
-            logging.warning("env %d: could not leave the native loop (%s); it "
-                            "will be terminated", i, exc)
-            return False
-        finally:
-            self.envs[i].stop_fast_loop()
+            logging.warning("could not bring workers %s back from the native loop (%s); "
+                            "they will be terminated", sorted(waiting), exc)
+        stuck = [self.envs[i] for i in sorted(waiting)]
+        if stuck:
+            logging.warning("envs %s did not leave the native loop within %.3g s; "
+                            "terminating them", sorted(waiting), total)
+            for env in stuck:
+                env.stop_fast_loop()
+            # Stuck in a job: asking politely on the pipe is pointless.
+            pe.close_all(stuck, polite_timeout=0.0)

@@ -20,9 +20,15 @@ out of the pipes:
   pipe request the parent posts a CALL job so the worker, parked in its
   native loop, reads the pipe.
 * **Faults.** A worker whose step raised reports ERROR in its slot and sends
-  the exception on the pipe; the parent re-raises it. A worker that dies is
-  noticed by the native wait (pidfds) within ~50 ms and raises
-  ``WorkerDiedError``.
+  the exception on the pipe; the parent re-raises it once every worker has
+  finished. A worker that dies is noticed by the native wait (pidfds) within
+  ~50 ms and raises ``WorkerDiedError`` (a pipe call notices it on the pipe).
+  With ``timeout=`` every wait is bounded (``EnvTimeoutError``; then only
+  ``close()`` is left). ``close()`` brings all workers out of the native loop
+  at once, terminating any still stuck in a job after
+  ``CLOSE_POLITE_TIMEOUT``, then closes them side by side: it returns within
+  ``2 * CLOSE_POLITE_TIMEOUT + CLOSE_TERMINATE_TIMEOUT + CLOSE_KILL_TIMEOUT``
+  (the second polite wait only for an env whose own ``close()`` hangs).
 * **Copies.** Returned tensors are copies of the shared rows, unless
   ``zero_copy=True`` (then they are views that the next step overwrites).
 """
@@ -52,14 +58,18 @@ class FastParallelEnvironment(ParallelAlfEnvironment):
     """Like ``ParallelAlfEnvironment``, with steps and resets through shared memory.
 
     Args:
-        env_constructors, start_serially, blocking, flatten,
-        num_spare_envs_for_reload, torch_num_threads_per_env, start_method:
-            as for ``ParallelAlfEnvironment``.
+        env_constructors: as for ``ParallelAlfEnvironment``; so are
+            ``start_serially``, ``blocking``, ``flatten``,
+            ``num_spare_envs_for_reload``, ``torch_num_threads_per_env`` and
+            ``start_method``.
         zero_copy: return tensors that view the shared rows instead of copies
             (valid until the next step; needs no spares).
         spin_us: how long a waiter spins before it sleeps on the futex, in
             microseconds: -1 adapts to the machine (no spinning when there
             are more processes than cores), 0 never spins.
+        timeout: as for ``ParallelAlfEnvironment``: seconds each reset, step
+            and call may wait for the workers; then ``EnvTimeoutError`` and
+            the environment can only be closed.
     """
 
     _FAST = True
@@ -69,7 +79,7 @@ class FastParallelEnvironment(ParallelAlfEnvironment):
                  flatten: bool = True, num_spare_envs_for_reload: int = 0,
                  torch_num_threads_per_env: Optional[int] = 1,
                  start_method: str = "fork", *, zero_copy: bool = False,
-                 spin_us: int = -1) -> None:
+                 spin_us: int = -1, timeout: Optional[float] = None) -> None:
         if zero_copy and num_spare_envs_for_reload:
             raise ValueError("zero_copy: views need each slot to keep its env; got "
                              f"num_spare_envs_for_reload={num_spare_envs_for_reload}; "
@@ -79,7 +89,7 @@ class FastParallelEnvironment(ParallelAlfEnvironment):
                          blocking=blocking, flatten=flatten,
                          num_spare_envs_for_reload=num_spare_envs_for_reload,
                          torch_num_threads_per_env=torch_num_threads_per_env,
-                         start_method=start_method)
+                         start_method=start_method, timeout=timeout)
         self._zero_copy = zero_copy
         try:
             self._attach_workers(spin_us)
@@ -102,7 +112,7 @@ class FastParallelEnvironment(ParallelAlfEnvironment):
         self._time_step_views = [self._block.views[n] for n in time_step_names]
         self._step_type_view = self._block.views["time_step.step_type"]
         self._controller = self._block.controller(spin_us)
-        self._board = JobBoard(self._controller, self._envs)
+        self._board = JobBoard(self._controller, self._envs, timeout=self._timeout)
         for i, env in enumerate(self._envs):
             self._controller.set_worker_pid(i, env.pid)
             handler = AlfRowsHandler((i * b, (i + 1) * b), tuple(action_names),
@@ -138,8 +148,7 @@ class FastParallelEnvironment(ParallelAlfEnvironment):
             self._post(workers, job)
             self._wait_for(workers, during)
 
-    def _reset(self) -> TimeStep:
-        self._check_not_closed()
+    def _do_reset(self) -> TimeStep:
         slot_envs = list(self._slots.slot_env)
         self._run(slot_envs, _penv.JobType.RESET, "reset")
         spares = list(self._slots.spares)
@@ -148,8 +157,7 @@ class FastParallelEnvironment(ParallelAlfEnvironment):
         self._slots.fresh_slots.clear()
         return self._finish_fast()
 
-    def _step(self, action: Any) -> TimeStep:
-        self._check_not_closed()
+    def _do_step(self, action: Any) -> TimeStep:
         flat_action = self._check_action.flat(action)
         fresh = self._slots.fresh_slots
         stepped = [e for k, e in enumerate(self._slots.slot_env) if k not in fresh]

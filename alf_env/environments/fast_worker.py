@@ -8,13 +8,16 @@ releases the GIL) and runs one job at a time:
   and writes the results into this worker's rows; report OK.
 - ``RESET``: the handler resets (the job argument is handler-defined, e.g. a
   seed) and writes the results; report OK.
-- ``CALL``: one request is waiting on the pipe; serve it there (the answer
-  goes back on the pipe), report OK.
+- ``CALL``: one request is waiting on the pipe; read it, report OK, then
+  serve it (the answer goes back on the pipe, where the parent waits for it).
 - ``CLOSE``: report OK and go back to serving the pipe directly.
 
-A step or reset that raises reports ERROR and sends the exception, whole, on
-the pipe (the parent reads it as an unsolicited report). Fixed-size data moves
-only through the shared rows; anything of variable size moves on the pipe.
+A step or reset that raises reports ERROR and then sends the exception,
+whole, on the pipe (the parent reads it as an unsolicited report). Nothing is
+sent on the pipe while the parent waits for the job to finish without reading
+the pipe, so no message, however large, can block both sides. Fixed-size
+data moves only through the shared rows; anything of variable size moves on
+the pipe.
 """
 
 from typing import Any, Callable, List, NamedTuple, Protocol, Tuple
@@ -23,6 +26,7 @@ import numpy as np
 
 from alf_env import nest
 from alf_env.environments import process_environment as pe
+from alf_env.environments.spec_checks import time_step_count_error, time_step_leaf_error
 
 
 class JobHandler(Protocol):
@@ -85,21 +89,13 @@ class _Rows:
     def write(self, value: Any, env_id: Any) -> None:
         leaves = nest.flatten(value)
         if len(leaves) != len(self.views):
-            raise ValueError(
-                f"env {env_id} returned a time step with {len(leaves)} leaves, but its "
-                f"time_step_spec() has {len(self.views)} ({', '.join(self.paths)}); "
-                f"make step()/reset() return what the specs describe")
+            raise time_step_count_error(env_id, len(leaves), self.paths)
         for path, view, leaf in zip(self.paths, self.views, leaves):
             array = leaf if type(leaf) is np.ndarray else np.asarray(leaf)
-            if array.shape != view.shape:
-                raise ValueError(
-                    f"env {env_id} returned time_step.{path} of shape {array.shape} "
-                    f"and dtype {array.dtype}; its spec expects shape {view.shape} and "
-                    f"dtype {view.dtype}")
-            if array.dtype != view.dtype and not self._converts(array.dtype, view.dtype):
-                raise ValueError(
-                    f"env {env_id} returned time_step.{path} of dtype {array.dtype}, "
-                    f"which does not convert to the spec's {view.dtype}")
+            if array.shape != view.shape or (
+                    array.dtype != view.dtype and not self._converts(array.dtype, view.dtype)):
+                raise time_step_leaf_error(env_id, path, array.shape, array.dtype,
+                                           view.shape, view.dtype)
             # Plain assignment: cheaper than np.copyto, and the dtype was checked.
             view[...] = array
 
@@ -173,9 +169,12 @@ def run_fast_loop(conn: Any, proxy: "pe._WorkerEnvProxy", env_id: Any,
             _run_env_job(conn, port, env_id, "reset", handler.reset, arg)
         elif job == call:
             msg_type, payload = conn.recv()
-            keep_serving = pe.handle_message(conn, proxy, env_id, msg_type, payload)
+            # Finished before answering: the parent reads the answer only
+            # after it has seen the job finish, and an answer larger than the
+            # pipe's buffer would otherwise block both sides for ever. (The
+            # parent waits for the answer itself with its own timeout.)
             port.finish(_penv.JobStatus.OK)
-            if not keep_serving:
+            if not pe.handle_message(conn, proxy, env_id, msg_type, payload):
                 return False
         elif job == close:
             port.finish(_penv.JobStatus.OK)
@@ -193,7 +192,10 @@ def _run_env_job(conn: Any, port: Any, env_id: Any, during: str,
     try:
         fn(arg)
     except Exception as exc:  # noqa: BLE001 -- reported to the parent whole
-        conn.send((pe.MessageType.EXCEPTION, pe.RemoteException(exc, env_id, during)))
+        report = (pe.MessageType.EXCEPTION, pe.RemoteException(exc, env_id, during))
+        # ERROR first: the parent reads the report once it sees ERROR, and a
+        # report larger than the pipe's buffer would otherwise block both sides.
         port.finish(_penv.JobStatus.ERROR)
+        conn.send(report)
         return
     port.finish(_penv.JobStatus.OK)

@@ -27,15 +27,19 @@ import torch
 from alf_env import nest
 from alf_env.data_structures import StepType, TimeStep
 from alf_env.environments.alf_environment import AlfEnvironment
-from alf_env.environments.process_environment import ProcessEnvironment, close_all
-from alf_env.tensor_specs import torch_dtype_to_numpy
+from alf_env.environments.process_environment import (ProcessEnvironment, close_all,
+                                                      resolve_all, wait_start_all)
+from alf_env.environments.spec_checks import ActionChecker
+from alf_env.errors import EnvironmentProcessError, EnvTimeoutError, WorkerDiedError
 
 
 def start_environments(envs: Sequence[ProcessEnvironment], start_serially: bool) -> None:
-    """Starts ``envs`` one after another, or all at once and then waits for each.
+    """Starts ``envs`` one after another, or all at once and then waits for them.
 
-    On any failure every env is closed before the error propagates, so no
-    worker is left behind.
+    When they start at once, all of them are watched together, so a
+    constructor that raises or a worker that dies is reported at once, not
+    after the envs before it have started. On any failure every env is closed
+    before the error propagates, so no worker is left behind.
     """
     try:
         if start_serially:
@@ -44,11 +48,9 @@ def start_environments(envs: Sequence[ProcessEnvironment], start_serially: bool)
         else:
             for env in envs:
                 env.start(wait_to_start=False)
-            for env in envs:
-                env.wait_start()
+            wait_start_all(envs)
     except BaseException:
-        for env in envs:
-            env.close()
+        close_all(envs)
         raise
 
 
@@ -71,74 +73,13 @@ def _spec_attr(env: ProcessEnvironment, name: str) -> Any:
     return value() if callable(value) else value
 
 
-class ActionChecker:
-    """Converts batched actions to numpy leaves, checking them against the spec.
-
-    The per-leaf expectations are computed once, so the per-step cost is a
-    flatten and a shape/dtype check per leaf.
-
-    Args:
-        action_spec: the per-env action spec nest.
-        batch_size: the expected leading dimension.
-    """
-
-    def __init__(self, action_spec: Any, batch_size: int) -> None:
-        self._spec = action_spec
-        self._nested = nest.is_nested(action_spec)
-        self._leaves = []
-        for path, spec in nest.flatten_with_path(action_spec):
-            field = f"action.{path}" if path else "action"
-            shape = (batch_size,) + tuple(spec.shape)
-            self._leaves.append((field, torch_dtype_to_numpy(spec.dtype), shape,
-                                 tuple(spec.shape)))
-        self._batch_size = batch_size
-
-    def flat(self, action: Any) -> List[np.ndarray]:
-        """Returns the flattened action as C-contiguous arrays of the spec dtypes.
-
-        Raises:
-            ValueError: naming the offending field and the expected shape and
-                dtype, for a wrong nest structure, shape, batch size or a dtype
-                that numpy's "safe" casting rule does not allow.
-        """
-        if self._nested or nest.is_nested(action):
-            try:
-                nest.assert_same_structure(action, self._spec)
-            except (TypeError, ValueError) as err:
-                raise ValueError(f"action: its nest structure does not match the "
-                                 f"action spec {self._spec!r}: {err}") from None
-            leaves = nest.flatten(action)
-        else:
-            leaves = [action]
-        return [self._convert(leaf, *info) for leaf, info in zip(leaves, self._leaves)]
-
-    def __call__(self, action: Any) -> Any:
-        """Like :meth:`flat`, packed back into the action spec's structure."""
-        return nest.pack_sequence_as(self._spec, self.flat(action))
-
-    def _convert(self, leaf: Any, field: str, dtype: np.dtype, shape: tuple,
-                 spec_shape: tuple) -> np.ndarray:
-        if isinstance(leaf, torch.Tensor):
-            leaf = leaf.detach().cpu().numpy()
-        array = np.asarray(leaf)
-        if array.shape != shape:
-            raise ValueError(
-                f"{field}: expected shape {shape} (batch size {self._batch_size} x spec "
-                f"shape {spec_shape}) and dtype {dtype}, got shape {array.shape}")
-        if array.dtype != dtype and not np.can_cast(array.dtype, dtype, casting="safe"):
-            raise ValueError(
-                f"{field}: expected dtype {dtype} (or one that casts to it safely), "
-                f"got {array.dtype}; convert it explicitly, e.g. .astype({dtype.name!r})")
-        return np.ascontiguousarray(array, dtype=dtype)
-
-
 class _Resolved:
     """A promise whose value is already known (used in ``blocking`` mode)."""
 
     def __init__(self, value: Any) -> None:
         self._value = value
 
-    def __call__(self) -> Any:
+    def __call__(self, timeout: Optional[float] = None) -> Any:
         return self._value
 
 
@@ -197,6 +138,28 @@ class ParallelAlfEnvironment(AlfEnvironment):
             replace an env whose episode ended (see module doc).
         torch_num_threads_per_env: ``torch.set_num_threads`` in each worker.
         start_method: ``"fork"``, ``"spawn"`` or ``"forkserver"``.
+        timeout: seconds that each ``reset()``, ``step()`` and call
+            (``seed``, ``render``, ``call_envs_with_same_args``) may wait for
+            the workers (``None``: no limit; starting is not limited). When
+            it passes, :class:`~alf_env.errors.EnvTimeoutError` (both
+            ``TimeoutError`` and ``multiprocessing.TimeoutError``) names the
+            envs that did not answer; the environment is then unusable (its
+            envs are out of step) and can only be closed, which ends the
+            stuck workers within the bound of ``close()``.
+
+    Actions are checked against the action spec before anything is sent
+    (``ValueError`` naming the field and the expected shape and dtype, for a
+    wrong nest structure, shape, batch size or a dtype that does not cast
+    safely; non-contiguous arrays and safe casts are accepted). Values are
+    not checked against the bounds of a ``BoundedTensorSpec``: an action
+    outside them reaches the envs unchanged (never clipped). What an env
+    returns is checked against its ``time_step_spec()`` in the worker
+    (``ValueError`` naming the field, e.g. ``time_step.observation``).
+
+    Faults: an exception in an env is re-raised with its type and the
+    worker's traceback once every env has answered, and the environment stays
+    usable; a worker that dies raises ``WorkerDiedError`` at once, and so
+    does every later call but ``close()``.
     """
 
     # Whether the workers will run the native loop (FastParallelEnvironment).
@@ -206,11 +169,17 @@ class ParallelAlfEnvironment(AlfEnvironment):
                  start_serially: bool = True, blocking: bool = False,
                  flatten: bool = True, num_spare_envs_for_reload: int = 0,
                  torch_num_threads_per_env: Optional[int] = 1,
-                 start_method: str = "fork") -> None:
+                 start_method: str = "fork", *, timeout: Optional[float] = None) -> None:
         super().__init__()
+        self._broken: Optional[BaseException] = None
+        self._envs: List[ProcessEnvironment] = []
         num_envs = len(env_constructors)
         if num_envs < 1:
             raise ValueError("env_constructors: expected at least one constructor, got none")
+        if timeout is not None and not timeout > 0:
+            raise ValueError(f"timeout: expected a positive number of seconds or None, "
+                             f"got {timeout!r}")
+        self._timeout = None if timeout is None else float(timeout)
         if not 0 <= num_spare_envs_for_reload < num_envs:
             raise ValueError(
                 f"num_spare_envs_for_reload: expected 0 <= value < {num_envs} (the "
@@ -285,49 +254,87 @@ class ParallelAlfEnvironment(AlfEnvironment):
     def time_step_spec(self) -> Any:
         return self._time_step_spec
 
+    @property
+    def timeout(self) -> Optional[float]:
+        """Seconds each reset, step and call may wait for the workers (``None``: no limit)."""
+        return self._timeout
+
     def seed(self, seeds: Sequence[int]) -> None:
         """Seeds env ``i`` with ``seeds[i]`` (one seed per env, spares included)."""
-        self._check_not_closed()
+        self._check_usable()
         seeds = list(seeds)
         if len(seeds) != len(self._envs):
             raise ValueError(f"seeds: expected {len(self._envs)} seeds (one per env, "
                              f"spares included), got {len(seeds)}")
-        promises = [env.call("seed", s) for env, s in zip(self._envs, seeds)]
-        for promise in promises:
-            promise()
+        self._guarded(lambda: self._resolve(
+            [env.call("seed", s) for env, s in zip(self._envs, seeds)], "seed"))
 
     def call_envs_with_same_args(self, name: str, *args, **kwargs) -> List[Any]:
         """Calls ``env.name(*args, **kwargs)`` in every env; returns their values."""
-        self._check_not_closed()
-        promises = [env.call(name, *args, **kwargs) for env in self._envs]
-        return [promise() for promise in promises]
+        self._check_usable()
+        return self._guarded(lambda: self._resolve(
+            [env.call(name, *args, **kwargs) for env in self._envs], f"call of {name!r}"))
 
     def render(self, mode: str = "rgb_array") -> Any:
         """Renders the env serving slot 0."""
-        self._check_not_closed()
-        return self._envs[self._slots.slot_env[0]].render(mode)
+        self._check_usable()
+        env = self._envs[self._slots.slot_env[0]]
+        return self._guarded(lambda: self._resolve([env.call("render", mode)], "render")[0])
 
     def _close(self) -> None:
         """Closes every worker (``close()`` is idempotent and bounded in time)."""
         close_all(self._envs)
 
+    # -- faults ----------------------------------------------------------------
+
+    def _check_usable(self) -> None:
+        """Raises if the env was closed, lost a worker, or timed out earlier."""
+        self._check_not_closed()
+        if self._broken is None:
+            return
+        if isinstance(self._broken, WorkerDiedError):
+            raise self._broken
+        raise EnvironmentProcessError(
+            f"this {type(self).__name__} is unusable: an earlier wait timed out "
+            f"({self._broken}); its envs are out of step. close() it and create a "
+            f"new one") from self._broken
+
+    def _guarded(self, fn: Callable[[], Any]) -> Any:
+        """Runs ``fn``; a dead worker or a timeout makes the env unusable."""
+        try:
+            return fn()
+        except (WorkerDiedError, EnvTimeoutError) as exc:
+            self._broken = exc
+            raise
+
+    def _resolve(self, promises: List[Any], during: str) -> List[Any]:
+        """Waits for the promises together (see ``resolve_all``), within ``timeout``."""
+        return resolve_all(promises, self._timeout, during)
+
+    def _now_or_later(self, promise: Any) -> Any:
+        """In ``blocking`` mode, waits for ``promise`` right away."""
+        return _Resolved(promise(self._timeout)) if self._blocking else promise
+
     # -- stepping ------------------------------------------------------------
 
     def _reset(self) -> TimeStep:
-        self._check_not_closed()
+        self._check_usable()
+        return self._guarded(self._do_reset)
+
+    def _step(self, action: Any) -> TimeStep:
+        self._check_usable()
+        return self._guarded(lambda: self._do_step(action))
+
+    def _do_reset(self) -> TimeStep:
         num_slots = self._slots.num_slots
         envs = self._slots.slot_env + list(self._slots.spares)
-        promises = []
-        for i in envs:
-            promise = self._envs[i].reset(blocking=False)
-            promises.append(_Resolved(promise()) if self._blocking else promise)
+        promises = [self._now_or_later(self._envs[i].reset(blocking=False)) for i in envs]
         # Spares keep their pending reset: it is collected when one takes a slot.
         self._spare_resets = dict(zip(envs[num_slots:], promises[num_slots:]))
         self._slots.fresh_slots.clear()
-        return self._finish([p() for p in promises[:num_slots]])
+        return self._finish(self._resolve(promises[:num_slots], "reset"))
 
-    def _step(self, action: Any) -> TimeStep:
-        self._check_not_closed()
+    def _do_step(self, action: Any) -> TimeStep:
         action = self._check_action(action)
         b = self._env_batch_size
         promises = dict(self._slots.fresh_slots)
@@ -338,9 +345,10 @@ class ParallelAlfEnvironment(AlfEnvironment):
             rows = slice(slot * b, (slot + 1) * b)
             env_action = nest.map_structure(
                 (lambda a: a[rows]) if self._env_batched else (lambda a: a[slot]), action)
-            promise = self._envs[env_index].step(env_action, blocking=False)
-            promises[slot] = _Resolved(promise()) if self._blocking else promise
-        return self._finish([promises[slot]() for slot in range(self._slots.num_slots)])
+            promises[slot] = self._now_or_later(
+                self._envs[env_index].step(env_action, blocking=False))
+        return self._finish(self._resolve(
+            [promises[slot] for slot in range(self._slots.num_slots)], "step"))
 
     def _finish(self, results: List[Any]) -> TimeStep:
         """Batches the slots' time steps and hands ended slots to spares."""

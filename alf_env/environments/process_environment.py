@@ -28,9 +28,18 @@ promises).
 Waiting never hangs on a dead worker: the parent waits on the pipe *and* the
 process sentinel, so a worker that dies (crash, signal, ``os._exit``) turns into
 :class:`~alf_env.errors.WorkerDiedError` naming the env id and the exit code or
-signal. A worker whose parent dies exits by itself (a watchdog thread polls a
-pidfd of the parent). Workers ignore SIGINT, so Ctrl-C in the foreground raises
-one ``KeyboardInterrupt`` in the parent instead of a traceback per worker.
+signal. :func:`resolve_all` waits for the promises of many workers together
+(one deadline, a death raised at once, an exception raised once all have
+answered); :func:`wait_start_all` does the same for starting workers. A
+promise that is dropped unused gives up its answer. A worker whose parent
+dies exits by itself (a watchdog thread polls a pidfd of the parent). Workers
+ignore SIGINT, so Ctrl-C in the foreground raises one ``KeyboardInterrupt`` in
+the parent instead of a traceback per worker. ``close()`` is bounded
+(``CLOSE_*`` below) and logs what the env's own ``close()`` raised.
+
+For an ``AlfEnvironment`` the worker checks actions and time steps against the
+env's specs (:mod:`alf_env.environments.spec_checks`), so a mismatch is a
+``ValueError`` naming the field, raised where it happens.
 """
 
 import atexit
@@ -55,7 +64,7 @@ from absl import logging
 
 from alf_env import nest
 from alf_env.errors import (EnvironmentClosedError, EnvironmentProcessError,
-                            EnvTimeoutError, WorkerDiedError)
+                            EnvTimeoutError, WorkerDiedError, describe_exit)
 
 START_METHODS = ("fork", "spawn", "forkserver")
 
@@ -200,11 +209,21 @@ def _construct(env_constructor: Callable[..., Any], env_id: Optional[int]) -> An
 
 
 class _WorkerEnvProxy:
-    """What the worker calls: the env, plus packing/unpacking in flatten mode."""
+    """What the worker calls: the env, plus packing/unpacking in flatten mode.
 
-    def __init__(self, env: Any, flatten: bool) -> None:
+    For an ``AlfEnvironment`` it also checks, around ``step`` and ``reset``,
+    the action it receives and the time step the env returns against the
+    env's specs (see :mod:`alf_env.environments.spec_checks`): a mismatch
+    raises ``ValueError`` naming the field, before the env is touched for an
+    action, instead of a confusing error (or silently wrong data) later.
+    """
+
+    def __init__(self, env: Any, flatten: bool, env_id: Optional[int] = None) -> None:
         self.env = env
         self.flatten = flatten
+        self.env_id = env_id
+        self._guard: Any = None
+        self._guard_built = False
 
     def access(self, name: str) -> Any:
         """Reads an attribute; a method is answered by a marker to call it remotely."""
@@ -214,13 +233,29 @@ class _WorkerEnvProxy:
         return value
 
     def call(self, name: str, args: tuple, kwargs: dict) -> Any:
-        if self.flatten and name == "step":
+        guard = self.guard() if name in ("step", "reset") else None
+        if name == "step" and len(args) == 1 and not kwargs:
             (action,) = args
-            args = (nest.pack_sequence_as(self.env.action_spec(), action),)
+            if guard is not None:
+                guard.action.check(action, flattened=self.flatten)
+            if self.flatten:
+                args = (nest.pack_sequence_as(self.env.action_spec(), action),)
         result = getattr(self.env, name)(*args, **kwargs)
-        if self.flatten and name in ("step", "reset"):
-            result = nest.flatten(result)
+        if name == "step" or name == "reset":
+            if guard is not None:
+                checked = guard.time_step
+                return checked.flat(result) if self.flatten else checked(result)
+            if self.flatten:
+                return nest.flatten(result)
         return result
+
+    def guard(self) -> Any:
+        """The env's spec guard (built at the first step/reset), or ``None``."""
+        if not self._guard_built:
+            from alf_env.environments.spec_checks import WorkerSpecGuard
+            self._guard = WorkerSpecGuard.for_env(self.env, self.env_id)
+            self._guard_built = True
+        return self._guard
 
 
 def _worker_main(conn: multiprocessing.connection.Connection,
@@ -242,7 +277,7 @@ def _worker_main(conn: multiprocessing.connection.Connection,
         conn.close()
         return
     conn.send((MessageType.READY, None))
-    proxy = _WorkerEnvProxy(env, flatten)
+    proxy = _WorkerEnvProxy(env, flatten, env_id)
     try:
         serve(conn, proxy, env_id)
     finally:
@@ -349,6 +384,14 @@ class _Promise:
         value = self._env._await(self._seq, timeout)
         return self._transform(value) if self._transform else value
 
+    def __del__(self) -> None:
+        # Dropped unused (e.g. the pending reset of a spare at a new reset()):
+        # its answer must not be kept forever.
+        try:
+            self._env._abandon(self._seq)
+        except Exception:  # noqa: BLE001 -- e.g. at interpreter shutdown
+            pass
+
 
 class ProcessEnvironment:
     """Runs one environment in a worker process (the control plane).
@@ -403,6 +446,8 @@ class ProcessEnvironment:
         self._next_seq = 0        # sequence number of the next request
         self._received_seq = 0    # sequence number of the next answer to read
         self._answers: Dict[int, Tuple[MessageType, Any]] = {}
+        # Requests whose promises were dropped unused: their answers are discarded.
+        self._abandoned: set = set()
         self._spec_cache: Dict[str, Any] = {}
         self._atexit_hook: Optional[Callable[[], None]] = None
         # Set while the worker runs the native loop: rung after every pipe
@@ -486,8 +531,12 @@ class ProcessEnvironment:
         """Closes the env and ends the worker; safe to call repeatedly.
 
         Asks the worker to close its env, waits up to ``polite_timeout`` s
-        (default ``CLOSE_POLITE_TIMEOUT``), then terminates, then kills it.
-        Never raises because of the worker's state.
+        (default ``CLOSE_POLITE_TIMEOUT``), then terminates, then kills it;
+        so it returns within ``polite_timeout + CLOSE_TERMINATE_TIMEOUT +
+        CLOSE_KILL_TIMEOUT`` s. Never raises because of the worker's state:
+        an exception raised by the env's own ``close()``, or the worker
+        dying while closing, is logged as a warning (with the env id and the
+        worker's traceback), since it happens while everything is torn down.
         """
         if self._state is _State.CLOSED:
             return
@@ -499,17 +548,49 @@ class ProcessEnvironment:
         polite = self._state is _State.RUNNING
         self._state = _State.CLOSED
         if process is not None:
+            if polite_timeout is None:
+                polite_timeout = CLOSE_POLITE_TIMEOUT
+            if not polite:
+                polite_timeout = 0.0
+            deadline = time.monotonic() + polite_timeout
             if polite and process.is_alive():
                 try:
                     conn.send((MessageType.CLOSE, None))
                 except (OSError, ValueError):
                     pass
-            if polite_timeout is None:
-                polite_timeout = CLOSE_POLITE_TIMEOUT
-            stop_process(process, polite_timeout if polite else 0.0)
+                else:
+                    self._read_close_answer(conn, deadline)
+            stop_process(process, max(0.0, deadline - time.monotonic()))
         if conn is not None:
             conn.close()
         self._answers.clear()
+        self._abandoned.clear()
+
+    def _read_close_answer(self, conn: multiprocessing.connection.Connection,
+                           deadline: float) -> None:
+        """Reads the answer to CLOSE (skipping earlier answers); logs a failure."""
+        close_seq = self._next_seq
+        self._next_seq += 1
+        seq = self._received_seq
+        while seq <= close_seq:
+            remaining = deadline - time.monotonic()
+            try:
+                if remaining <= 0 or not conn.poll(remaining):
+                    return  # still busy: stop_process() escalates
+                msg_type, payload = conn.recv()
+            except (EOFError, OSError):
+                self._process.join(max(_DEATH_GRACE, deadline - time.monotonic()))
+                if self._process.exitcode:
+                    logging.warning("env %s: the worker died while closing: %s",
+                                    self._env_id, describe_exit(self._process.exitcode))
+                return
+            if seq == close_seq and msg_type is MessageType.EXCEPTION:
+                error = payload.to_exception()
+                if isinstance(error.__cause__, EnvironmentProcessError):
+                    error = error.__cause__  # its message has the worker traceback
+                logging.warning("env %s: close() raised in the worker: %s",
+                                self._env_id, error)
+            seq += 1
 
     def __enter__(self) -> "ProcessEnvironment":
         return self
@@ -524,6 +605,8 @@ class ProcessEnvironment:
 
         Returns:
             a promise; call it (optionally with ``timeout=``) for the value.
+            A promise that is dropped without being called gives up its
+            answer (it is discarded when it arrives).
         """
         return self._request(MessageType.CALL, (name, args, kwargs))
 
@@ -533,6 +616,14 @@ class ProcessEnvironment:
 
     def step(self, action: Any, blocking: bool = True) -> Any:
         """Steps the env.
+
+        For an ``AlfEnvironment`` the worker checks ``action`` against the
+        action spec before stepping (``ValueError`` naming the field and the
+        expected shape and dtype for a wrong structure, shape, batch size or
+        a dtype that does not cast safely; the env is not touched) and the
+        time step against ``time_step_spec()``. Values outside the bounds of
+        a ``BoundedTensorSpec`` are passed to the env unchanged (never
+        clipped).
 
         Args:
             action: a nest matching ``action_spec()``.
@@ -648,9 +739,7 @@ class ProcessEnvironment:
         after every request sent so far.
         """
         self._check_usable()
-        seq = self._next_seq
-        self._next_seq += 1
-        return _Promise(self, seq)
+        return _Promise(self, self._take_seq())
 
     def mark_died(self, during: str) -> WorkerDiedError:
         """Records that the worker died (seen by another channel); returns the error."""
@@ -693,11 +782,29 @@ class ProcessEnvironment:
             self._conn.send((msg_type, payload))
         except (BrokenPipeError, ConnectionResetError):
             raise self._died("sending a request") from None
+        if self._doorbell is not None:
+            # The answer's place among the worker's messages is known only
+            # once the doorbell has collected the worker's earlier jobs (a
+            # failed one sends its report first, which takes the next place).
+            try:
+                self._doorbell()
+            except BaseException:
+                self._abandon(self._take_seq())
+                raise
+        return _Promise(self, self._take_seq(), transform)
+
+    def _take_seq(self) -> int:
+        """The sequence number of the next answer (request or report) to expect."""
         seq = self._next_seq
         self._next_seq += 1
-        if self._doorbell is not None:
-            self._doorbell()
-        return _Promise(self, seq, transform)
+        return seq
+
+    def _abandon(self, seq: int) -> None:
+        """Forgets the answer of request ``seq``: its promise was dropped unused."""
+        if seq in self._answers:
+            del self._answers[seq]
+        elif seq >= self._received_seq and self._state is not _State.CLOSED:
+            self._abandoned.add(seq)
 
     def _await(self, seq: int, timeout: Optional[float]) -> Any:
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -707,9 +814,7 @@ class ProcessEnvironment:
                 raise RuntimeError(f"env {self._env_id}: this promise was already "
                                    f"fulfilled; a promise can be called once")
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
-            answer = self._recv(remaining, during="a call")
-            self._answers[self._received_seq] = answer
-            self._received_seq += 1
+            self._receive_one(remaining, during="a call")
         msg_type, payload = self._answers.pop(seq)
         if msg_type is MessageType.RESULT:
             return payload
@@ -718,6 +823,20 @@ class ProcessEnvironment:
         raise EnvironmentProcessError(
             f"env {self._env_id}: expected RESULT or EXCEPTION from the worker, "
             f"got {msg_type}", self._env_id)
+
+    def _has_answer(self, seq: int) -> bool:
+        """Whether the answer of request ``seq`` was received (or already taken)."""
+        return seq < self._received_seq
+
+    def _receive_one(self, timeout: Optional[float], during: str) -> None:
+        """Receives the next answer and keeps it for its promise (if still wanted)."""
+        answer = self._recv(timeout, during)
+        seq = self._received_seq
+        self._received_seq += 1
+        if self._abandoned and seq in self._abandoned:
+            self._abandoned.discard(seq)
+            return
+        self._answers[seq] = answer
 
     def _recv(self, timeout: Optional[float], during: str) -> Tuple[MessageType, Any]:
         """Receives one message, watching the worker's sentinel meanwhile."""
@@ -742,6 +861,98 @@ class ProcessEnvironment:
         self._death = WorkerDiedError(self._env_id, self._process.exitcode, during)
         self._state = _State.DEAD
         return self._death
+
+
+def resolve_all(promises: Sequence[Callable[..., Any]], timeout: Optional[float] = None,
+                during: str = "a call") -> List[Any]:
+    """Waits for several promises (of one env or many) together; returns their values.
+
+    All the workers involved are watched at once, so:
+
+    * a worker that dies raises :class:`WorkerDiedError` as soon as it is
+      seen, however long the others still take;
+    * ``timeout`` bounds the whole wait; when it passes,
+      :class:`EnvTimeoutError` (naming the envs still busy) is raised and no
+      promise is used up: calling again with the same promises waits on;
+    * an exception raised in a worker is re-raised (the first one, in the
+      order of ``promises``) only once every promise has its answer, so all
+      the workers are idle again and every pipe is in step.
+
+    Args:
+        promises: promises of ``ProcessEnvironment`` requests; other callables
+            (e.g. values known already) are simply called.
+        timeout: seconds for all of them together (``None``: no limit).
+        during: what is awaited, for error messages (e.g. ``"step"``).
+
+    Returns:
+        the values, in the order of ``promises``.
+    """
+    deadline = None if timeout is None else time.monotonic() + timeout
+    waiting = [p for p in promises if isinstance(p, _Promise)]
+    poller = select.poll()
+    registered: Dict[int, ProcessEnvironment] = {}
+    while True:
+        busy: Dict[int, ProcessEnvironment] = {}
+        for promise in waiting:
+            env = promise._env
+            if not env._has_answer(promise._seq):
+                env._check_usable()
+                busy[id(env)] = env
+        if not busy:
+            break
+        for key in [k for k in registered if k not in busy]:
+            env = registered.pop(key)
+            poller.unregister(env._conn.fileno())
+            poller.unregister(env._process.sentinel)
+        by_fd: Dict[int, ProcessEnvironment] = {}
+        for key, env in busy.items():
+            if key not in registered:
+                registered[key] = env
+                poller.register(env._conn.fileno(), select.POLLIN)
+                poller.register(env._process.sentinel, select.POLLIN)
+            by_fd[env._conn.fileno()] = env
+            by_fd[env._process.sentinel] = env
+        remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+        ready = poller.poll(None if remaining is None else int(remaining * 1000))
+        if not ready:
+            ids = sorted(env.env_id for env in busy.values())
+            raise EnvTimeoutError(f"envs {ids} gave no answer within {timeout:.3g} s "
+                                  f"during {during}")
+        for env in {id(by_fd[fd]): by_fd[fd] for fd, _ in ready}.values():
+            env._receive_one(0.0, during)
+    values, first_error = [], None
+    for promise in promises:
+        try:
+            values.append(promise())
+        except WorkerDiedError:
+            raise
+        except Exception as exc:  # noqa: BLE001 -- raised once all have answered
+            first_error = exc if first_error is None else first_error
+            values.append(None)
+    if first_error is not None:
+        raise first_error
+    return values
+
+
+def wait_start_all(envs: "Sequence[ProcessEnvironment]") -> None:
+    """Waits until every started env has constructed its env, watching all at once.
+
+    Raises at the first failure seen (a constructor that raised, a worker
+    that died), without waiting for slower envs; the caller closes them.
+    """
+    pending = {id(env): env for env in envs if env._state is _State.STARTING}
+    while pending:
+        poller = select.poll()
+        by_fd: Dict[int, ProcessEnvironment] = {}
+        for env in pending.values():
+            for fd in (env._conn.fileno(), env._process.sentinel):
+                poller.register(fd, select.POLLIN)
+                by_fd[fd] = env
+        for fd, _ in poller.poll():
+            env = by_fd[fd]
+            if id(env) in pending:
+                del pending[id(env)]
+                env.wait_start()
 
 
 def close_all(envs: "Sequence[ProcessEnvironment]",

@@ -1,21 +1,22 @@
 """Faults that involve the parent process: it is SIGKILLed, or gets Ctrl-C.
 
 Each test runs a small trainer script in its own process group, so the test
-can kill it or send SIGINT to the whole group, as a terminal does.
+can kill it or send SIGINT to the whole group, as a terminal does. These are
+the batched ALF front ends, for every start method; ProcessEnvironment and
+FastVectorEnv have the same tests in tests/faults/ (helpers shared from
+tests/faults/core.py).
 """
 
 import os
 import signal
-import subprocess
-import sys
 import textwrap
 import time
-from pathlib import Path
 
 import psutil
 import pytest
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+from tests.faults.core import gone, kill_leftovers, wait_all_gone
+from tests.faults.core import start_trainer as run_trainer
 
 TRAINER = textwrap.dedent("""
     import sys
@@ -39,40 +40,7 @@ START_METHODS = ["fork", "spawn", "forkserver"]
 
 
 def start_trainer(module, cls, start_method):
-    proc = subprocess.Popen(
-        [sys.executable, "-c", TRAINER.format(module=module, cls=cls), start_method],
-        cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        start_new_session=True)
-    line = proc.stdout.readline()
-    if not line:
-        proc.kill()
-        raise AssertionError(f"trainer failed to start: {proc.communicate()[1]}")
-    worker_pids = [int(p) for p in line.split()]
-    return proc, worker_pids
-
-
-def gone(pid):
-    try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
-
-
-def wait_all_gone(pids, timeout):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if all(gone(p) for p in pids):
-            return True
-        time.sleep(0.02)
-    return all(gone(p) for p in pids)
-
-
-def kill_leftovers(pids):
-    for pid in pids:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+    return run_trainer(TRAINER.format(module=module, cls=cls), start_method)
 
 
 @pytest.mark.parametrize("module,cls", BACKENDS)

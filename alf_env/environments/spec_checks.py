@@ -1,0 +1,276 @@
+"""Checking actions and time steps against an ALF env's specs.
+
+Both batched front ends and ``ProcessEnvironment`` check what crosses a
+process boundary, so that a mistake is reported where it is made, naming the
+field and the expected and actual shape and dtype:
+
+* **Actions** (what a user passes in) must match the action spec's nest
+  structure and shapes, and their dtypes must cast to the spec's under
+  numpy's ``"safe"`` rule (:class:`ActionChecker`). Values are *not* checked
+  against the bounds of a ``BoundedTensorSpec``: an action outside them is
+  passed to the env unchanged, never clipped.
+* **Time steps** (what an env returns) must match ``time_step_spec()`` in
+  structure and shapes, and their dtypes must convert to the spec's under
+  numpy's ``"same_kind"`` rule (:class:`TimeStepChecker`); a leaf of another
+  dtype of the same kind is converted, so the pipe path returns exactly what
+  the shared-memory path (which writes into rows of the spec's dtype) returns.
+
+``ParallelAlfEnvironment`` and ``FastParallelEnvironment`` check actions in the
+parent (nothing is sent when one is malformed). On the pipe path the worker
+checks what its env returns (:class:`WorkerSpecGuard`) and, for a
+``ProcessEnvironment`` used on its own, the actions it receives; the
+shared-memory path checks time steps as it writes them into the rows
+(``fast_worker``).
+"""
+
+import sys
+from typing import Any, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from alf_env import nest
+
+__all__ = ["ActionChecker", "TimeStepChecker", "WorkerSpecGuard", "time_step_leaf_error"]
+
+_ALF_ENVIRONMENT_MODULE = "alf_env.environments.alf_environment"
+
+# Python scalars are "weak" (NEP 50): a Python int fits any integer or float
+# spec, a float any float spec, a bool any spec.
+_WEAK_KINDS = {bool: "biufc", int: "iufc", float: "fc"}
+
+
+def _field(prefix: str, path: str) -> str:
+    return f"{prefix}.{path}" if path else prefix
+
+
+def _shape_and_dtype(leaf: Any) -> Tuple[tuple, np.dtype]:
+    """The shape and numpy dtype of an array, tensor, scalar or array-like."""
+    if isinstance(leaf, np.ndarray):
+        return leaf.shape, leaf.dtype
+    if isinstance(leaf, np.generic):
+        return (), leaf.dtype
+    if type(leaf).__module__ == "torch" and hasattr(leaf, "dtype"):
+        from alf_env.tensor_specs import torch_dtype_to_numpy
+        return tuple(leaf.shape), torch_dtype_to_numpy(leaf.dtype)
+    array = np.asarray(leaf)
+    return array.shape, array.dtype
+
+
+def time_step_leaf_error(env_id: Any, path: str, shape: tuple, dtype: np.dtype,
+                         expected_shape: tuple, expected_dtype: np.dtype) -> ValueError:
+    """The error for a time step leaf that does not fit its spec."""
+    if tuple(shape) != tuple(expected_shape):
+        return ValueError(
+            f"env {env_id} returned time_step.{path} of shape {tuple(shape)} and dtype "
+            f"{dtype}; its spec expects shape {tuple(expected_shape)} and dtype "
+            f"{expected_dtype}")
+    return ValueError(
+        f"env {env_id} returned time_step.{path} of dtype {dtype}, which does not "
+        f"convert to the spec's {expected_dtype} (numpy's 'same_kind' rule); its "
+        f"spec expects shape {tuple(expected_shape)} and dtype {expected_dtype}")
+
+
+def time_step_count_error(env_id: Any, got: int, paths: Sequence[str]) -> ValueError:
+    """The error for a time step with the wrong number of leaves."""
+    return ValueError(
+        f"env {env_id} returned a time step with {got} leaves, but its "
+        f"time_step_spec() has {len(paths)} ({', '.join(paths)}); make "
+        f"step()/reset() return what the specs describe")
+
+
+class ActionChecker:
+    """Checks actions against an action spec (and converts them, in the parent).
+
+    The per-leaf expectations are computed once, so the per-step cost is a
+    flatten and a shape/dtype check per leaf.
+
+    Args:
+        action_spec: the per-env action spec nest.
+        batch_size: the expected leading dimension, or ``None`` for an
+            unbatched action (no leading dimension).
+    """
+
+    def __init__(self, action_spec: Any, batch_size: Optional[int]) -> None:
+        self._spec = action_spec
+        self._nested = nest.is_nested(action_spec)
+        outer = () if batch_size is None else (int(batch_size),)
+        self._leaves = []
+        for path, spec in nest.flatten_with_path(action_spec):
+            self._leaves.append((_field("action", path), spec.numpy_dtype,
+                                 outer + tuple(spec.shape), tuple(spec.shape)))
+        self._batch_size = batch_size
+        self._casts: dict = {}
+
+    def flat(self, action: Any) -> List[np.ndarray]:
+        """Returns the flattened action as C-contiguous arrays of the spec dtypes.
+
+        Raises:
+            ValueError: naming the offending field and the expected shape and
+                dtype, for a wrong nest structure, shape, batch size or a dtype
+                that numpy's "safe" casting rule does not allow.
+        """
+        leaves = self._flat_leaves(action)
+        return [self._convert(leaf, *info) for leaf, info in zip(leaves, self._leaves)]
+
+    def __call__(self, action: Any) -> Any:
+        """Like :meth:`flat`, packed back into the action spec's structure."""
+        return nest.pack_sequence_as(self._spec, self.flat(action))
+
+    def check(self, action: Any, flattened: bool = False) -> None:
+        """Checks ``action`` without converting it (what the env gets is unchanged).
+
+        Args:
+            action: the action nest, or its list of leaves if ``flattened``.
+            flattened: ``action`` is already ``nest.flatten``-ed.
+
+        Raises:
+            ValueError: as :meth:`flat`.
+        """
+        if flattened:
+            if len(action) != len(self._leaves):
+                raise ValueError(
+                    f"action: expected {len(self._leaves)} leaves "
+                    f"({', '.join(f for f, *_ in self._leaves)}), got {len(action)}")
+            leaves = action
+        else:
+            leaves = self._flat_leaves(action)
+        for leaf, (field, dtype, shape, spec_shape) in zip(leaves, self._leaves):
+            weak = _WEAK_KINDS.get(type(leaf))
+            if weak is not None:
+                if shape != ():
+                    self._raise_shape(field, dtype, shape, spec_shape, ())
+                if dtype.kind not in weak:
+                    self._raise_dtype(field, dtype, type(leaf).__name__)
+                continue
+            got_shape, got_dtype = _shape_and_dtype(leaf)
+            self._check_leaf(field, dtype, shape, spec_shape, got_shape, got_dtype)
+
+    def _flat_leaves(self, action: Any) -> List[Any]:
+        if self._nested or nest.is_nested(action):
+            try:
+                nest.assert_same_structure(action, self._spec)
+            except (TypeError, ValueError) as err:
+                raise ValueError(f"action: its nest structure does not match the "
+                                 f"action spec {self._spec!r}: {err}") from None
+            return nest.flatten(action)
+        return [action]
+
+    def _convert(self, leaf: Any, field: str, dtype: np.dtype, shape: tuple,
+                 spec_shape: tuple) -> np.ndarray:
+        if type(leaf).__module__ == "torch" and hasattr(leaf, "detach"):
+            leaf = leaf.detach().cpu().numpy()
+        array = np.asarray(leaf)
+        self._check_leaf(field, dtype, shape, spec_shape, array.shape, array.dtype)
+        return np.ascontiguousarray(array, dtype=dtype)
+
+    def _check_leaf(self, field: str, dtype: np.dtype, shape: tuple, spec_shape: tuple,
+                    got_shape: tuple, got_dtype: np.dtype) -> None:
+        if got_shape != shape and tuple(got_shape) != shape:
+            self._raise_shape(field, dtype, shape, spec_shape, tuple(got_shape))
+        if got_dtype != dtype and not self._safe(got_dtype, dtype):
+            self._raise_dtype(field, dtype, got_dtype)
+
+    def _safe(self, source: np.dtype, target: np.dtype) -> bool:
+        """numpy's "safe" casting rule, cached (np.can_cast is slow)."""
+        key = (source, target)
+        allowed = self._casts.get(key)
+        if allowed is None:
+            allowed = self._casts[key] = bool(np.can_cast(source, target, casting="safe"))
+        return allowed
+
+    def _raise_shape(self, field: str, dtype: np.dtype, shape: tuple, spec_shape: tuple,
+                     got: tuple) -> None:
+        batch = ("" if self._batch_size is None else
+                 f" (batch size {self._batch_size} x spec shape {spec_shape})")
+        raise ValueError(f"{field}: expected shape {shape}{batch} and dtype {dtype}, "
+                         f"got shape {got}")
+
+    @staticmethod
+    def _raise_dtype(field: str, dtype: np.dtype, got: Any) -> None:
+        raise ValueError(
+            f"{field}: expected dtype {dtype} (or one that casts to it safely), "
+            f"got {got}; convert it explicitly, e.g. .astype({dtype.name!r})")
+
+
+class TimeStepChecker:
+    """Checks (and converts to the spec's dtypes) the time steps an env returns.
+
+    Args:
+        time_step_spec: the env's ``time_step_spec()``.
+        batch_size: the env's batch size, or ``None`` for an unbatched env.
+        env_id: named in the errors.
+    """
+
+    def __init__(self, time_step_spec: Any, batch_size: Optional[int], env_id: Any) -> None:
+        outer = () if batch_size is None else (int(batch_size),)
+        self._env_id = env_id
+        self._leaves = [(path, outer + tuple(spec.shape), spec.numpy_dtype, spec.dtype)
+                        for path, spec in nest.flatten_with_path(time_step_spec)]
+        self._paths = [path for path, *_ in self._leaves]
+        self._casts: dict = {}
+
+    def __call__(self, time_step: Any) -> Any:
+        """Returns ``time_step``, its leaves converted to the spec dtypes if needed.
+
+        Raises:
+            ValueError: naming the field (``time_step.observation...``) and the
+                expected and actual shape and dtype.
+        """
+        leaves = nest.flatten(time_step)
+        checked = self._check(leaves)
+        return time_step if checked is leaves else nest.pack_sequence_as(time_step, checked)
+
+    def flat(self, time_step: Any) -> List[Any]:
+        """Like calling the checker, but returns the (checked) flattened leaves."""
+        return self._check(nest.flatten(time_step))
+
+    def _check(self, leaves: List[Any]) -> List[Any]:
+        """Returns ``leaves``, or a converted copy if a dtype had to be converted."""
+        if len(leaves) != len(self._leaves):
+            raise time_step_count_error(self._env_id, len(leaves), self._paths)
+        converted = leaves
+        i = -1
+        for leaf, (path, shape, dtype, torch_dtype) in zip(leaves, self._leaves):
+            i += 1
+            got_shape, got_dtype = _shape_and_dtype(leaf)
+            if got_shape != shape and tuple(got_shape) != shape:
+                raise time_step_leaf_error(self._env_id, path, got_shape, got_dtype,
+                                           shape, dtype)
+            if got_dtype is dtype or got_dtype == dtype:
+                continue
+            if not self._converts(got_dtype, dtype):
+                raise time_step_leaf_error(self._env_id, path, got_shape, got_dtype,
+                                           shape, dtype)
+            if converted is leaves:
+                converted = list(leaves)
+            converted[i] = (leaf.to(torch_dtype) if type(leaf).__module__ == "torch"
+                            else np.asarray(leaf).astype(dtype))
+        return converted
+
+    def _converts(self, source: np.dtype, target: np.dtype) -> bool:
+        key = (source, target)
+        if key not in self._casts:
+            self._casts[key] = bool(np.can_cast(source, target, casting="same_kind"))
+        return self._casts[key]
+
+
+class WorkerSpecGuard:
+    """What a pipe-path worker checks around its ALF env's ``step``/``reset``.
+
+    Args:
+        env: the ``AlfEnvironment``.
+        env_id: named in the errors.
+    """
+
+    def __init__(self, env: Any, env_id: Any) -> None:
+        batch_size = int(env.batch_size) if env.batched else None
+        self.action = ActionChecker(env.action_spec(), batch_size)
+        self.time_step = TimeStepChecker(env.time_step_spec(), batch_size, env_id)
+
+    @staticmethod
+    def for_env(env: Any, env_id: Any) -> Optional["WorkerSpecGuard"]:
+        """A guard if ``env`` is an ``AlfEnvironment``, else ``None`` (nothing to check)."""
+        module = sys.modules.get(_ALF_ENVIRONMENT_MODULE)
+        if module is None or not isinstance(env, module.AlfEnvironment):
+            return None  # not imported: env cannot be one
+        return WorkerSpecGuard(env, env_id)
