@@ -866,6 +866,22 @@ with ProcessEnvironment(FaultyAlfEnv, env_id=0, start_method=sys.argv[1]) as env
     while True:
         env.step(np.int64(1))
 """,
+    **{name: f"""
+import sys
+import torch
+from alf_env.environments.{module} import {cls}
+from tests.alf_test_envs import CountingEnv
+
+ctors = [lambda env_id: CountingEnv(env_id=env_id)] * 3
+with {cls}(ctors, start_method=sys.argv[1]) as env:
+    env.reset()
+    print(" ".join(map(str, env.worker_pids())), flush=True)
+    action = torch.zeros(env.batch_size, dtype=torch.int64)
+    while True:
+        env.step(action)
+""" for name, module, cls in (
+        ("parallel", "parallel_environment", "ParallelAlfEnvironment"),
+        ("fast", "fast_parallel_environment", "FastParallelEnvironment"))},
     "vector": """
 import sys
 from alf_env.vector import FastVectorEnv
@@ -897,7 +913,6 @@ class ParentFaultContract:
     """The parent is SIGKILLed, or Ctrl-C hits the process group while stepping."""
 
     trainer = ""                     # a key of TRAINERS
-    start_methods: Tuple[str, ...] = ("fork",)
 
     def test_workers_exit_within_two_seconds_when_the_parent_is_killed(self, start_method):
         proc, worker_pids = start_trainer(TRAINERS[self.trainer], start_method)
