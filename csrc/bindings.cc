@@ -240,7 +240,10 @@ PYBIND11_MODULE(_penv, m) {
            "Forgets the outstanding job of `worker`; returns whether it had one.")
       .def_property_readonly("spin_budget_us", [](const Controller& c) {
         return to_us(c.spin_budget());
-      });
+      })
+      .def_property_readonly("spin_yields_only", &Controller::spin_yields_only,
+                             "Whether spinning only yields the core (more "
+                             "processes than CPUs), never pauses on it.");
 
   py::class_<WorkerPort>(m, "WorkerPort", "Worker side of one job slot.")
       .def(py::init<std::shared_ptr<SharedRegion>, std::size_t, std::size_t, int>(),
@@ -272,7 +275,10 @@ PYBIND11_MODULE(_penv, m) {
       .def_property_readonly("num_workers", &WorkerPort::num_workers)
       .def_property_readonly("spin_budget_us", [](const WorkerPort& p) {
         return to_us(p.spin_budget());
-      });
+      })
+      .def_property_readonly("spin_yields_only", &WorkerPort::spin_yields_only,
+                             "Whether spinning only yields the core (more "
+                             "processes than CPUs), never pauses on it.");
 
   py::module_ testing = m.def_submodule(
       "_testing", "Low-level hooks for the tests of alf_env._penv.");

@@ -86,6 +86,7 @@ class Controller {
   std::chrono::nanoseconds spin_budget() const noexcept {
     return spin_.budget();
   }
+  bool spin_yields_only() const noexcept { return spin_.yields_only(); }
 
  private:
   void check_worker(std::int64_t worker, const char* who) const;

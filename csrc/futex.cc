@@ -127,7 +127,12 @@ int usable_cpu_count() {
   return online > 0 ? static_cast<int>(online) : 1;
 }
 
-SpinPolicy::SpinPolicy(int spin_us, std::size_t num_processes) {
+SpinPolicy::SpinPolicy(int spin_us, std::size_t num_processes)
+    : pause_rounds_(num_processes > static_cast<std::size_t>(usable_cpu_count())
+                        ? 0  // oversubscribed: yield from the first round
+                        : kPauseRounds),
+      max_budget_ns_(pause_rounds_ == 0 ? kAdaptiveMaxYieldSpin.count()
+                                        : kAdaptiveMaxSpin.count()) {
   if (spin_us < kSpinAdaptive || spin_us > kMaxSpinUs) {
     throw std::invalid_argument(
         "spin_us must be -1 (adaptive), 0 (never spin) or a number of "
@@ -141,13 +146,9 @@ SpinPolicy::SpinPolicy(int spin_us, std::size_t num_processes) {
     mode_ = Mode::kFixed;
     budget_ns_ = std::chrono::nanoseconds(std::chrono::microseconds(spin_us))
                      .count();
-  } else if (num_processes > static_cast<std::size_t>(usable_cpu_count())) {
-    // Oversubscribed: spinning would steal the CPU the other processes need.
-    mode_ = Mode::kNever;
-    budget_ns_ = 0;
   } else {
     mode_ = Mode::kAdaptive;
-    budget_ns_ = kAdaptiveMaxSpin.count();
+    budget_ns_ = max_budget_ns_;
   }
 }
 
@@ -156,7 +157,7 @@ std::int64_t SpinPolicy::next_budget_ns() {
     // Sleeping at once; probe once in a while whether spinning pays again.
     if (++waits_since_probe_ >= kAdaptiveProbePeriod) {
       waits_since_probe_ = 0;
-      return kAdaptiveMaxSpin.count();
+      return max_budget_ns_;
     }
   }
   return budget_ns_;
@@ -167,7 +168,7 @@ void SpinPolicy::record(bool success, std::int64_t spun_ns, bool truncated) {
   if (success) {
     budget_ns_ = std::clamp<std::int64_t>(std::max(budget_ns_, 2 * spun_ns),
                                           kAdaptiveMinSpin.count(),
-                                          kAdaptiveMaxSpin.count());
+                                          max_budget_ns_);
   } else if (!truncated) {
     // A spin cut short by the caller's timeout says nothing about the policy.
     budget_ns_ /= 2;

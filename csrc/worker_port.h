@@ -60,6 +60,7 @@ class WorkerPort {
   std::chrono::nanoseconds spin_budget() const noexcept {
     return spin_.budget();
   }
+  bool spin_yields_only() const noexcept { return spin_.yields_only(); }
 
  private:
   bool try_take_job(Job& job);

@@ -65,8 +65,9 @@ class FastParallelEnvironment(ParallelAlfEnvironment):
         zero_copy: return tensors that view the shared rows instead of copies
             (valid until the next step; needs no spares).
         spin_us: how long a waiter spins before it sleeps on the futex, in
-            microseconds: -1 adapts to the machine (no spinning when there
-            are more processes than cores), 0 never spins.
+            microseconds: -1 adapts to how long waits last (and only yields
+            the core while spinning when there are more processes than
+            cores), 0 never spins.
         timeout: as for ``ParallelAlfEnvironment``: seconds each reset, step
             and call may wait for the workers; then ``EnvTimeoutError`` and
             the environment can only be closed.

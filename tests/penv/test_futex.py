@@ -82,18 +82,60 @@ def test_spin_budgets():
         assert block.worker_port(0, spin_us).spin_budget_us == expected
 
 
-def test_adaptive_spin_is_off_when_processes_outnumber_cpus():
+def test_adaptive_spin_only_yields_when_processes_outnumber_cpus():
     cpus = _testing.usable_cpu_count()
     block = SharedBlock([], num_rows=0, num_workers=cpus)  # cpus + 1 processes
-    assert block.controller().spin_budget_us == 0
-    assert block.worker_port(0).spin_budget_us == 0
+    for waiter in (block.controller(), block.worker_port(0)):
+        assert waiter.spin_yields_only
+        assert waiter.spin_budget_us == 2000  # kAdaptiveMaxYieldSpin
 
 
 @pytest.mark.skipif(_testing.usable_cpu_count() < 2, reason="needs 2 CPUs")
 def test_adaptive_spin_starts_on_when_cpus_suffice():
     block = SharedBlock([], num_rows=0, num_workers=1)  # 2 processes
-    assert block.controller().spin_budget_us == 100
-    assert block.worker_port(0).spin_budget_us == 100
+    for waiter in (block.controller(), block.worker_port(0)):
+        assert not waiter.spin_yields_only
+        assert waiter.spin_budget_us == 100  # kAdaptiveMaxSpin
+
+
+def test_adaptive_spin_learns_to_sleep_through_long_jobs(start_process):
+    # Oversubscribed (cpus + 1 processes): the budget starts at 2 ms; jobs of
+    # 5 ms make every spin fail, so it halves to nothing within ~11 waits and
+    # the main process then sleeps at once instead of spinning.
+    cpus = _testing.usable_cpu_count()
+    block = SharedBlock([("rec", (3,), np.int64)], num_rows=cpus, num_workers=cpus)
+    controller = block.controller()
+    assert controller.spin_budget_us == 2000
+    process = start_process(_workers.job_worker, block, 0)
+    controller.set_worker_pid(0, process.pid)
+    budgets = []
+    for serial in range(1, 16):
+        controller.post([0], JobType.STEP, _workers.step_arg(serial, delay_us=5000))
+        status, ids = controller.wait(1, timeout_s=30)
+        assert status == _penv.WaitStatus.OK and list(ids) == [0]
+        budgets.append(controller.spin_budget_us)
+    assert budgets == sorted(budgets, reverse=True), budgets
+    assert budgets[-1] == 0, budgets
+    controller.post([0], JobType.CLOSE)
+    assert controller.wait(1, timeout_s=10)[0] == _penv.WaitStatus.OK
+    process.join(10)
+
+
+def test_adaptive_spin_keeps_its_budget_for_short_jobs(start_process):
+    # The same oversubscribed pair with instant jobs: every spin succeeds, so
+    # the budget stays up and the waits do not pay a wake-up each.
+    cpus = _testing.usable_cpu_count()
+    block = SharedBlock([("rec", (3,), np.int64)], num_rows=cpus, num_workers=cpus)
+    controller = block.controller()
+    process = start_process(_workers.job_worker, block, 0)
+    controller.set_worker_pid(0, process.pid)
+    for serial in range(1, 200):
+        controller.post([0], JobType.STEP, _workers.step_arg(serial))
+        assert controller.wait(1, timeout_s=30)[0] == _penv.WaitStatus.OK
+    assert controller.spin_budget_us > 0
+    controller.post([0], JobType.CLOSE)
+    assert controller.wait(1, timeout_s=10)[0] == _penv.WaitStatus.OK
+    process.join(10)
 
 
 @pytest.mark.parametrize("spin_us", [-2, 10**7])

@@ -19,7 +19,7 @@ DELAYS_US = [0, 0, 0, 0, 0, 20, 100, 500, 1000]
 
 
 @pytest.mark.parametrize("num_workers, spin_us, num_jobs", [
-    (16, -1, 20000),   # 17 processes on 2 cores: adaptive policy never spins
+    (16, -1, 20000),   # 17 processes on 2 cores: adaptive, yield-only spinning
     (8, 20, 12000),    # forced spinning while oversubscribed
     (1, -1, 6000),    # fewer processes than cores: adaptive spinning on
 ])
