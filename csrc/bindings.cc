@@ -21,6 +21,7 @@
 #include "layout.h"
 #include "protocol.h"
 #include "region.h"
+#include "row_copy.h"
 #include "syscall_error.h"
 #include "worker_port.h"
 
@@ -279,6 +280,11 @@ PYBIND11_MODULE(_penv, m) {
       .def_property_readonly("spin_yields_only", &WorkerPort::spin_yields_only,
                              "Whether spinning only yields the core (more "
                              "processes than CPUs), never pauses on it.");
+
+  m.def("_copy_leaves", &copy_leaves, py::arg("dst"), py::arg("src"),
+        "Copies src[i] into the row view dst[i] while src[i] is an ndarray of "
+        "dst[i]'s shape and dtype; returns how many it copied (the rest need "
+        "the caller's converting path).");
 
   py::module_ testing = m.def_submodule(
       "_testing", "Low-level hooks for the tests of alf_env._penv.");

@@ -24,7 +24,8 @@ from typing import Any, Callable, List, NamedTuple, Protocol, Tuple
 
 import numpy as np
 
-from alf_env import nest
+from alf_env import _penv, nest
+from alf_env._penv import _copy_leaves
 from alf_env.environments import process_environment as pe
 from alf_env.environments.spec_checks import time_step_count_error, time_step_leaf_error
 
@@ -88,9 +89,15 @@ class _Rows:
 
     def write(self, value: Any, env_id: Any) -> None:
         leaves = nest.flatten(value)
-        if len(leaves) != len(self.views):
+        views = self.views
+        if len(leaves) != len(views):
             raise time_step_count_error(env_id, len(leaves), self.paths)
-        for path, view, leaf in zip(self.paths, self.views, leaves):
+        # Exact arrays (the common case) in one native call; from the first
+        # leaf that needs a cast or is wrong, the checking path below.
+        done = _copy_leaves(views, leaves)
+        if done == len(views):
+            return
+        for path, view, leaf in zip(self.paths[done:], views[done:], leaves[done:]):
             array = leaf if type(leaf) is np.ndarray else np.asarray(leaf)
             if array.shape != view.shape or (
                     array.dtype != view.dtype and not self._converts(array.dtype, view.dtype)):
@@ -146,8 +153,6 @@ class AlfRowsHandler:
 def run_fast_loop(conn: Any, proxy: "pe._WorkerEnvProxy", env_id: Any,
                   spec: FastLoopSpec) -> bool:
     """Serves jobs from the native slot; returns whether to keep serving the pipe."""
-    from alf_env import _penv  # the compiled module; only fast workers need it
-
     try:
         port = spec.block.worker_port(spec.worker_index, spec.spin_us)
         handler = spec.make_handler(proxy.env, spec.block, conn, env_id)
@@ -157,27 +162,40 @@ def run_fast_loop(conn: Any, proxy: "pe._WorkerEnvProxy", env_id: Any,
         return True
     # Attached: tell the parent (the answer to its FAST_LOOP request).
     conn.send((pe.MessageType.RESULT, None))
-    # Enum members as locals, STEP tested first: this loop is the hot path.
+    # Enum members and methods as locals, STEP tested first and run inline:
+    # this loop is the hot path.
     step, reset, call, close, none = (_penv.JobType.STEP, _penv.JobType.RESET,
                                       _penv.JobType.CALL, _penv.JobType.CLOSE,
                                       _penv.JobType.NONE)
+    ok = _penv.JobStatus.OK
+    wait_job, finish, handler_step = port.wait_job, port.finish, handler.step
     while True:
-        job, arg = port.wait_job(_JOB_WAIT_SLICE)
+        job, arg = wait_job(_JOB_WAIT_SLICE)
         if job == step:
-            _run_env_job(conn, port, env_id, "step", handler.step, arg)
+            try:
+                handler_step(arg)
+            except Exception as exc:  # noqa: BLE001 -- reported to the parent whole
+                _report_error(conn, port, env_id, "step", exc)
+            else:
+                finish(ok)
         elif job == reset:
-            _run_env_job(conn, port, env_id, "reset", handler.reset, arg)
+            try:
+                handler.reset(arg)
+            except Exception as exc:  # noqa: BLE001 -- reported to the parent whole
+                _report_error(conn, port, env_id, "reset", exc)
+            else:
+                finish(ok)
         elif job == call:
             msg_type, payload = conn.recv()
             # Finished before answering: the parent reads the answer only
             # after it has seen the job finish, and an answer larger than the
             # pipe's buffer would otherwise block both sides for ever. (The
             # parent waits for the answer itself with its own timeout.)
-            port.finish(_penv.JobStatus.OK)
+            finish(ok)
             if not pe.handle_message(conn, proxy, env_id, msg_type, payload):
                 return False
         elif job == close:
-            port.finish(_penv.JobStatus.OK)
+            finish(ok)
             return True
         elif job == none:
             continue
@@ -185,17 +203,11 @@ def run_fast_loop(conn: Any, proxy: "pe._WorkerEnvProxy", env_id: Any,
             raise ValueError(f"env {env_id} worker: unknown job type {job!r}")
 
 
-def _run_env_job(conn: Any, port: Any, env_id: Any, during: str,
-                 fn: Callable[[int], None], arg: int) -> None:
-    from alf_env import _penv
-
-    try:
-        fn(arg)
-    except Exception as exc:  # noqa: BLE001 -- reported to the parent whole
-        report = (pe.MessageType.EXCEPTION, pe.RemoteException(exc, env_id, during))
-        # ERROR first: the parent reads the report once it sees ERROR, and a
-        # report larger than the pipe's buffer would otherwise block both sides.
-        port.finish(_penv.JobStatus.ERROR)
-        conn.send(report)
-        return
-    port.finish(_penv.JobStatus.OK)
+def _report_error(conn: Any, port: Any, env_id: Any, during: str,
+                  exc: Exception) -> None:
+    """Reports a failed job: ERROR in the slot, then the exception on the pipe."""
+    report = (pe.MessageType.EXCEPTION, pe.RemoteException(exc, env_id, during))
+    # ERROR first: the parent reads the report once it sees ERROR, and a
+    # report larger than the pipe's buffer would otherwise block both sides.
+    port.finish(_penv.JobStatus.ERROR)
+    conn.send(report)

@@ -1,0 +1,95 @@
+#include "row_copy.h"
+
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+namespace py = pybind11;
+
+namespace alf_env::penv {
+
+void strided_copy(char* dst, const py::ssize_t* dst_strides, const char* src,
+                  const py::ssize_t* src_strides, const py::ssize_t* shape,
+                  int ndim, std::size_t itemsize) {
+  for (int d = 0; d < ndim; ++d) {
+    if (shape[d] == 0) return;  // nothing to copy
+  }
+  // Fold the innermost dims that are contiguous on both sides into one run.
+  std::size_t run = itemsize;
+  int outer = ndim;
+  while (outer > 0 &&
+         dst_strides[outer - 1] == static_cast<py::ssize_t>(run) &&
+         src_strides[outer - 1] == static_cast<py::ssize_t>(run)) {
+    run *= static_cast<std::size_t>(shape[outer - 1]);
+    --outer;
+  }
+  if (outer == 0) {
+    std::memcpy(dst, src, run);
+    return;
+  }
+  // Odometer over the outer dims.
+  std::vector<py::ssize_t> index(static_cast<std::size_t>(outer), 0);
+  for (;;) {
+    std::memcpy(dst, src, run);
+    int d = outer - 1;
+    for (; d >= 0; --d) {
+      dst += dst_strides[d];
+      src += src_strides[d];
+      if (++index[d] < shape[d]) break;
+      dst -= dst_strides[d] * shape[d];
+      src -= src_strides[d] * shape[d];
+      index[d] = 0;
+    }
+    if (d < 0) return;
+  }
+}
+
+std::size_t copy_leaves(const py::sequence& dst, const py::sequence& src) {
+  const std::size_t n = py::len(dst);
+  if (py::len(src) != n) {
+    throw py::value_error("copy_leaves: expected as many leaves as rows (" +
+                          std::to_string(n) + "), got " +
+                          std::to_string(py::len(src)));
+  }
+  const auto& api = py::detail::npy_api::get();
+  for (std::size_t i = 0; i < n; ++i) {
+    py::object target = dst[i];
+    if (!py::isinstance<py::array>(target)) {
+      throw py::value_error("copy_leaves: dst[" + std::to_string(i) +
+                            "] must be a numpy array (a row view), got " +
+                            std::string(py::str(py::type::of(target))));
+    }
+    auto out = py::reinterpret_borrow<py::array>(target);
+    if (!out.writeable()) {
+      throw py::value_error("copy_leaves: dst[" + std::to_string(i) +
+                            "] is read-only; expected a writable row view");
+    }
+    // NPY_ITEM_HASOBJECT: bytes of such arrays are references, not values.
+    constexpr std::uint64_t kHasObject = 0x01;
+    if (out.dtype().flags() & kHasObject) {
+      throw py::value_error("copy_leaves: dst[" + std::to_string(i) +
+                            "] has dtype " + std::string(py::str(out.dtype())) +
+                            "; expected a plain-data dtype (rows hold bytes)");
+    }
+    py::object leaf = src[i];
+    if (!py::isinstance<py::array>(leaf)) return i;  // scalar, list, ...: slow path
+    auto in = py::reinterpret_borrow<py::array>(leaf);
+    const int ndim = static_cast<int>(in.ndim());
+    if (ndim != out.ndim()) return i;
+    for (int d = 0; d < ndim; ++d) {
+      if (in.shape(d) != out.shape(d)) return i;
+    }
+    auto* in_descr = py::detail::array_proxy(in.ptr())->descr;
+    auto* out_descr = py::detail::array_proxy(out.ptr())->descr;
+    if (in_descr != out_descr && !api.PyArray_EquivTypes_(in_descr, out_descr)) {
+      return i;
+    }
+    strided_copy(static_cast<char*>(out.mutable_data()), out.strides(),
+                 static_cast<const char*>(in.data()), in.strides(), out.shape(),
+                 ndim, static_cast<std::size_t>(out.itemsize()));
+  }
+  return n;
+}
+
+}  // namespace alf_env::penv
