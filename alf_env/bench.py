@@ -19,6 +19,9 @@ Backends (:data:`BACKENDS`; ``--backends`` picks some):
                        each step returns the first half of the envs to finish.
 ``fast_vector_epw4``   ``FastVectorEnv(envs_per_worker=4)``: 4 envs per worker
                        process (needs a multiple of 4 envs).
+``fast_spread``        ``fast`` with ``worker_cpus="spread"`` (worker ``i``
+                       pinned to CPU ``i % num_cpus``).
+``fast_vector_spread`` ``fast_vector`` with ``worker_cpus="spread"``.
 ``parallel``           ``ParallelAlfEnvironment`` (ALF API, pipes).
 ``gym_async``          ``gymnasium.vector.AsyncVectorEnv(shared_memory=True)``.
 ``gym_sync``           ``gymnasium.vector.SyncVectorEnv`` (in this process; the
@@ -123,8 +126,9 @@ ACTION_SEED = 0
 #: The backend every rate is compared with in the main table.
 BASELINE = "gym_async"
 #: The ratios the speed targets are stated in (docs/benchmarks.md).
-RATIOS = (("fast", "gym_async"), ("fast", "single"), ("fast_vector", "gym_async"),
-          ("fast_vector", "single"), ("fast_vector_epw4", "gym_sync"),
+RATIOS = (("fast", "gym_async"), ("fast", "single"), ("fast_spread", "single"),
+          ("fast_vector", "gym_async"), ("fast_vector", "single"),
+          ("fast_vector_spread", "single"), ("fast_vector_epw4", "gym_sync"),
           ("fast_vector_async", "fast_vector"))
 
 
@@ -188,18 +192,20 @@ def _alf_env(workload: str, env_id: int = 0) -> AlfGymWrapper:
     return AlfGymWrapper(make_workload(workload, env_id), env_id=env_id)
 
 
-def _alf_runner(env_class: Any, workload: str, num_envs: int, actions: Actions) -> Runner:
+def _alf_runner(env_class: Any, workload: str, num_envs: int, actions: Actions,
+                **kwargs: Any) -> Runner:
     """Runner over ``ParallelAlfEnvironment`` or a class with the same constructor."""
-    env = env_class([functools.partial(_alf_env, workload) for _ in range(num_envs)])
+    env = env_class([functools.partial(_alf_env, workload) for _ in range(num_envs)],
+                    **kwargs)
     _started(env, env.reset)
     batches = actions.torch
     return Runner(step=lambda k: env.step(batches[k % NUM_ACTIONS]), close=env.close)
 
 
-def _fast_runner(workload: str, num_envs: int, actions: Actions) -> Runner:
+def _fast_runner(workload: str, num_envs: int, actions: Actions, **kwargs: Any) -> Runner:
     if FastParallelEnvironment is None:
         raise _Skip(f"cannot import FastParallelEnvironment ({FAST_IMPORT_ERROR})")
-    return _alf_runner(FastParallelEnvironment, workload, num_envs, actions)
+    return _alf_runner(FastParallelEnvironment, workload, num_envs, actions, **kwargs)
 
 
 def _env_fns(workload: str, num_envs: int) -> List[Callable[[], gym.Env]]:
@@ -222,7 +228,8 @@ def _gym_vector_runner(make_vector: Callable[[List[Callable[[], gym.Env]]], Any]
 
 
 def _fast_vector_runner(workload: str, num_envs: int, actions: Actions,
-                        envs_per_worker: int = 1, async_mode: bool = False) -> Runner:
+                        envs_per_worker: int = 1, async_mode: bool = False,
+                        worker_cpus: Any = None) -> Runner:
     """Runner over ``FastVectorEnv``, synchronous or EnvPool-style (half the envs)."""
     if FastVectorEnv is None:
         raise _Skip(f"cannot import FastVectorEnv ({FAST_VECTOR_IMPORT_ERROR})")
@@ -233,7 +240,8 @@ def _fast_vector_runner(workload: str, num_envs: int, actions: Actions,
         raise _Skip("needs at least 2 envs")
     return _gym_vector_runner(
         lambda fns: FastVectorEnv(fns, batch_size=batch_size,
-                                  envs_per_worker=envs_per_worker, context="fork"),
+                                  envs_per_worker=envs_per_worker, context="fork",
+                                  worker_cpus=worker_cpus),
         workload, num_envs, actions, batch_size)
 
 
@@ -300,6 +308,10 @@ BACKENDS: Dict[str, Backend] = {
     "fast_vector_epw4": Backend(
         functools.partial(_fast_vector_runner, envs_per_worker=ENVS_PER_WORKER),
         f"FastVectorEnv, envs_per_worker={ENVS_PER_WORKER}"),
+    "fast_spread": Backend(functools.partial(_fast_runner, worker_cpus="spread"),
+                           'FastParallelEnvironment, worker_cpus="spread"'),
+    "fast_vector_spread": Backend(functools.partial(_fast_vector_runner, worker_cpus="spread"),
+                                  'FastVectorEnv, worker_cpus="spread"'),
     "parallel": Backend(functools.partial(_alf_runner, ParallelAlfEnvironment),
                         "ParallelAlfEnvironment (pipes)"),
     "gym_async": Backend(

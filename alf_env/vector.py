@@ -91,6 +91,7 @@ from gymnasium.error import AlreadyPendingCallError, ClosedEnvironmentError, NoA
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 
+from alf_env._affinity import WorkerCpus, pin_workers, plan_worker_cpus
 from alf_env._shared import SPIN_ADAPTIVE, JobType, SharedBlock
 from alf_env.environments import process_environment as pe
 from alf_env.environments.fast_jobs import JobBoard
@@ -168,6 +169,11 @@ class FastVectorEnv(gym.vector.VectorEnv):
         autoreset_mode: a ``gymnasium.vector.AutoresetMode`` (or its value);
             the asynchronous mode supports NEXT_STEP and SAME_STEP.
         spin_us: how long waiters spin before sleeping (-1 adaptive, 0 never).
+        worker_cpus: where the worker processes run: ``None`` (the OS
+            decides), ``"spread"`` (worker ``i`` pinned to the ``i % n``-th
+            of the ``n`` CPUs this process may use) or a sequence of CPU ids
+            (worker ``i`` pinned to ``worker_cpus[i % len(worker_cpus)]``).
+            Spreading helps CPU-bound envs when workers outnumber cores.
 
     Raises:
         ValueError: bad arguments, or an action space with a sub-space of no
@@ -180,11 +186,12 @@ class FastVectorEnv(gym.vector.VectorEnv):
                  batch_size: Optional[int] = None, envs_per_worker: int = 1,
                  copy: bool = True, context: str = "fork",
                  autoreset_mode: Union[AutoresetMode, str] = AutoresetMode.NEXT_STEP,
-                 spin_us: int = SPIN_ADAPTIVE) -> None:
+                 spin_us: int = SPIN_ADAPTIVE, worker_cpus: WorkerCpus = None) -> None:
         env_fns = list(env_fns)
         batch_size = len(env_fns) if batch_size is None else int(batch_size)
         autoreset_mode = AutoresetMode(autoreset_mode)
         _check_arguments(env_fns, batch_size, int(envs_per_worker), context, autoreset_mode)
+        cpu_plan = plan_worker_cpus(worker_cpus, len(env_fns) // int(envs_per_worker))
         self.env_fns = env_fns
         self.num_envs = len(env_fns)
         self.batch_size = batch_size
@@ -212,6 +219,7 @@ class FastVectorEnv(gym.vector.VectorEnv):
         self._reset_rows: List[int] = []         # envs whose infos reset_wait returns
         try:
             self._start_workers(context)
+            pin_workers([w.pid for w in self._workers], cpu_plan)
             self._check_spaces()
             self._attach_workers(spin_us)
         except BaseException:

@@ -69,10 +69,11 @@ class JobBoard:
             busy = [w for w in workers if self.controller.outstanding(w)]
             if busy:
                 self.wait_for(busy, "finishing an earlier job")
+        done, jobs = self._done, self._jobs
         for w in workers:
-            self._done.pop(w, None)
-            self._jobs[w] = job
-        self.controller.post(np.asarray(workers, np.int32), job, arg)
+            done.pop(w, None)
+            jobs[w] = job
+        self.controller.post(workers, job, arg)
 
     def job_of(self, worker: int) -> Any:
         """The last job posted to ``worker`` (a ``JobType``), or ``None``."""
@@ -107,7 +108,8 @@ class JobBoard:
             Exception: what a worker's job raised (the first in ``workers``).
         """
         workers = list(workers)
-        remaining = {w for w in workers if w not in self._done}
+        done = self._done
+        remaining = {w for w in workers if w not in done} if done else set(workers)
         if timeout is None:
             timeout = self.timeout
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -115,7 +117,7 @@ class JobBoard:
             ids = self._wait_some(len(remaining), during, deadline, timeout,
                                   lambda: sorted(remaining))
             remaining.difference_update(ids)
-        if raise_errors:
+        if raise_errors and self._errors:
             self._raise_first_error(workers)
 
     def wait_first(self, candidates: Set[int], k: int, during: str,

@@ -40,6 +40,7 @@ import numpy as np
 import torch
 
 from alf_env import nest
+from alf_env._affinity import WorkerCpus
 from alf_env.data_structures import StepType, TimeStep
 from alf_env.environments.fast_jobs import JobBoard
 from alf_env.environments.fast_worker import AlfRowsHandler, FastLoopSpec
@@ -60,8 +61,8 @@ class FastParallelEnvironment(ParallelAlfEnvironment):
     Args:
         env_constructors: as for ``ParallelAlfEnvironment``; so are
             ``start_serially``, ``blocking``, ``flatten``,
-            ``num_spare_envs_for_reload``, ``torch_num_threads_per_env`` and
-            ``start_method``.
+            ``num_spare_envs_for_reload``, ``torch_num_threads_per_env``,
+            ``start_method`` and ``worker_cpus``.
         zero_copy: return tensors that view the shared rows instead of copies
             (valid until the next step; needs no spares).
         spin_us: how long a waiter spins before it sleeps on the futex, in
@@ -80,7 +81,8 @@ class FastParallelEnvironment(ParallelAlfEnvironment):
                  flatten: bool = True, num_spare_envs_for_reload: int = 0,
                  torch_num_threads_per_env: Optional[int] = 1,
                  start_method: str = "fork", *, zero_copy: bool = False,
-                 spin_us: int = -1, timeout: Optional[float] = None) -> None:
+                 spin_us: int = -1, timeout: Optional[float] = None,
+                 worker_cpus: WorkerCpus = None) -> None:
         if zero_copy and num_spare_envs_for_reload:
             raise ValueError("zero_copy: views need each slot to keep its env; got "
                              f"num_spare_envs_for_reload={num_spare_envs_for_reload}; "
@@ -90,7 +92,8 @@ class FastParallelEnvironment(ParallelAlfEnvironment):
                          blocking=blocking, flatten=flatten,
                          num_spare_envs_for_reload=num_spare_envs_for_reload,
                          torch_num_threads_per_env=torch_num_threads_per_env,
-                         start_method=start_method, timeout=timeout)
+                         start_method=start_method, timeout=timeout,
+                         worker_cpus=worker_cpus)
         self._zero_copy = zero_copy
         try:
             self._attach_workers(spin_us)
@@ -111,6 +114,13 @@ class FastParallelEnvironment(ParallelAlfEnvironment):
         self._block = SharedBlock(fields, num_rows=num_envs * b, num_workers=num_envs)
         self._action_views = [self._block.views[n] for n in action_names]
         self._time_step_views = [self._block.views[n] for n in time_step_names]
+        # The common case (no spares moved, slot k = env k) reads and writes
+        # the first batch_size rows: those views are made once, here.
+        batch = len(self._slots.slot_env) * b
+        self._action_heads = [v[:batch] for v in self._action_views]
+        self._time_step_heads = [v[:batch] for v in self._time_step_views]
+        # The env_id leaf is replaced by the slots' ids (spares move envs).
+        self._env_id_leaf = time_step_names.index("time_step.env_id")
         self._step_type_view = self._block.views["time_step.step_type"]
         self._controller = self._block.controller(spin_us)
         self._board = JobBoard(self._controller, self._envs, timeout=self._timeout)
@@ -161,6 +171,14 @@ class FastParallelEnvironment(ParallelAlfEnvironment):
     def _do_step(self, action: Any) -> TimeStep:
         flat_action = self._check_action.flat(action)
         fresh = self._slots.fresh_slots
+        if self._identity_rows and not fresh and not self._blocking:
+            # The hot path: every slot's env is stepped, in row order.
+            for view, leaf in zip(self._action_heads, flat_action):
+                view[...] = leaf
+            workers = self._slots.slot_env
+            self._board.post(workers, _penv.JobType.STEP)
+            self._board.wait_for(workers, "step")
+            return self._finish_fast()
         stepped = [e for k, e in enumerate(self._slots.slot_env) if k not in fresh]
         rows = self._slot_rows
         for view, leaf in zip(self._action_views, flat_action):
@@ -178,15 +196,17 @@ class FastParallelEnvironment(ParallelAlfEnvironment):
 
     def _finish_fast(self) -> TimeStep:
         rows = self._slot_rows
+        env_id = self._env_id_leaf
         if self._identity_rows:
-            leaves = [v[:self._batch_size] for v in self._time_step_views]
+            leaves = self._time_step_heads
             if not self._zero_copy:
-                leaves = [np.array(v) for v in leaves]
+                leaves = [np.array(v) if i != env_id else v for i, v in enumerate(leaves)]
         else:
-            leaves = [v[rows] for v in self._time_step_views]  # fancy index: a copy
-        time_step = nest.pack_sequence_as(self._time_step_spec,
-                                          [torch.from_numpy(x) for x in leaves])
-        time_step = time_step._replace(env_id=torch.from_numpy(self._env_ids.copy()))
+            leaves = [v[rows] if i != env_id else v  # fancy index: a copy
+                      for i, v in enumerate(self._time_step_views)]
+        tensors = [torch.from_numpy(x) for x in leaves]
+        tensors[env_id] = torch.from_numpy(self._env_ids.copy())
+        time_step = nest.pack_sequence_as(self._time_step_spec, tensors)
         if self._slots.has_spares:
             self._rotate_ended_slots(leaves_step_type=self._step_type_view[rows])
         return time_step

@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from alf_env import nest
+from alf_env._affinity import WorkerCpus, pin_workers, plan_worker_cpus
 from alf_env.data_structures import StepType, TimeStep
 from alf_env.environments.alf_environment import AlfEnvironment
 from alf_env.environments.process_environment import (ProcessEnvironment, close_all,
@@ -138,6 +139,11 @@ class ParallelAlfEnvironment(AlfEnvironment):
             replace an env whose episode ended (see module doc).
         torch_num_threads_per_env: ``torch.set_num_threads`` in each worker.
         start_method: ``"fork"``, ``"spawn"`` or ``"forkserver"``.
+        worker_cpus: where the worker processes run: ``None`` (the OS
+            decides), ``"spread"`` (worker ``i`` pinned to the ``i % n``-th
+            of the ``n`` CPUs this process may use) or a sequence of CPU ids
+            (worker ``i`` pinned to ``worker_cpus[i % len(worker_cpus)]``).
+            Spreading helps CPU-bound envs when workers outnumber cores.
         timeout: seconds that each ``reset()``, ``step()`` and call
             (``seed``, ``render``, ``call_envs_with_same_args``) may wait for
             the workers (``None``: no limit; starting is not limited). When
@@ -169,7 +175,8 @@ class ParallelAlfEnvironment(AlfEnvironment):
                  start_serially: bool = True, blocking: bool = False,
                  flatten: bool = True, num_spare_envs_for_reload: int = 0,
                  torch_num_threads_per_env: Optional[int] = 1,
-                 start_method: str = "fork", *, timeout: Optional[float] = None) -> None:
+                 start_method: str = "fork", *, timeout: Optional[float] = None,
+                 worker_cpus: WorkerCpus = None) -> None:
         super().__init__()
         self._broken: Optional[BaseException] = None
         self._envs: List[ProcessEnvironment] = []
@@ -184,6 +191,7 @@ class ParallelAlfEnvironment(AlfEnvironment):
             raise ValueError(
                 f"num_spare_envs_for_reload: expected 0 <= value < {num_envs} (the "
                 f"number of env_constructors), got {num_spare_envs_for_reload}")
+        cpu_plan = plan_worker_cpus(worker_cpus, num_envs)
         self._blocking = blocking
         self._envs = [
             ProcessEnvironment(ctor, env_id=i, flatten=flatten, fast=self._FAST,
@@ -194,6 +202,7 @@ class ParallelAlfEnvironment(AlfEnvironment):
         ]
         start_environments(self._envs, start_serially)
         try:
+            pin_workers([env.pid for env in self._envs], cpu_plan)
             check_same_specs(self._envs)
             first = self._envs[0]
             self._env_batched = bool(first.batched)

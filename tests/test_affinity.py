@@ -1,0 +1,104 @@
+"""Tests of the ``worker_cpus`` option (alf_env/_affinity.py) on every backend."""
+
+import functools
+import os
+
+import psutil
+import pytest
+
+from alf_env._affinity import pin_workers, plan_worker_cpus, usable_cpus
+from alf_env.environments.alf_gym_wrapper import AlfGymWrapper
+from alf_env.environments.fast_parallel_environment import FastParallelEnvironment
+from alf_env.environments.parallel_environment import ParallelAlfEnvironment
+from alf_env.vector import FastVectorEnv
+from alf_env.workloads import make_workload
+
+CPUS = usable_cpus()
+
+
+def _alf_env(env_id: int = 0) -> AlfGymWrapper:
+    return AlfGymWrapper(make_workload("W1", env_id), env_id=env_id)
+
+
+def _alf_backend(cls, num_envs, **kwargs):
+    return cls([functools.partial(_alf_env) for _ in range(num_envs)], **kwargs)
+
+
+def _vector_backend(num_envs, envs_per_worker=1, **kwargs):
+    return FastVectorEnv([functools.partial(make_workload, "W1", i) for i in range(num_envs)],
+                         envs_per_worker=envs_per_worker, **kwargs)
+
+
+BACKENDS = {
+    "parallel": functools.partial(_alf_backend, ParallelAlfEnvironment),
+    "fast": functools.partial(_alf_backend, FastParallelEnvironment),
+    "vector": _vector_backend,
+}
+
+
+def _worker_cpus(env):
+    workers = env._workers if isinstance(env, FastVectorEnv) else env._envs
+    return [os.sched_getaffinity(w.pid) for w in workers]
+
+
+def test_plan_spread_and_lists():
+    assert plan_worker_cpus(None, 5) is None
+    assert plan_worker_cpus("spread", 5) == [CPUS[i % len(CPUS)] for i in range(5)]
+    assert plan_worker_cpus([CPUS[-1]], 3) == [CPUS[-1]] * 3
+    assert plan_worker_cpus((CPUS[0], CPUS[-1]), 3) == [CPUS[0], CPUS[-1], CPUS[0]]
+
+
+@pytest.mark.parametrize("value, message", [
+    ("everywhere", r"worker_cpus: expected None, 'spread' or a sequence of CPU ids, got "
+                   r"the string 'everywhere'"),
+    (3, r"worker_cpus: expected None, 'spread' or a sequence of CPU ids, got 3"),
+    ([], r"worker_cpus: expected at least one CPU id, got an empty sequence"),
+    ([0.5], r"worker_cpus: expected integer CPU ids, got 0.5"),
+    ([True], r"worker_cpus: expected integer CPU ids, got True"),
+    ([max(CPUS) + 1], rf"worker_cpus: CPU {max(CPUS) + 1} is not one this process may run on"),
+])
+def test_plan_rejects_bad_values(value, message):
+    with pytest.raises(ValueError, match=message):
+        plan_worker_cpus(value, 2)
+
+
+def test_pin_names_the_worker_that_failed():
+    dead = psutil.Popen(["true"])
+    dead.wait()
+    with pytest.raises(OSError, match=rf"cannot pin worker 0 \(pid {dead.pid}\) to CPU"):
+        pin_workers([dead.pid], [CPUS[0]])
+
+
+@pytest.mark.parametrize("backend", sorted(BACKENDS))
+def test_spread_pins_each_worker_round_robin(backend):
+    env = BACKENDS[backend](3, worker_cpus="spread")
+    try:
+        assert _worker_cpus(env) == [{CPUS[i % len(CPUS)]} for i in range(3)]
+        env.reset()  # the pinned workers work
+    finally:
+        env.close()
+
+
+@pytest.mark.parametrize("backend", sorted(BACKENDS))
+def test_default_leaves_placement_to_the_os(backend):
+    env = BACKENDS[backend](2)
+    try:
+        assert _worker_cpus(env) == [set(CPUS)] * 2
+    finally:
+        env.close()
+
+
+def test_vector_pins_workers_not_envs():
+    env = _vector_backend(4, envs_per_worker=2, worker_cpus=[CPUS[-1]])
+    try:
+        assert _worker_cpus(env) == [{CPUS[-1]}] * 2
+    finally:
+        env.close()
+
+
+@pytest.mark.parametrize("backend", sorted(BACKENDS))
+def test_bad_value_raises_before_any_worker_starts(backend):
+    before = psutil.Process().children()
+    with pytest.raises(ValueError, match="worker_cpus"):
+        BACKENDS[backend](2, worker_cpus=[max(CPUS) + 1])
+    assert psutil.Process().children() == before
