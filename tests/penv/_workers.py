@@ -37,8 +37,11 @@ def step_arg(serial: int, delay_us: int = 0) -> int:
     return (serial << DELAY_BITS) | delay_us
 
 
-def job_worker(block, index: int, spin_us: int = -1) -> None:
-    """Serves jobs of slot ``index`` of ``block`` until CLOSE."""
+def job_worker(block, index: int, spin_us: int = -1, burn: bool = False) -> None:
+    """Serves jobs of slot ``index`` of ``block`` until CLOSE.
+
+    With ``burn``, a STEP's delay is spent busy (thread CPU time), not asleep.
+    """
     port = block.worker_port(index, spin_us)
     parent = os.getppid()
     rec = block["rec"] if "rec" in block else None
@@ -65,13 +68,25 @@ def job_worker(block, index: int, spin_us: int = -1) -> None:
             continue
         steps += 1
         delay_us = arg & DELAY_MASK
-        if delay_us:
+        if delay_us and burn:
+            end = time.thread_time() + delay_us * 1e-6
+            while time.thread_time() < end:
+                pass
+        elif delay_us:
             time.sleep(delay_us * 1e-6)
         if out is not None:
             out[index] = inp[index]
         if rec is not None:
             rec[index] = (index, steps, arg)
         port.finish(JobStatus.OK)
+
+
+def idle_spinner(block, index: int, spin_us: int, seconds: float) -> None:
+    """Waits for a job that never comes for ``seconds``, spinning ``spin_us`` per wait."""
+    port = block.worker_port(index, spin_us)
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        port.wait_job(timeout_s=min(POLL_S, max(0.0, end - time.monotonic())))
 
 
 def wait_one_job_cpu(block, index: int, spin_us: int, timeout_s: float, conn) -> None:

@@ -1,6 +1,7 @@
 """Futex wait/wake across processes, timeouts, and the spin policy's CPU use."""
 
 import multiprocessing as mp
+import os
 import time
 
 import numpy as np
@@ -136,6 +137,46 @@ def test_adaptive_spin_keeps_its_budget_for_short_jobs(start_process):
     controller.post([0], JobType.CLOSE)
     assert controller.wait(1, timeout_s=10)[0] == _penv.WaitStatus.OK
     process.join(10)
+
+
+def test_yield_only_spinners_leave_the_cpu_to_busy_workers(start_process):
+    # Oversubscribed: one CPU-bound worker per CPU, plus two idle workers per
+    # CPU that spin (fixed 1 s budget, so they spin all the time). Spinning
+    # only yields then, so each busy worker still gets ~its whole CPU: a round
+    # of 50 ms jobs takes ~50 ms. Spinners that kept the CPU would get a fair
+    # share each and make it ~150 ms. Everyone is pinned (burner i and two
+    # spinners on CPU i): this is about sharing a core, not about placement
+    # (a runnable spinner counts as load for the kernel's balancer, which may
+    # then leave two burners on one core).
+    cpu_ids = sorted(os.sched_getaffinity(0))
+    cpus = len(cpu_ids)
+    burners, spinners = cpus, 2 * cpus
+    block = SharedBlock([("rec", (3,), np.int64)], num_rows=burners + spinners,
+                        num_workers=burners + spinners)
+    controller = block.controller(0)
+    processes = [start_process(_workers.job_worker, block, i, 0, True)
+                 for i in range(burners)]
+    for i, process in enumerate(processes):
+        controller.set_worker_pid(i, process.pid)
+        os.sched_setaffinity(process.pid, {cpu_ids[i]})
+    for i in range(burners, burners + spinners):
+        spinner = start_process(_workers.idle_spinner, block, i, 1_000_000, 8.0)
+        os.sched_setaffinity(spinner.pid, {cpu_ids[i % cpus]})
+    assert block.worker_port(burners, 1_000_000).spin_yields_only
+    time.sleep(0.3)  # the spinners are spinning
+    job_s, rounds = 0.05, 6
+    walls = []
+    for serial in range(1, rounds + 1):
+        start = time.monotonic()
+        controller.post(list(range(burners)), JobType.STEP,
+                        _workers.step_arg(serial, delay_us=int(job_s * 1e6)))
+        status, ids = controller.wait(burners, timeout_s=30)
+        walls.append(time.monotonic() - start)
+        assert status == _penv.WaitStatus.OK and sorted(ids) == list(range(burners))
+    # Generous (a shared, noisy machine): the median round under 2x the job.
+    assert sorted(walls)[rounds // 2] < 2 * job_s, walls
+    controller.post(list(range(burners)), JobType.CLOSE)
+    assert controller.wait(burners, timeout_s=10)[0] == _penv.WaitStatus.OK
 
 
 @pytest.mark.parametrize("spin_us", [-2, 10**7])
