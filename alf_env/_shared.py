@@ -79,7 +79,7 @@ futex. ``spin_us=-1`` (default) is adaptive: a budget that halves whenever
 spinning did not pay off (and grows back when it does), up to 100 us; when
 ``num_workers + 1`` exceeds the CPUs this process may use, every spin round
 yields the core to any runnable process instead of pausing on it, and the
-budget goes up to 2 ms (16 workers on 2 cores take no CPU from each other). ``spin_us=0`` never spins; ``spin_us>0`` spins that
+budget goes up to 5 ms (16 workers on 2 cores take no CPU from each other). ``spin_us=0`` never spins; ``spin_us>0`` spins that
 many microseconds. Blocking calls release the GIL and raise pending Python
 signals (e.g. ``KeyboardInterrupt``) within ~50 ms.
 

@@ -41,8 +41,8 @@
 //     anyway) halves it; below kAdaptiveMinSpin it becomes 0 (sleep at once).
 //     With a zero budget, every kAdaptiveProbePeriod-th wait probes once with
 //     the full budget so the waiter notices when spinning starts paying off.
-//     So waits for long jobs (W3-like, ~1 ms) soon sleep at once, and waits
-//     for short ones spin.
+//     So waits much longer than the cap soon sleep at once, and short ones
+//     spin.
 // Pausing vs yielding: with no more processes taking part (num_workers + 1)
 // than usable CPUs, a waiter pauses for kPauseRounds rounds, then yields.
 // When they outnumber the CPUs, a waiter only yields: every round hands the
@@ -50,7 +50,12 @@
 // spinner takes no CPU that another process could use, and it keeps the
 // core from going idle -- on a VM, waking an idle vCPU costs 20-30 us, more
 // than a whole trivial env step. (Measured on 2 vCPUs, 8 one-env workers:
-// 50k env-steps/s sleeping at once, ~100k with yield-spinning.)
+// 50k env-steps/s sleeping at once, ~100k with yield-spinning.) The cap is
+// then kAdaptiveMaxYieldSpin (5 ms): the main process keeps spinning through
+// a lockstep step of ~1 ms envs (4 envs on 2 cores: ~2 ms), which is worth
+// ~3% there. A runnable spinner does count as load for the kernel's
+// balancer, which is why CPU-bound lockstep envs do best with pinned
+// workers (worker_cpus="spread" in the Python API).
 //   The budget never exceeds the caller's remaining timeout.
 #pragma once
 
@@ -131,7 +136,7 @@ inline constexpr int kMaxSpinUs = 1'000'000;
 inline constexpr std::chrono::nanoseconds kAdaptiveMaxSpin =
     std::chrono::microseconds(100);
 inline constexpr std::chrono::nanoseconds kAdaptiveMaxYieldSpin =
-    std::chrono::microseconds(2000);
+    std::chrono::microseconds(5000);
 inline constexpr std::chrono::nanoseconds kAdaptiveMinSpin =
     std::chrono::microseconds(2);
 inline constexpr std::uint32_t kAdaptiveProbePeriod = 64;

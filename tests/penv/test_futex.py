@@ -88,7 +88,7 @@ def test_adaptive_spin_only_yields_when_processes_outnumber_cpus():
     block = SharedBlock([], num_rows=0, num_workers=cpus)  # cpus + 1 processes
     for waiter in (block.controller(), block.worker_port(0)):
         assert waiter.spin_yields_only
-        assert waiter.spin_budget_us == 2000  # kAdaptiveMaxYieldSpin
+        assert waiter.spin_budget_us == 5000  # kAdaptiveMaxYieldSpin
 
 
 @pytest.mark.skipif(_testing.usable_cpu_count() < 2, reason="needs 2 CPUs")
@@ -100,18 +100,18 @@ def test_adaptive_spin_starts_on_when_cpus_suffice():
 
 
 def test_adaptive_spin_learns_to_sleep_through_long_jobs(start_process):
-    # Oversubscribed (cpus + 1 processes): the budget starts at 2 ms; jobs of
-    # 5 ms make every spin fail, so it halves to nothing within ~11 waits and
+    # Oversubscribed (cpus + 1 processes): the budget starts at 5 ms; jobs of
+    # 20 ms make every spin fail, so it halves to nothing within ~13 waits and
     # the main process then sleeps at once instead of spinning.
     cpus = _testing.usable_cpu_count()
     block = SharedBlock([("rec", (3,), np.int64)], num_rows=cpus, num_workers=cpus)
     controller = block.controller()
-    assert controller.spin_budget_us == 2000
+    assert controller.spin_budget_us == 5000
     process = start_process(_workers.job_worker, block, 0)
     controller.set_worker_pid(0, process.pid)
     budgets = []
-    for serial in range(1, 16):
-        controller.post([0], JobType.STEP, _workers.step_arg(serial, delay_us=5000))
+    for serial in range(1, 20):
+        controller.post([0], JobType.STEP, _workers.step_arg(serial, delay_us=20_000))
         status, ids = controller.wait(1, timeout_s=30)
         assert status == _penv.WaitStatus.OK and list(ids) == [0]
         budgets.append(controller.spin_budget_us)
