@@ -192,6 +192,7 @@ class FastVectorEnv(gym.vector.VectorEnv):
         autoreset_mode = AutoresetMode(autoreset_mode)
         _check_arguments(env_fns, batch_size, int(envs_per_worker), context, autoreset_mode)
         cpu_plan = plan_worker_cpus(worker_cpus, len(env_fns) // int(envs_per_worker))
+        self._workers_pinned = cpu_plan is not None
         self.env_fns = env_fns
         self.num_envs = len(env_fns)
         self.batch_size = batch_size
@@ -273,14 +274,15 @@ class FastVectorEnv(gym.vector.VectorEnv):
         self._obs_views, self._act_views = rows.obs, rows.act
         self._reward, self._terminated = rows.reward, rows.terminated
         self._truncated, self._report = rows.truncated, rows.report
-        controller = self._block.controller(spin_us)
+        controller = self._block.controller(spin_us, workers_pinned=self._workers_pinned)
         self._board = JobBoard(controller, self._workers, on_ok=self._collect_reports)
         e = self.envs_per_worker
         for w, worker in enumerate(self._workers):
             controller.set_worker_pid(w, worker.pid)
             handler = GymRowsHandler((w * e, (w + 1) * e), self._obs, self._act,
                                      self.autoreset_mode)
-            worker.start_fast_loop(FastLoopSpec(self._block, w, spin_us, handler),
+            worker.start_fast_loop(FastLoopSpec(self._block, w, spin_us, handler,
+                                                self._workers_pinned),
                                    functools.partial(self._board.serve_pipe, w))
 
     # -- reports (what workers send on the pipe with a job) ------------------------

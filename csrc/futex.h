@@ -50,12 +50,17 @@
 // spinner takes no CPU that another process could use, and it keeps the
 // core from going idle -- on a VM, waking an idle vCPU costs 20-30 us, more
 // than a whole trivial env step. (Measured on 2 vCPUs, 8 one-env workers:
-// 50k env-steps/s sleeping at once, ~100k with yield-spinning.) The cap is
-// then kAdaptiveMaxYieldSpin (5 ms): the main process keeps spinning through
-// a lockstep step of ~1 ms envs (4 envs on 2 cores: ~2 ms), which is worth
-// ~3% there. A runnable spinner does count as load for the kernel's
-// balancer, which is why CPU-bound lockstep envs do best with pinned
-// workers (worker_cpus="spread" in the Python API).
+// 50k env-steps/s sleeping at once, ~100k with yield-spinning.)
+// The cap when only yielding is kAdaptiveMaxYieldSpin (2 ms). A runnable
+// spinner counts as load for the kernel's balancer, which then may leave
+// three busy workers on one core and one on the other (4 workers + a
+// spinning main process = 5 runnable tasks, "balanced" 3 / 2), so waits as
+// long as a lockstep step of CPU-bound envs should end in sleep. When the
+// caller says the workers are pinned (`workers_pinned`, worker_cpus in the
+// Python API), the balancer cannot misplace them and the cap is
+// kAdaptiveMaxPinnedSpin (5 ms), for the main process and the workers alike:
+// they spin through a ~2 ms step (4 envs of ~1 ms on 2 cores), worth ~5%
+// there.
 //   The budget never exceeds the caller's remaining timeout.
 #pragma once
 
@@ -136,6 +141,8 @@ inline constexpr int kMaxSpinUs = 1'000'000;
 inline constexpr std::chrono::nanoseconds kAdaptiveMaxSpin =
     std::chrono::microseconds(100);
 inline constexpr std::chrono::nanoseconds kAdaptiveMaxYieldSpin =
+    std::chrono::microseconds(2000);
+inline constexpr std::chrono::nanoseconds kAdaptiveMaxPinnedSpin =
     std::chrono::microseconds(5000);
 inline constexpr std::chrono::nanoseconds kAdaptiveMinSpin =
     std::chrono::microseconds(2);
@@ -151,7 +158,9 @@ class SpinPolicy {
  public:
   // spin_us: kSpinAdaptive (-1), kSpinNever (0) or a fixed budget in µs.
   // num_processes: processes that share the work (num_workers + 1).
-  SpinPolicy(int spin_us, std::size_t num_processes);
+  // workers_pinned: the workers are pinned to CPUs (see the header comment).
+  SpinPolicy(int spin_us, std::size_t num_processes,
+             bool workers_pinned = false);
 
   // Spins until `ready()` returns true (-> true) or the budget, capped at
   // `limit`, is used up (-> false). Adapts the budget in adaptive mode.
@@ -176,8 +185,8 @@ class SpinPolicy {
   std::int64_t budget_ns_;
   // Pause rounds before yielding: kPauseRounds, or 0 when oversubscribed.
   std::uint32_t pause_rounds_;
-  // The adaptive budget's cap: kAdaptiveMaxSpin, or kAdaptiveMaxYieldSpin
-  // when only yielding.
+  // The adaptive budget's cap: kAdaptiveMaxSpin, or when only yielding
+  // kAdaptiveMaxYieldSpin (kAdaptiveMaxPinnedSpin with pinned workers).
   std::int64_t max_budget_ns_;
   std::uint32_t waits_since_probe_ = 0;
 };

@@ -32,11 +32,11 @@ constexpr std::chrono::microseconds kFullQueueSleep{100};
 
 WorkerPort::WorkerPort(std::shared_ptr<SharedRegion> region,
                        std::size_t num_workers, std::size_t worker_index,
-                       int spin_us)
+                       int spin_us, bool workers_pinned)
     : region_(require_region(std::move(region), "WorkerPort")),
       block_(ControlBlock::attach(*region_, num_workers)),
       index_(checked_index(worker_index, num_workers)),
-      spin_(spin_us, num_workers + 1),
+      spin_(spin_us, num_workers + 1, workers_pinned),
       // relaxed: ControlBlock::attach acquired the magic; later changes of
       // done_seq are only made by this worker. Starting from the last
       // *finished* job means a job posted before we attached is not missed.

@@ -102,3 +102,18 @@ def test_bad_value_raises_before_any_worker_starts(backend):
     with pytest.raises(ValueError, match="worker_cpus"):
         BACKENDS[backend](2, worker_cpus=[max(CPUS) + 1])
     assert psutil.Process().children() == before
+
+
+@pytest.mark.parametrize("backend", ["fast", "vector"])
+@pytest.mark.parametrize("worker_cpus, cap_us", [(None, 2000), ("spread", 5000)])
+def test_pinned_workers_let_the_trainer_spin_longer(backend, worker_cpus, cap_us):
+    # As many workers as CPUs: oversubscribed (the trainer makes one more), so
+    # spinning only yields; pinned workers raise the adaptive cap (see
+    # csrc/futex.h: the kernel's balancer cannot misplace them then).
+    env = BACKENDS[backend](len(CPUS), worker_cpus=worker_cpus)
+    try:
+        controller = env._board.controller
+        assert controller.spin_yields_only
+        assert controller.spin_budget_us == cap_us
+    finally:
+        env.close()

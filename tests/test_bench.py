@@ -166,3 +166,40 @@ def test_other_entry_points_are_the_same_cli(command):
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("usage: alf-env-bench")
     assert "sb3_subproc" in proc.stdout and "--quick" in proc.stdout
+
+
+def _doc_tables():
+    spec = importlib.util.spec_from_file_location(
+        "doc_tables", REPO_ROOT / "benchmarks" / "doc_tables.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_doc_tables_turn_a_run_into_the_docs_tables(run):
+    proc = subprocess.run([sys.executable, "benchmarks/doc_tables.py",
+                           str(run["out"] / "results.json")],
+                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    header = next(line for line in lines if line.startswith("| workload | envs |"))
+    # Only the backends that ran, in the documented order.
+    assert header == "| workload | envs | `fast` | `gym_async` | `gym_sync` | `sb3_subproc` |"
+    row = next(line for line in lines if line.startswith(f"| W1 | {NUM_ENVS} |"))
+    assert len(row.split("|")) == len(header.split("|"))
+    # The targets are stated for other cases than this tiny run's.
+    assert "| 3 | W1, 8 | `fast/gym_async` | ≥ 4 | not measured | – |" in lines
+
+
+def test_doc_tables_judge_each_target_by_its_median_paired_ratio():
+    doc_tables = _doc_tables()
+    ratios = [{"workload": "W1", "num_envs": 8, "ratio": "fast/gym_async",
+               "paired": [4.4, 3.9, 4.1]},
+              {"workload": "W2", "num_envs": 8, "ratio": "fast/gym_async",
+               "paired": [2.9, 3.2, 2.8, 3.5]}]
+    table = doc_tables.target_table(ratios).splitlines()
+    assert "| 3 | W1, 8 | `fast/gym_async` | ≥ 4 | 4.10 (3.90–4.40) | yes |" in table
+    assert "| 3 | W2, 8 | `fast/gym_async` | ≥ 3 | 3.05 (2.80–3.50) | yes |" in table
+    ratios[1]["paired"] = [2.9, 3.0, 2.8]
+    table = doc_tables.target_table(ratios).splitlines()
+    assert "| 3 | W2, 8 | `fast/gym_async` | ≥ 3 | 2.90 (2.80–3.00) | **no** |" in table

@@ -122,13 +122,14 @@ class FastParallelEnvironment(ParallelAlfEnvironment):
         # The env_id leaf is replaced by the slots' ids (spares move envs).
         self._env_id_leaf = time_step_names.index("time_step.env_id")
         self._step_type_view = self._block.views["time_step.step_type"]
-        self._controller = self._block.controller(spin_us)
+        self._controller = self._block.controller(spin_us,
+                                                  workers_pinned=self._workers_pinned)
         self._board = JobBoard(self._controller, self._envs, timeout=self._timeout)
         for i, env in enumerate(self._envs):
             self._controller.set_worker_pid(i, env.pid)
             handler = AlfRowsHandler((i * b, (i + 1) * b), tuple(action_names),
                                      tuple(time_step_names))
-            spec = FastLoopSpec(self._block, i, spin_us, handler)
+            spec = FastLoopSpec(self._block, i, spin_us, handler, self._workers_pinned)
             env.start_fast_loop(spec, functools.partial(self._board.serve_pipe, i))
         self._update_slot_rows()
 

@@ -57,11 +57,14 @@ class FastLoopSpec(NamedTuple):
         worker_index: this worker's job slot.
         spin_us: the waiting policy (-1: adaptive, 0: never spin).
         make_handler: builds this worker's :class:`JobHandler`.
+        workers_pinned: the workers are pinned to CPUs (``worker_cpus``),
+            which lets the adaptive policy spin longer.
     """
     block: Any
     worker_index: int
     spin_us: int
     make_handler: HandlerFactory
+    workers_pinned: bool = False
 
 
 # How long one wait for a job may last before the loop looks around again
@@ -154,7 +157,7 @@ def run_fast_loop(conn: Any, proxy: "pe._WorkerEnvProxy", env_id: Any,
                   spec: FastLoopSpec) -> bool:
     """Serves jobs from the native slot; returns whether to keep serving the pipe."""
     try:
-        port = spec.block.worker_port(spec.worker_index, spec.spin_us)
+        port = spec.block.worker_port(spec.worker_index, spec.spin_us, spec.workers_pinned)
         handler = spec.make_handler(proxy.env, spec.block, conn, env_id)
     except Exception as exc:  # noqa: BLE001 -- reported; the pipe stays served
         conn.send((pe.MessageType.EXCEPTION,

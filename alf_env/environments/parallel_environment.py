@@ -192,6 +192,7 @@ class ParallelAlfEnvironment(AlfEnvironment):
                 f"num_spare_envs_for_reload: expected 0 <= value < {num_envs} (the "
                 f"number of env_constructors), got {num_spare_envs_for_reload}")
         cpu_plan = plan_worker_cpus(worker_cpus, num_envs)
+        self._workers_pinned = cpu_plan is not None
         self._blocking = blocking
         self._envs = [
             ProcessEnvironment(ctor, env_id=i, flatten=flatten, fast=self._FAST,

@@ -88,7 +88,19 @@ def test_adaptive_spin_only_yields_when_processes_outnumber_cpus():
     block = SharedBlock([], num_rows=0, num_workers=cpus)  # cpus + 1 processes
     for waiter in (block.controller(), block.worker_port(0)):
         assert waiter.spin_yields_only
-        assert waiter.spin_budget_us == 5000  # kAdaptiveMaxYieldSpin
+        assert waiter.spin_budget_us == 2000  # kAdaptiveMaxYieldSpin
+    block = SharedBlock([], num_rows=0, num_workers=cpus)
+    for waiter in (block.controller(workers_pinned=True),
+                   block.worker_port(0, workers_pinned=True)):
+        assert waiter.spin_yields_only
+        assert waiter.spin_budget_us == 5000  # kAdaptiveMaxPinnedSpin
+
+
+@pytest.mark.skipif(_testing.usable_cpu_count() < 2, reason="needs 2 CPUs")
+def test_pinned_workers_do_not_change_the_cap_without_oversubscription():
+    block = SharedBlock([], num_rows=0, num_workers=1)  # 2 processes
+    assert block.controller(workers_pinned=True).spin_budget_us == 100
+    assert block.worker_port(0, workers_pinned=True).spin_budget_us == 100
 
 
 @pytest.mark.skipif(_testing.usable_cpu_count() < 2, reason="needs 2 CPUs")
@@ -100,12 +112,12 @@ def test_adaptive_spin_starts_on_when_cpus_suffice():
 
 
 def test_adaptive_spin_learns_to_sleep_through_long_jobs(start_process):
-    # Oversubscribed (cpus + 1 processes): the budget starts at 5 ms; jobs of
-    # 20 ms make every spin fail, so it halves to nothing within ~13 waits and
-    # the main process then sleeps at once instead of spinning.
+    # Oversubscribed (cpus + 1 processes), pinned workers: the budget starts
+    # at 5 ms; jobs of 20 ms make every spin fail, so it halves to nothing
+    # within ~13 waits and the main process then sleeps at once.
     cpus = _testing.usable_cpu_count()
     block = SharedBlock([("rec", (3,), np.int64)], num_rows=cpus, num_workers=cpus)
-    controller = block.controller()
+    controller = block.controller(workers_pinned=True)
     assert controller.spin_budget_us == 5000
     process = start_process(_workers.job_worker, block, 0)
     controller.set_worker_pid(0, process.pid)
