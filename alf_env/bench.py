@@ -11,26 +11,26 @@ excluded from the timing. The rate reported is *env-steps per second*
 
 Backends (:data:`BACKENDS`; ``--backends`` picks some):
 
-=====================  ==========================================================
-``fast``               ``FastParallelEnvironment`` (ALF API, shared memory).
-``fast_vector``        ``alf_env.vector.FastVectorEnv``, synchronous (gymnasium
-                       API, shared memory; a drop-in for ``AsyncVectorEnv``).
-``fast_vector_async``  ``FastVectorEnv(batch_size=num_envs // 2)``: EnvPool-style,
-                       each step returns the first half of the envs to finish.
-``fast_vector_epw4``   ``FastVectorEnv(envs_per_worker=4)``: 4 envs per worker
-                       process (needs a multiple of 4 envs).
-``fast_spread``        ``fast`` with ``worker_cpus="spread"`` (worker ``i``
-                       pinned to CPU ``i % num_cpus``).
-``fast_vector_spread`` ``fast_vector`` with ``worker_cpus="spread"``.
-``parallel``           ``ParallelAlfEnvironment`` (ALF API, pipes).
-``gym_async``          ``gymnasium.vector.AsyncVectorEnv(shared_memory=True)``.
-``gym_sync``           ``gymnasium.vector.SyncVectorEnv`` (in this process; the
-                       ceiling for trivial envs).
-``sb3_subproc``        ``stable_baselines3``'s ``SubprocVecEnv`` (skipped when
-                       stable-baselines3 is not installed).
-``single``             one env stepped in a plain loop in this process (the rate
-                       of a single env, whatever ``num_envs`` is).
-=====================  ==========================================================
+======================  ==========================================================
+``fast``                ``FastParallelEnvironment`` (ALF API, shared memory).
+``fast_vector``         ``alf_env.vector.FastVectorEnv``, synchronous (gymnasium
+                        API, shared memory; a drop-in for ``AsyncVectorEnv``).
+``fast_vector_async``   ``FastVectorEnv(batch_size=num_envs // 2)``: EnvPool-style,
+                        each step returns the first half of the envs to finish.
+``fast_vector_epw4``    ``FastVectorEnv(envs_per_worker=4)``: 4 envs per worker
+                        process (needs a multiple of 4 envs).
+``fast_spread``         ``fast`` with ``worker_cpus="spread"`` (worker ``i``
+                        pinned to CPU ``i % num_cpus``).
+``fast_vector_spread``  ``fast_vector`` with ``worker_cpus="spread"``.
+``parallel``            ``ParallelAlfEnvironment`` (ALF API, pipes).
+``gym_async``           ``gymnasium.vector.AsyncVectorEnv(shared_memory=True)``.
+``gym_sync``            ``gymnasium.vector.SyncVectorEnv`` (in this process; the
+                        ceiling for trivial envs).
+``sb3_subproc``         ``stable_baselines3``'s ``SubprocVecEnv`` (skipped when
+                        stable-baselines3 is not installed).
+``single``              one env stepped in a plain loop in this process (the rate
+                        of a single env, whatever ``num_envs`` is).
+======================  ==========================================================
 
 Every backend that uses processes starts them with ``fork``. All backends
 auto-reset (the step after the end of an episode is a reset; SB3 resets in the
