@@ -35,8 +35,8 @@
 // `spin_us` chooses the budget:
 //   * 0: never spin; always sleep right away (lowest CPU use).
 //   * > 0: a fixed budget of spin_us microseconds (at most kMaxSpinUs).
-//   * -1 (kSpinAdaptive, the default): the budget starts at kAdaptiveMaxSpin
-//     and adapts: a spin that succeeds after t ns raises the budget to
+//   * -1 (kSpinAdaptive, the default): the budget starts at its cap
+//     (kAdaptiveMaxSpin, or one of the yield-only caps below) and adapts: a spin that succeeds after t ns raises the budget to
 //     max(budget, 2t) (capped); a spin that fails (the waiter had to sleep
 //     anyway) halves it; below kAdaptiveMinSpin it becomes 0 (sleep at once).
 //     With a zero budget, every kAdaptiveProbePeriod-th wait probes once with
