@@ -26,10 +26,10 @@ message names the path where the nests differ and what was expected vs got.
 
 import abc
 import collections.abc
+import sys
 from typing import Any, Callable, Dict, Iterator, List, Sequence, Tuple
 
 import numpy as np
-import torch
 
 __all__ = [
     "is_namedtuple",
@@ -538,8 +538,12 @@ def stack(nests: Sequence[Any]) -> Any:
     if len(nests) == 0:
         raise ValueError("stack needs at least one nest, got an empty sequence.")
 
+    # No tensor can exist unless torch was imported: this module does not
+    # import it (a worker that never uses torch does not pay ~1 s for it).
+    torch = sys.modules.get("torch")
+
     def _stack(*leaves: Any) -> Any:
-        if torch.is_tensor(leaves[0]):
+        if torch is not None and torch.is_tensor(leaves[0]):
             return torch.stack([torch.as_tensor(x) for x in leaves])
         return np.stack(leaves)
 

@@ -94,9 +94,9 @@ from gymnasium.vector.utils import batch_space
 from alf_env._affinity import WorkerCpus, pin_workers, plan_worker_cpus
 from alf_env._shared import SPIN_ADAPTIVE, JobType, SharedBlock
 from alf_env.environments import process_environment as pe
+from alf_env.environments.process_environment import start_environments
 from alf_env.environments.fast_jobs import JobBoard
 from alf_env.environments.fast_worker import FastLoopSpec
-from alf_env.environments.parallel_environment import start_environments
 from alf_env.errors import WorkerDiedError
 from alf_env.vector_spaces import SpaceLayout
 from alf_env.vector_worker import (RESERVED_CALL_NAMES, RESET_DEFAULT, RESET_STAGED,

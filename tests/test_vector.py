@@ -6,7 +6,10 @@ import multiprocessing
 import os
 import re
 import signal
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
@@ -21,7 +24,10 @@ import alf_env.vector
 from alf_env.errors import EnvironmentProcessError, EnvTimeoutError, WorkerDiedError
 from alf_env.vector import FastVectorEnv
 from tests.probe_envs import UnpicklableError
-from tests.vector_envs import FaultyEnv, InfoEnv, SpaceEnv, assert_tree_equal, info_env
+from tests.vector_envs import (FaultyEnv, InfoEnv, ModulesEnv, SpaceEnv, assert_tree_equal,
+                               info_env)
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
 
 MODES = list(AutoresetMode)
 # Generous: only a hang would take this long.
@@ -155,6 +161,24 @@ def test_start_methods_with_closures(context):
         return gym.make("CartPole-v1", max_episode_steps=episode)
 
     assert run_both([make] * 2, 40, seed=1, context=context) >= 2
+
+
+@pytest.mark.parametrize("context", ["spawn", "forkserver"])
+def test_workers_do_not_import_torch(context):
+    # FastVectorEnv's workers never use torch; importing it would cost each
+    # spawned worker ~1 s of start-up.
+    with FastVectorEnv([ModulesEnv] * 2, context=context) as env:
+        env.reset(seed=0)
+        assert env.call("imported", "alf_env._penv") == (True, True)  # the probe works
+        assert env.call("imported", "torch") == (False, False)
+
+
+def test_importing_the_gymnasium_front_end_does_not_import_torch():
+    code = "import sys, alf_env.vector; print(sorted(m for m in sys.modules if m == 'torch'))"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, cwd=REPO_ROOT)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"
 
 
 def test_reset_seeds_options_and_reset_mask():

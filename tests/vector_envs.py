@@ -7,6 +7,7 @@ same values.
 
 import copy
 import os
+import sys
 import time
 from typing import Any, Optional
 
@@ -161,6 +162,25 @@ class JitterEnv(gym.Wrapper):
     def step(self, action):
         time.sleep(self._rng.uniform(0, self._max_delay))
         return self.env.step(action)
+
+
+class ModulesEnv(gym.Env):
+    """A trivial env that can say which modules its worker process has imported."""
+
+    def __init__(self) -> None:
+        self.observation_space = spaces.Box(-1.0, 1.0, (2,), np.float32)
+        self.action_space = spaces.Discrete(2)
+
+    def reset(self, *, seed: Optional[int] = None, options: Optional[dict] = None):
+        super().reset(seed=seed)
+        return np.zeros(2, np.float32), {}
+
+    def step(self, action: Any):
+        return np.zeros(2, np.float32), 0.0, False, False, {}
+
+    def imported(self, module: str) -> bool:
+        """Whether ``module`` is in this process's ``sys.modules``."""
+        return module in sys.modules
 
 
 def assert_tree_equal(a: Any, b: Any, path: str = "") -> None:

@@ -29,30 +29,9 @@ from alf_env._affinity import WorkerCpus, pin_workers, plan_worker_cpus
 from alf_env.data_structures import StepType, TimeStep
 from alf_env.environments.alf_environment import AlfEnvironment
 from alf_env.environments.process_environment import (ProcessEnvironment, close_all,
-                                                      resolve_all, wait_start_all)
+                                                      resolve_all, start_environments)
 from alf_env.environments.spec_checks import ActionChecker
 from alf_env.errors import EnvironmentProcessError, EnvTimeoutError, WorkerDiedError
-
-
-def start_environments(envs: Sequence[ProcessEnvironment], start_serially: bool) -> None:
-    """Starts ``envs`` one after another, or all at once and then waits for them.
-
-    When they start at once, all of them are watched together, so a
-    constructor that raises or a worker that dies is reported at once, not
-    after the envs before it have started. On any failure every env is closed
-    before the error propagates, so no worker is left behind.
-    """
-    try:
-        if start_serially:
-            for env in envs:
-                env.start(wait_to_start=True)
-        else:
-            for env in envs:
-                env.start(wait_to_start=False)
-            wait_start_all(envs)
-    except BaseException:
-        close_all(envs)
-        raise
 
 
 def check_same_specs(envs: Sequence[ProcessEnvironment]) -> None:

@@ -934,6 +934,27 @@ def resolve_all(promises: Sequence[Callable[..., Any]], timeout: Optional[float]
     return values
 
 
+def start_environments(envs: "Sequence[ProcessEnvironment]", start_serially: bool) -> None:
+    """Starts ``envs`` one after another, or all at once and then waits for them.
+
+    When they start at once, all of them are watched together, so a
+    constructor that raises or a worker that dies is reported at once, not
+    after the envs before it have started. On any failure every env is closed
+    before the error propagates, so no worker is left behind.
+    """
+    try:
+        if start_serially:
+            for env in envs:
+                env.start(wait_to_start=True)
+        else:
+            for env in envs:
+                env.start(wait_to_start=False)
+            wait_start_all(envs)
+    except BaseException:
+        close_all(envs)
+        raise
+
+
 def wait_start_all(envs: "Sequence[ProcessEnvironment]") -> None:
     """Waits until every started env has constructed its env, watching all at once.
 
