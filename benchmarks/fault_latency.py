@@ -19,12 +19,9 @@ Run (from the repository root):  python benchmarks/fault_latency.py [--repeats 5
 """
 
 import argparse
-import os
-import signal
 import statistics
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Callable, Dict, List
@@ -35,7 +32,8 @@ from alf_env.environments.fast_parallel_environment import FastParallelEnvironme
 from alf_env.environments.parallel_environment import ParallelAlfEnvironment  # noqa: E402
 from alf_env.errors import EnvTimeoutError, WorkerDiedError  # noqa: E402
 from tests.faults.core import (WAIT_TIMEOUT, AlfBatchedFrontEnd, Fault,  # noqa: E402
-                               FrontEnd, ProcessFrontEnd, VectorFrontEnd, died_at)
+                               FrontEnd, ProcessFrontEnd, VectorFrontEnd, died_at,
+                               kill_later)
 
 FRONT_ENDS = [ProcessFrontEnd(), AlfBatchedFrontEnd(ParallelAlfEnvironment, "parallel"),
               AlfBatchedFrontEnd(FastParallelEnvironment, "fast"), VectorFrontEnd()]
@@ -76,16 +74,9 @@ def death(fe: FrontEnd, kind: str, phase: str) -> float:
 
 def external_kill(fe: FrontEnd) -> float:
     env = fe.make(Fault("hang", "step"))
-    killed_at: List[float] = []
-
-    def kill() -> None:
-        killed_at.append(time.monotonic())
-        os.kill(fe.victim_pid(env), signal.SIGKILL)
-
     try:
         fe.reset(env)
-        killer = threading.Timer(0.2, kill)
-        killer.start()
+        killer, killed_at = kill_later(fe, env, 0.2)
         raised = _expect(WorkerDiedError, lambda: fe.step(env))
         killer.join()
         return raised - killed_at[0]

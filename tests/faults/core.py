@@ -551,6 +551,24 @@ def raises_worker_exception(kind: str, env_id: int = VICTIM):
         assert "in inject" in str(error)
 
 
+def kill_later(frontend: "FrontEnd", env: Any,
+               delay: float) -> Tuple[threading.Timer, List[float]]:
+    """SIGKILLs the victim worker of ``env`` after ``delay`` seconds, from a timer.
+
+    Returns the started timer and a list that receives the time of the kill
+    (``time.monotonic()``) once it happened.
+    """
+    killed_at: List[float] = []
+
+    def kill() -> None:
+        killed_at.append(time.monotonic())
+        os.kill(frontend.victim_pid(env), signal.SIGKILL)
+
+    killer = threading.Timer(delay, kill)
+    killer.start()
+    return killer, killed_at
+
+
 def gone(pid: int) -> bool:
     """Whether ``pid`` has exited (a zombie counts: it runs no more)."""
     try:
@@ -681,16 +699,9 @@ class FaultContract:
     def test_worker_killed_from_outside_is_reported_within_a_second(self, busy):
         fe = self.frontend
         env = fe.make(Fault("hang", "step") if busy else None)
-        killed_at: List[float] = []
-
-        def kill() -> None:
-            killed_at.append(time.monotonic())
-            os.kill(fe.victim_pid(env), signal.SIGKILL)
-
         try:
             fe.reset(env)
-            killer = threading.Timer(0.3 if busy else 0.0, kill)
-            killer.start()
+            killer, killed_at = kill_later(fe, env, 0.3 if busy else 0.0)
             if not busy:
                 killer.join()
                 time.sleep(0.1)  # dead before the next request
