@@ -9,6 +9,8 @@ import pytest
 
 from alf_env._shared import JobType, SharedBlock, WaitStatus
 
+from . import _workers
+
 
 @pytest.fixture
 def start_process() -> Callable[..., mp.Process]:
@@ -41,6 +43,21 @@ def make_block(num_workers: int, num_rows: int = None, inp_shape=(4,),
          ("out", inp_shape, inp_dtype)],
         num_rows=num_workers if num_rows is None else num_rows,
         num_workers=num_workers)
+
+
+def start_job_workers(start_process: Callable[..., mp.Process], block: SharedBlock,
+                      controller, num_workers: int, *args,
+                      method: str = "fork") -> List[mp.Process]:
+    """Starts ``_workers.job_worker`` on slots ``0 .. num_workers - 1``.
+
+    ``args`` follow the slot index (``spin_us``, ``burn``); every worker's pid
+    is registered with ``controller`` (crash detection).
+    """
+    processes = [start_process(_workers.job_worker, block, i, *args, method=method)
+                 for i in range(num_workers)]
+    for i, process in enumerate(processes):
+        controller.set_worker_pid(i, process.pid)
+    return processes
 
 
 def close_workers(controller, processes, timeout_s: float = 10.0) -> None:

@@ -5,15 +5,13 @@ import numpy as np
 from alf_env._shared import JobType, WaitStatus
 
 from . import _workers
-from .conftest import close_workers, make_block
+from .conftest import close_workers, make_block, start_job_workers
 
 
 def test_first_k_are_the_fastest(start_process):
     block = make_block(4)
     controller = block.controller()
-    processes = [start_process(_workers.job_worker, block, i) for i in range(4)]
-    for i, process in enumerate(processes):
-        controller.set_worker_pid(i, process.pid)
+    processes = start_job_workers(start_process, block, controller, 4)
     # warm up (first jobs pay for imports/page faults)
     controller.post(range(4), JobType.STEP, _workers.step_arg(0))
     assert controller.wait(4, timeout_s=30)[0] == WaitStatus.OK
@@ -34,9 +32,7 @@ def test_random_subsets_and_random_k(start_process):
     rng = np.random.default_rng(1234)
     block = make_block(num_workers)
     controller = block.controller()
-    processes = [start_process(_workers.job_worker, block, i) for i in range(num_workers)]
-    for i, process in enumerate(processes):
-        controller.set_worker_pid(i, process.pid)
+    processes = start_job_workers(start_process, block, controller, num_workers)
     idle = set(range(num_workers))
     steps = np.zeros(num_workers, dtype=np.int64)
     args = {}

@@ -12,6 +12,7 @@ from alf_env._penv import _testing
 from alf_env._shared import JobType, SharedBlock
 
 from . import _workers
+from .conftest import start_job_workers
 
 WORD = 0  # offset of the futex word used in these tests
 
@@ -119,8 +120,7 @@ def test_adaptive_spin_learns_to_sleep_through_long_jobs(start_process):
     block = SharedBlock([("rec", (3,), np.int64)], num_rows=cpus, num_workers=cpus)
     controller = block.controller(workers_pinned=True)
     assert controller.spin_budget_us == 5000
-    process = start_process(_workers.job_worker, block, 0)
-    controller.set_worker_pid(0, process.pid)
+    process, = start_job_workers(start_process, block, controller, 1)
     budgets = []
     for serial in range(1, 20):
         controller.post([0], JobType.STEP, _workers.step_arg(serial, delay_us=20_000))
@@ -140,8 +140,7 @@ def test_adaptive_spin_keeps_its_budget_for_short_jobs(start_process):
     cpus = _testing.usable_cpu_count()
     block = SharedBlock([("rec", (3,), np.int64)], num_rows=cpus, num_workers=cpus)
     controller = block.controller()
-    process = start_process(_workers.job_worker, block, 0)
-    controller.set_worker_pid(0, process.pid)
+    process, = start_job_workers(start_process, block, controller, 1)
     for serial in range(1, 200):
         controller.post([0], JobType.STEP, _workers.step_arg(serial))
         assert controller.wait(1, timeout_s=30)[0] == _penv.WaitStatus.OK
@@ -166,10 +165,8 @@ def test_yield_only_spinners_leave_the_cpu_to_busy_workers(start_process):
     block = SharedBlock([("rec", (3,), np.int64)], num_rows=burners + spinners,
                         num_workers=burners + spinners)
     controller = block.controller(0)
-    processes = [start_process(_workers.job_worker, block, i, 0, True)
-                 for i in range(burners)]
+    processes = start_job_workers(start_process, block, controller, burners, 0, True)
     for i, process in enumerate(processes):
-        controller.set_worker_pid(i, process.pid)
         os.sched_setaffinity(process.pid, {cpu_ids[i]})
     for i in range(burners, burners + spinners):
         spinner = start_process(_workers.idle_spinner, block, i, 1_000_000, 8.0)
@@ -223,8 +220,7 @@ def test_sleeping_workers_do_not_burn_cpu(start_process, spin_us):
 def test_waiting_main_process_does_not_burn_cpu(start_process, spin_us):
     block = SharedBlock([("rec", (3,), np.int64)], num_rows=1, num_workers=1)
     controller = block.controller(spin_us)
-    process = start_process(_workers.job_worker, block, 0)
-    controller.set_worker_pid(0, process.pid)
+    process, = start_job_workers(start_process, block, controller, 1)
     controller.post([0], JobType.STEP, _workers.step_arg(1, delay_us=1_000_000))
     start_cpu = time.process_time()
     start = time.monotonic()

@@ -12,7 +12,7 @@ import pytest
 from alf_env._shared import JobType, SharedBlock, WaitStatus
 
 from . import _workers
-from .conftest import close_workers, make_block
+from .conftest import close_workers, make_block, start_job_workers
 
 FIELDS = [("obs", (3, 5), np.float32), ("action", (), np.int64),
           ("flag", (7,), np.bool_), ("big", (100,), np.float64)]
@@ -100,10 +100,8 @@ def _run_workers(start_process, method, num_workers, rounds):
     """Workers started with `method` attach, read the main's rows, write theirs."""
     block = make_block(num_workers, inp_shape=(8,), inp_dtype=np.uint8)
     controller = block.controller()
-    processes = [start_process(_workers.job_worker, block, i, method=method)
-                 for i in range(num_workers)]
-    for i, process in enumerate(processes):
-        controller.set_worker_pid(i, process.pid)
+    processes = start_job_workers(start_process, block, controller, num_workers,
+                                  method=method)
     for round_ in range(1, rounds + 1):
         block["inp"][:] = (np.arange(num_workers * 8).reshape(num_workers, 8) * round_) % 251
         controller.post(range(num_workers), JobType.STEP, _workers.step_arg(round_))

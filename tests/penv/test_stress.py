@@ -13,7 +13,7 @@ import pytest
 from alf_env._shared import JobType, WaitStatus
 
 from . import _workers
-from .conftest import close_workers, make_block
+from .conftest import close_workers, make_block, start_job_workers
 
 DELAYS_US = [0, 0, 0, 0, 0, 20, 100, 500, 1000]
 
@@ -27,10 +27,7 @@ def test_stress(start_process, num_workers, spin_us, num_jobs):
     rng = np.random.default_rng(num_workers * 1000 + num_jobs)
     block = make_block(num_workers, inp_shape=(5,), inp_dtype=np.int64)
     controller = block.controller(spin_us)
-    processes = [start_process(_workers.job_worker, block, i, spin_us)
-                 for i in range(num_workers)]
-    for i, process in enumerate(processes):
-        controller.set_worker_pid(i, process.pid)
+    processes = start_job_workers(start_process, block, controller, num_workers, spin_us)
     rec, inp, out = block["rec"], block["inp"], block["out"]
     steps = np.zeros(num_workers, dtype=np.int64)
     expected_arg = np.zeros(num_workers, dtype=np.int64)

@@ -5,16 +5,14 @@ import psutil
 from alf_env._shared import JobType, WaitStatus
 
 from . import _workers
-from .conftest import close_workers, make_block
+from .conftest import close_workers, make_block, start_job_workers
 
 
 def test_wait_for_k_sleeps_through_earlier_completions(start_process):
     n = 8
     block = make_block(n)
     controller = block.controller(spin_us=0)  # always sleep: count the wake-ups
-    processes = [start_process(_workers.job_worker, block, i, 0) for i in range(n)]
-    for i, process in enumerate(processes):
-        controller.set_worker_pid(i, process.pid)
+    processes = start_job_workers(start_process, block, controller, n, 0)
     controller.post(range(n), JobType.STEP, _workers.step_arg(0))
     assert controller.wait(n, timeout_s=30)[0] == WaitStatus.OK
     me = psutil.Process()
@@ -35,9 +33,7 @@ def test_wait_for_k_sleeps_through_earlier_completions(start_process):
 def test_failed_lists_workers_whose_job_reported_error(start_process):
     block = make_block(3)
     controller = block.controller()
-    processes = [start_process(_workers.job_worker, block, i) for i in range(3)]
-    for i, process in enumerate(processes):
-        controller.set_worker_pid(i, process.pid)
+    processes = start_job_workers(start_process, block, controller, 3)
     controller.post([0, 2], JobType.STEP, _workers.step_arg(0))
     controller.post([1], JobType.CALL, _workers.CALL_FAIL)
     status, ids = controller.wait(3, timeout_s=30)
