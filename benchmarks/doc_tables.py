@@ -12,6 +12,7 @@ ratio (median, min-max over repeats) and whether it is met.
 
 import argparse
 import json
+import statistics
 import sys
 from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
@@ -86,10 +87,8 @@ def target_table(ratios: Sequence[dict]) -> str:
         if paired is None:
             measured, met = "not measured", "–"
         else:
-            ordered = sorted(paired)
-            median = ordered[len(ordered) // 2] if len(ordered) % 2 else (
-                (ordered[len(ordered) // 2 - 1] + ordered[len(ordered) // 2]) / 2)
-            measured = f"{median:.2f} ({ordered[0]:.2f}–{ordered[-1]:.2f})"
+            median = statistics.median(paired)
+            measured = f"{median:.2f} ({min(paired):.2f}–{max(paired):.2f})"
             met = "yes" if median >= t.at_least else "**no**"
         lines.append(f"| {t.issue} | {t.workload}, {t.num_envs} | `{t.num}/{t.den}` | "
                      f"≥ {t.at_least:g} | {measured} | {met} |")
