@@ -172,27 +172,23 @@ class FastParallelEnvironment(ParallelAlfEnvironment):
     def _do_step(self, action: Any) -> TimeStep:
         flat_action = self._check_action.flat(action)
         fresh = self._slots.fresh_slots
-        if self._identity_rows and not fresh and not self._blocking:
-            # The hot path: every slot's env is stepped, in row order.
-            for view, leaf in zip(self._action_heads, flat_action):
-                view[...] = leaf
-            workers = self._slots.slot_env
-            self._board.post(workers, _penv.JobType.STEP)
-            self._board.wait_for(workers, "step")
-            return self._finish_fast()
-        stepped = [e for k, e in enumerate(self._slots.slot_env) if k not in fresh]
-        rows = self._slot_rows
-        for view, leaf in zip(self._action_views, flat_action):
-            if self._identity_rows:
-                view[:self._batch_size] = leaf
-            else:
+        slot_env = self._slots.slot_env
+        if self._identity_rows:
+            for head, leaf in zip(self._action_heads, flat_action):
+                head[...] = leaf
+        else:
+            rows = self._slot_rows
+            for view, leaf in zip(self._action_views, flat_action):
                 view[rows] = leaf
+        if not fresh:  # the common case: every slot's env steps
+            self._run(slot_env, _penv.JobType.STEP, "step")
+            return self._finish_fast()
+        stepped = [e for k, e in enumerate(slot_env) if k not in fresh]
         # A fresh slot shows the FIRST step its new env wrote when it reset.
-        fresh_envs = [self._slots.slot_env[k] for k in fresh]
+        fresh_envs = [slot_env[k] for k in fresh]
         fresh.clear()
         self._run(stepped, _penv.JobType.STEP, "step")
-        if fresh_envs:
-            self._wait_for(fresh_envs, "reset")
+        self._wait_for(fresh_envs, "reset")
         return self._finish_fast()
 
     def _finish_fast(self) -> TimeStep:
