@@ -85,6 +85,19 @@ setup(
     ],
     extras_require={
         "test": ["pytest>=7", "pytest-timeout>=2.1", "psutil>=5.9"],
+        # Real workloads of alf-env-bench (MuJoCo, Atari with its ROMs, OpenCV for
+        # AtariPreprocessing) and the EnvPool reference row; nothing is downloaded at run time.
+        "bench": [
+            "mujoco>=3.0",
+            "imageio>=2.14",
+            "ale-py>=0.9",
+            "opencv-python-headless>=4.8",
+            "envpool>=0.8",
+        ],
+        # alf_env.sb3: a stable-baselines3 VecEnv over the fast workers.
+        "sb3": ["stable-baselines3>=2.3"],
+        # alf_env.distributed: the vector env with its workers on Ray actors.
+        "ray": ["ray>=2.9"],
     },
     entry_points={"console_scripts": ["alf-env-bench = alf_env.bench:main"]},
     zip_safe=False,
