@@ -19,9 +19,13 @@ Paths name a leaf inside a nest by joining the keys, indices or field names on
 the way down with ``"."``, e.g. ``"observation.0"`` or ``"env_info.speed"``.
 The path of a nest that is itself a leaf is ``""``.
 
-Structure mismatches raise ``ValueError`` (a leaf against a container,
-different lengths or keys) or ``TypeError`` (different container types); the
-message names the path where the nests differ and what was expected vs got.
+Structure mismatches raise :class:`NestStructureError` (a leaf against a
+container, different lengths or keys) or :class:`NestTypeError` (different
+container types); the message names the path where the nests differ and what
+was expected vs got. Both are ``RuntimeError`` (what ALF's nest raises) and,
+respectively, ``ValueError`` / ``TypeError`` (what gymnasium-style callers
+catch), so ``except RuntimeError``, ``except ValueError`` and ``except
+TypeError`` keep working.
 """
 
 import abc
@@ -32,6 +36,8 @@ from typing import Any, Callable, Dict, Iterator, List, Sequence, Tuple
 import numpy as np
 
 __all__ = [
+    "NestStructureError",
+    "NestTypeError",
     "is_namedtuple",
     "is_nested",
     "flatten",
@@ -44,6 +50,22 @@ __all__ = [
 ]
 
 _PATH_SEPARATOR = "."
+
+
+class NestStructureError(RuntimeError, ValueError):
+    """Two nests differ in structure (a leaf against a container, lengths, keys).
+
+    Both ``RuntimeError`` (ALF's nest functions raise that) and ``ValueError``
+    (what this module raised before), so callers of either kind catch it.
+    """
+
+
+class NestTypeError(NestStructureError, TypeError):
+    """Two nests have different container types (e.g. a list against a tuple).
+
+    A :class:`NestStructureError` (so also ``RuntimeError`` and ``ValueError``)
+    and a ``TypeError`` (what this module raised before for this case).
+    """
 
 # ----- node kinds ----------------------------------------------------------------
 #
@@ -304,9 +326,9 @@ def _pack(structure: Any, kind: int, leaves: Iterator[Any]) -> Any:
     return cls(items)
 
 
-def _leaf_count_error(structure: Any, got: int) -> ValueError:
+def _leaf_count_error(structure: Any, got: int) -> NestStructureError:
     expected = len(flatten(structure))
-    return ValueError(
+    return NestStructureError(
         f"pack_sequence_as: the structure has {expected} leaves but the "
         f"flat sequence has {got} elements. "
         f"Structure: {structure!r}")
@@ -329,7 +351,8 @@ def pack_sequence_as(structure: Any, flat_sequence: Sequence[Any]) -> Any:
         A nest with the structure of ``structure`` and the given leaves.
 
     Raises:
-        ValueError: if the number of leaves does not match ``structure``.
+        NestStructureError: if the number of leaves does not match
+            ``structure`` (a ``RuntimeError`` and a ``ValueError``).
     """
     _sync_kinds()
     # A list is only read here, so it needs no defensive copy.
@@ -392,17 +415,17 @@ def _assert_same_structure(a: Any, b: Any, check_types: bool) -> None:
     a_kind, b_kind = _kind(a), _kind(b)
     if a_kind == _LEAF or b_kind == _LEAF:
         if a_kind != b_kind:
-            raise _Mismatch(ValueError, a, b)
+            raise _Mismatch(NestStructureError, a, b)
         return
     a_map = a_kind == _MAPPING
     b_map = b_kind == _MAPPING
     if a_map != b_map or (check_types and not a_map and type(a) is not type(b)):
-        raise _Mismatch(TypeError, a, b)
+        raise _Mismatch(NestTypeError, a, b)
     kinds_get = _KINDS.get
     if a_map:
         a_keys = _sorted_keys(a)
         if a_keys != _sorted_keys(b):
-            raise _Mismatch(ValueError, a, b, keys=True)
+            raise _Mismatch(NestStructureError, a, b, keys=True)
         for k in a_keys:
             a_child, b_child = a[k], b[k]
             # Two leaves always match: skip the call.
@@ -415,7 +438,7 @@ def _assert_same_structure(a: Any, b: Any, check_types: bool) -> None:
                 raise
         return
     if len(a) != len(b):
-        raise _Mismatch(ValueError, a, b)
+        raise _Mismatch(NestStructureError, a, b)
     a_children = a if a_kind == _SEQUENCE else _namedtuple_children(a, a_kind)
     b_children = b if b_kind == _SEQUENCE else _namedtuple_children(b, b_kind)
     for index, (a_child, b_child) in enumerate(zip(a_children, b_children)):
@@ -449,8 +472,9 @@ def assert_same_structure(nest1: Any, nest2: Any, check_types: bool = True) -> N
         check_types: whether sequence types must match exactly.
 
     Raises:
-        ValueError: a leaf against a container, or different lengths / keys.
-        TypeError: different container types.
+        NestStructureError: a leaf against a container, or different
+            lengths / keys (a ``RuntimeError`` and a ``ValueError``).
+        NestTypeError: different container types (also a ``TypeError``).
         The message names the path where the nests differ and gives the
         expected and actual node.
     """
@@ -476,7 +500,9 @@ def map_structure(fn: Callable[..., Any], *nests: Any, check_types: bool = True)
         A nest with the structure of ``nests[0]`` holding ``fn``'s results.
 
     Raises:
-        ValueError, TypeError: if the nests' structures differ.
+        NestStructureError: if the nests' structures differ (a
+            ``RuntimeError`` and a ``ValueError``; :class:`NestTypeError`,
+            also a ``TypeError``, for different container types).
     """
     if not nests:
         raise ValueError("map_structure needs at least one nest, got none.")
@@ -504,7 +530,9 @@ def map_structure_with_path(fn: Callable[..., Any], *nests: Any,
         A nest with the structure of ``nests[0]`` holding ``fn``'s results.
 
     Raises:
-        ValueError, TypeError: if the nests' structures differ.
+        NestStructureError: if the nests' structures differ (a
+            ``RuntimeError`` and a ``ValueError``; :class:`NestTypeError`,
+            also a ``TypeError``, for different container types).
     """
     if not nests:
         raise ValueError("map_structure_with_path needs at least one nest, got none.")

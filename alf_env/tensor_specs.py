@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 __all__ = [
+    "SpecBoundsError",
     "TensorSpec",
     "BoundedTensorSpec",
     "torch_dtype_to_numpy",
@@ -115,6 +116,14 @@ def _as_shape(shape: ShapeLike) -> torch.Size:
     if any(d < 0 for d in dims):
         raise ValueError(f"shape must have non-negative dims, got {dims}")
     return torch.Size(dims)
+
+
+class SpecBoundsError(ValueError, AssertionError):
+    """A ``BoundedTensorSpec`` got ``minimum > maximum``.
+
+    Both ``ValueError`` (what alf_env raised before) and ``AssertionError``
+    (what ALF's ``BoundedTensorSpec`` raises), so callers of either kind catch it.
+    """
 
 
 def _full_shape(shape: torch.Size, outer_dims: OuterDims) -> tuple:
@@ -260,6 +269,17 @@ class TensorSpec:
         """A tensor of standard-normal samples (floating dtypes only)."""
         return torch.randn(_full_shape(self._shape, outer_dims), dtype=self._dtype)
 
+    def replace(self, shape: Optional[ShapeLike] = None,
+                dtype: Optional[DTypeLike] = None) -> "TensorSpec":
+        """A new ``TensorSpec`` with ``shape`` and/or ``dtype`` replaced (as ALF's).
+
+        Args:
+            shape: the new shape (``None`` keeps this spec's).
+            dtype: the new dtype (``None`` keeps this spec's).
+        """
+        return TensorSpec(self._shape if shape is None else shape,
+                          self._dtype if dtype is None else dtype)
+
     # ----- comparison / pickling ------------------------------------------
     def __eq__(self, other: Any) -> bool:
         if type(self) is not type(other):
@@ -292,7 +312,11 @@ def _default_bound(dtype: torch.dtype, np_dtype: np.dtype, upper: bool) -> Any:
 
 def _bound_array(value: Any, name: str, shape: torch.Size,
                  np_dtype: np.dtype) -> np.ndarray:
-    """Converts a bound to a read-only array of ``np_dtype`` and ``shape``."""
+    """Converts a bound to a read-only array of ``np_dtype``.
+
+    A scalar stays a 0-d array (as in ALF); anything else is broadcast to
+    ``shape``.
+    """
     if torch.is_tensor(value):
         value = value.detach().cpu().numpy()
     raw = np.asarray(value)
@@ -310,6 +334,10 @@ def _bound_array(value: Any, name: str, shape: torch.Size,
                     f"[{info.min}, {info.max}]")
     elif np.any(np.isnan(raw.astype(np.float64, copy=False))):
         raise ValueError(f"{name} must not be NaN, got {value!r}")
+    if raw.ndim == 0:
+        arr = np.array(raw.astype(np_dtype))
+        arr.setflags(write=False)
+        return arr
     try:
         arr = np.broadcast_to(raw.astype(np_dtype), tuple(shape))
     except ValueError:
@@ -324,7 +352,9 @@ class BoundedTensorSpec(TensorSpec):
     """A :class:`TensorSpec` with inclusive element-wise bounds.
 
     Bounds may be scalars or arrays broadcastable to ``shape``; they are stored
-    broadcast to ``shape`` as read-only numpy arrays of the spec's dtype. For
+    as read-only numpy arrays of the spec's dtype: a scalar bound as a 0-d
+    array (``spec.minimum.shape == ()``, as in ALF), an array broadcast to
+    ``shape``. Omitted bounds are scalars too. For
     integer dtypes both bounds are inclusive (a uint8 spec over [0, 255] can
     sample 255). Omitted bounds default to the dtype's range for integer and
     bool dtypes and to ``[0, 1]`` for floating dtypes (as in ALF). Float bounds
@@ -345,8 +375,10 @@ class BoundedTensorSpec(TensorSpec):
 
         Raises:
             ValueError: if a bound cannot be broadcast to ``shape``, is outside
-                the dtype's range, is NaN, or ``minimum > maximum`` anywhere
-                (the message names the offending bound and index).
+                the dtype's range or is NaN.
+            SpecBoundsError: if ``minimum > maximum`` anywhere (the message
+                names the index); both a ``ValueError`` and ALF's
+                ``AssertionError``.
         """
         super().__init__(shape, dtype)
         np_dtype = self.numpy_dtype
@@ -358,10 +390,13 @@ class BoundedTensorSpec(TensorSpec):
         self._maximum = _bound_array(maximum, "maximum", self._shape, np_dtype)
         bad = self._minimum > self._maximum
         if np.any(bad):
+            bad = np.broadcast_to(bad, tuple(self._shape))
             index = tuple(int(i) for i in np.argwhere(bad)[0])
-            raise ValueError(
+            low = np.broadcast_to(self._minimum, bad.shape)[index].item()
+            high = np.broadcast_to(self._maximum, bad.shape)[index].item()
+            raise SpecBoundsError(
                 f"minimum must be <= maximum, but at index {index} minimum="
-                f"{self._minimum[index].item()!r} > maximum={self._maximum[index].item()!r}")
+                f"{low!r} > maximum={high!r}; pass bounds with minimum <= maximum")
 
     @classmethod
     def from_spec(cls, spec: TensorSpec) -> "BoundedTensorSpec":
@@ -379,13 +414,33 @@ class BoundedTensorSpec(TensorSpec):
 
     @property
     def minimum(self) -> np.ndarray:
-        """Inclusive lower bounds, a read-only array of shape :attr:`shape`."""
+        """Inclusive lower bounds: a read-only 0-d array or one of shape :attr:`shape`."""
         return self._minimum
 
     @property
     def maximum(self) -> np.ndarray:
-        """Inclusive upper bounds, a read-only array of shape :attr:`shape`."""
+        """Inclusive upper bounds: a read-only 0-d array or one of shape :attr:`shape`."""
         return self._maximum
+
+    def replace(self, shape: Optional[ShapeLike] = None,
+                dtype: Optional[DTypeLike] = None, minimum: Any = None,
+                maximum: Any = None) -> "BoundedTensorSpec":
+        """A new ``BoundedTensorSpec`` with some fields replaced (as ALF's).
+
+        Args:
+            shape: the new shape (``None`` keeps this spec's).
+            dtype: the new dtype (``None`` keeps this spec's).
+            minimum: the new lower bound(s) (``None`` keeps this spec's).
+            maximum: the new upper bound(s) (``None`` keeps this spec's).
+
+        Raises:
+            ValueError: as the constructor, e.g. when a kept array bound does
+                not broadcast to a new ``shape``.
+        """
+        return BoundedTensorSpec(self._shape if shape is None else shape,
+                                 self._dtype if dtype is None else dtype,
+                                 self._minimum if minimum is None else minimum,
+                                 self._maximum if maximum is None else maximum)
 
     # ----- sampling -------------------------------------------------------
     def numpy_sample(self, outer_dims: OuterDims = None, rng: Any = np.random
@@ -432,8 +487,12 @@ class BoundedTensorSpec(TensorSpec):
         eq = super().__eq__(other)
         if eq is not True:
             return eq
-        return (np.array_equal(self._minimum, other._minimum, equal_nan=False)
-                and np.array_equal(self._maximum, other._maximum))
+        # A scalar bound equals an array bound holding that value everywhere.
+        shape = tuple(self._shape)
+        return (np.array_equal(np.broadcast_to(self._minimum, shape),
+                               np.broadcast_to(other._minimum, shape))
+                and np.array_equal(np.broadcast_to(self._maximum, shape),
+                                   np.broadcast_to(other._maximum, shape)))
 
     def __hash__(self) -> int:
         return super().__hash__()

@@ -129,6 +129,32 @@ def test_assert_same_structure_names_path(a, b, error, message):
         nest.assert_same_structure(a, b)
 
 
+@pytest.mark.parametrize("a,b,old_type,new_type", [
+    ((1, 2), (1, 2, 3), ValueError, nest.NestStructureError),
+    ({"k": 1}, {"j": 1}, ValueError, nest.NestStructureError),
+    ((1, [2]), (1, (2, )), TypeError, nest.NestTypeError),
+])
+@pytest.mark.parametrize("call", ["assert_same_structure", "map_structure",
+                                  "map_structure_with_path"])
+def test_structure_errors_are_alf_runtime_errors_too(a, b, old_type, new_type, call):
+    """ALF's nest raises RuntimeError on a mismatch; the ValueError/TypeError of
+    before still catch it as well."""
+    functions = {
+        "assert_same_structure": lambda: nest.assert_same_structure(a, b),
+        "map_structure": lambda: nest.map_structure(lambda x, y: x, a, b),
+        "map_structure_with_path": lambda: nest.map_structure_with_path(
+            lambda p, x, y: x, a, b),
+    }
+    for caught in (RuntimeError, old_type, new_type, nest.NestStructureError):
+        with pytest.raises(caught, match="expected"):
+            functions[call]()
+
+
+def test_pack_sequence_as_count_error_is_runtime_error_too():
+    with pytest.raises(RuntimeError, match="3 leaves but the flat sequence has 2"):
+        nest.pack_sequence_as((1, 2, 3), [1, 2])
+
+
 def test_assert_same_structure_accepts_any_mappings_and_ignores_leaves():
     nest.assert_same_structure({"a": 1, "b": (2, )},
                                collections.OrderedDict([("b", ("x", )), ("a", None)]))

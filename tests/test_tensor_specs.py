@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from alf_env.tensor_specs import (BoundedTensorSpec, TensorSpec, as_torch_dtype,
+from alf_env.tensor_specs import (BoundedTensorSpec, SpecBoundsError, TensorSpec, as_torch_dtype,
                                   numpy_dtype_to_torch, torch_dtype_to_numpy)
 
 INT64 = np.iinfo(np.int64)
@@ -125,12 +125,45 @@ def test_repr():
 
 
 def test_bounds_broadcast_and_read_only():
-    spec = BoundedTensorSpec((2, 3), torch.float32, 0.0, [1.0, 2.0, 3.0])
+    spec = BoundedTensorSpec((2, 3), torch.float32, [0.0], [1.0, 2.0, 3.0])
     assert spec.minimum.shape == (2, 3) and spec.maximum.shape == (2, 3)
     assert spec.maximum.dtype == np.float32
     np.testing.assert_array_equal(spec.maximum[1], [1.0, 2.0, 3.0])
     with pytest.raises(ValueError):
         spec.minimum[0, 0] = 5
+
+
+def test_scalar_bounds_stay_scalar_as_in_alf():
+    """ALF keeps a bound given as a scalar as a 0-d array; arrays are broadcast."""
+    spec = BoundedTensorSpec((2, 3), torch.float32, 0.0, [1.0, 2.0, 3.0])
+    assert spec.minimum.shape == () and spec.maximum.shape == (2, 3)
+    assert spec.minimum.dtype == np.float32 and not spec.minimum.flags.writeable
+    default = BoundedTensorSpec((4, ), torch.int32)
+    assert default.minimum.shape == () and default.maximum.shape == ()
+    # Equal to the same bounds given at the full shape, hashes alike, and
+    # samples and pickles at the full shape.
+    full = BoundedTensorSpec((2, 3), torch.float32, np.zeros((2, 3)), [1.0, 2.0, 3.0])
+    assert spec == full and hash(spec) == hash(full)
+    assert spec != BoundedTensorSpec((2, 3), torch.float32, 0.5, [1.0, 2.0, 3.0])
+    assert spec.numpy_sample((5, )).shape == (5, 2, 3)
+    assert spec.sample().shape == (2, 3)
+    assert pickle.loads(pickle.dumps(spec)).minimum.shape == ()
+
+
+def test_replace_as_in_alf():
+    spec = TensorSpec((2, ), torch.float32)
+    assert spec.replace(shape=(3, )) == TensorSpec((3, ), torch.float32)
+    assert spec.replace(dtype=torch.int64) == TensorSpec((2, ), torch.int64)
+    assert spec.replace() == spec and spec.shape == (2, )
+    bounded = BoundedTensorSpec((2, ), torch.float32, -1.0, [1.0, 2.0])
+    assert bounded.replace(maximum=5.0) == BoundedTensorSpec((2, ), torch.float32, -1.0, 5.0)
+    assert bounded.replace(shape=(4, ), maximum=3.0).shape == (4, )
+    changed = bounded.replace(dtype=torch.float64, minimum=0.0)
+    assert type(changed) is BoundedTensorSpec and changed.dtype == torch.float64
+    np.testing.assert_array_equal(changed.maximum, [1.0, 2.0])
+    assert changed.minimum.shape == ()
+    with pytest.raises(ValueError, match="cannot be broadcast to the spec shape"):
+        bounded.replace(shape=(3, ))  # the kept maximum [1, 2] does not fit
 
 
 @pytest.mark.parametrize("dtype,low,high", [
@@ -155,8 +188,10 @@ def test_default_float_bounds_are_unit_interval():
     (2, 1, r"minimum must be <= maximum, but at index \(0,\) minimum=2 > maximum=1"),
     ([0, 5], 3, r"at index \(1,\) minimum=5 > maximum=3"),
 ])
-def test_minimum_greater_than_maximum_rejected(minimum, maximum, message):
-    with pytest.raises(ValueError, match=message):
+@pytest.mark.parametrize("caught", [ValueError, AssertionError, SpecBoundsError])
+def test_minimum_greater_than_maximum_rejected(minimum, maximum, message, caught):
+    """ALF raises AssertionError, alf_env raised ValueError: both catch it."""
+    with pytest.raises(caught, match=message):
         BoundedTensorSpec((2, ), torch.int32, minimum, maximum)
 
 
