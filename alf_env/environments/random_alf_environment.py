@@ -46,13 +46,16 @@ class RandomAlfEnvironment(AlfEnvironment):
                  render_size: Sequence[int] = (2, 2, 3),
                  min_duration: int = 0,
                  max_duration: Optional[int] = None,
-                 use_tensor_time_step: bool = False) -> None:
+                 use_tensor_time_step: bool = False,
+                 *,
+                 strict_action_shape: bool = False) -> None:
         """Creates the environment.
 
         Args:
             observation_spec: nest of ``TensorSpec`` of one observation.
             action_spec: nest of ``TensorSpec`` of one action; actions passed
-                to ``step()`` must match its structure and shapes.
+                to ``step()`` must match its structure (as in ALF, their
+                shapes are not checked unless ``strict_action_shape``).
             env_id: id reported in ``TimeStep.env_id`` (0 if ``None``).
             episode_end_probability: probability that a step ends the episode.
             discount: discount of ``MID`` steps; a scalar, or one per row when
@@ -67,6 +70,13 @@ class RandomAlfEnvironment(AlfEnvironment):
             max_duration: an episode ends at this many steps (``None``: never
                 forced).
             use_tensor_time_step: return torch tensors instead of numpy arrays.
+            strict_action_shape: reject (``ValueError``) an action leaf whose
+                shape is not the spec's (with the batch dimension when
+                batched; a batched env also takes one unbatched action for
+                all rows). ``False`` (ALF's behaviour): any shape is taken;
+                a batched env repeats an action whose shape is not
+                ``(batch_size,) + spec.shape`` for every row (one action for
+                the whole batch), an unbatched env keeps it as given.
 
         Raises:
             ValueError: if a per-row ``discount`` does not match ``batch_size``,
@@ -92,6 +102,7 @@ class RandomAlfEnvironment(AlfEnvironment):
         self._min_duration = int(min_duration)
         self._max_duration = max_duration
         self._use_tensor = bool(use_tensor_time_step)
+        self._strict_action_shape = bool(strict_action_shape)
         self._outer = () if batch_size is None else (batch_size, )
         self._discount = self._check_discount(discount)
         self._sample_specs = nest.map_structure(_as_bounded, observation_spec)
@@ -161,8 +172,10 @@ class RandomAlfEnvironment(AlfEnvironment):
     def _convert_action(self, action: Any) -> Any:
         try:
             nest.assert_same_structure(self._action_spec, action)
-        except (TypeError, ValueError) as err:
-            raise ValueError(f"action does not match the action spec: {err}") from None
+        except nest.NestStructureError as err:
+            # Still a ValueError, and the RuntimeError ALF raises.
+            raise nest.NestStructureError(
+                f"action does not match the action spec: {err}") from None
 
         def convert(path: str, spec: TensorSpec, leaf: Any) -> np.ndarray:
             if torch.is_tensor(leaf):
@@ -170,12 +183,15 @@ class RandomAlfEnvironment(AlfEnvironment):
             array = np.asarray(leaf)
             expected = self._outer + tuple(spec.shape)
             if array.shape != expected:
-                if self._outer and array.shape == tuple(spec.shape):
-                    array = np.broadcast_to(array, expected)
-                else:
+                if self._outer and (array.shape == tuple(spec.shape)
+                                    or not self._strict_action_shape):
+                    # One action for the whole batch (ALF repeats it per row).
+                    array = np.broadcast_to(array, self._outer + array.shape)
+                elif self._strict_action_shape:
                     field = f"action.{path}" if path else "action"
                     raise ValueError(f"{field}: expected shape {expected} and dtype "
-                                     f"{spec.numpy_dtype}, got shape {array.shape}")
+                                     f"{spec.numpy_dtype}, got shape {array.shape}; "
+                                     f"pass strict_action_shape=False to take any shape")
             return np.array(array, dtype=spec.numpy_dtype)
 
         if not nest.is_nested(self._action_spec) and not nest.is_nested(action):

@@ -41,11 +41,15 @@ def _assert_steps_equal(a, b):
 
 def test_constructor_signature_matches_api():
     params = inspect.signature(RandomAlfEnvironment).parameters
-    assert list(params) == [
+    positional = [name for name, p in params.items() if p.kind != p.KEYWORD_ONLY]
+    assert positional == [
         "observation_spec", "action_spec", "env_id", "episode_end_probability",
         "discount", "reward_fn", "batch_size", "seed", "render_size", "min_duration",
         "max_duration", "use_tensor_time_step"
     ]
+    # alf_env's addition is keyword-only, after ALF's arguments.
+    assert [name for name in params if name not in positional] == ["strict_action_shape"]
+    assert params["strict_action_shape"].default is False
     defaults = {name: p.default for name, p in params.items()}
     assert defaults["env_id"] is None and defaults["episode_end_probability"] == 0.1
     assert defaults["discount"] == 1.0 and defaults["reward_fn"] is None
@@ -175,7 +179,7 @@ def test_per_row_discount_validated():
 
 
 def test_action_checked_against_spec():
-    env = RandomAlfEnvironment(OBS_SPEC, ACTION_SPEC)
+    env = RandomAlfEnvironment(OBS_SPEC, ACTION_SPEC, strict_action_shape=True)
     env.reset()
     with pytest.raises(ValueError, match=r"action: expected shape \(2,\) and dtype int64, "
                        r"got shape \(3,\)"):
@@ -220,9 +224,33 @@ def test_leaf_action_conversion_matches_nested_spec(action, nested):
         assert prev_action is not action
 
 
-def test_leaf_action_batched_broadcast_and_errors():
+def test_alf_checks_only_the_action_structure():
+    """ALF's random env checks the nest structure of an action, not its shapes."""
+    env = RandomAlfEnvironment(OBS_SPEC, ACTION_SPEC, episode_end_probability=0.0)
+    env.reset()
+    ts = env.step(np.zeros(3, np.int64))
+    assert ts.step_type == StepType.MID and ts.prev_action.shape == (3, )
+    with pytest.raises(ValueError, match="does not match the action spec"):
+        env.step((np.zeros(2, np.int64), ))
+    with pytest.raises(RuntimeError, match="does not match the action spec"):
+        env.step((np.zeros(2, np.int64), ))  # also what ALF's nest raises
+
+
+def test_alf_batched_env_takes_one_action_for_the_whole_batch():
     env = RandomAlfEnvironment(OBS_SPEC, ACTION_SPEC, batch_size=BATCH,
                                episode_end_probability=0.0)
+    env.reset()
+    ts = env.step(np.array(7, np.int64))  # any shape: repeated for every row
+    assert ts.prev_action.shape == (BATCH, ) and np.all(ts.prev_action == 7)
+    ts = env.step(np.arange(2, dtype=np.int64))
+    np.testing.assert_array_equal(ts.prev_action, [[0, 1]] * BATCH)
+    batch = np.arange(BATCH * 2, dtype=np.int64).reshape(BATCH, 2)
+    np.testing.assert_array_equal(env.step(batch).prev_action, batch)
+
+
+def test_leaf_action_batched_broadcast_and_errors():
+    env = RandomAlfEnvironment(OBS_SPEC, ACTION_SPEC, batch_size=BATCH,
+                               episode_end_probability=0.0, strict_action_shape=True)
     env.reset()
     ts = env.step(np.array([1, 2], np.int64))  # one action for every row
     np.testing.assert_array_equal(ts.prev_action, [[1, 2]] * BATCH)
