@@ -5,21 +5,30 @@ Spaces become spec nests (see :func:`tensor_spec_from_gym_space`):
 =================  ==========================================================
 gymnasium space    spec
 =================  ==========================================================
-``Box``            ``BoundedTensorSpec(shape, dtype, low, high)``
+``Box``            ``BoundedTensorSpec(shape, dtype, low, high)``; a floating
+                   ``Box`` gets ``float_dtype`` (float32 by default, as in
+                   ALF: MuJoCo's float64 spaces give float32 specs)
 ``Discrete``       ``BoundedTensorSpec((), int64, start, start + n - 1)``
 ``MultiDiscrete``  ``BoundedTensorSpec(nvec.shape, dtype, start, start + nvec - 1)``
 ``MultiBinary``    ``BoundedTensorSpec(shape, int8, 0, 1)``
-``Dict``           ``dict`` of the sub-specs (keys sorted)
+``Dict``           ``dict`` of the sub-specs, in the space's key order (as in
+                   ALF; nest functions still visit dict keys sorted)
 ``Tuple``          ``tuple`` of the sub-specs
 =================  ==========================================================
+
+With ``simplify_box_bounds`` (the default, as in ALF) a bound whose elements
+are all equal is kept as a 0-d array (``spec.minimum.shape == ()``).
 
 Episode ends: gymnasium's ``terminated`` gives a ``LAST`` step with discount 0;
 ``truncated`` (e.g. a time limit) gives a ``LAST`` step with the wrapper's
 ``discount`` (1 by default), so values can still be bootstrapped. The step
 after a ``LAST`` step resets the gymnasium env and returns a ``FIRST`` step.
 
-Observations are numpy arrays of the spec dtypes; actions may be numpy arrays,
-torch tensors or Python numbers.
+Observations are numpy arrays of the spec dtypes (a float64 observation
+becomes float32 with the default ``float_dtype``); actions may be numpy arrays,
+torch tensors or Python numbers, and reach the gymnasium env in its action
+space's dtype. ``get_info()`` returns the gymnasium info dict of the last
+``reset`` or ``step``, unfiltered.
 
 ``env_info`` rule: the info dicts are reduced to their fixed-size numeric
 entries. When the wrapper is created it runs one probe (``reset()`` then one
@@ -63,12 +72,25 @@ def _join(path: str, key: Any) -> str:
     return f"{path}.{key}" if path else str(key)
 
 
-def tensor_spec_from_gym_space(space: spaces.Space, path: str = "") -> Any:
+def _simplified(bound: np.ndarray, simplify: bool) -> np.ndarray:
+    """``bound`` as a 0-d array when ``simplify`` and all its elements are equal."""
+    if simplify and bound.size > 0 and np.all(bound == bound.flat[0]):
+        return np.array(bound.flat[0], dtype=bound.dtype)
+    return bound
+
+
+def tensor_spec_from_gym_space(space: spaces.Space, simplify_box_bounds: bool = True,
+                               float_dtype: Optional[Any] = np.float32, *,
+                               path: str = "") -> Any:
     """Converts a gymnasium space to a nest of ``BoundedTensorSpec``.
 
     Args:
         space: a ``Box``, ``Discrete``, ``MultiDiscrete``, ``MultiBinary``,
             ``Dict`` or ``Tuple`` space (nested freely).
+        simplify_box_bounds: keep a ``Box`` / ``MultiDiscrete`` bound whose
+            elements are all equal as a 0-d array (as ALF does).
+        float_dtype: the dtype of the specs of floating ``Box`` spaces
+            (float32 by default, as in ALF); ``None`` keeps the space's dtype.
         path: where ``space`` sits, for error messages.
 
     Returns:
@@ -79,22 +101,34 @@ def tensor_spec_from_gym_space(space: spaces.Space, path: str = "") -> Any:
     """
     where = path or "<root>"
     if isinstance(space, spaces.Box):
-        return BoundedTensorSpec(space.shape, space.dtype, space.low, space.high)
+        dtype = space.dtype
+        if float_dtype is not None and np.issubdtype(dtype, np.floating):
+            dtype = np.dtype(float_dtype)
+        with np.errstate(over="ignore"):  # float64 extremes become +-inf
+            low = np.asarray(space.low, dtype=dtype)
+            high = np.asarray(space.high, dtype=dtype)
+        return BoundedTensorSpec(space.shape, dtype,
+                                 _simplified(low, simplify_box_bounds),
+                                 _simplified(high, simplify_box_bounds))
     if isinstance(space, spaces.Discrete):
         start = int(space.start)
         return BoundedTensorSpec((), numpy_dtype_to_torch(space.dtype), start,
                                  start + int(space.n) - 1)
     if isinstance(space, spaces.MultiDiscrete):
-        start = np.asarray(space.start)
-        return BoundedTensorSpec(space.nvec.shape, space.dtype, start,
-                                 start + np.asarray(space.nvec) - 1)
+        start = np.asarray(space.start, dtype=space.dtype)
+        high = (start + np.asarray(space.nvec) - 1).astype(space.dtype)
+        return BoundedTensorSpec(space.nvec.shape, space.dtype,
+                                 _simplified(start, simplify_box_bounds),
+                                 _simplified(high, simplify_box_bounds))
     if isinstance(space, spaces.MultiBinary):
         return BoundedTensorSpec(space.shape, space.dtype, 0, 1)
     if isinstance(space, spaces.Dict):
-        return {k: tensor_spec_from_gym_space(s, _join(path, k))
-                for k, s in sorted(space.spaces.items())}
+        return {k: tensor_spec_from_gym_space(s, simplify_box_bounds, float_dtype,
+                                              path=_join(path, k))
+                for k, s in space.spaces.items()}
     if isinstance(space, spaces.Tuple):
-        return tuple(tensor_spec_from_gym_space(s, _join(path, i))
+        return tuple(tensor_spec_from_gym_space(s, simplify_box_bounds, float_dtype,
+                                                path=_join(path, i))
                      for i, s in enumerate(space.spaces))
     raise TypeError(
         f"space at {where}: expected Box, Discrete, MultiDiscrete, MultiBinary, "
@@ -412,7 +446,10 @@ class AlfGymWrapper(AlfEnvironment):
                  env_id: Optional[int] = None,
                  discount: float = 1.0,
                  auto_reset: bool = True,
-                 env_info_spec: Optional[Any] = None) -> None:
+                 env_info_spec: Optional[Any] = None,
+                 *,
+                 simplify_box_bounds: bool = True,
+                 float_dtype: Optional[Any] = np.float32) -> None:
         """Wraps ``gym_env``.
 
         Args:
@@ -423,6 +460,11 @@ class AlfGymWrapper(AlfEnvironment):
                 ``False`` that step is passed to the gymnasium env as is.
             env_info_spec: dict of ``TensorSpec`` for ``env_info``; if ``None``
                 it is found by the probe described in the module docstring.
+            simplify_box_bounds: keep uniform bounds as 0-d arrays (see
+                :func:`tensor_spec_from_gym_space`).
+            float_dtype: dtype of the specs (and so of the observations) of
+                floating ``Box`` spaces: float32 by default, as in ALF;
+                ``None`` keeps the spaces' dtypes (e.g. float64 for MuJoCo).
 
         Raises:
             TypeError: if a space has no spec equivalent.
@@ -432,9 +474,12 @@ class AlfGymWrapper(AlfEnvironment):
         self._env_id = np.int32(0 if env_id is None else env_id)
         self._discount = np.float32(discount)
         self._auto_reset = auto_reset
-        self._observation_spec = tensor_spec_from_gym_space(gym_env.observation_space)
-        self._action_spec = tensor_spec_from_gym_space(gym_env.action_space)
+        self._observation_spec = tensor_spec_from_gym_space(
+            gym_env.observation_space, simplify_box_bounds, float_dtype)
+        self._action_spec = tensor_spec_from_gym_space(
+            gym_env.action_space, simplify_box_bounds, float_dtype)
         self._pending_seed: Optional[int] = None
+        self._info: Any = None
         self._done = True
         # No compiled conversions yet: the probe below takes the general path.
         self._fast_gym_action: Optional[_Converter] = None
@@ -503,6 +548,14 @@ class AlfGymWrapper(AlfEnvironment):
     def gym_env(self) -> gymnasium.Env:
         """The wrapped gymnasium env."""
         return self._gym_env
+
+    def get_info(self) -> Any:
+        """The gymnasium info dict of the last ``reset`` or ``step`` (as is).
+
+        ``None`` before the first one. (ALF's returns ``None`` after a reset:
+        old gym's ``reset`` had no info.)
+        """
+        return self._info
 
     def observation_spec(self) -> Any:
         """The spec nest of ``observation_space``."""
@@ -648,6 +701,7 @@ class AlfGymWrapper(AlfEnvironment):
     def _reset(self) -> TimeStep:
         seed, self._pending_seed = self._pending_seed, None
         observation, info = self._gym_env.reset(seed=seed)
+        self._info = info
         self._done = False
         observation = self._observation(observation)
         env_info = self._env_info(info)
@@ -671,6 +725,7 @@ class AlfGymWrapper(AlfEnvironment):
         else:
             gym_action = self._to_gym_action(space, action)
         observation, reward, terminated, truncated, info = self._gym_env.step(gym_action)
+        self._info = info
         self._done = bool(terminated or truncated)
         observation = self._observation(observation)
         reward = self._reward(reward)

@@ -1,5 +1,9 @@
 """Wrappers of :class:`AlfEnvironment`.
 
+:class:`AlfEnvironmentBaseWrapper` is ALF's base class of wrappers (e.g. for
+``suite_gym.load(..., alf_env_wrappers=...)``): it forwards everything to the
+wrapped env; a subclass overrides what it changes.
+
 :class:`BatchEnvironmentWrapper` turns n unbatched environments into one
 batched environment that steps them one after another in this process.
 """
@@ -12,10 +16,80 @@ from alf_env import nest
 from alf_env.data_structures import TimeStep
 from alf_env.environments.alf_environment import AlfEnvironment
 
-__all__ = ["BatchEnvironmentWrapper"]
+__all__ = ["AlfEnvironmentBaseWrapper", "BatchEnvironmentWrapper"]
 
 _SPEC_METHODS = ("observation_spec", "action_spec", "reward_spec", "env_info_spec",
                  "time_step_spec")
+
+
+class AlfEnvironmentBaseWrapper(AlfEnvironment):
+    """Wraps an :class:`AlfEnvironment` and forwards everything to it (ALF's class).
+
+    ``reset()`` / ``step()`` call the wrapped env's; specs, ``batched``,
+    ``batch_size``, ``is_tensor_based``, ``seed``, ``render`` and every other
+    public attribute (e.g. ``get_info``, ``sync_progress``) are the wrapped
+    env's; ``close()`` closes it. Override ``_reset`` / ``_step`` (calling
+    ``self._env``) or the spec methods to change them.
+    """
+
+    def __init__(self, env: AlfEnvironment) -> None:
+        """Wraps ``env`` (owned: ``close()`` closes it)."""
+        super().__init__()
+        self._env = env
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        env = self.__dict__.get("_env")
+        if env is None:
+            raise AttributeError(name)
+        return getattr(env, name)
+
+    def wrapped_env(self) -> AlfEnvironment:
+        """The env this wrapper wraps."""
+        return self._env
+
+    @property
+    def batched(self) -> bool:
+        return self._env.batched
+
+    @property
+    def batch_size(self) -> int:
+        return self._env.batch_size
+
+    @property
+    def is_tensor_based(self) -> bool:
+        return self._env.is_tensor_based
+
+    def observation_spec(self) -> Any:
+        return self._env.observation_spec()
+
+    def action_spec(self) -> Any:
+        return self._env.action_spec()
+
+    def reward_spec(self) -> Any:
+        return self._env.reward_spec()
+
+    def env_info_spec(self) -> Any:
+        return self._env.env_info_spec()
+
+    def time_step_spec(self) -> TimeStep:
+        return self._env.time_step_spec()
+
+    def seed(self, seed: int) -> None:
+        return self._env.seed(seed)
+
+    def render(self, mode: str = "rgb_array") -> Any:
+        return self._env.render(mode)
+
+    def _reset(self) -> TimeStep:
+        return self._env.reset()
+
+    def _step(self, action: Any) -> TimeStep:
+        return self._env.step(action)
+
+    def _close(self) -> None:
+        self._env.close()
 
 
 class BatchEnvironmentWrapper(AlfEnvironment):
@@ -103,6 +177,13 @@ class BatchEnvironmentWrapper(AlfEnvironment):
         """Renders member 0."""
         return self._envs[0].render(mode)
 
+    def sync_progress(self, progress: Any = None) -> None:
+        """Forwards ``progress`` to each member that defines ``sync_progress``."""
+        for env in self._envs:
+            sync = getattr(env, "sync_progress", None)
+            if callable(sync):
+                sync(progress)
+
     def _close(self) -> None:
         for env in self._envs:
             env.close()
@@ -137,7 +218,7 @@ def _spec_difference(expected: Any, got: Any) -> str:
     """Describes the first difference between two spec nests ("" if equal)."""
     try:
         nest.assert_same_structure(expected, got)
-    except (TypeError, ValueError) as err:
+    except nest.NestStructureError as err:
         return str(err)
     for (path, a), b in zip(nest.flatten_with_path(expected), nest.flatten(got)):
         if a != b:

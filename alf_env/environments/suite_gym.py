@@ -1,36 +1,138 @@
-"""Loads registered gymnasium environments as :class:`AlfGymWrapper`."""
+"""Loads registered gymnasium environments as :class:`AlfGymWrapper`.
 
-from typing import Any, Optional
+As in ALF, :func:`load` makes the env and hands it to :func:`wrap_env`, which
+applies the gymnasium wrappers (``gym_env_wrappers``, in order, innermost
+first), the step limit, :class:`AlfGymWrapper`, then the ALF wrappers
+(``alf_env_wrappers``, in order). The step limit is gymnasium's ``TimeLimit``
+around the gymnasium wrappers, so it counts the steps the ALF env takes (as
+ALF's own ``TimeLimit`` does: with a frame-skipping gymnasium wrapper an
+episode lasts up to ``skip * max_episode_steps`` frames).
+"""
+
+import dataclasses
+from typing import Any, Callable, Iterable, Optional, Union
 
 import gymnasium
+import numpy as np
+from gymnasium.envs.registration import EnvSpec
 
+from alf_env.environments.alf_environment import AlfEnvironment
 from alf_env.environments.alf_gym_wrapper import AlfGymWrapper
 
-__all__ = ["load"]
+__all__ = ["load", "wrap_env"]
+
+GymWrapper = Callable[[gymnasium.Env], gymnasium.Env]
+AlfWrapper = Callable[[AlfEnvironment], AlfEnvironment]
 
 
-def load(name: str,
+def _check_steps(max_episode_steps: Optional[int]) -> None:
+    if max_episode_steps is not None and not (
+            isinstance(max_episode_steps, (int, np.integer)) and max_episode_steps >= 0):
+        raise ValueError(
+            f"max_episode_steps: expected None (the registered limit), 0 (no limit) or "
+            f"a positive int, got {max_episode_steps!r}")
+
+
+def load(name: Union[str, EnvSpec],
          env_id: Optional[int] = None,
          discount: float = 1.0,
          max_episode_steps: Optional[int] = None,
-         **make_kwargs: Any) -> AlfGymWrapper:
+         gym_env_wrappers: Iterable[GymWrapper] = (),
+         alf_env_wrappers: Iterable[AlfWrapper] = (),
+         *,
+         float_dtype: Optional[Any] = np.float32,
+         **make_kwargs: Any) -> AlfEnvironment:
     """Makes the gymnasium env ``name`` and wraps it as an ALF environment.
 
     Args:
-        name: a registered gymnasium id, e.g. ``"CartPole-v1"``.
+        name: a registered gymnasium id, e.g. ``"CartPole-v1"`` (or its
+            ``EnvSpec``).
         env_id: id reported in ``TimeStep.env_id``.
         discount: discount of non-terminal steps (see :class:`AlfGymWrapper`).
-        max_episode_steps: passed to ``gymnasium.make``: episodes are truncated
-            after this many steps (``None`` keeps the registered limit).
+        max_episode_steps: episodes are truncated after this many steps;
+            ``None`` keeps the registered limit and ``0`` means no limit at
+            all (as in ALF), even when one is registered.
+        gym_env_wrappers: callables ``wrapper(gym_env) -> gym_env`` applied
+            to the gymnasium env, in order (as ALF's).
+        alf_env_wrappers: callables ``wrapper(alf_env) -> alf_env`` applied
+            to the ALF env, in order (as ALF's), e.g. subclasses of
+            :class:`~alf_env.environments.alf_wrappers.AlfEnvironmentBaseWrapper`.
+        float_dtype: dtype of the specs and observations of floating ``Box``
+            spaces: float32 by default (as in ALF); ``None`` keeps the
+            space's (e.g. MuJoCo's float64).
         **make_kwargs: further keyword arguments of ``gymnasium.make``
             (e.g. ``render_mode``) and of the env's constructor.
 
     Returns:
-        The wrapped environment.
+        The wrapped environment (an ``AlfGymWrapper`` unless
+        ``alf_env_wrappers`` wrap it further).
+
+    Raises:
+        ValueError: if ``max_episode_steps`` is negative or not an int.
     """
-    gym_env = gymnasium.make(name, max_episode_steps=max_episode_steps, **make_kwargs)
+    _check_steps(max_episode_steps)
+    gym_env_wrappers = tuple(gym_env_wrappers)
+    if max_episode_steps == 0 or gym_env_wrappers:
+        # Made without gymnasium's limit: wrap_env puts it around the wrappers.
+        spec = name if isinstance(name, EnvSpec) else gymnasium.spec(name)
+        if max_episode_steps is None:
+            max_episode_steps = spec.max_episode_steps or 0
+        gym_env = gymnasium.make(dataclasses.replace(spec, max_episode_steps=None),
+                                 **make_kwargs)
+    else:
+        gym_env = gymnasium.make(name, max_episode_steps=max_episode_steps, **make_kwargs)
+        max_episode_steps = 0  # gymnasium.make applied it
+    return wrap_env(gym_env, env_id=env_id, discount=discount,
+                    max_episode_steps=max_episode_steps,
+                    gym_env_wrappers=gym_env_wrappers,
+                    alf_env_wrappers=alf_env_wrappers, float_dtype=float_dtype)
+
+
+def wrap_env(gym_env: gymnasium.Env,
+             env_id: Optional[int] = None,
+             discount: float = 1.0,
+             max_episode_steps: int = 0,
+             gym_env_wrappers: Iterable[GymWrapper] = (),
+             alf_env_wrappers: Iterable[AlfWrapper] = (),
+             auto_reset: bool = True,
+             *,
+             float_dtype: Optional[Any] = np.float32) -> AlfEnvironment:
+    """Wraps a gymnasium env as an ALF environment (ALF's ``suite_gym.wrap_env``).
+
+    Args:
+        gym_env: the gymnasium env (owned: closed if wrapping fails, and by
+            the returned env's ``close()``).
+        env_id: id reported in ``TimeStep.env_id``.
+        discount: discount of non-terminal steps.
+        max_episode_steps: if > 0, gymnasium's ``TimeLimit`` around the
+            gymnasium wrappers truncates episodes after this many steps
+            (0: no limit).
+        gym_env_wrappers: applied to ``gym_env``, in order.
+        alf_env_wrappers: applied to the ``AlfGymWrapper``, in order.
+        auto_reset: see :class:`AlfGymWrapper`.
+        float_dtype: see :func:`load`.
+
+    Returns:
+        The ALF environment.
+
+    Raises:
+        ValueError: if ``max_episode_steps`` is ``None``, negative or not an int.
+    """
+    if max_episode_steps is None:
+        raise ValueError("max_episode_steps: expected 0 (no limit) or a positive int, "
+                         "got None; wrap_env has no registered limit to keep")
+    _check_steps(max_episode_steps)
+    env: Any = gym_env
     try:
-        return AlfGymWrapper(gym_env, env_id=env_id, discount=discount)
+        for wrapper in gym_env_wrappers:
+            env = wrapper(env)
+        if max_episode_steps > 0:
+            env = gymnasium.wrappers.TimeLimit(env, int(max_episode_steps))
+        env = AlfGymWrapper(env, env_id=env_id, discount=discount, auto_reset=auto_reset,
+                            float_dtype=float_dtype)
+        for wrapper in alf_env_wrappers:
+            env = wrapper(env)
     except BaseException:
-        gym_env.close()
+        env.close()
         raise
+    return env

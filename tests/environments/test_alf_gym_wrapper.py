@@ -85,7 +85,7 @@ def _wrap(**kwargs):
      BoundedTensorSpec((2, 3), torch.float32, -2.0, 3.0)),
     (spaces.Box(0, 255, (4, ), np.uint8), BoundedTensorSpec((4, ), torch.uint8, 0, 255)),
     (spaces.Box(np.array([-np.inf, 0.0]), np.array([np.inf, 1.0]), dtype=np.float64),
-     BoundedTensorSpec((2, ), torch.float64, [-np.inf, 0.0], [np.inf, 1.0])),
+     BoundedTensorSpec((2, ), torch.float32, [-np.inf, 0.0], [np.inf, 1.0])),
     (spaces.Discrete(5), BoundedTensorSpec((), torch.int64, 0, 4)),
     (spaces.Discrete(3, start=-1), BoundedTensorSpec((), torch.int64, -1, 1)),
     (spaces.MultiDiscrete([2, 5]), BoundedTensorSpec((2, ), torch.int64, 0, [1, 4])),
@@ -98,13 +98,54 @@ def test_space_to_spec(space, expected):
     assert tensor_spec_from_gym_space(space) == expected
 
 
-def test_dict_and_tuple_spaces_nest_with_sorted_keys():
+def test_float_box_becomes_float32_as_in_alf_unless_float_dtype_none():
+    space = spaces.Box(-1.0, np.array([1.0, 2.0]), dtype=np.float64)
+    spec = tensor_spec_from_gym_space(space)
+    assert spec == BoundedTensorSpec((2, ), torch.float32, -1.0, [1.0, 2.0])
+    assert spec.minimum.dtype == np.float32
+    kept = tensor_spec_from_gym_space(space, float_dtype=None)
+    assert kept == BoundedTensorSpec((2, ), torch.float64, -1.0, [1.0, 2.0])
+    assert tensor_spec_from_gym_space(space, True, np.float16).dtype == torch.float16
+    # Only floating Boxes: integer Boxes keep their dtype.
+    assert tensor_spec_from_gym_space(spaces.Box(0, 255, (2, ), np.uint8)).dtype == torch.uint8
+    # float64 extremes do not fit float32: they become infinite, as a cast does.
+    huge = spaces.Box(-np.finfo(np.float64).max, np.finfo(np.float64).max, (1, ), np.float64)
+    assert np.isinf(tensor_spec_from_gym_space(huge).maximum)
+
+
+def test_simplify_box_bounds_as_in_alf():
+    space = spaces.Box(np.zeros(3, np.float32), np.ones(3, np.float32), dtype=np.float32)
+    simple = tensor_spec_from_gym_space(space)
+    assert simple.minimum.shape == () and simple.maximum.shape == ()
+    full = tensor_spec_from_gym_space(space, simplify_box_bounds=False)
+    assert full.minimum.shape == (3, ) and full.maximum.shape == (3, )
+    assert simple == full
+    mixed = tensor_spec_from_gym_space(
+        spaces.Box(0.0, np.array([1.0, 2.0], np.float32), dtype=np.float32))
+    assert mixed.minimum.shape == () and mixed.maximum.shape == (2, )
+    multi = tensor_spec_from_gym_space(spaces.MultiDiscrete([3, 3]))
+    assert multi.maximum.shape == () and int(multi.maximum) == 2
+
+
+def test_dict_space_keeps_its_key_order_as_in_alf():
+    ordered = collections.OrderedDict([("z", spaces.Discrete(2)), ("a", spaces.Discrete(3))])
+    spec = tensor_spec_from_gym_space(spaces.Dict(ordered))
+    assert list(spec) == ["z", "a"]
+    # nest still visits dict keys sorted (the public contract).
+    assert nest.flatten(spec) == [spec["a"], spec["z"]]
+    env = _wrap(observation_space=spaces.Dict(ordered), length=5)
+    assert list(env.observation_spec()) == ["z", "a"]
+    assert list(env.reset().observation) == ["z", "a"]
+    assert list(env.step(0).observation) == ["z", "a"]
+
+
+def test_dict_and_tuple_spaces_nest():
     space = spaces.Dict({
         "z": spaces.Discrete(2),
         "a": spaces.Tuple((spaces.MultiBinary(2), spaces.Box(0, 1, (1, )))),
     })
     spec = tensor_spec_from_gym_space(space)
-    assert list(spec) == ["a", "z"]
+    assert list(spec) == ["a", "z"]  # gymnasium sorts the keys of a plain dict
     assert isinstance(spec["a"], tuple) and len(spec["a"]) == 2
     assert spec["a"][0] == BoundedTensorSpec((2, ), torch.int8, 0, 1)
     assert spec["z"] == BoundedTensorSpec((), torch.int64, 0, 1)
@@ -123,6 +164,37 @@ ALL_SPACES = spaces.Dict({
     "bin": spaces.MultiBinary(2),
     "tup": spaces.Tuple((spaces.Discrete(2), spaces.Box(0, 255, (2, ), np.uint8))),
 })
+
+
+def test_float64_env_gives_float32_time_steps_unless_float_dtype_none():
+    space = spaces.Box(-1.0, 1.0, (2, ), np.float64)
+    env = _wrap(observation_space=space, action_space=space, length=4)
+    assert env.observation_spec().dtype == torch.float32
+    assert env.action_spec().dtype == torch.float32
+    ts = env.reset()
+    assert ts.observation.dtype == np.float32
+    ts = env.step(np.array([0.5, -0.25], np.float32))
+    assert ts.observation.dtype == np.float32 and ts.prev_action.dtype == np.float32
+    # The gymnasium env still gets actions of its own dtype.
+    assert env.gym_env.actions[-1].dtype == np.float64
+    np.testing.assert_array_equal(env.gym_env.actions[-1], [0.5, -0.25])
+    kept = _wrap(observation_space=space, action_space=space, length=4, float_dtype=None)
+    assert kept.observation_spec().dtype == torch.float64
+    assert kept.reset().observation.dtype == np.float64
+
+
+def test_get_info_returns_the_last_gym_info_as_in_alf():
+    env = _wrap(length=2)
+    assert env.get_info() is None
+    env.reset()
+    assert env.get_info()["count"] == 0 and env.get_info()["text"] == "ignored"
+    env.step(1)
+    info = env.get_info()
+    assert info["count"] == 1 and info["ragged"] == [[1], [1, 2]]  # unfiltered
+    env.step(1)  # LAST
+    assert env.get_info()["count"] == 2
+    env.step(1)  # the reset after LAST
+    assert env.get_info()["count"] == 0
 
 
 def test_every_space_kind_round_trips_observations_and_actions():

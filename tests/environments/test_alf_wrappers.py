@@ -6,7 +6,7 @@ import torch
 
 from alf_env import nest
 from alf_env.data_structures import StepType
-from alf_env.environments.alf_wrappers import BatchEnvironmentWrapper
+from alf_env.environments.alf_wrappers import AlfEnvironmentBaseWrapper, BatchEnvironmentWrapper
 from alf_env.environments.random_alf_environment import RandomAlfEnvironment
 from alf_env.errors import EnvironmentClosedError
 from alf_env.tensor_specs import BoundedTensorSpec, TensorSpec
@@ -160,3 +160,65 @@ def test_nested_actions_are_split_by_row():
     with pytest.raises(ValueError, match=r"action\.jump\.0: expected a leading batch "
                        r"dimension of 3, got shape \(2,\)"):
         env.step({"move": action["move"], "jump": (np.zeros(2, np.int64), )})
+
+
+class _Progressing(_Recorder):
+    """Records the progress values pushed by sync_progress."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.progress = []
+
+    def sync_progress(self, progress):
+        self.progress.append(progress)
+
+
+def test_sync_progress_reaches_members_that_define_it():
+    members = [_Progressing(env_id=0), _Recorder(env_id=1), _Progressing(env_id=2)]
+    env = BatchEnvironmentWrapper(members)
+    env.sync_progress({"iterations": 7})
+    env.sync_progress(0.5)
+    assert members[0].progress == [{"iterations": 7}, 0.5] == members[2].progress
+    assert not hasattr(members[1], "progress")
+
+
+class _Doubler(AlfEnvironmentBaseWrapper):
+    """An ALF-style wrapper: changes the reward, forwards everything else."""
+
+    def _step(self, action):
+        ts = self._env.step(action)
+        return ts._replace(reward=ts.reward + 2.0)
+
+
+def test_base_wrapper_forwards_everything_as_in_alf():
+    inner = _Progressing(env_id=4, episode_end_probability=0.0)
+    env = _Doubler(inner)
+    assert env.wrapped_env() is inner and not env.batched and env.batch_size == 1
+    assert env.observation_spec() == OBS_SPEC and env.action_spec() == ACTION_SPEC
+    assert env.time_step_spec() == inner.time_step_spec()
+    assert env.reward_spec() == inner.reward_spec() and env.env_info_spec() == {}
+    assert env.is_tensor_based is False
+    env.seed(5)
+    assert inner.seeds == [5]
+    ts = env.reset()
+    assert int(ts.env_id) == 4 and int(ts.step_type) == StepType.FIRST
+    ts = env.step(np.int64(1))
+    assert float(ts.reward) == 2.0 and inner.actions == [1]
+    env.sync_progress(0.25)  # any public attribute of the wrapped env
+    assert inner.progress == [0.25]
+    assert env.render("rgb_array").shape == (2, 2, 3)
+    with pytest.raises(AttributeError):
+        env._not_forwarded  # noqa: B018 -- private names are not forwarded
+    env.close()
+    assert inner.closes == 1 and env.closed
+    with pytest.raises(EnvironmentClosedError):
+        env.step(np.int64(0))
+
+
+def test_base_wrapper_over_a_batched_env():
+    env = _Doubler(_make())
+    assert env.batched and env.batch_size == NUM_ENVS
+    ts = env.step(np.zeros(NUM_ENVS, np.int64))  # before reset: resets
+    assert ts.step_type.shape == (NUM_ENVS, )
+    np.testing.assert_array_equal(env.step(np.zeros(NUM_ENVS, np.int64)).reward,
+                                  [2.0] * NUM_ENVS)
