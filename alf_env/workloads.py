@@ -14,12 +14,19 @@ with :class:`~alf_env.environments.alf_gym_wrapper.AlfGymWrapper`):
 - ``W4`` (:class:`UnevenEnv`): 0.2-2 ms of CPU per step, drawn at random for
   every step; measures what the asynchronous mode gains when envs finish at
   different times.
+- ``S10`` ... ``S1000`` (:class:`SweepEnv`): 10, 30, 100, 300 or 1000 µs of
+  CPU per step and a 4-key float info every step (like MuJoCo's
+  HalfCheetah); together they measure the whole range of step lengths.
+
+The real environments of the benchmark (MuJoCo, Atari, CartPole) are in
+:mod:`alf_env.bench.workloads`.
 
 Observations encode the env id and the step count (``obs[0]``/``obs[1]`` for
 W1 and W3, the first two pixels for W2), so tests can check that every row
 came from the right env at the right step.
 """
 
+import functools
 import time
 from typing import Any, Callable, Dict, Optional, Tuple
 
@@ -125,16 +132,54 @@ class UnevenEnv(BusyEnv):
         return super().step(action)
 
 
+#: Per-step CPU costs of the sweep workloads ``S10`` ... ``S1000``, in µs.
+SWEEP_MICROSECONDS = (10, 30, 100, 300, 1000)
+#: The keys of :class:`SweepEnv`'s info (HalfCheetah-v5's, as floats).
+SWEEP_INFO_KEYS = ("x_position", "x_velocity", "reward_forward", "reward_ctrl")
+
+
+class SweepEnv(BusyEnv):
+    """``S<µs>``: like W3 with another CPU cost, and a 4-key float info every step.
+
+    Args:
+        env_id: written into ``obs[0]``.
+        episode_length: steps before the episode is truncated.
+        step_seconds: CPU time burnt by every step.
+    """
+
+    def reset(self, *, seed: Optional[int] = None,
+              options: Optional[Dict[str, Any]] = None) -> Tuple[np.ndarray, dict]:
+        obs, _ = super().reset(seed=seed, options=options)
+        return obs, self._info()
+
+    def step(self, action: Any) -> Tuple[np.ndarray, float, bool, bool, dict]:
+        obs, reward, terminated, truncated, _ = super().step(action)
+        return obs, reward, terminated, truncated, self._info()
+
+    def _info(self) -> Dict[str, float]:
+        t = float(self._t)
+        return dict(zip(SWEEP_INFO_KEYS, (0.1 * t, 1.0 + t, 0.5 * t, -0.01 * t)))
+
+
+def _sweep(microseconds: int) -> Callable[..., gym.Env]:
+    return functools.partial(SweepEnv, step_seconds=microseconds * 1e-6)
+
+
 WORKLOADS: Dict[str, Callable[..., gym.Env]] = {
     "W1": TrivialEnv,
     "W2": ImageEnv,
     "W3": BusyEnv,
     "W4": UnevenEnv,
+    **{f"S{us}": _sweep(us) for us in SWEEP_MICROSECONDS},
 }
 
 
 def make_workload(name: str, env_id: int = 0) -> gym.Env:
-    """Creates workload ``name`` ("W1" ... "W4") or a registered gymnasium id."""
+    """Creates synthetic workload ``name`` ("W1" ... "W4", "S10" ... "S1000").
+
+    Any other name is passed to ``gymnasium.make`` (the benchmark's real
+    workloads, with their wrappers, are :func:`alf_env.bench.workloads.make_env`).
+    """
     if name in WORKLOADS:
         return WORKLOADS[name](env_id=env_id)
     return gym.make(name)

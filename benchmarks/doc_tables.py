@@ -5,21 +5,32 @@ Usage::
     alf-env-bench --out bench_out
     python benchmarks/doc_tables.py bench_out/results.json > tables.md
 
-Prints two markdown tables: env-steps/s per case and backend (medians, in
-thousands), and the speed targets of the issues with the measured paired
-ratio (median, min-max over repeats) and whether it is met.
+Prints markdown: env-steps/s per case and backend (medians, in thousands);
+per reference row (``gym_async``, ``ceiling``, ``envpool``) every backend's
+paired ratio to it (median and min–max over repeats); and the speed targets of
+the issues with the measured paired ratio and whether it is met. Paired
+ratios are computed from the runs in the JSON: repeat *i* of one backend
+against repeat *i* of the other.
 """
 
 import argparse
 import json
 import statistics
 import sys
-from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
-#: Columns of the rate table, in order (backends that were not run are left
-#: out; a skipped or failed one shows "–").
-COLUMNS = ("fast", "fast_spread", "fast_vector", "fast_vector_spread", "fast_vector_async",
-           "fast_vector_epw4", "parallel", "gym_async", "gym_sync", "sb3_subproc", "single")
+#: Columns of the tables, in order (backends that were not run are left out;
+#: a skipped or failed one shows "–").
+COLUMNS = ("fast", "fast_1pw", "fast_spread", "fast_vector", "fast_vector_1pw",
+           "fast_vector_epw4", "fast_vector_spread", "fast_vector_async", "parallel",
+           "sb3_alf", "ray_vector", "gym_async", "gym_sync", "sb3_subproc", "single",
+           "ceiling", "envpool")
+#: The reference rows every backend is compared with.
+REFERENCES = ("gym_async", "ceiling", "envpool")
+#: The real workloads of issue 10 (8 envs).
+REAL = ("HalfCheetah-v5", "Pong", "CartPole-v1")
+#: The sweep workloads with a ceiling target (30 µs per step and up).
+SWEEP_TARGETED = ("S30", "S100", "S300", "S1000")
 
 
 class Target(NamedTuple):
@@ -42,7 +53,40 @@ TARGETS = (
     Target(4, "W3", 4, "fast_vector", "single", 1.8),
     Target(4, "W3", 4, "fast_vector_spread", "single", 1.8),
     Target(4, "W4", 8, "fast_vector_async", "fast_vector", 1.3),
+    Target(10, "HalfCheetah-v5", 8, "fast_vector", "ceiling", 0.85),
+    Target(10, "HalfCheetah-v5", 8, "fast_vector", "envpool", 0.9),
+    Target(10, "Pong", 8, "fast_vector", "ceiling", 0.9),
+    Target(10, "CartPole-v1", 8, "fast_vector", "gym_sync", 1.2),
+    Target(10, "CartPole-v1", 8, "fast_vector", "gym_async", 5.0),
+    *(Target(10, w, 8, "fast", "fast_vector", 0.9) for w in REAL),
+    *(Target(10, w, 8, "parallel", "gym_async", 1.0) for w in REAL),
+    *(Target(10, w, 8, "fast_vector", "ceiling", 0.85) for w in SWEEP_TARGETED),
 )
+
+Case = Tuple[str, int]
+
+
+def _cases(results: Sequence[dict]) -> Dict[Case, Dict[str, dict]]:
+    """(workload, num_envs) -> backend -> its result, in the order of the run."""
+    cases: Dict[Case, Dict[str, dict]] = {}
+    for r in results:
+        cases.setdefault((r["workload"], r["num_envs"]), {})[r["backend"]] = r
+    return cases
+
+
+def paired(row: Dict[str, dict], num: str, den: str) -> List[float]:
+    """Per-repeat ratios ``num / den`` of one case (repeat i against repeat i)."""
+    a, b = row.get(num), row.get(den)
+    if not a or not b or a["status"] != "ok" or b["status"] != "ok":
+        return []
+    return [x["rate"] / y["rate"] for x, y in zip(a["runs"], b["runs"])]
+
+
+def fmt_paired(ratios: Sequence[float]) -> str:
+    """``median (min–max)``, ``–`` for none."""
+    if not ratios:
+        return "–"
+    return f"{statistics.median(ratios):.2f} ({min(ratios):.2f}–{max(ratios):.2f})"
 
 
 def _rate(value: Optional[float]) -> str:
@@ -55,44 +99,65 @@ def _rate(value: Optional[float]) -> str:
     return f"{value:,.0f}"
 
 
-def rate_table(results: Sequence[dict]) -> str:
-    """Markdown: median env-steps/s per (workload, num_envs) row and backend column."""
-    cases: Dict[Tuple[str, int], Dict[str, Optional[float]]] = {}
-    for r in results:
-        row = cases.setdefault((r["workload"], r["num_envs"]), {})
-        row[r["backend"]] = r["median"] if r["status"] == "ok" else None
-    columns = [c for c in COLUMNS if any(c in row for row in cases.values())]
+def _table(cases: Dict[Case, Dict[str, dict]], columns: Sequence[str],
+           cell: Callable[[Dict[str, dict], str], str]) -> str:
     lines = ["| workload | envs | " + " | ".join(f"`{c}`" for c in columns) + " |",
              "|---|---:|" + "---:|" * len(columns)]
     for (workload, num_envs), row in cases.items():
-        cells = [_rate(row.get(c)) for c in columns]
-        lines.append(f"| {workload} | {num_envs} | " + " | ".join(cells) + " |")
+        lines.append(f"| {workload} | {num_envs} | "
+                     + " | ".join(cell(row, c) for c in columns) + " |")
     return "\n".join(lines)
 
 
-def _ratio(ratios: Sequence[dict], target: Target) -> Optional[List[float]]:
-    for r in ratios:
-        if (r["workload"], r["num_envs"], r["ratio"]) == (
-                target.workload, target.num_envs, f"{target.num}/{target.den}"):
-            return r["paired"] or None
-    return None
+def rate_table(results: Sequence[dict]) -> str:
+    """Markdown: median env-steps/s per (workload, num_envs) row and backend column."""
+    cases = _cases(results)
+    columns = [c for c in COLUMNS if any(c in row for row in cases.values())]
+    return _table(cases, columns, lambda row, c: _rate(
+        row[c]["median"] if c in row and row[c]["status"] == "ok" else None))
 
 
-def target_table(ratios: Sequence[dict]) -> str:
+def reference_table(results: Sequence[dict], reference: str) -> Optional[str]:
+    """Markdown: each backend's paired ratio to ``reference``, on the cases where
+    the reference was measured; ``None`` if it never was."""
+    cases = {case: row for case, row in _cases(results).items()
+             if reference in row and row[reference]["status"] == "ok"}
+    columns = [c for c in COLUMNS if c != reference
+               and any(c in row for row in cases.values())]
+    if not cases:
+        return None
+    return _table(cases, columns, lambda row, c: fmt_paired(paired(row, c, reference)))
+
+
+def target_table(results: Sequence[dict]) -> str:
     """Markdown: each target with its measured paired ratio and whether it is met."""
+    cases = _cases(results)
     lines = ["| issue | workload, envs | ratio | target | measured: median (min–max) | met |",
              "|---|---|---|---|---|---|"]
     for t in TARGETS:
-        paired = _ratio(ratios, t)
-        if paired is None:
+        ratios = paired(cases.get((t.workload, t.num_envs), {}), t.num, t.den)
+        if not ratios:
             measured, met = "not measured", "–"
         else:
-            median = statistics.median(paired)
-            measured = f"{median:.2f} ({min(paired):.2f}–{max(paired):.2f})"
-            met = "yes" if median >= t.at_least else "**no**"
+            measured = fmt_paired(ratios)
+            met = "yes" if statistics.median(ratios) >= t.at_least else "**no**"
         lines.append(f"| {t.issue} | {t.workload}, {t.num_envs} | `{t.num}/{t.den}` | "
                      f"≥ {t.at_least:g} | {measured} | {met} |")
     return "\n".join(lines)
+
+
+def render(report: dict) -> str:
+    """All the tables of one results.json, as markdown."""
+    meta = report["meta"]
+    parts = [f"<!-- {meta['date']}, {meta['cpus']} CPUs, alf_env {meta['alf_env']}, "
+             f"torch {meta['torch']}, gymnasium {meta['gymnasium']} -->",
+             rate_table(report["results"])]
+    for reference in REFERENCES:
+        table = reference_table(report["results"], reference)
+        if table is not None:
+            parts += [f"x `{reference}` (paired ratios, median (min–max)):", table]
+    parts.append(target_table(report["results"]))
+    return "\n\n".join(parts) + "\n"
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -101,12 +166,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parser.parse_args(argv)
     with open(args.results) as f:
         report = json.load(f)
-    meta = report["meta"]
-    print(f"<!-- {meta['date']}, {meta['cpus']} CPUs, alf_env {meta['alf_env']}, "
-          f"torch {meta['torch']}, gymnasium {meta['gymnasium']} -->\n")
-    print(rate_table(report["results"]))
-    print()
-    print(target_table(report["ratios"]))
+    sys.stdout.write(render(report))
     return 0
 
 

@@ -1,4 +1,5 @@
-"""``alf-env-bench``: what a user runs and what it prints and writes."""
+"""``alf-env-bench`` (:mod:`alf_env.bench.cli`): what a user runs and what it prints and
+writes."""
 
 import importlib.util
 import json
@@ -14,11 +15,15 @@ from typing import Dict, List, Tuple
 import pytest
 
 from alf_env import bench
+from alf_env.bench import cli
+from alf_env.bench import workloads as bench_workloads
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 HAS_SB3 = importlib.util.find_spec("stable_baselines3") is not None
-BACKENDS = ["fast", "gym_sync", "gym_async", "sb3_subproc"]
+BACKENDS = ["fast", "gym_sync", "gym_async", "sb3_subproc", "ceiling", "envpool"]
+WORKLOADS = ["W1", "CartPole-v1"]
 STEPS, NUM_ENVS, REPEATS = 30, 2, 2
+REFERENCE_COLUMNS = ["x gym_async", "x ceiling", "x envpool"]
 
 
 def console_script() -> str:
@@ -47,31 +52,46 @@ def run(tmp_path_factory) -> Dict[str, object]:
     """One tiny benchmark run through the console script, as a user runs it."""
     out = tmp_path_factory.mktemp("bench") / "results"
     proc = subprocess.run(
-        [console_script(), "--workload", "W1", "--num-envs", str(NUM_ENVS), "--steps",
+        [console_script(), "--workload", ",".join(WORKLOADS), "--num-envs", str(NUM_ENVS), "--steps",
          str(STEPS), "--repeats", str(REPEATS), "--backends", ",".join(BACKENDS),
          "--out", str(out)],
         cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
     return {"proc": proc, "out": out}
 
 
+def _table_rows(stdout: str, workload: str) -> Dict[str, List[str]]:
+    width = 6 + len(REFERENCE_COLUMNS)
+    return {cells[2]: cells for cells in
+            ([c.strip() for c in line.strip("|").split("|")] for line in stdout.splitlines())
+            if len(cells) == width and cells[0] == workload}
+
+
 def test_run_succeeds_and_prints_the_rate_table(run):
     proc = run["proc"]
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
-    header = next(line for line in lines if line.startswith("| workload | envs | backend"))
-    assert "env-steps/s (median)" in header and "min - max" in header
-    assert "x gym_async" in header
-    rows = {cells[2]: cells for cells in
-            ([c.strip() for c in line.strip("|").split("|")] for line in lines)
-            if len(cells) == 7 and cells[0] == "W1"}
+    cells = next(cells for cells in
+                 ([c.strip() for c in line.strip("|").split("|")] for line in lines)
+                 if cells[:3] == ["workload", "envs", "backend"])
+    assert cells == ["workload", "envs", "backend", "env-steps/s (median)", "min - max",
+                     *REFERENCE_COLUMNS, "runs"]
+    rows = _table_rows(proc.stdout, "W1")
     assert set(rows) == set(BACKENDS)
-    for name in ("fast", "gym_sync", "gym_async"):
-        median, spread, ratio, runs = rows[name][3:]
+    for name in ("fast", "gym_sync", "gym_async", "ceiling"):
+        median, spread, x_async, x_ceiling, x_envpool, runs = rows[name][3:]
         low, high = (float(x.replace(",", "")) for x in spread.split(" - "))
         assert low <= float(median.replace(",", "")) <= high and low > 0
         assert runs == str(REPEATS)
-        assert re.fullmatch(r"\d+\.\d\d", ratio)
-    assert rows["gym_async"][5] == "1.00"
+        for ratio in (x_async, x_ceiling):
+            assert re.fullmatch(r"\d+\.\d\d \(\d+\.\d\d - \d+\.\d\d\)", ratio), ratio
+        assert x_envpool == "n/a"  # W1 has no EnvPool version
+    assert rows["gym_async"][5] == "1.00 (1.00 - 1.00)"
+    assert rows["ceiling"][6] == "1.00 (1.00 - 1.00)"
+    assert rows["envpool"][3] == "skipped"
+    assert "envpool skipped on W1/2: EnvPool has no version of this workload" in proc.stdout
+    cartpole = _table_rows(proc.stdout, "CartPole-v1")
+    assert cartpole["envpool"][3] != "skipped" and cartpole["envpool"][7] == "1.00 (1.00 - 1.00)"
+    assert re.fullmatch(r"\d+\.\d\d \(.*\)", cartpole["fast"][7])
     if not HAS_SB3:
         assert rows["sb3_subproc"][3] == "skipped"
         assert "sb3_subproc skipped on W1/2: stable-baselines3 is not installed" in proc.stdout
@@ -83,7 +103,7 @@ def test_run_succeeds_and_prints_the_rate_table(run):
 
 
 def test_progress_bar_goes_to_stderr(run):
-    total = len(BACKENDS) * REPEATS
+    total = len(BACKENDS) * REPEATS * len(WORKLOADS)
     stderr = run["proc"].stderr
     assert re.search(rf"\[#{{24}}\] {total}/{total} \d+:\d\d", stderr), stderr
     assert "W1 n=2 fast: " in stderr and "env-steps/s" in stderr
@@ -93,9 +113,12 @@ def test_progress_bar_goes_to_stderr(run):
 def test_json_has_every_measurement(run):
     report = json.loads((run["out"] / "results.json").read_text())
     assert report["meta"]["cpus"] >= 1 and report["meta"]["args"]["steps"] == STEPS
+    assert report["meta"]["usable_cpus"] >= 1
     assert set(report["backends"]) == set(bench.BACKENDS)
-    results = {r["backend"]: r for r in report["results"]}
+    assert set(report["workloads"]) == set(bench_workloads.WORKLOADS)
+    results = {r["backend"]: r for r in report["results"] if r["workload"] == "W1"}
     assert set(results) == set(BACKENDS)
+    assert {r["workload"] for r in report["results"]} == set(WORKLOADS)
     fast = results["fast"]
     assert (fast["workload"], fast["num_envs"], fast["status"]) == ("W1", NUM_ENVS, "ok")
     assert len(fast["runs"]) == REPEATS
@@ -105,39 +128,46 @@ def test_json_has_every_measurement(run):
     rates = [m["rate"] for m in fast["runs"]]
     assert fast["min"] == min(rates) and fast["max"] == max(rates)
     assert results["gym_async"]["x_gym_async"] == pytest.approx(1.0)
+    ceiling = [m["rate"] for m in results["ceiling"]["runs"]]
+    paired = [a / b for a, b in zip(rates, ceiling)]
+    assert fast["x_ceiling_spread"] == pytest.approx(
+        {"median": (paired[0] + paired[1]) / 2, "min": min(paired), "max": max(paired)})
+    assert fast["x_envpool"] is None and fast["x_envpool_spread"] is None
     if not HAS_SB3:
         assert results["sb3_subproc"]["status"] == "skipped"
         assert results["sb3_subproc"]["runs"] == []
     ratio = next(r for r in report["ratios"] if r["ratio"] == "fast/gym_async")
     assert len(ratio["paired"]) == REPEATS and ratio["median"] > 0
     assert report["files"] == {"json": "results.json", "markdown": "results.md",
-                               "plot": "throughput.png"}
+                               "plot": "throughput.png", "ratio_plot": "ratios.png"}
 
 
-def test_markdown_repeats_the_tables_and_links_the_plot(run):
+def test_markdown_repeats_the_tables_and_links_the_plots(run):
     text = (run["out"] / "results.md").read_text()
     assert text.startswith("# alf_env throughput")
     table = next(line for line in run["proc"].stdout.splitlines() if "| W1 " in line)
     assert table in text
-    assert "![throughput](throughput.png)" in text
+    assert "![throughput](throughput.png)" in text and "![ratios](ratios.png)" in text
 
 
-def test_plot_is_an_rgba_png_with_a_title(run):
-    chunks = png_chunks((run["out"] / "throughput.png").read_bytes())
+@pytest.mark.parametrize("name, title", [("throughput.png", "PLOT_TITLE"),
+                                         ("ratios.png", "RATIO_PLOT_TITLE")])
+def test_plots_are_rgba_pngs_with_a_title(run, name, title):
+    chunks = png_chunks((run["out"] / name).read_bytes())
     kinds = [kind for kind, _ in chunks]
     assert kinds[0] == b"IHDR" and kinds[-1] == b"IEND" and b"IDAT" in kinds
     width, height, bit_depth, colour_type = struct.unpack(">IIBB", chunks[0][1][:10])
     assert width >= 600 and height >= 400
     assert (bit_depth, colour_type) == (8, 6)  # 8-bit RGBA, as matplotlib's Agg writes
     texts = dict(payload.split(b"\0", 1) for kind, payload in chunks if kind == b"tEXt")
-    assert texts[b"Title"].decode() == bench.PLOT_TITLE
+    assert texts[b"Title"].decode() == getattr(bench, title)
     pixels = zlib.decompress(b"".join(p for k, p in chunks if k == b"IDAT"))
     assert len(set(pixels)) > 16, "the image is (nearly) blank"
 
 
 @pytest.mark.parametrize("argv, message", [
     (["--backends", "fast,nope"], "--backends: unknown ['nope']"),
-    (["--workload", "W9"], "--workload: 'W9' is neither one of W1,W2,W3,W4"),
+    (["--workload", "W9"], "--workload: workload 'W9' is neither one of W1,W2,W3,W4"),
     (["--num-envs", "2,x"], "expected comma-separated integers"),
     (["--repeats", "0"], "--repeats and --steps must be >= 1"),
 ])
@@ -151,29 +181,60 @@ def test_bad_arguments_are_refused(argv, message, capsys):
 def test_quick_fills_in_only_what_was_not_given():
     args = bench.parse_args(["--quick", "--repeats", "5"])
     assert args.repeats == 5
-    assert (args.workloads, args.num_envs, args.seconds) == (
-        bench.QUICK["workloads"], bench.QUICK["num_envs"], bench.QUICK["seconds"])
-    assert bench.cases_of(args)[0] == ("W1", 2)
+    assert (args.workloads, args.backends, args.seconds) == (
+        bench.QUICK["workloads"], bench.QUICK["backends"], bench.QUICK["seconds"])
+    assert "HalfCheetah-v5" in args.workloads and "Pong" in args.workloads
+    assert bench.cases_of(args)[:3] == [("W1", 2), ("W1", 8), ("W3", 8)]
     full = bench.parse_args([])
     assert full.repeats == bench.FULL["repeats"] and full.num_envs is None
-    assert ("W2", 16) in bench.cases_of(full)
+    assert full.backends == list(bench.BACKENDS)
+    assert ("W2", 16) in bench.cases_of(full) and ("HalfCheetah-v5", 8) in bench.cases_of(full)
+    assert [w for w in full.workloads if w.startswith("S")] == list(bench_workloads.SWEEP_NAMES)
 
 
-@pytest.mark.parametrize("command", [["-m", "alf_env"], ["benchmarks/throughput.py"]])
+def test_quick_leaves_out_workloads_whose_packages_are_missing(monkeypatch):
+    monkeypatch.setitem(bench_workloads.WORKLOADS, "HalfCheetah-v5",
+                        bench_workloads.WORKLOADS["HalfCheetah-v5"]._replace(
+                            requires=("no_such_module_for_alf_env",)))
+    args = bench.parse_args(["--quick"])
+    assert "HalfCheetah-v5" not in args.workloads and "Pong" in args.workloads
+
+
+def test_sweep_expands_and_num_envs_applies_to_every_workload():
+    args = bench.parse_args(["--workload", "W1,sweep,S30", "--num-envs", "4"])
+    assert args.workloads == ["W1", *bench_workloads.SWEEP_NAMES]
+    assert bench.cases_of(args) == [(w, 4) for w in args.workloads]
+
+
+def test_a_workload_whose_packages_are_missing_is_reported_not_crashed_on(
+        monkeypatch, capsys, tmp_path):
+    monkeypatch.setitem(bench_workloads.WORKLOADS, "Needy", bench_workloads.Workload(
+        bench_workloads.WORKLOADS["W1"].make, "needs a missing package",
+        requires=("no_such_module_for_alf_env",)))
+    status = cli.main(["--workload", "Needy,W1", "--num-envs", "2", "--backends",
+                       "gym_sync,single", "--steps", "5", "--repeats", "1",
+                       "--out", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert status == 0, out
+    assert ("gym_sync skipped on Needy/2: not installed: no_such_module_for_alf_env "
+            "(`pip install alf_env[bench]` adds this workload)") in out
+    rows = [line for line in out.splitlines() if line.startswith("| Needy")]
+    assert [[c.strip() for c in row.split("|")][3:5] for row in rows] == [
+        ["gym_sync", "skipped"], ["single", "skipped"]]
+    report = json.loads((tmp_path / "results.json").read_text())
+    assert [r["status"] for r in report["results"]] == ["skipped", "skipped", "ok", "ok"]
+
+
+@pytest.mark.parametrize("command", [["-m", "alf_env"], ["-m", "alf_env.bench"],
+                                     ["benchmarks/throughput.py"]])
 def test_other_entry_points_are_the_same_cli(command):
     proc = subprocess.run([sys.executable, *command, "--help"], cwd=REPO_ROOT,
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("usage: alf-env-bench")
-    assert "sb3_subproc" in proc.stdout and "--quick" in proc.stdout
-
-
-def _doc_tables():
-    spec = importlib.util.spec_from_file_location(
-        "doc_tables", REPO_ROOT / "benchmarks" / "doc_tables.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    for name in ("sb3_subproc", "sb3_alf", "ray_vector", "ceiling", "envpool", "--quick",
+                 "HalfCheetah-v5", "Pong", "sweep"):
+        assert name in proc.stdout
 
 
 def test_doc_tables_turn_a_run_into_the_docs_tables(run):
@@ -184,22 +245,11 @@ def test_doc_tables_turn_a_run_into_the_docs_tables(run):
     lines = proc.stdout.splitlines()
     header = next(line for line in lines if line.startswith("| workload | envs |"))
     # Only the backends that ran, in the documented order.
-    assert header == "| workload | envs | `fast` | `gym_async` | `gym_sync` | `sb3_subproc` |"
+    assert header == ("| workload | envs | `fast` | `gym_async` | `gym_sync` | "
+                      "`sb3_subproc` | `ceiling` | `envpool` |")
     row = next(line for line in lines if line.startswith(f"| W1 | {NUM_ENVS} |"))
     assert len(row.split("|")) == len(header.split("|"))
+    assert "x `ceiling` (paired ratios, median (min–max)):" in lines
+    assert "x `envpool` (paired ratios, median (min–max)):" in lines
     # The targets are stated for other cases than this tiny run's.
     assert "| 3 | W1, 8 | `fast/gym_async` | ≥ 4 | not measured | – |" in lines
-
-
-def test_doc_tables_judge_each_target_by_its_median_paired_ratio():
-    doc_tables = _doc_tables()
-    ratios = [{"workload": "W1", "num_envs": 8, "ratio": "fast/gym_async",
-               "paired": [4.4, 3.9, 4.1]},
-              {"workload": "W2", "num_envs": 8, "ratio": "fast/gym_async",
-               "paired": [2.9, 3.2, 2.8, 3.5]}]
-    table = doc_tables.target_table(ratios).splitlines()
-    assert "| 3 | W1, 8 | `fast/gym_async` | ≥ 4 | 4.10 (3.90–4.40) | yes |" in table
-    assert "| 3 | W2, 8 | `fast/gym_async` | ≥ 3 | 3.05 (2.80–3.50) | yes |" in table
-    ratios[1]["paired"] = [2.9, 3.0, 2.8]
-    table = doc_tables.target_table(ratios).splitlines()
-    assert "| 3 | W2, 8 | `fast/gym_async` | ≥ 3 | 2.90 (2.80–3.00) | **no** |" in table

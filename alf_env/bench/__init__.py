@@ -1,0 +1,118 @@
+"""``alf-env-bench``: env-steps/s of alf_env and of the usual alternatives, side by side.
+
+What it measures
+----------------
+For every (workload, number of envs) case, each backend builds a batched env
+of ``num_envs`` copies of the same env, resets it, warms up, and then steps it
+with fixed, precomputed actions (the same actions for every backend) while the
+clock runs; then it closes the env. Start-up, reset and warm-up are excluded
+from the timing. The rate reported is *env-steps per second* (env-steps done
+while the clock ran / seconds).
+
+Backends (:data:`alf_env.bench.backends.BACKENDS`; ``--backends`` picks some).
+The unsuffixed alf_env backends use the classes' default arguments:
+
+======================  ==========================================================
+``fast``                ``FastParallelEnvironment`` (ALF API, shared memory).
+``fast_1pw``            ``fast`` with ``num_workers=num_envs`` (one env per
+                        worker process; skipped while the class has no
+                        ``num_workers`` argument).
+``fast_spread``         ``fast`` with ``worker_cpus="spread"``.
+``fast_vector``         ``alf_env.vector.FastVectorEnv`` (gymnasium API, shared
+                        memory; a drop-in for ``AsyncVectorEnv``).
+``fast_vector_1pw``     ``fast_vector`` with ``num_workers=num_envs``.
+``fast_vector_epw4``    ``FastVectorEnv(envs_per_worker=4)``.
+``fast_vector_spread``  ``fast_vector`` with ``worker_cpus="spread"``.
+``fast_vector_async``   ``FastVectorEnv(batch_size=num_envs // 2)``: EnvPool-style,
+                        each step returns the first half of the envs to finish.
+``parallel``            ``ParallelAlfEnvironment`` (ALF API, pipes).
+``sb3_alf``             ``alf_env.sb3.FastSubprocVecEnv`` (SB3 ``VecEnv`` API).
+``ray_vector``          ``alf_env.distributed.RayVectorEnv(num_actors=2)``; starts
+                        (and at the end stops) a local Ray if none is running.
+``gym_async``           ``gymnasium.vector.AsyncVectorEnv(shared_memory=True)``.
+``gym_sync``            ``gymnasium.vector.SyncVectorEnv`` (in this process).
+``sb3_subproc``         stable-baselines3's ``SubprocVecEnv``.
+``single``              reference: one env stepped in a plain loop in this
+                        process (whatever ``num_envs`` is).
+``ceiling``             reference: one env per usable CPU, each in its own
+                        process stepping in a plain loop, rates summed: what
+                        the machine can do with these Python envs.
+``envpool``             reference: EnvPool's C++ version of the env
+                        (``envpool.make_gymnasium``, one thread per CPU); real
+                        workloads only.
+======================  ==========================================================
+
+A backend whose package or class is missing is reported as skipped with the
+reason. Every backend that starts processes starts them with ``fork`` unless
+its default says otherwise. All backends auto-reset (the step after the end
+of an episode is a reset; SB3 resets in the same step).
+
+Workloads (:mod:`alf_env.bench.workloads`): ``W1`` trivial float32[4] env
+(transport overhead), ``W2`` uint8[84, 84, 4] frames (bytes moved), ``W3``
+~1 ms of CPU per step, ``W4`` 0.2-2 ms of CPU per step (uneven envs), the
+sweep ``S10`` ... ``S1000`` (10-1000 µs of CPU per step with a 4-key float
+info; ``sweep`` names them all), the real ``HalfCheetah-v5`` (MuJoCo),
+``Pong`` (Atari, EnvPool's preprocessing) and ``CartPole-v1``, and any
+gymnasium id. A workload whose packages are missing is reported as skipped
+(``pip install alf_env[bench]`` installs them).
+
+Measurements are interleaved: for each repeat, every backend is measured once
+(round robin, in an order rotated per repeat), so machine noise hits all
+backends alike. The table gives the median over repeats, the min-max spread
+and, per backend, the *paired* ratios to ``gym_async``, ``ceiling`` and
+``envpool``: median and min-max over repeats of repeat i of one backend
+against repeat i of the other. The ratio table gives the ratios the speed
+targets are stated in.
+
+Output: the tables on stdout, a progress bar on stderr, and in ``--out DIR``
+``results.json`` (every measurement), ``results.md`` (the tables),
+``throughput.png`` (env-steps/s against the number of envs) and
+``ratios.png`` (each backend's paired ratios to the reference rows).
+
+Examples::
+
+    alf-env-bench --quick                       # about two minutes
+    alf-env-bench                               # everything
+    alf-env-bench --workload HalfCheetah-v5,sweep --backends fast_vector,ceiling \\
+        --repeats 5 --out hc_results
+
+The exit status is 1 if a backend failed (an error, not a skip) or a worker
+process was left running, 130 if interrupted (what was measured is still
+reported), else 0.
+
+The package's modules: :mod:`~alf_env.bench.cli` (arguments, run, files),
+:mod:`~alf_env.bench.backends` (the backends), :mod:`~alf_env.bench.references`
+(``single``, ``ceiling``, ``envpool``), :mod:`~alf_env.bench.workloads`,
+:mod:`~alf_env.bench.measure` (timing, interleaving, progress bar),
+:mod:`~alf_env.bench.report` (tables, paired ratios), :mod:`~alf_env.bench.plot`
+and :mod:`~alf_env.bench.core` (data types). Its names load on first use, so
+a worker that unpickles a workload constructor imports neither torch nor
+matplotlib.
+"""
+
+import importlib
+from typing import Any
+
+# Names re-exported here -> the module that defines them (imported on first use).
+_LAZY = {
+    "main": "alf_env.bench.cli", "parse_args": "alf_env.bench.cli",
+    "cases_of": "alf_env.bench.cli", "QUICK": "alf_env.bench.cli",
+    "FULL": "alf_env.bench.cli", "BACKENDS": "alf_env.bench.backends",
+    "Backend": "alf_env.bench.backends", "PLOT_TITLE": "alf_env.bench.plot",
+    "RATIO_PLOT_TITLE": "alf_env.bench.plot", "WORKLOADS": "alf_env.bench.workloads",
+}
+
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'alf_env.bench' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list:
+    return sorted(set(globals()) | set(_LAZY))

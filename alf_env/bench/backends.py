@@ -1,0 +1,240 @@
+"""The benchmark's backends: one way each of batching ``num_envs`` envs.
+
+A backend is a :class:`Backend` in :data:`BACKENDS`: a ``build(workload,
+num_envs, actions)`` that returns a started, reset :class:`Runner` (or raises
+:class:`Skip` when it cannot run here), a label, and optionally a
+``teardown()`` run once at the end of the whole benchmark. To add one, write
+its build function (most are a ``functools.partial`` of the runners below)
+and add a line to :data:`BACKENDS`.
+
+The alf_env backends without a suffix use the classes' *default arguments*,
+so a change of a default shows up in them; the suffixed ones set one
+argument explicitly.
+"""
+
+import functools
+import importlib
+import importlib.util
+import inspect
+from typing import Any, Callable, Dict, List, NamedTuple, Optional
+
+import gymnasium as gym
+
+from alf_env.bench.core import ACTION_SEED, NUM_ACTIONS, Actions, Runner, Skip, usable_cpus
+from alf_env.bench.references import ceiling_runner, envpool_runner, single_runner
+from alf_env.bench.workloads import make_env
+
+#: Envs per worker of the ``fast_vector_epw4`` backend.
+ENVS_PER_WORKER = 4
+#: Ray actors of the ``ray_vector`` backend.
+RAY_ACTORS = 2
+#: The reference rows (not batched envs of alf_env or its alternatives).
+REFERENCES = ("single", "ceiling", "envpool")
+
+
+def _import(module: str, name: str, what: str) -> Any:
+    """``module.name``, or :class:`Skip` saying why it is not available."""
+    try:
+        return getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError) as err:
+        raise Skip(f"{what} not available ({type(err).__name__}: {err})") from None
+
+
+def _started(env: Any, reset: Callable[[], Any]) -> None:
+    """Runs ``reset()``; closes ``env`` if that raises."""
+    try:
+        reset()
+    except BaseException:
+        env.close()
+        raise
+
+
+def env_fns(workload: str, num_envs: int) -> List[Callable[[], gym.Env]]:
+    """Picklable constructors of ``num_envs`` envs of ``workload``."""
+    return [functools.partial(make_env, workload, i) for i in range(num_envs)]
+
+
+def _alf_env(workload: str, env_id: int = 0) -> Any:
+    """Workload ``workload`` as an ALF environment (a picklable constructor)."""
+    from alf_env.environments.alf_gym_wrapper import AlfGymWrapper
+
+    return AlfGymWrapper(make_env(workload, env_id), env_id=env_id)
+
+
+def _check_kwargs(env_class: Any, kwargs: Dict[str, Any]) -> None:
+    """:class:`Skip` if ``env_class`` does not take one of ``kwargs`` (yet)."""
+    params = inspect.signature(env_class).parameters
+    missing = [k for k in kwargs if k not in params]
+    if missing:
+        raise Skip(f"{env_class.__name__} has no argument {', '.join(missing)}")
+
+
+def _alf_runner(module: str, name: str, workload: str, num_envs: int, actions: Actions,
+                **kwargs: Any) -> Runner:
+    """Runner over an ALF batched env class ``module.name`` (``ParallelAlfEnvironment``'s
+    constructor: a list of env constructors, then ``kwargs``)."""
+    env_class = _import(module, name, name)
+    kwargs = {k: (v(num_envs) if callable(v) else v) for k, v in kwargs.items()}
+    _check_kwargs(env_class, kwargs)
+    env = env_class([functools.partial(_alf_env, workload) for _ in range(num_envs)],
+                    **kwargs)
+    _started(env, env.reset)
+    batches = actions.torch
+    return Runner(step=lambda k: env.step(batches[k % NUM_ACTIONS]), close=env.close)
+
+
+def _gym_vector_runner(make_vector: Callable[[List[Callable[[], gym.Env]]], Any],
+                       workload: str, num_envs: int, actions: Actions,
+                       batch_size: Optional[int] = None) -> Runner:
+    """Runner over a gymnasium vector env built by ``make_vector(env_fns)``.
+
+    With ``batch_size``, each step sends the first ``batch_size`` actions (an
+    asynchronous ``FastVectorEnv`` steps the envs of its last ``recv``).
+    """
+    env = make_vector(env_fns(workload, num_envs))
+    _started(env, lambda: env.reset(seed=ACTION_SEED))
+    batches = actions.numpy if batch_size is None else [b[:batch_size] for b in actions.numpy]
+    return Runner(step=lambda k: env.step(batches[k % NUM_ACTIONS]), close=env.close,
+                  env_steps_per_round=batch_size)
+
+
+def _fast_vector_runner(workload: str, num_envs: int, actions: Actions,
+                        async_mode: bool = False, **kwargs: Any) -> Runner:
+    """Runner over ``FastVectorEnv`` with ``kwargs`` (callables get ``num_envs``);
+    ``async_mode``: EnvPool-style, each step returns the first half of the envs."""
+    fast_vector_env = _import("alf_env.vector", "FastVectorEnv", "FastVectorEnv")
+    kwargs = {k: (v(num_envs) if callable(v) else v) for k, v in kwargs.items()}
+    _check_kwargs(fast_vector_env, kwargs)
+    if num_envs % kwargs.get("envs_per_worker", 1):
+        raise Skip(f"needs a multiple of {kwargs['envs_per_worker']} envs")
+    batch_size = num_envs // 2 if async_mode else None
+    if batch_size is not None:
+        if batch_size < 1:
+            raise Skip("needs at least 2 envs")
+        kwargs["batch_size"] = batch_size
+    return _gym_vector_runner(lambda fns: fast_vector_env(fns, **kwargs),
+                              workload, num_envs, actions, batch_size)
+
+
+def _sb3_runner(make_vec: Callable[[List[Callable[[], gym.Env]]], Any], workload: str,
+                num_envs: int, actions: Actions) -> Runner:
+    """Runner over an SB3 ``VecEnv`` built by ``make_vec(env_fns)`` (same-step reset)."""
+    env = make_vec(env_fns(workload, num_envs))
+    env.seed(ACTION_SEED)
+    _started(env, env.reset)
+    batches = actions.numpy
+    return Runner(step=lambda k: env.step(batches[k % NUM_ACTIONS]), close=env.close)
+
+
+def _sb3_subproc(fns: List[Callable[[], gym.Env]]) -> Any:
+    if importlib.util.find_spec("stable_baselines3") is None:
+        raise Skip("stable-baselines3 is not installed; `pip install stable-baselines3` "
+                   "adds this backend")
+    from stable_baselines3.common.vec_env import SubprocVecEnv
+
+    return SubprocVecEnv(fns, start_method="fork")
+
+
+def _sb3_alf(fns: List[Callable[[], gym.Env]]) -> Any:
+    return _import("alf_env.sb3", "FastSubprocVecEnv", "alf_env.sb3.FastSubprocVecEnv")(fns)
+
+
+class _LocalRay:
+    """A local Ray instance started by the ``ray_vector`` backend (if none runs)."""
+    started = False
+
+    @classmethod
+    def ensure(cls) -> None:
+        if importlib.util.find_spec("ray") is None:
+            raise Skip("ray is not installed (`pip install alf_env[ray]` adds this backend)")
+        import ray
+
+        if not ray.is_initialized():
+            ray.init(num_cpus=usable_cpus(), include_dashboard=False,
+                     log_to_driver=False)
+            cls.started = True
+
+    @classmethod
+    def stop(cls) -> None:
+        """Shuts down the instance this backend started (not one the user runs)."""
+        if cls.started:
+            import ray
+
+            ray.shutdown()
+            cls.started = False
+
+
+def _ray_vector(fns: List[Callable[[], gym.Env]]) -> Any:
+    ray_vector_env = _import("alf_env.distributed", "RayVectorEnv",
+                             "alf_env.distributed.RayVectorEnv")
+    _LocalRay.ensure()
+    return ray_vector_env(fns, num_actors=RAY_ACTORS)
+
+
+def _gym_async(fns: List[Callable[[], gym.Env]]) -> Any:
+    return gym.vector.AsyncVectorEnv(fns, shared_memory=True, context="fork")
+
+
+BuildRunner = Callable[[str, int, Actions], Runner]
+
+
+class Backend(NamedTuple):
+    """One way of batching envs.
+
+    Attributes:
+        build: ``build(workload, num_envs, actions)`` returns a started
+            :class:`Runner` (or raises :class:`Skip`).
+        label: what it is, for the help text and the plot's legend.
+        teardown: called once after the whole run (e.g. stops a local Ray).
+    """
+    build: BuildRunner
+    label: str
+    teardown: Optional[Callable[[], None]] = None
+
+
+_FPE = ("alf_env.environments.fast_parallel_environment", "FastParallelEnvironment")
+_PAE = ("alf_env.environments.parallel_environment", "ParallelAlfEnvironment")
+
+
+def _one_per_worker(num_envs: int) -> int:
+    return num_envs
+
+
+#: The one table of backends, in the order they are measured and shown.
+BACKENDS: Dict[str, Backend] = {
+    "fast": Backend(functools.partial(_alf_runner, *_FPE), "FastParallelEnvironment"),
+    "fast_1pw": Backend(functools.partial(_alf_runner, *_FPE, num_workers=_one_per_worker),
+                        "FastParallelEnvironment, num_workers=num_envs"),
+    "fast_spread": Backend(functools.partial(_alf_runner, *_FPE, worker_cpus="spread"),
+                           'FastParallelEnvironment, worker_cpus="spread"'),
+    "fast_vector": Backend(_fast_vector_runner, "FastVectorEnv"),
+    "fast_vector_1pw": Backend(
+        functools.partial(_fast_vector_runner, num_workers=_one_per_worker),
+        "FastVectorEnv, num_workers=num_envs"),
+    "fast_vector_epw4": Backend(
+        functools.partial(_fast_vector_runner, envs_per_worker=ENVS_PER_WORKER),
+        f"FastVectorEnv, envs_per_worker={ENVS_PER_WORKER}"),
+    "fast_vector_spread": Backend(
+        functools.partial(_fast_vector_runner, worker_cpus="spread"),
+        'FastVectorEnv, worker_cpus="spread"'),
+    "fast_vector_async": Backend(functools.partial(_fast_vector_runner, async_mode=True),
+                                 "FastVectorEnv, batch_size=n/2 (EnvPool-style)"),
+    "parallel": Backend(functools.partial(_alf_runner, *_PAE),
+                        "ParallelAlfEnvironment (pipes)"),
+    "sb3_alf": Backend(functools.partial(_sb3_runner, _sb3_alf),
+                       "alf_env.sb3.FastSubprocVecEnv"),
+    "ray_vector": Backend(functools.partial(_gym_vector_runner, _ray_vector),
+                          f"alf_env.distributed.RayVectorEnv, num_actors={RAY_ACTORS}",
+                          teardown=_LocalRay.stop),
+    "gym_async": Backend(functools.partial(_gym_vector_runner, _gym_async),
+                         "gymnasium AsyncVectorEnv"),
+    "gym_sync": Backend(functools.partial(_gym_vector_runner, gym.vector.SyncVectorEnv),
+                        "gymnasium SyncVectorEnv (in-process)"),
+    "sb3_subproc": Backend(functools.partial(_sb3_runner, _sb3_subproc),
+                           "stable-baselines3 SubprocVecEnv"),
+    "single": Backend(single_runner, "one env, plain loop"),
+    "ceiling": Backend(ceiling_runner, "ceiling: one env per usable CPU, separate "
+                                       "processes, plain loops, summed"),
+    "envpool": Backend(envpool_runner, "EnvPool (C++ envs, one thread per CPU)"),
+}
+assert all(name in BACKENDS for name in REFERENCES)

@@ -1,0 +1,262 @@
+"""The ``alf-env-bench`` command line: arguments, the run, the files it writes."""
+
+import argparse
+import importlib.util
+import json
+import os
+import platform
+import signal
+import sys
+import time
+from dataclasses import asdict
+from importlib.metadata import PackageNotFoundError, version
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+import alf_env
+from alf_env.bench import workloads as bench_workloads
+from alf_env.bench.backends import BACKENDS
+from alf_env.bench.core import CaseResult, Plan, usable_cpus
+from alf_env.bench.measure import ProgressBar, run_all
+from alf_env.bench.plot import plot, plot_ratios
+from alf_env.bench.report import (REFERENCE_COLUMNS, RATIOS, median_or_none, notes,
+                                  paired_ratios, ratio_summary, report_markdown)
+
+#: What ``--quick`` runs (about two minutes on 2 cores): the defaults it changes.
+#: Its workloads whose packages are missing are left out.
+QUICK: Dict[str, Any] = {
+    "workloads": ["W1", "W3", "CartPole-v1", "HalfCheetah-v5", "Pong"],
+    "num_envs": {"W1": [2, 8]},  # 8 for the others
+    "backends": ["fast", "fast_vector", "parallel", "gym_async", "gym_sync", "ceiling",
+                 "envpool"],
+    "repeats": 2, "seconds": 0.2, "warmup": 10}
+#: The defaults of a full run (env counts: each workload's own).
+FULL: Dict[str, Any] = {
+    "workloads": list(bench_workloads.WORKLOADS), "num_envs": None,
+    "backends": list(BACKENDS), "repeats": 3, "seconds": 1.5, "warmup": 50}
+DEFAULT_OUT = "bench_out"
+RESULTS_JSON, RESULTS_MD = "results.json", "results.md"
+PLOT_PNG, RATIO_PNG = "throughput.png", "ratios.png"
+#: Versions recorded with the results, when installed.
+PACKAGES = ("stable_baselines3", "mujoco", "ale_py", "envpool", "ray")
+
+
+def child_pids() -> List[int]:
+    """Pids of this process's live children (Linux ``/proc``; else multiprocessing's)."""
+    task_dir = f"/proc/{os.getpid()}/task"
+    if not os.path.isdir(task_dir):
+        import multiprocessing
+        return [p.pid for p in multiprocessing.active_children() if p.pid]
+    pids: List[int] = []
+    for tid in os.listdir(task_dir):
+        try:
+            with open(os.path.join(task_dir, tid, "children")) as f:
+                pids += [int(p) for p in f.read().split()]
+        except OSError:
+            continue
+    return sorted(set(pids))
+
+
+def check_no_leftovers(grace_seconds: float = 2.0) -> List[int]:
+    """Returns the children still alive after ``grace_seconds``; SIGTERMs them."""
+    deadline = time.monotonic() + grace_seconds
+    while (pids := child_pids()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGTERM)  # our own child, left behind by a backend
+        except ProcessLookupError:
+            pass
+    return pids
+
+
+def _csv(text: str) -> List[str]:
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
+def _int_csv(text: str) -> List[int]:
+    try:
+        return [int(x) for x in _csv(text)]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}")
+
+
+def _backend_help() -> str:
+    return "\n".join(f"  {name:<19} {backend.label}" for name, backend in BACKENDS.items())
+
+
+def _workload_help() -> str:
+    lines = [f"  {name:<19} {w.title}" for name, w in bench_workloads.WORKLOADS.items()]
+    return "\n".join(lines + [f"  {bench_workloads.SWEEP:<19} all of "
+                              f"{','.join(bench_workloads.SWEEP_NAMES)}",
+                              "  or any registered gymnasium id"])
+
+
+def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
+    """Parses the command line; ``--quick`` fills in the defaults it changes.
+
+    Args:
+        argv: the arguments (``None``: ``sys.argv[1:]``).
+    """
+    parser = argparse.ArgumentParser(
+        prog="alf-env-bench",
+        description="Measures env-steps/s of alf_env's batched environments and of\n"
+                    "gymnasium's, SB3's and EnvPool's, interleaved, on the same\n"
+                    "workloads; prints tables, writes JSON, markdown and PNG plots.",
+        epilog="backends:\n" + _backend_help() + "\n\nworkloads:\n" + _workload_help(),
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--workload", "--workloads", dest="workloads", type=_csv,
+                        default=None, metavar="LIST",
+                        help="comma-separated workloads (default: all; with --quick: "
+                             f"{','.join(QUICK['workloads'])} when installed)")
+    parser.add_argument("--num-envs", type=_int_csv, default=None, metavar="LIST",
+                        help="comma-separated env counts for every workload (default: "
+                             "W1 2,4,8,16; W2 4,8,16; W3 2,4,8; 8 for the others; "
+                             "with --quick: W1 2,8, 8 for the others)")
+    parser.add_argument("--backends", type=_csv, default=None, metavar="LIST",
+                        help="comma-separated subset of the backends below (default: all; "
+                             f"with --quick: {','.join(QUICK['backends'])})")
+    parser.add_argument("--steps", type=int, default=None,
+                        help="timed batched steps per measurement (default: run for "
+                             "--seconds)")
+    parser.add_argument("--seconds", type=float, default=None,
+                        help=f"time per measurement without --steps (default "
+                             f"{FULL['seconds']}; {QUICK['seconds']} with --quick)")
+    parser.add_argument("--repeats", type=int, default=None,
+                        help=f"interleaved measurements per backend and case (default "
+                             f"{FULL['repeats']}; {QUICK['repeats']} with --quick)")
+    parser.add_argument("--warmup", type=int, default=None,
+                        help=f"untimed batched steps after reset (default "
+                             f"{FULL['warmup']}; {QUICK['warmup']} with --quick)")
+    parser.add_argument("--out", default=DEFAULT_OUT, metavar="DIR",
+                        help=f"where to write {RESULTS_JSON}, {RESULTS_MD}, {PLOT_PNG} and "
+                             f"{RATIO_PNG} (default: %(default)s)")
+    parser.add_argument("--quick", action="store_true",
+                        help="a smaller run that takes about two minutes")
+    args = parser.parse_args(argv)
+    quick_workloads = args.quick and args.workloads is None
+    for name, value in (QUICK if args.quick else FULL).items():
+        if name != "num_envs" and getattr(args, name) is None:
+            setattr(args, name, list(value) if isinstance(value, list) else value)
+    if quick_workloads:  # --quick leaves out what is not installed
+        args.workloads = [w for w in args.workloads if not bench_workloads.missing_packages(w)]
+    unknown = [b for b in args.backends if b not in BACKENDS]
+    if unknown or not args.backends:
+        parser.error(f"--backends: unknown {unknown}; choose from {','.join(BACKENDS)}")
+    args.workloads = bench_workloads.expand(args.workloads)
+    if not args.workloads:
+        parser.error("--workload: give at least one workload")
+    for workload in args.workloads:
+        try:
+            bench_workloads.get(workload)
+        except ValueError as err:
+            parser.error(f"--workload: {err}")
+    if args.repeats < 1 or (args.steps is not None and args.steps < 1):
+        parser.error("--repeats and --steps must be >= 1")
+    if args.num_envs is not None and (not args.num_envs or min(args.num_envs) < 1):
+        parser.error("--num-envs: give env counts >= 1")
+    if args.seconds <= 0 or args.warmup < 0:
+        parser.error("--seconds must be > 0 and --warmup >= 0")
+    return args
+
+
+def cases_of(args: argparse.Namespace) -> List[Tuple[str, int]]:
+    """The (workload, num_envs) cases to run, in order."""
+    def counts(workload: str) -> Sequence[int]:
+        if args.num_envs:
+            return args.num_envs
+        if args.quick:
+            return QUICK["num_envs"].get(workload, [8])
+        entry = bench_workloads.WORKLOADS.get(workload)
+        return entry.num_envs if entry else [8]
+
+    return [(w, n) for w in args.workloads for n in counts(w)]
+
+
+def environment_info() -> Dict[str, Any]:
+    """Versions and machine facts recorded with the results."""
+    info = {"alf_env": alf_env.__version__, "python": platform.python_version(),
+            "torch": torch.__version__, "gymnasium": gym.__version__,
+            "numpy": np.__version__, "cpus": os.cpu_count(), "usable_cpus": usable_cpus(),
+            "platform": platform.platform(), "date": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    for package in PACKAGES:
+        if importlib.util.find_spec(package) is not None:
+            try:
+                info[package] = version(package)
+            except PackageNotFoundError:  # importable, but not installed by pip
+                info[package] = "unknown"
+    return info
+
+
+def results_json(cases: Sequence[List[CaseResult]]) -> List[Dict[str, Any]]:
+    """Every result with its paired ratios to the reference rows."""
+    out = []
+    for rs in cases:
+        for r in rs:
+            entry = r.to_json()
+            for ref, _ in REFERENCE_COLUMNS:
+                paired = paired_ratios(rs, r.backend, ref)
+                entry[f"x_{ref}"] = median_or_none(paired)
+                entry[f"x_{ref}_spread"] = ratio_summary(paired)
+            out.append(entry)
+    return out
+
+
+def write_results(out_dir: str, cases: Sequence[List[CaseResult]], text: str,
+                  meta: Dict[str, Any], all_notes: Sequence[str]) -> Dict[str, str]:
+    """Writes results.json, results.md, throughput.png and ratios.png; returns their paths."""
+    os.makedirs(out_dir, exist_ok=True)
+    paths = {kind: os.path.join(out_dir, name) for kind, name in
+             (("json", RESULTS_JSON), ("markdown", RESULTS_MD), ("plot", PLOT_PNG),
+              ("ratio_plot", RATIO_PNG))}
+    report = {"meta": meta,
+              "backends": {name: backend.label for name, backend in BACKENDS.items()},
+              "workloads": {name: w.title for name, w in bench_workloads.WORKLOADS.items()},
+              "results": results_json(cases),
+              "ratios": [{"workload": rs[0].workload, "num_envs": rs[0].num_envs,
+                          "ratio": f"{n}/{d}", "paired": paired_ratios(rs, n, d),
+                          "median": median_or_none(paired_ratios(rs, n, d))}
+                         for rs in cases for n, d in RATIOS],
+              "notes": list(all_notes),
+              "files": {kind: os.path.basename(p) for kind, p in paths.items()}}
+    with open(paths["json"], "w") as f:
+        json.dump(report, f, indent=2)
+    with open(paths["markdown"], "w") as f:
+        f.write(text + f"\n![throughput]({PLOT_PNG})\n\n![ratios]({RATIO_PNG})\n")
+    plot(cases, paths["plot"])
+    plot_ratios(cases, paths["ratio_plot"])
+    return paths
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Runs the benchmark (the ``alf-env-bench`` console script).
+
+    Args:
+        argv: the arguments (``None``: ``sys.argv[1:]``).
+
+    Returns:
+        the exit status: 0, 1 (a backend failed or a worker was left
+        running) or 130 (interrupted).
+    """
+    args = parse_args(argv)
+    plan = Plan(warmup=args.warmup, steps=args.steps, seconds=args.seconds)
+    case_list = cases_of(args)
+    progress = ProgressBar(len(case_list) * len(args.backends) * args.repeats, sys.stderr)
+    cases, interrupted = run_all(case_list, args.backends, plan, args.repeats, progress)
+    leftovers = check_no_leftovers()
+    extra = ([f"worker processes left running after the run (sent SIGTERM): {leftovers}"]
+             if leftovers else [])
+    text = report_markdown(cases, plan, args.repeats, extra)
+    sys.stdout.write(text)
+    if cases:
+        meta = dict(environment_info(), args=vars(args), plan=asdict(plan))
+        paths = write_results(args.out, cases, text, meta, notes(cases) + extra)
+        sys.stdout.write(f"\nwrote {paths['json']}, {paths['markdown']}, {paths['plot']}, "
+                         f"{paths['ratio_plot']}\n")
+    failed = any(r.status == "error" for results in cases for r in results)
+    if interrupted:
+        return 130
+    return 1 if failed or leftovers else 0

@@ -1,0 +1,153 @@
+"""The benchmark's plots: env-steps/s against the number of envs, and the
+paired ratios of every backend to the reference rows."""
+
+import os
+import platform
+from typing import Any, Dict, List, Sequence
+
+import numpy as np
+
+from alf_env.bench.backends import BACKENDS, REFERENCES
+from alf_env.bench.core import CaseResult
+from alf_env.bench.report import REFERENCE_COLUMNS, paired_ratios
+from alf_env.bench.workloads import WORKLOADS
+
+PLOT_TITLE = "alf_env throughput (env-steps/s vs. number of envs)"
+RATIO_PLOT_TITLE = "alf_env: paired ratios to the reference rows (median, min-max)"
+DODGE = 0.03  # horizontal offset between backends, in log2 units of the x axis
+COLOURS = dict(zip(BACKENDS, [f"C{i % 10}" for i in range(len(BACKENDS))]))
+
+
+def _compact(value: float, _position: Any = None) -> str:
+    """Tick label: 1.2k, 10k, 1M."""
+    for limit, suffix in ((1e6, "M"), (1e3, "k")):
+        if value >= limit:
+            return f"{value / limit:g}{suffix}"
+    return f"{value:g}"
+
+
+def _style(backend: str) -> Dict[str, Any]:
+    alf = backend.startswith(("fast", "parallel", "sb3_alf", "ray_vector"))
+    return {"color": COLOURS.get(backend, "k"), "marker": "o" if alf else "s",
+            "linestyle": "-" if alf else "--"}
+
+
+def _figure(panels: int, width: float, height: float) -> Any:
+    # No pyplot: no global state, no GUI backend; the figure renders with Agg.
+    from matplotlib.figure import Figure
+
+    columns = min(panels, 2) or 1
+    rows = -(-panels // columns) or 1
+    fig = Figure(figsize=(width * columns, height * rows + 0.9), layout="constrained")
+    axes = fig.subplots(rows, columns, squeeze=False).ravel()
+    for ax in axes[panels:]:
+        ax.set_visible(False)
+    return fig, axes
+
+
+def _finish(fig: Any, drawn: Dict[str, Any], title: str, path: str) -> None:
+    if drawn:
+        names = [b for b in BACKENDS if b in drawn]
+        fig.legend([drawn[b] for b in names],
+                   [f"{b}: {BACKENDS[b].label}" for b in names],
+                   loc="outside lower center", ncols=min(len(names), 2), fontsize=9)
+    fig.suptitle(f"{title} - {os.cpu_count()} CPUs, {platform.machine()}")
+    fig.savefig(path, format="png", dpi=100, metadata={"Title": title})
+
+
+def _log_axis(ax: Any) -> None:
+    from matplotlib.ticker import FuncFormatter, MaxNLocator, NullFormatter
+
+    ax.set_yscale("log")
+    low, high = ax.get_ylim()
+    if high < 10 * low:  # within a decade, log ticks would leave it unlabelled
+        ax.yaxis.set_major_locator(MaxNLocator(nbins=6))
+    ax.yaxis.set_major_formatter(FuncFormatter(_compact))
+    ax.yaxis.set_minor_formatter(NullFormatter())
+    ax.grid(True, which="major", alpha=0.3)
+
+
+def plot(cases: Sequence[List[CaseResult]], path: str) -> None:
+    """Writes a PNG: env-steps/s against the number of envs, one line per backend.
+
+    One panel per workload measured at several env counts (every workload if
+    none was); both axes are logarithmic; the bars show the min-max spread of
+    the repeats. Backends keep their colour in every panel.
+
+    Args:
+        cases: the results, as ``run_all`` returns them.
+        path: the PNG file to write.
+    """
+    from matplotlib.ticker import NullLocator
+
+    counts_of: Dict[str, set] = {}
+    for results in cases:
+        counts_of.setdefault(results[0].workload, set()).add(results[0].num_envs)
+    workloads = [w for w, counts in counts_of.items() if len(counts) > 1] or list(counts_of)
+    fig, axes = _figure(len(workloads), 6.0, 4.2)
+    drawn: Dict[str, Any] = {}
+    for ax, workload in zip(axes, workloads):
+        by_backend: Dict[str, List[CaseResult]] = {}
+        for results in cases:
+            for r in results:
+                if r.workload == workload and r.runs:
+                    by_backend.setdefault(r.backend, []).append(r)
+        for i, (backend, rs) in enumerate(by_backend.items()):
+            rs = sorted(rs, key=lambda r: r.num_envs)
+            med = np.array([r.median for r in rs])
+            low = med - np.array([min(r.rates) for r in rs])
+            high = np.array([max(r.rates) for r in rs]) - med
+            # Backends side by side around each count, so their bars do not overlap.
+            dodge = 2.0 ** (DODGE * (i - (len(by_backend) - 1) / 2))
+            drawn[backend] = ax.errorbar(
+                [r.num_envs * dodge for r in rs], med, yerr=[low, high], capsize=3,
+                markersize=4, linewidth=1.5, **_style(backend))
+        workload_entry = WORKLOADS.get(workload)
+        ax.set_title(workload_entry.title if workload_entry else workload, fontsize=11)
+        ax.set_xscale("log", base=2)
+        counts = sorted(counts_of[workload])
+        ax.set_xticks(counts, [str(c) for c in counts])
+        ax.xaxis.set_minor_locator(NullLocator())
+        _log_axis(ax)
+        ax.set_xlabel("number of envs")
+        ax.set_ylabel("env-steps/s")
+    _finish(fig, drawn, PLOT_TITLE, path)
+
+
+def plot_ratios(cases: Sequence[List[CaseResult]], path: str) -> None:
+    """Writes a PNG: per reference row (gym_async, ceiling, envpool), each
+    backend's paired ratio to it on every case (median, min-max bars).
+
+    Args:
+        cases: the results, as ``run_all`` returns them.
+        path: the PNG file to write.
+    """
+    measured = {r.backend for results in cases for r in results if r.runs}
+    references = [(ref, column) for ref, column in REFERENCE_COLUMNS if ref in measured]
+    backends = [b for b in BACKENDS if b in measured and b not in REFERENCES]
+    fig, axes = _figure(max(len(references), 1), 7.0, 4.0)
+    drawn: Dict[str, Any] = {}
+    for ax, (ref, column) in zip(axes, references):
+        shown = [rs for rs in cases if any(paired_ratios(rs, b, ref) for b in backends)]
+        for i, backend in enumerate(backends):
+            x, med, low, high = [], [], [], []
+            for j, results in enumerate(shown):
+                ratios = paired_ratios(results, backend, ref)
+                if ratios:
+                    x.append(j + 0.8 * (i - (len(backends) - 1) / 2) / max(len(backends), 1))
+                    m = float(np.median(ratios))
+                    med.append(m)
+                    low.append(m - min(ratios))
+                    high.append(max(ratios) - m)
+            if x:
+                style = dict(_style(backend), linestyle="none")
+                drawn[backend] = ax.errorbar(x, med, yerr=[low, high], capsize=2,
+                                             markersize=4, **style)
+        ax.axhline(1.0, color="k", linewidth=0.8)
+        ax.set_xticks(range(len(shown)), [f"{rs[0].workload}\n{rs[0].num_envs} envs"
+                                          for rs in shown], fontsize=8)
+        ax.set_title(f"{column}: env-steps/s / {ref}'s, paired by repeat", fontsize=11)
+        ax.set_ylabel(column)
+        if ax.has_data():
+            _log_axis(ax)
+    _finish(fig, drawn, RATIO_PLOT_TITLE, path)

@@ -1,0 +1,159 @@
+"""The reference rows: one env in a loop, the machine's ceiling, and EnvPool.
+
+- ``single``: one env stepped in a plain loop in this process.
+- ``ceiling``: N independent processes, N = usable CPUs, each stepping one env
+  of the workload in a plain loop; their env-steps/s summed. No batched env of
+  Python envs can beat it on this machine.
+- ``envpool``: EnvPool's own (C++) version of the same env,
+  ``envpool.make_gymnasium(id, num_envs=n, num_threads=usable CPUs)``.
+"""
+
+import importlib.util
+import math
+import multiprocessing
+import time
+from multiprocessing.connection import Connection
+from typing import Any, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from alf_env.bench.core import ACTION_SEED, NUM_ACTIONS, Actions, Plan, Runner, Skip, usable_cpus
+from alf_env.bench.workloads import get as get_workload
+from alf_env.bench.workloads import make_env
+
+#: Seconds a ``ceiling`` process may take to start, warm up or report.
+CEILING_TIMEOUT = 120.0
+
+
+def _plain_loop(env: Any, actions: Sequence[np.ndarray], start: int, count: int,
+                done: bool) -> bool:
+    """Steps ``env`` ``count`` times (a reset after the end of an episode counts
+    as a step, as in the vector envs' auto-reset); returns whether it ended."""
+    n = len(actions)
+    for i in range(start, start + count):
+        if done:
+            env.reset()
+            done = False
+        else:
+            _, _, terminated, truncated, _ = env.step(actions[i % n])
+            done = terminated or truncated
+    return done
+
+
+def single_runner(workload: str, num_envs: int, actions: Actions) -> Runner:
+    """One env in this process; a round is ``num_envs`` env-steps of it."""
+    env = make_env(workload, 0)
+    env.reset(seed=ACTION_SEED)
+    flat = actions.per_env()
+    done = False
+
+    def step(k: int) -> None:
+        nonlocal done
+        done = _plain_loop(env, flat, k * num_envs, num_envs, done)
+
+    return Runner(step=step, close=env.close)
+
+
+def _ceiling_worker(conn: Connection, workload: str, env_id: int,
+                    actions: List[np.ndarray], warmup: int, steps: Optional[int],
+                    seconds: float) -> None:
+    """One ``ceiling`` process: build, warm up, wait for "go", run, report."""
+    try:
+        env = make_env(workload, env_id)
+        try:
+            env.reset(seed=ACTION_SEED + env_id)
+            done = _plain_loop(env, actions, 0, warmup, False)
+            conn.send(("ready", None))
+            conn.recv()
+            clock = time.perf_counter
+            begin = clock()
+            if steps is not None:
+                _plain_loop(env, actions, warmup, steps, done)
+                count = steps
+            else:
+                deadline, count = begin + seconds, 0
+                while clock() < deadline:
+                    done = _plain_loop(env, actions, warmup + count, 16, done)
+                    count += 16
+            conn.send(("done", (count, clock() - begin)))
+        finally:
+            env.close()
+    except Exception as err:  # reported by the parent as the backend's error
+        conn.send(("error", f"{type(err).__name__}: {err}"))
+    finally:
+        conn.close()
+
+
+def _receive(conn: Connection, expected: str, worker: int) -> Any:
+    if not conn.poll(CEILING_TIMEOUT):
+        raise TimeoutError(f"ceiling process {worker} sent nothing for {CEILING_TIMEOUT:g} s")
+    kind, value = conn.recv()
+    if kind == "error":
+        raise RuntimeError(f"ceiling process {worker} failed: {value}")
+    if kind != expected:
+        raise RuntimeError(f"ceiling process {worker}: expected {expected!r}, got {kind!r}")
+    return value
+
+
+def ceiling_runner(workload: str, num_envs: int, actions: Actions) -> Runner:
+    """N = usable CPUs processes, each stepping one env alone; rates summed.
+
+    Each process does ``num_envs / N`` times a batched backend's rounds (with
+    ``--steps``) or runs for the same time (with ``--seconds``).
+    """
+    processes = usable_cpus()
+    flat = actions.per_env()
+    context = multiprocessing.get_context("fork")
+    started: List[Tuple[Any, Connection]] = []
+
+    def close() -> None:
+        for proc, conn in started:
+            conn.close()
+            proc.join(5.0)
+            if proc.is_alive():
+                proc.kill()
+                proc.join()
+        started.clear()
+
+    def timed(plan: Plan) -> Tuple[int, float]:
+        steps = (None if plan.steps is None
+                 else math.ceil(plan.steps * num_envs / processes))
+        for i in range(processes):
+            parent, child = context.Pipe()
+            proc = context.Process(
+                target=_ceiling_worker, name=f"bench-ceiling-{i}", daemon=True,
+                args=(child, workload, i, flat, plan.warmup * num_envs // processes,
+                      steps, plan.seconds))
+            proc.start()
+            child.close()
+            started.append((proc, parent))
+        for i, (_, conn) in enumerate(started):
+            _receive(conn, "ready", i)
+        for _, conn in started:
+            conn.send("go")
+        counts = [_receive(conn, "done", i) for i, (_, conn) in enumerate(started)]
+        env_steps = sum(count for count, _ in counts)
+        rate = sum(count / seconds for count, seconds in counts)
+        return env_steps, env_steps / rate
+
+    return Runner(step=lambda k: None, close=close, timed=timed)
+
+
+def envpool_runner(workload: str, num_envs: int, actions: Actions) -> Runner:
+    """EnvPool's version of the workload, one thread per usable CPU."""
+    envpool_id = get_workload(workload).envpool_id
+    if envpool_id is None:
+        raise Skip("EnvPool has no version of this workload")
+    if importlib.util.find_spec("envpool") is None:
+        raise Skip("envpool is not installed (`pip install envpool` adds this row)")
+    import envpool
+
+    env = envpool.make_gymnasium(envpool_id, num_envs=num_envs, num_threads=min(usable_cpus(), num_envs),
+                                 seed=ACTION_SEED)
+    try:
+        env.reset()
+    except BaseException:
+        env.close()
+        raise
+    batches = actions.numpy
+    return Runner(step=lambda k: env.step(batches[k % NUM_ACTIONS]), close=env.close)
