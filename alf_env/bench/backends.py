@@ -145,10 +145,11 @@ class _LocalRay:
 
     @classmethod
     def ensure(cls) -> None:
-        if importlib.util.find_spec("ray") is None:
-            raise Skip("ray is not installed (`pip install alf_env[ray]` adds this backend)")
-        import ray
-
+        try:
+            import ray
+        except ImportError:
+            raise Skip("ray is not installed (`pip install alf_env[ray]` adds this "
+                       "backend)") from None
         if not ray.is_initialized():
             ray.init(num_cpus=usable_cpus(), include_dashboard=False,
                      log_to_driver=False)

@@ -1,0 +1,181 @@
+"""alf_env.bench.backends and .references: what each backend builds, and when it is
+skipped instead."""
+
+import math
+import sys
+import types
+from typing import Any, Dict, List
+
+import gymnasium as gym
+import pytest
+
+from alf_env.bench import backends, references, workloads
+from alf_env.bench.core import Actions, CaseResult, Plan, Skip, usable_cpus
+from alf_env.bench.measure import ProgressBar, measure, run_all
+
+PLAN = Plan(warmup=2, steps=10, seconds=0.1)
+
+
+class RecordingVectorEnv(gym.vector.SyncVectorEnv):
+    """A stand-in for a vector env class that records its keyword arguments."""
+    calls: List[Dict[str, Any]] = []
+
+    def __init__(self, env_fns, *, batch_size=None, envs_per_worker=1, num_workers=None,
+                 worker_cpus=None, num_actors=None):
+        kwargs = dict(batch_size=batch_size, envs_per_worker=envs_per_worker,
+                      num_workers=num_workers, worker_cpus=worker_cpus,
+                      num_actors=num_actors)
+        RecordingVectorEnv.calls.append({k: v for k, v in kwargs.items()
+                                         if v is not None and (k, v) != ("envs_per_worker", 1)})
+        super().__init__(env_fns)
+
+
+@pytest.fixture
+def recording(monkeypatch):
+    RecordingVectorEnv.calls = []
+    import alf_env.vector
+    monkeypatch.setattr(alf_env.vector, "FastVectorEnv", RecordingVectorEnv)
+    return RecordingVectorEnv.calls
+
+
+@pytest.mark.parametrize("backend, kwargs", [
+    ("fast_vector", {}),  # default arguments: a change of a default shows up here
+    ("fast_vector_1pw", {"num_workers": 4}),
+    ("fast_vector_epw4", {"envs_per_worker": 4}),
+    ("fast_vector_spread", {"worker_cpus": "spread"}),
+    ("fast_vector_async", {"batch_size": 2}),
+])
+def test_fast_vector_backends_pass_only_their_own_arguments(recording, backend, kwargs):
+    runner = backends.BACKENDS[backend].build("W1", 4, Actions.make("W1", 4))
+    runner.close()
+    assert recording == [kwargs]
+    assert runner.env_steps_per_round == (2 if backend == "fast_vector_async" else None)
+
+
+def test_an_argument_the_class_does_not_take_yet_is_a_skip():
+    class Old:
+        def __init__(self, env_fns, worker_cpus=None):
+            pass
+
+    backends._check_kwargs(Old, {"worker_cpus": "spread"})
+    with pytest.raises(Skip, match="Old has no argument num_workers"):
+        backends._check_kwargs(Old, {"num_workers": 8})
+
+
+def test_epw4_needs_a_multiple_of_four(recording):
+    with pytest.raises(Skip, match="needs a multiple of 4 envs"):
+        backends.BACKENDS["fast_vector_epw4"].build("W1", 6, Actions.make("W1", 6))
+    assert recording == []
+
+
+def test_ceiling_runs_one_process_per_usable_cpu_and_sums_their_rates():
+    num_envs = 3
+    runner = references.ceiling_runner("W1", num_envs, Actions.make("W1", num_envs))
+    try:
+        env_steps, seconds = runner.timed(PLAN)
+    finally:
+        runner.close()
+    processes = usable_cpus()
+    assert env_steps == processes * math.ceil(PLAN.steps * num_envs / processes)
+    assert 0 < seconds < 60
+
+
+def test_a_failing_ceiling_process_is_an_error_of_the_backend(monkeypatch):
+    def broken(env_id: int = 0) -> gym.Env:
+        raise OSError("no display")
+
+    monkeypatch.setitem(workloads.WORKLOADS, "W1", workloads.WORKLOADS["W1"]._replace(
+        make=broken))
+    actions = Actions.make("W2", 2)  # W1 cannot make its probe any more
+    with pytest.raises(RuntimeError, match=r"ceiling process \d failed: OSError: no display"):
+        measure(references.ceiling_runner, "W1", 2, actions, PLAN)
+
+
+def test_envpool_steps_its_own_version_of_the_env():
+    run = measure(references.envpool_runner, "CartPole-v1", 4,
+                  Actions.make("CartPole-v1", 4), PLAN)
+    assert run.env_steps == PLAN.steps * 4 and run.rate > 0
+
+
+def test_envpool_is_skipped_for_synthetic_workloads_and_when_not_installed(monkeypatch):
+    with pytest.raises(Skip, match="EnvPool has no version of this workload"):
+        references.envpool_runner("S100", 2, Actions.make("S100", 2))
+    real_find_spec = references.importlib.util.find_spec
+    monkeypatch.setattr(references.importlib.util, "find_spec",
+                        lambda name: None if name == "envpool" else real_find_spec(name))
+    with pytest.raises(Skip, match=r"envpool is not installed \(`pip install envpool`"):
+        references.envpool_runner("CartPole-v1", 2, Actions.make("CartPole-v1", 2))
+
+
+def test_single_is_num_envs_steps_of_one_env_per_round():
+    run = measure(references.single_runner, "W1", 3, Actions.make("W1", 3), PLAN)
+    assert run.env_steps == PLAN.steps * 3
+
+
+@pytest.mark.parametrize("backend, module", [("sb3_alf", "alf_env.sb3"),
+                                             ("ray_vector", "alf_env.distributed")])
+def test_helper_backends_report_not_available_when_their_module_does_not_import(
+        monkeypatch, backend, module):
+    monkeypatch.setitem(sys.modules, module, None)  # makes the import raise ImportError
+    cases, _ = run_all([("W1", 2)], [backend], PLAN, 2, ProgressBar(2, open("/dev/null", "w")))
+    (result,) = cases[0]
+    assert (result.status, result.runs) == ("skipped", [])
+    assert result.note.startswith(f"{module}.") and " not available (ModuleNotFoundError: " in result.note
+
+
+def test_sb3_alf_runs_fast_subproc_vec_env_with_default_arguments(monkeypatch):
+    from stable_baselines3.common.vec_env import DummyVecEnv
+
+    made = []
+
+    def fast_subproc_vec_env(env_fns):
+        made.append(len(env_fns))
+        return DummyVecEnv(env_fns)
+
+    monkeypatch.setitem(sys.modules, "alf_env.sb3", types.SimpleNamespace(
+        FastSubprocVecEnv=fast_subproc_vec_env))
+    run = measure(backends.BACKENDS["sb3_alf"].build, "W1", 2, Actions.make("W1", 2), PLAN)
+    assert made == [2] and run.env_steps == PLAN.steps * 2
+
+
+class FakeRay(types.SimpleNamespace):
+    """Records what the ``ray_vector`` backend does with Ray."""
+
+    def __init__(self, initialized: bool) -> None:
+        super().__init__(calls=[], initialized=initialized)
+
+    def is_initialized(self) -> bool:
+        return self.initialized
+
+    def init(self, **kwargs: Any) -> None:
+        self.calls.append(("init", kwargs))
+        self.initialized = True
+
+    def shutdown(self) -> None:
+        self.calls.append(("shutdown", {}))
+        self.initialized = False
+
+
+@pytest.mark.parametrize("already_running", [False, True])
+def test_ray_vector_starts_and_stops_a_local_ray_only_if_none_runs(monkeypatch,
+                                                                   already_running):
+    ray = FakeRay(already_running)
+    monkeypatch.setitem(sys.modules, "ray", ray)
+    monkeypatch.setitem(sys.modules, "alf_env.distributed", types.SimpleNamespace(
+        RayVectorEnv=RecordingVectorEnv))
+    RecordingVectorEnv.calls = []
+    cases, interrupted = run_all([("W1", 2)], ["ray_vector"], PLAN, 2,
+                                 ProgressBar(2, open("/dev/null", "w")))
+    (result,) = cases[0]
+    assert (result.status, len(result.runs), interrupted) == ("ok", 2, False), result.note
+    assert RecordingVectorEnv.calls == [{"num_actors": 2}] * 2
+    if already_running:
+        assert ray.calls == []  # the user's Ray is left alone
+    else:
+        assert ray.calls == [("init", {"num_cpus": usable_cpus(), "include_dashboard": False,
+                                       "log_to_driver": False}), ("shutdown", {})]
+
+
+def test_every_backend_has_a_label_and_the_references_are_backends():
+    assert all(b.label for b in backends.BACKENDS.values())
+    assert set(backends.REFERENCES) <= set(backends.BACKENDS)
