@@ -1,0 +1,45 @@
+"""Lazy access to Ray (an optional dependency) and how its errors map to ours."""
+
+from typing import Any, Dict, Optional
+
+from absl import logging
+
+#: ``ray.init`` arguments used when a distributed env is built with no Ray
+#: instance running (as Ray's own libraries do, it starts a local one).
+DEFAULT_INIT_KWARGS: Dict[str, Any] = {"include_dashboard": False,
+                                       "log_to_driver": True}
+
+
+def import_ray() -> Any:
+    """Imports Ray, or explains how to install it.
+
+    Raises:
+        ImportError: Ray is not installed.
+    """
+    try:
+        import ray  # pylint: disable=import-outside-toplevel
+    except ImportError as exc:
+        raise ImportError(
+            "alf_env.distributed needs Ray, which is not installed; install it with "
+            "`pip install alf_env[ray]` (or `pip install 'ray>=2.9'`)") from exc
+    return ray
+
+
+def ensure_initialized(init_kwargs: Optional[Dict[str, Any]] = None) -> Any:
+    """Returns the ``ray`` module, starting a local Ray instance if none is connected.
+
+    To use a cluster, call ``ray.init(address=...)`` (or set ``RAY_ADDRESS``)
+    before building the env.
+    """
+    ray = import_ray()
+    if not ray.is_initialized():
+        kwargs = dict(DEFAULT_INIT_KWARGS, **(init_kwargs or {}))
+        logging.info("alf_env.distributed: no Ray instance connected; ray.init(%s)", kwargs)
+        ray.init(**kwargs)
+    return ray
+
+
+def is_death(ray: Any, exc: BaseException) -> bool:
+    """Whether a Ray error means that the actor (or its node) is gone."""
+    return isinstance(exc, (ray.exceptions.RayActorError, ray.exceptions.ObjectLostError,
+                            ray.exceptions.NodeDiedError))

@@ -1,0 +1,139 @@
+"""The Ray actor that hosts a share of the envs in a local batched env.
+
+The actor class is plain Python (:class:`EnvActor`); :func:`actor_class`
+wraps it with ``ray.remote`` when a distributed env is built, so importing
+this module needs no Ray. Every method catches what the hosted env raises and
+returns it as a :class:`Failure` value, so a Ray error seen by the front end
+always means that the actor itself (or its node) is gone.
+"""
+
+import os
+import socket
+from typing import Any, Callable, Dict, List, Optional
+
+from alf_env.environments.process_environment import RemoteException
+from alf_env.errors import EnvironmentProcessError, WorkerDiedError
+
+
+class Failure:
+    """An exception raised by the hosted env, on its way to the front end.
+
+    Attributes:
+        remote: the exception in a form that always pickles (type, message,
+            traceback, env id).
+        node: where it was raised (``host (ip)``).
+    """
+
+    def __init__(self, exc: BaseException, offset: int, during: str, node: str) -> None:
+        local = _local_env_id(exc)
+        if isinstance(exc, WorkerDiedError) and local is not None:
+            # A dead env worker of the actor: the same error, naming the front end's id.
+            exc = WorkerDiedError(local + offset, exc.exitcode, exc.during)
+        self.remote = RemoteException(exc, None if local is None else local + offset, during)
+        if self.remote.exception is not None and getattr(exc, "__notes__", None):
+            exc.__notes__ = []  # they name the local env id; to_exception names the global one
+        self.node = node
+
+    @property
+    def is_worker_death(self) -> bool:
+        """Whether an env worker process of the actor died (its env is unusable)."""
+        return isinstance(self.remote.exception, WorkerDiedError)
+
+    def to_exception(self, actor_index: int) -> BaseException:
+        """The exception to raise in the front end: the original type when it
+        pickles, chained to an ``EnvironmentProcessError`` with the traceback."""
+        exc = self.remote.to_exception()
+        if hasattr(exc, "add_note"):
+            exc.add_note(f"(raised in Ray actor {actor_index} on {self.node})")
+        return exc
+
+
+def _local_env_id(exc: BaseException) -> Optional[int]:
+    """The env id (local to the hosted env) that an alf_env error chain names."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        env_id = getattr(exc, "env_id", None)
+        if isinstance(exc, EnvironmentProcessError) and env_id is not None:
+            return int(env_id)
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+class EnvActor:
+    """Hosts the env built by ``factory`` (the envs ``offset`` ... of the front end).
+
+    Args:
+        factory: builds the hosted env in the actor's process: an object with
+            ``describe()``, ``close(terminate)`` and the methods the front end
+            calls through :meth:`run` (e.g. a host of a ``FastVectorEnv`` of
+            the actor's share of ``env_fns``).
+        offset: the front end's id of the hosted env's first env.
+    """
+
+    def __init__(self, factory: Callable[[], Any], offset: int) -> None:
+        self._factory = factory
+        self._offset = offset
+        self._env: Any = None
+        self._node = f"{socket.gethostname()} ({_node_ip()})"
+
+    def start(self) -> Any:
+        """Builds the hosted env; returns ``(describe(), where())`` (or a Failure)."""
+        try:
+            self._env = self._factory()
+            return self._env.describe(), self.where()
+        except BaseException as exc:  # noqa: BLE001 -- travels home as a value
+            return Failure(exc, self._offset, "start", self._node)
+
+    def run(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        """Calls ``method`` of the hosted env; its value, or a :class:`Failure`."""
+        try:
+            return getattr(self._env, method)(*args, **kwargs)
+        except BaseException as exc:  # noqa: BLE001 -- travels home as a value
+            return Failure(exc, self._offset, method, self._node)
+
+    def where(self) -> Dict[str, Any]:
+        """Where the actor runs: ``node`` (host and IP), ``node_id`` (Ray's),
+        ``pid`` and the ``worker_pids`` of its env."""
+        pids: List[int] = []
+        if self._env is not None and hasattr(self._env, "worker_pids"):
+            pids = list(self._env.worker_pids())
+        return {"node": self._node, "node_id": _node_id(), "pid": os.getpid(),
+                "worker_pids": pids}
+
+    def close(self, terminate: bool = False) -> Optional[Failure]:
+        """Closes the hosted env (bounded by the env's own close)."""
+        env, self._env = self._env, None
+        if env is None:
+            return None
+        try:
+            env.close(terminate=terminate)
+            return None
+        except BaseException as exc:  # noqa: BLE001 -- travels home as a value
+            return Failure(exc, self._offset, "close", self._node)
+
+
+def _node_ip() -> str:
+    try:
+        import ray  # pylint: disable=import-outside-toplevel
+        return ray.util.get_node_ip_address()
+    except Exception:  # noqa: BLE001 -- only for messages
+        return "unknown ip"
+
+
+def _node_id() -> str:
+    try:
+        import ray  # pylint: disable=import-outside-toplevel
+        return ray.get_runtime_context().get_node_id()
+    except Exception:  # noqa: BLE001 -- only for messages and placement checks
+        return ""
+
+
+_REMOTE_CLASS: Dict[str, Any] = {}
+
+
+def actor_class(ray: Any) -> Any:
+    """``EnvActor`` as a Ray actor class (built once per process)."""
+    if "cls" not in _REMOTE_CLASS:
+        _REMOTE_CLASS["cls"] = ray.remote(max_restarts=0, max_task_retries=0)(EnvActor)
+    return _REMOTE_CLASS["cls"]

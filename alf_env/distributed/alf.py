@@ -1,0 +1,223 @@
+"""``RayParallelAlfEnvironment``: the ``ParallelAlfEnvironment`` contract on Ray actors.
+
+A thin layer on the engine of :class:`~alf_env.distributed.vector_env.RayVectorEnv`
+(:class:`~alf_env.distributed.engine.ActorGroup`): actor ``j`` hosts its
+share of the env constructors in a local
+:class:`~alf_env.environments.fast_parallel_environment.FastParallelEnvironment`
+and returns numpy time steps; this front end checks and splits the action,
+joins the actors' rows into one batched ``TimeStep`` of torch tensors and
+renumbers ``env_id`` into ``[0, batch_size)``. Episodes auto-reset in the
+actors, as in ``ParallelAlfEnvironment``. A recreated actor (restart policy)
+answers the step that saw the death with its envs' ``FIRST`` time steps.
+"""
+
+import functools
+import inspect
+from typing import Any, Callable, Dict, List, Optional, Sequence
+
+import numpy as np
+import torch
+
+from alf_env import nest
+from alf_env.data_structures import TimeStep
+from alf_env.distributed.engine import ActorGroup, Job, raise_first_failure
+from alf_env.distributed.hosts import plan_shares
+from alf_env.distributed.restart import RestartPolicy
+from alf_env.environments.alf_environment import AlfEnvironment
+from alf_env.environments.spec_checks import ActionChecker
+from alf_env.errors import EnvironmentClosedError
+
+__all__ = ["RayParallelAlfEnvironment"]
+
+#: ``ray.remote`` options of the actors when ``actor_options`` is ``None``.
+DEFAULT_ACTOR_OPTIONS: Dict[str, Any] = {"num_cpus": 1, "scheduling_strategy": "SPREAD"}
+
+
+class RayParallelAlfEnvironment(AlfEnvironment):
+    """Batched ALF environment whose envs run on ``num_actors`` Ray actors.
+
+    Args:
+        env_constructors: one constructor per env; it gets ``env_id`` (its
+            index here) as a keyword argument when its signature accepts one.
+        num_actors: how many actors share the envs (consecutive, as even as
+            possible).
+        actor_options: ``ray.remote`` options of each actor (default: 1 CPU,
+            SPREAD); see ``RayVectorEnv``.
+        restart_policy: recreate dead actors (``None``: a death raises
+            ``ActorDiedError``, then only ``close()`` works).
+        timeout: seconds each reset, step and call may wait (``None``: no
+            limit); then ``EnvTimeoutError``.
+        env_kwargs: arguments of each actor's ``FastParallelEnvironment``
+            (``flatten``, ``start_method``, ``torch_num_threads_per_env``,
+            ``spin_us``, ``worker_cpus``, ...).
+        start_timeout: seconds the actors may take to be placed and start.
+    """
+
+    def __init__(self, env_constructors: Sequence[Callable[..., Any]], *, num_actors: int,
+                 actor_options: Optional[Dict[str, Any]] = None,
+                 restart_policy: Optional[RestartPolicy] = None,
+                 timeout: Optional[float] = None,
+                 env_kwargs: Optional[Dict[str, Any]] = None,
+                 start_timeout: float = 300.0) -> None:
+        super().__init__()
+        ctors = list(env_constructors)
+        self._shares = plan_shares(len(ctors), num_actors, len(ctors), None)
+        self._timeout = timeout
+        factories = [functools.partial(AlfHost, [functools.partial(_with_env_id, ctors[i], i)
+                                                 for i in share], dict(env_kwargs or {}))
+                     for share in self._shares]
+        options = dict(DEFAULT_ACTOR_OPTIONS if actor_options is None else actor_options)
+        self._group = ActorGroup(factories, self._shares, actor_options=options,
+                                 restart_policy=restart_policy, on_restart=self._restart,
+                                 start_timeout=start_timeout)
+        described = self._group.start()
+        (self._time_step_spec, self._observation_spec, self._action_spec, self._reward_spec,
+         self._env_info_spec, env_batch_size) = described[0]
+        sizes = [len(share) * env_batch_size for share in self._shares]
+        self._offsets = np.cumsum([0] + sizes[:-1]).tolist()
+        self._bounds = [(o, o + s) for o, s in zip(self._offsets, sizes)]
+        self._batch_size = int(sum(sizes))
+        self._check_action = ActionChecker(self._action_spec, self._batch_size)
+
+    @property
+    def batched(self) -> bool:
+        return True
+
+    @property
+    def batch_size(self) -> int:
+        return self._batch_size
+
+    def observation_spec(self) -> Any:
+        return self._observation_spec
+
+    def action_spec(self) -> Any:
+        return self._action_spec
+
+    def reward_spec(self) -> Any:
+        return self._reward_spec
+
+    def env_info_spec(self) -> Any:
+        return self._env_info_spec
+
+    def time_step_spec(self) -> Any:
+        return self._time_step_spec
+
+    def seed(self, seeds: Sequence[int]) -> None:
+        """Seeds env ``i`` with ``seeds[i]`` (one seed per env)."""
+        self._check_usable()
+        seeds = list(seeds)
+        n = self._shares[-1].stop
+        if len(seeds) != n:
+            raise ValueError(f"seeds: expected {n} seeds (one per env), got {len(seeds)}")
+        self._group.call_all("seed", [(seeds[s.start:s.stop],) for s in self._shares],
+                             self._timeout, "seed")
+
+    def call_envs_with_same_args(self, name: str, *args: Any, **kwargs: Any) -> List[Any]:
+        """Calls ``env.name(*args, **kwargs)`` in every env; their values in env order."""
+        self._check_usable()
+        values = self._group.call_all("call_envs_with_same_args",
+                                      [(name, args, kwargs)] * len(self._shares),
+                                      self._timeout, f"call of {name!r}")
+        return [v for group in values for v in group]
+
+    def render(self, mode: str = "rgb_array") -> Any:
+        """Renders env 0 (on actor 0)."""
+        self._check_usable()
+        return self._group.call_all("render", {0: (mode,)}, self._timeout, "render")[0]
+
+    def actor_info(self) -> List[Dict[str, Any]]:
+        """Where each actor runs: ``envs``, ``node``, ``pid``, ``worker_pids``, ``restarts``."""
+        self._check_usable()
+        return [dict(where, envs=list(share), restarts=restarts) for share, where, restarts
+                in zip(self._shares, self._group.where, self._group.restarts)]
+
+    def _reset(self) -> TimeStep:
+        self._check_usable()
+        for j in range(len(self._shares)):
+            self._group.post(j, "reset", restarted=j in self._group.fresh)
+        return self._gather("reset")
+
+    def _step(self, action: Any) -> TimeStep:
+        self._check_usable()
+        flat = self._check_action.flat(action)
+        for j, (lo, hi) in enumerate(self._bounds):
+            if j in self._group.fresh:
+                self._group.post(j, "reset", restarted=True)
+            else:
+                self._group.post(j, "step", [a[lo:hi] for a in flat])
+        return self._gather("step")
+
+    def _gather(self, during: str) -> TimeStep:
+        n = len(self._shares)
+        results = sorted(self._group.collect(range(n), n, self._timeout, during))
+        raise_first_failure(results)
+        parts = [value for _, _, value in results]
+        time_step = nest.map_structure(lambda *xs: torch.from_numpy(np.concatenate(xs)),
+                                       *parts)
+        offsets = np.repeat(self._offsets, [hi - lo for lo, hi in self._bounds])
+        return time_step._replace(env_id=time_step.env_id + torch.from_numpy(
+            offsets.astype(np.int32)))
+
+    def _restart(self, j: int, job: Job) -> None:
+        self._group.post(j, "reset", restarted=True)
+
+    def _check_usable(self) -> None:
+        self._check_not_closed()
+        if self._group.broken is not None:
+            raise self._group.broken
+
+    def _close(self) -> None:
+        self._group.close()
+
+
+class AlfHost:
+    """A ``FastParallelEnvironment`` of an actor's share (runs in the actor);
+    time steps go home as numpy arrays."""
+
+    def __init__(self, ctors: List[Callable[..., Any]], env_kwargs: Dict[str, Any]) -> None:
+        from alf_env.environments.fast_parallel_environment import (  # pylint: disable=import-outside-toplevel
+            FastParallelEnvironment)
+        self.env = FastParallelEnvironment(ctors, **env_kwargs)
+
+    def describe(self) -> tuple:
+        env = self.env
+        per_env = env.batch_size // len(env.envs)
+        return (env.time_step_spec(), env.observation_spec(), env.action_spec(),
+                env.reward_spec(), env.env_info_spec(), per_env)
+
+    def reset(self) -> TimeStep:
+        return _to_numpy(self.env.reset())
+
+    def step(self, flat_action: List[np.ndarray]) -> TimeStep:
+        action = nest.pack_sequence_as(self.env.action_spec(),
+                                       [torch.from_numpy(a) for a in flat_action])
+        return _to_numpy(self.env.step(action))
+
+    def seed(self, seeds: List[int]) -> None:
+        self.env.seed(seeds)
+
+    def call_envs_with_same_args(self, name: str, args: tuple, kwargs: dict) -> List[Any]:
+        return self.env.call_envs_with_same_args(name, *args, **kwargs)
+
+    def render(self, mode: str) -> Any:
+        return self.env.render(mode)
+
+    def worker_pids(self) -> List[int]:
+        return self.env.worker_pids()
+
+    def close(self, terminate: bool = False) -> None:
+        self.env.close()
+
+
+def _to_numpy(time_step: TimeStep) -> TimeStep:
+    return nest.map_structure(
+        lambda t: t.numpy() if isinstance(t, torch.Tensor) else t, time_step)
+
+
+def _with_env_id(ctor: Callable[..., Any], global_id: int, **_: Any) -> Any:
+    """Calls ``ctor`` with the front end's env id if it takes an ``env_id``."""
+    try:
+        takes_id = "env_id" in inspect.signature(ctor).parameters
+    except (TypeError, ValueError):
+        takes_id = False
+    return ctor(env_id=global_id) if takes_id else ctor()

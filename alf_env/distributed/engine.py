@@ -1,0 +1,328 @@
+"""``ActorGroup``: the Ray actors of one distributed env, their jobs and their deaths.
+
+Both front ends (:mod:`~alf_env.distributed.vector_env` and
+:mod:`~alf_env.distributed.alf`) run on it. Actor ``j`` hosts the envs
+``shares[j]``; at most one job (a method call of the hosted env) per actor is
+in flight, as an ``ObjectRef``. :meth:`ActorGroup.collect` waits for the
+first jobs to finish with ``ray.wait``, so a wait is bounded by its
+``timeout``, and an actor or node that dies is seen as soon as Ray reports it
+(a ``RayActorError``) and raises :class:`~alf_env.distributed.restart.ActorDiedError`,
+or, under a :class:`~alf_env.distributed.restart.RestartPolicy`, is recreated
+in place.
+"""
+
+import dataclasses
+import time
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple, Union
+
+from absl import logging
+
+from alf_env.distributed._ray import ensure_initialized, is_death
+from alf_env.distributed.actor import Failure, actor_class
+from alf_env.distributed.restart import ActorDiedError, RestartPolicy
+from alf_env.errors import EnvironmentProcessError, EnvTimeoutError, WorkerDiedError
+
+#: seconds ``close()`` waits for Ray to confirm that killed actors are gone.
+KILL_CONFIRM_TIMEOUT = 10.0
+#: default seconds ``close()`` lets the actors close their envs politely.
+CLOSE_TIMEOUT = 10.0
+
+
+@dataclasses.dataclass
+class Job:
+    """A method call of an actor's hosted env, in flight."""
+    method: str
+    args: tuple
+    kwargs: dict
+    ref: Any
+    restarted: bool = False  # posted to a recreated actor, to report the restart
+
+
+class ActorGroup:
+    """The actors hosting the envs of one distributed env.
+
+    Args:
+        factories: one zero-argument constructor of the hosted env per actor.
+        shares: the front end's env ids hosted by each actor.
+        actor_options: ``ray.remote`` options of every actor (``num_cpus``,
+            ``resources``, ``scheduling_strategy``, ``runtime_env``, ...).
+        restart_policy: what to do when an actor dies (``None``: raise).
+        start_timeout: seconds the actors may take to be placed and to build
+            their envs.
+    """
+
+    def __init__(self, factories: Sequence[Callable[[], Any]], shares: Sequence[range], *,
+                 actor_options: Dict[str, Any], restart_policy: Optional[RestartPolicy],
+                 on_restart: Callable[[int, "Job"], None], start_timeout: float) -> None:
+        self._ray = ensure_initialized()
+        self._cls = actor_class(self._ray)
+        self._factories = list(factories)
+        self.shares = list(shares)
+        self._options = dict(actor_options)
+        self.policy = restart_policy
+        self.on_restart = on_restart
+        self._calls: Dict[int, Tuple[str, tuple, Any]] = {}
+        self._call_values: Dict[int, Any] = {}
+        self._call_order: List[int] = []
+        self._start_timeout = start_timeout
+        self.actors: List[Any] = [None] * len(self.shares)
+        self.where: List[Dict[str, Any]] = [{} for _ in self.shares]
+        self.restarts = [0] * len(self.shares)
+        self.jobs: Dict[int, Job] = {}                 # actor -> job in flight (oldest first)
+        self._done: Dict[int, Tuple[Job, Any]] = {}    # actor -> finished job, not collected
+        self.fresh: Set[int] = set()                   # recreated, restart not yet reported
+        self.broken: Optional[BaseException] = None
+
+    # -- life cycle -----------------------------------------------------------------
+
+    def start(self) -> List[Any]:
+        """Creates every actor and builds its envs; returns each ``describe()``.
+
+        On any failure every actor is killed before the error propagates.
+        """
+        try:
+            refs = [self._create(j) for j in range(len(self.shares))]
+            values = self._get_all(refs, self._start_timeout, "start")
+            described = []
+            for j, value in enumerate(values):
+                described.append(self._started(j, value))
+            return described
+        except BaseException:
+            self.close(terminate=True)
+            raise
+
+    def _create(self, j: int) -> Any:
+        self.actors[j] = self._cls.options(**self._options).remote(
+            self._factories[j], self.shares[j].start)
+        return self.actors[j].start.remote()
+
+    def _started(self, j: int, value: Any) -> Any:
+        if isinstance(value, Failure):
+            raise value.to_exception(j)
+        described, self.where[j] = value
+        return described
+
+    def _get_all(self, refs: List[Any], timeout: float, during: str) -> List[Any]:
+        ready, pending = self._ray.wait(refs, num_returns=len(refs), timeout=timeout)
+        if pending:
+            late = [refs.index(r) for r in pending]
+            raise EnvTimeoutError(
+                f"Ray actors {late} (envs {self._env_ids(late)}) did not {during} within "
+                f"{timeout:.3g} s: are there nodes with the resources of actor_options="
+                f"{self._options}? (`ray status` shows what the cluster has)")
+        values = []
+        for j, ref in enumerate(refs):
+            try:
+                values.append(self._ray.get(ref))
+            except self._ray.exceptions.RayError as exc:
+                raise self._death(j, exc, during) from exc
+        return values
+
+    def close(self, terminate: bool = False, timeout: Optional[float] = None) -> None:
+        """Closes the hosted envs (politely unless ``terminate``), then kills every
+        actor and waits (bounded) until Ray confirms that each is gone."""
+        timeout = CLOSE_TIMEOUT if timeout is None else timeout
+        live = [(j, a) for j, a in enumerate(self.actors) if a is not None]
+        if not terminate and self.broken is None and live:
+            refs = [a.close.remote(False) for _, a in live]
+            ready, _ = self._ray.wait(refs, num_returns=len(refs), timeout=timeout)
+            for (j, _), ref in zip(live, refs):
+                if ref in ready:
+                    try:
+                        value = self._ray.get(ref)
+                    except self._ray.exceptions.RayError:
+                        continue  # dead already: the kill below is enough
+                    if isinstance(value, Failure):
+                        logging.warning("Ray actor %d: closing its envs raised %s: %s\n%s", j,
+                                        value.remote.type_name, value.remote.message,
+                                        value.remote.traceback_text)
+        for _, actor in live:
+            self._ray.kill(actor, no_restart=True)
+        self._confirm_gone([a for _, a in live])
+        self.actors = [None] * len(self.shares)
+        self.jobs.clear()
+        self._done.clear()
+        self._calls.clear()
+
+    def _confirm_gone(self, actors: List[Any]) -> None:
+        refs = [a.where.remote() for a in actors]
+        ready, pending = self._ray.wait(refs, num_returns=len(refs),
+                                        timeout=KILL_CONFIRM_TIMEOUT)
+        if pending:
+            logging.warning("Ray did not confirm within %.0f s that %d killed actors are "
+                            "gone", KILL_CONFIRM_TIMEOUT, len(pending))
+
+    # -- jobs -------------------------------------------------------------------------
+
+    def post(self, j: int, method: str, *args: Any, restarted: bool = False,
+             **kwargs: Any) -> None:
+        """Starts ``method(*args, **kwargs)`` of actor ``j``'s hosted env."""
+        self.jobs[j] = Job(method, args, kwargs, self.actors[j].run.remote(method, *args, **kwargs),
+                           restarted)
+        if restarted:
+            self.fresh.discard(j)
+
+    def busy(self) -> List[int]:
+        """Actors with a job not yet collected, oldest first."""
+        return list(self.jobs) + [j for j in self._done if j not in self.jobs]
+
+    def collect(self, actors: Sequence[int], count: int, timeout: Optional[float],
+                during: str) -> List[Tuple[int, Job, Any]]:
+        """Waits for the first ``count`` jobs of ``actors`` to finish.
+
+        Returns:
+            ``(actor, job, value)`` in completion order; a value may be a
+            :class:`~alf_env.distributed.actor.Failure` (the caller raises it
+            once the others are in, keeping every actor in step).
+
+        Raises:
+            EnvTimeoutError: ``timeout`` passed; nothing is lost (finished jobs
+                stay for the next call).
+            ActorDiedError: an actor died and no restart is allowed; the
+                group is broken.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        wanted = set(actors)
+        while sum(1 for j in self._done if j in wanted) < count:
+            waiting = [j for j in self.jobs if j in wanted]
+            need = count - sum(1 for j in self._done if j in wanted)
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            refs = [self.jobs[j].ref for j in waiting]
+            ready, _ = self._ray.wait(refs, num_returns=min(need, len(refs)),
+                                      timeout=remaining)
+            if not ready:
+                busy = sorted(waiting)
+                raise EnvTimeoutError(
+                    f"envs {self._env_ids(busy)} (Ray actors {busy}) gave no answer within "
+                    f"{timeout:.3g} s during {during}")
+            for ref in ready:
+                j = waiting[refs.index(ref)]
+                job = self.jobs.pop(j)
+                value, death = self._get(j, ref)
+                if death is None:
+                    self._done[j] = (job, value)
+                else:
+                    self.jobs[j] = job  # dead too: on_restart replaces it
+                    self._restart_or_raise(j, death, during)
+        out = []
+        for j in [j for j in self._done if j in wanted][:count]:
+            job, value = self._done.pop(j)
+            out.append((j, job, value))
+        return out
+
+    # -- calls (control path, queued behind any job in flight) -----------------------
+
+    def post_calls(self, method: str, per_actor_args: Union[Sequence[tuple], Dict[int, tuple]]
+                   ) -> None:
+        """Posts ``method`` to every actor, or to the actors keyed in a dict
+        (arguments per actor); Ray runs each after the actor's job in flight,
+        if any, whose result stays collectable."""
+        if not isinstance(per_actor_args, dict):
+            per_actor_args = dict(enumerate(per_actor_args))
+        self._calls = {j: (method, args, self.actors[j].run.remote(method, *args))
+                       for j, args in sorted(per_actor_args.items())}
+        self._call_order = list(self._calls)
+        self._call_values = {}
+
+    def wait_calls(self, timeout: Optional[float], during: str) -> List[Any]:
+        """The values of :meth:`post_calls`, in the order of the actors posted to.
+
+        The first env exception is raised once every actor has answered; a
+        timeout keeps the calls pending (calling again waits on).
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self._calls:
+            waiting = list(self._calls)
+            refs = [self._calls[j][2] for j in waiting]
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            ready, _ = self._ray.wait(refs, num_returns=1, timeout=remaining)
+            if not ready:
+                raise EnvTimeoutError(
+                    f"envs {self._env_ids(sorted(waiting))} (Ray actors {sorted(waiting)}) "
+                    f"gave no answer within {timeout:.3g} s during {during}")
+            j = waiting[refs.index(ready[0])]
+            method, args, ref = self._calls[j]
+            value, death = self._get(j, ref)
+            if death is not None:
+                try:
+                    self._restart_or_raise(j, death, during)
+                except BaseException:
+                    self._calls.clear()
+                    raise
+                self._calls[j] = (method, args, self.actors[j].run.remote(method, *args))
+                continue
+            self._call_values[j] = value
+            del self._calls[j]
+        values = [self._call_values[j] for j in self._call_order]
+        self._call_values = {}
+        raise_first_failure([(j, None, v) for j, v in zip(self._call_order, values)])
+        return values
+
+    def call_all(self, method: str, per_actor_args: Union[Sequence[tuple], Dict[int, tuple]],
+                 timeout: Optional[float], during: str) -> List[Any]:
+        """:meth:`post_calls` and :meth:`wait_calls` in one."""
+        self.post_calls(method, per_actor_args)
+        return self.wait_calls(timeout, during)
+
+    # -- deaths ---------------------------------------------------------------------------
+
+    def _get(self, j: int, ref: Any) -> Tuple[Any, Optional[BaseException]]:
+        """The value of a finished job, or the death it reveals: ``(value, death)``.
+
+        A death is a Ray error saying the actor or its node is gone, or an
+        env worker process of the actor that died (its env is unusable).
+        """
+        try:
+            value = self._ray.get(ref)
+        except self._ray.exceptions.RayError as exc:
+            if is_death(self._ray, exc):
+                return None, exc
+            return _system_failure(exc, self.shares[j].start), None
+        if isinstance(value, Failure) and value.is_worker_death:
+            return None, value.to_exception(j)
+        return value, None
+
+    def _restart_or_raise(self, j: int, exc: BaseException, during: str) -> None:
+        """Recreates dead actor ``j`` (if the policy allows) and re-posts its job
+        in flight through ``on_restart``; else breaks the group and raises."""
+        death = exc if isinstance(exc, WorkerDiedError) else self._death(j, exc, during)
+        if self.policy is None or not self.policy.allows(self.restarts[j]):
+            self.broken = death
+            if death is exc:
+                raise death
+            raise death from exc
+        self.restarts[j] += 1
+        logging.warning("%s; restarting it (restart %d)", death, self.restarts[j])
+        self._ray.kill(self.actors[j], no_restart=True)
+        try:
+            ref = self._create(j)
+            value = self._get_all([ref], self.policy.start_timeout, "restart")[0]
+            self._started(j, value)
+        except BaseException as restart_error:
+            self.broken = death
+            raise death from restart_error
+        self.fresh.add(j)
+        job = self.jobs.pop(j, None)
+        if job is not None:
+            self.on_restart(j, job)
+
+    def _death(self, j: int, exc: BaseException, during: str) -> ActorDiedError:
+        reason = str(exc).strip().splitlines()
+        return ActorDiedError(list(self.shares[j]), j, self.where[j].get("node", ""),
+                              f"{type(exc).__name__}: {' '.join(reason)[:500]}", during)
+
+    def _env_ids(self, actors: Sequence[int]) -> List[int]:
+        return [i for j in actors for i in self.shares[j]]
+
+
+def raise_first_failure(results: Sequence[Tuple[int, Job, Any]]) -> None:
+    """Raises the env exception of the first failed job, if any."""
+    for j, _, value in results:
+        if isinstance(value, Failure):
+            raise value.to_exception(j)
+
+
+def _system_failure(exc: BaseException, offset: int) -> Failure:
+    """A Ray error that is not a death (e.g. a result that does not pickle)."""
+    return Failure(EnvironmentProcessError(f"Ray could not run the job: {exc}", offset),
+                   offset, "a Ray task", "")

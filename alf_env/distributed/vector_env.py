@@ -1,0 +1,501 @@
+"""``RayVectorEnv``: a gymnasium vector env whose envs are split over Ray actors.
+
+Actor ``j`` hosts the envs ``shares[j]`` (consecutive ids, as even as
+possible) in a local :class:`~alf_env.vector.FastVectorEnv` (its worker
+processes on the actor's node, shared memory between them), so one Ray round
+trip carries the whole batch of an actor. The front end splits the actions,
+joins the actors' batches and merges their infos exactly as ``SyncVectorEnv``
+batches infos.
+
+Synchronous mode (``batch_size`` is ``None`` or ``len(env_fns)``):
+``step_async`` posts one job per actor and returns at once, so the trainer
+can work while every actor steps; ``step_wait`` joins them. Asynchronous
+mode (``batch_size < len(env_fns)``, EnvPool's API): the unit of asynchrony
+is an actor; ``recv()`` returns the first ``batch_size // envs_per_actor``
+actors to finish, with ``info["env_id"]``, while the others keep stepping.
+
+The state machine, the errors and the seeding are FastVectorEnv's (see
+:mod:`alf_env.vector`); actor deaths and restarts are handled by
+:class:`~alf_env.distributed.engine.ActorGroup`.
+"""
+
+import functools
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+
+import gymnasium as gym
+import numpy as np
+from absl import logging
+from gymnasium.error import AlreadyPendingCallError, ClosedEnvironmentError, NoAsyncCallError
+from gymnasium.vector import AutoresetMode
+from gymnasium.vector.utils import batch_space
+
+from alf_env.distributed.actor import Failure
+from alf_env.distributed.batching import concat_arrays, concat_batches, merge_infos, split_batch
+from alf_env.distributed.engine import ActorGroup, Job, raise_first_failure
+from alf_env.distributed.hosts import GymHost, plan_shares
+from alf_env.distributed.restart import RestartPolicy
+from alf_env.vector import ENV_ID_DTYPE, AsyncState
+from alf_env.vector_spaces import SpaceLayout
+
+__all__ = ["RayVectorEnv"]
+
+Seeds = Union[None, int, Sequence[Optional[int]]]
+Step = Tuple[Any, np.ndarray, np.ndarray, np.ndarray, Dict[str, Any]]
+
+#: ``ray.remote`` options of the actors when ``actor_options`` is ``None``.
+DEFAULT_ACTOR_OPTIONS: Dict[str, Any] = {"num_cpus": 1, "scheduling_strategy": "SPREAD"}
+
+
+class RayVectorEnv(gym.vector.VectorEnv):
+    """A ``gymnasium.vector.VectorEnv`` whose envs run on ``num_actors`` Ray actors.
+
+    Connect to a cluster first (``ray.init(address="auto")``); with no Ray
+    instance connected a local one is started.
+
+    Args:
+        env_fns: one constructor per env (pickled by Ray and called on the
+            actors' nodes).
+        num_actors: how many actors share the envs (consecutive ids, sizes
+            differing by at most one).
+        batch_size: envs returned per step; ``None`` or ``len(env_fns)``:
+            synchronous; fewer: the asynchronous (EnvPool) mode, which needs
+            equal shares and a multiple of the share.
+        actor_options: ``ray.remote`` options of each actor (default
+            ``DEFAULT_ACTOR_OPTIONS``: 1 CPU, SPREAD). Reserve what the
+            actor's env workers use (e.g. ``{"num_cpus": 8}``) so Ray places
+            one actor per machine; ``{"num_cpus": 0}`` to fit anywhere.
+        autoreset_mode: a ``gymnasium.vector.AutoresetMode`` (or its value).
+        restart_policy: recreate dead actors (``None``: a death raises
+            ``ActorDiedError``).
+        vector_kwargs: arguments of each actor's ``FastVectorEnv``
+            (``envs_per_worker``, ``context``, ``spin_us``, ``worker_cpus``).
+        start_timeout: seconds the actors may take to be placed and start.
+
+    Raises:
+        ValueError: bad arguments (naming the argument).
+    """
+
+    def __init__(self, env_fns: Sequence[Callable[[], gym.Env]], *, num_actors: int,
+                 batch_size: Optional[int] = None,
+                 actor_options: Optional[Dict[str, Any]] = None,
+                 autoreset_mode: Union[AutoresetMode, str] = AutoresetMode.NEXT_STEP,
+                 restart_policy: Optional[RestartPolicy] = None,
+                 vector_kwargs: Optional[Dict[str, Any]] = None,
+                 start_timeout: float = 300.0) -> None:
+        env_fns = list(env_fns)
+        self.num_envs = len(env_fns)
+        self.batch_size = self.num_envs if batch_size is None else int(batch_size)
+        self.autoreset_mode = AutoresetMode(autoreset_mode)
+        self.shares = plan_shares(self.num_envs, num_actors, self.batch_size,
+                                  self.autoreset_mode)
+        self.num_actors = len(self.shares)
+        self.is_async = self.batch_size < self.num_envs
+        self._share = len(self.shares[0])
+        self._state = AsyncState.DEFAULT
+        self._last_actors: List[int] = []
+        self._needs_reset = np.zeros(self.num_envs, dtype=np.bool_)
+        self._last_obs: List[Any] = [None] * self.num_actors
+        self._reset_actors: List[int] = []
+        self._group: Optional[ActorGroup] = None
+        kwargs = dict(vector_kwargs or {}, autoreset_mode=self.autoreset_mode, copy=False)
+        factories = [functools.partial(GymHost, env_fns[s.start:s.stop], kwargs)
+                     for s in self.shares]
+        options = dict(DEFAULT_ACTOR_OPTIONS if actor_options is None else actor_options)
+        self._group = ActorGroup(factories, self.shares, actor_options=options,
+                                 restart_policy=restart_policy,
+                                 on_restart=self._restart_with_reset,
+                                 start_timeout=start_timeout)
+        described = self._group.start()
+        obs_space, act_space, metadata, self.render_mode = described[0]
+        self.single_observation_space, self.single_action_space = obs_space, act_space
+        self.observation_space = batch_space(obs_space, self.batch_size)
+        self.action_space = batch_space(act_space, self.batch_size)
+        self.metadata = dict(metadata, autoreset_mode=self.autoreset_mode)
+        self._act = SpaceLayout(act_space, "act", "action")
+
+    # -- the gymnasium API ----------------------------------------------------------
+
+    def reset(self, *, seed: Seeds = None,
+              options: Optional[Dict[str, Any]] = None) -> Tuple[Any, Dict[str, Any]]:
+        """Resets the envs (see ``FastVectorEnv.reset``: an int seed gives env
+        ``i`` the seed ``seed + i``; ``options["reset_mask"]`` resets some)."""
+        self.reset_async(seed=seed, options=options)
+        return self.reset_wait()
+
+    def reset_async(self, seed: Seeds = None,
+                    options: Optional[Dict[str, Any]] = None) -> None:
+        """Posts the resets to the actors; collect them with :meth:`reset_wait`."""
+        self._assert_is_running()
+        seeds = self._seed_list(seed)
+        self._assert_state("reset_async")
+        options = None if options is None else dict(options)
+        mask = None
+        if options is not None and "reset_mask" in options:
+            mask = self._check_reset_mask(options.pop("reset_mask"))
+        self._drain()
+        actors = [j for j, s in enumerate(self.shares) if mask is None or mask[s].any()]
+        for j in actors:
+            s = self.shares[j]
+            local = dict(options or {})
+            if mask is not None and j not in self._group.fresh:
+                local["reset_mask"] = mask[s].copy()
+            self._group.post(j, "reset", None if seed is None else seeds[s.start:s.stop],
+                             local or None, restarted=j in self._group.fresh)
+        self._needs_reset[:] = False if mask is None else self._needs_reset & ~mask
+        self._reset_actors = actors
+        self._state = AsyncState.WAITING_RESET
+
+    def reset_wait(self, timeout: Optional[float] = None) -> Tuple[Any, Dict[str, Any]]:
+        """Waits for the resets posted by :meth:`reset_async`.
+
+        Raises:
+            NoAsyncCallError: no reset is pending.
+            EnvTimeoutError: ``timeout`` passed (call again to keep waiting).
+        """
+        self._assert_waiting(AsyncState.WAITING_RESET, "reset_wait", "reset_async")
+        if self.is_async:
+            obs, _, _, _, infos = self._receive(timeout, "reset")
+            return obs, infos
+        results = self._collect(self._reset_actors, len(self._reset_actors), timeout, "reset")
+        parts = []
+        for j, job, (obs, infos) in results:
+            self._last_obs[j] = obs
+            parts.append((_flag_restart(infos, job, len(self.shares[j])),
+                          self.shares[j].start))
+        obs = concat_batches(self.single_observation_space, self._last_obs)
+        return obs, merge_infos(sorted(parts, key=lambda p: p[1]), self.num_envs)
+
+    def step(self, actions: Any) -> Step:
+        """Steps the envs (asynchronous mode: those of the last ``recv``)."""
+        self.step_async(actions)
+        return self.step_wait()
+
+    def step_async(self, actions: Any) -> None:
+        """Checks and splits the actions and posts one step per actor; returns at once.
+
+        Raises:
+            ValueError: a malformed action (naming the field, the expected and
+                the actual shape and dtype); nothing was sent.
+        """
+        self._assert_is_running()
+        self._assert_state("step_async")
+        if self.is_async:
+            if not self._last_actors:
+                raise NoAsyncCallError("step() in the asynchronous mode steps the envs "
+                                       "of the last recv(); call reset() first", "step")
+            actors = self._last_actors
+        else:
+            if self._group.busy():
+                raise AlreadyPendingCallError(
+                    f"step_async: actors {self._group.busy()} still run jobs of "
+                    f"send()/async_reset(); recv() them first", "step")
+            actors = list(range(self.num_actors))
+        self._send(actions, actors)
+        self._state = AsyncState.WAITING_STEP
+
+    def step_wait(self, timeout: Optional[float] = None) -> Step:
+        """Waits for the steps posted by :meth:`step_async`.
+
+        Raises:
+            NoAsyncCallError: no step is pending.
+            EnvTimeoutError: ``timeout`` passed (call again to keep waiting).
+        """
+        self._assert_waiting(AsyncState.WAITING_STEP, "step_wait", "step_async")
+        if self.is_async:
+            return self._receive(timeout, "step")
+        results = sorted(self._collect(range(self.num_actors), self.num_actors, timeout,
+                                       "step"), key=lambda r: r[0])
+        return self._join(results, self.num_envs)
+
+    def call(self, name: str, /, *args: Any, **kwargs: Any) -> Tuple[Any, ...]:
+        """Calls method ``name`` (or reads the attribute) of every env; a tuple."""
+        self.call_async(name, *args, **kwargs)
+        return self.call_wait()
+
+    def call_async(self, name: str, /, *args: Any, **kwargs: Any) -> None:
+        """Sends :meth:`call` to every actor; collect with :meth:`call_wait`."""
+        self._assert_is_running()
+        self._assert_state("call_async")
+        self._group.post_calls("call", [(name, args, kwargs)] * self.num_actors)
+        self._state = AsyncState.WAITING_CALL
+
+    def call_wait(self, timeout: Optional[float] = None) -> Tuple[Any, ...]:
+        """The results of the pending :meth:`call_async`, one per env.
+
+        Raises:
+            NoAsyncCallError: no call is pending.
+            EnvTimeoutError: ``timeout`` passed (call again to keep waiting).
+        """
+        self._assert_waiting(AsyncState.WAITING_CALL, "call_wait", "call_async")
+        groups = self._guard(lambda: self._group.wait_calls(timeout, "call"))
+        self._state = AsyncState.DEFAULT
+        return tuple(v for values in groups for v in values)
+
+    def get_attr(self, name: str) -> Tuple[Any, ...]:
+        """Attribute ``name`` of every env (a method is called without arguments)."""
+        return self.call(name)
+
+    def set_attr(self, name: str, values: Any) -> None:
+        """Sets attribute ``name`` of every env (one value per env, or one for all)."""
+        self._assert_is_running()
+        if not isinstance(values, (list, tuple)):
+            values = [values] * self.num_envs
+        if len(values) != self.num_envs:
+            raise ValueError(f"set_attr({name!r}): expected {self.num_envs} values (one "
+                             f"per env), got {len(values)}")
+        self._assert_state("set_attr")
+        self._guard(lambda: self._group.call_all(
+            "set_attr", [(name, list(values[s.start:s.stop])) for s in self.shares],
+            None, "set_attr"))
+
+    def render(self) -> Tuple[Any, ...]:
+        """The frames of every env (``env.render()``), as a tuple."""
+        return self.call("render")
+
+    @property
+    def np_random_seed(self) -> Tuple[Any, ...]:
+        """The ``np_random_seed`` of every env."""
+        return self.get_attr("np_random_seed")
+
+    def actor_info(self) -> List[Dict[str, Any]]:
+        """Where each actor runs: ``envs``, ``node``, ``pid``, ``worker_pids``, ``restarts``."""
+        self._assert_is_running()
+        return [dict(where, envs=list(share), restarts=restarts) for share, where, restarts
+                in zip(self.shares, self._group.where, self._group.restarts)]
+
+    def actor_handles(self) -> List[Any]:
+        """The Ray actor handles, by actor index (for monitoring and fault injection)."""
+        self._assert_is_running()
+        return list(self._group.actors)
+
+    # -- the EnvPool API ----------------------------------------------------------
+
+    def async_reset(self) -> None:
+        """Resets every env; their first observations come out of :meth:`recv`."""
+        self._assert_is_running()
+        self._assert_state("async_reset")
+        self._drain()
+        self._needs_reset[:] = False
+        for j in range(self.num_actors):
+            self._group.post(j, "reset", None, None, restarted=j in self._group.fresh)
+
+    def send(self, actions: Any, env_ids: Any) -> None:
+        """Steps the envs ``env_ids`` (whole actors) with ``actions`` (in the order of the ids).
+
+        Raises:
+            ValueError: bad ids (out of range, repeated, not whole actors, or
+                still in flight) or a malformed action; nothing was sent.
+        """
+        self._assert_is_running()
+        self._assert_state("send")
+        self._send(actions, self._actors_of(env_ids))
+
+    def recv(self, timeout: Optional[float] = None) -> Step:
+        """The first ``batch_size`` envs to finish (whole actors, in completion
+        order): ``(obs, rewards, terminated, truncated, info)`` with ``info["env_id"]``.
+
+        Raises:
+            NoAsyncCallError: fewer than ``batch_size`` envs are in flight.
+            EnvTimeoutError: ``timeout`` passed (nothing is lost).
+        """
+        self._assert_is_running()
+        self._assert_state("recv")
+        return self._receive(timeout, "recv")
+
+    # -- closing ------------------------------------------------------------------
+
+    def close_extras(self, timeout: Optional[float] = None, terminate: bool = False) -> None:
+        """Closes the actors' envs (politely unless ``terminate``), kills every
+        actor and waits until Ray confirms it is gone; bounded by ``timeout``
+        (default 10 s) plus Ray's confirmation (at most 10 s)."""
+        self._state = AsyncState.DEFAULT
+        if self._group is not None:
+            self._group.close(terminate=terminate, timeout=timeout)
+
+    def __enter__(self) -> "RayVectorEnv":
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        if not getattr(self, "closed", True) and getattr(self, "_group", None) is not None:
+            try:
+                self.close(terminate=True)
+            except Exception:  # noqa: BLE001 -- Ray may be shut down already
+                pass
+
+    # -- internals ------------------------------------------------------------------
+
+    def _send(self, actions: Any, actors: List[int]) -> None:
+        n = len(actors) * self._share if self.is_async else self.num_envs
+        self._act.encode_batch(actions, n)  # raises ValueError naming the field
+        ids = np.concatenate([np.arange(self.shares[j].start, self.shares[j].stop)
+                              for j in actors])
+        if self.autoreset_mode is AutoresetMode.DISABLED and self._needs_reset[ids].any():
+            ended = ids[self._needs_reset[ids]].tolist()
+            raise AssertionError(
+                f"envs {ended} ended (terminated or truncated) and autoreset_mode is "
+                f"DISABLED: reset them first, e.g. reset(options={{'reset_mask': mask}})")
+        bounds, lo = [], 0
+        for j in actors:
+            bounds.append((lo, lo + len(self.shares[j])))
+            lo += len(self.shares[j])
+        parts = split_batch(self.single_action_space, actions, bounds, "action")
+        for j, part in zip(actors, parts):
+            if j in self._group.fresh:  # recreated by a call: report it now
+                self._group.post(j, "reset", None, None, restarted=True)
+            else:
+                self._group.post(j, "step", part)
+
+    def _receive(self, timeout: Optional[float], during: str) -> Step:
+        """The first ``batch_size // share`` actors in flight to finish."""
+        k = self.batch_size // self._share
+        busy = self._group.busy()
+        if len(busy) < k:
+            self._state = AsyncState.DEFAULT
+            raise NoAsyncCallError(
+                f"recv() returns {self.batch_size} envs, but only {len(busy) * self._share} "
+                f"are in flight; send() or async_reset() first", "recv")
+        results = self._collect(busy, k, timeout, during)
+        out = self._join(results, self.batch_size)
+        ids = np.concatenate([np.arange(self.shares[j].start, self.shares[j].stop)
+                              for j, _, _ in results])
+        out[4]["env_id"] = ids.astype(ENV_ID_DTYPE)
+        self._last_actors = [j for j, _, _ in results]
+        return out
+
+    def _join(self, results: List[Tuple[int, Job, Any]], n: int) -> Step:
+        """Joins the actors' step (or restart reset) results, in the order given."""
+        obs, rewards, terminated, truncated, parts = [], [], [], [], []
+        offset = 0
+        for j, job, value in results:
+            k = len(self.shares[j])
+            if job.method == "reset":  # an async_reset, or the restart of a dead actor
+                o, info = value
+                r, te = np.zeros(k), np.zeros(k, dtype=np.bool_)
+                tr = np.full(k, job.restarted, dtype=np.bool_)
+                info = _flag_restart(info, job, k)
+            else:
+                o, r, te, tr, info = value
+            self._last_obs[j] = o
+            obs.append(o), rewards.append(r), terminated.append(te), truncated.append(tr)
+            parts.append((info, offset))
+            offset += k
+            s = self.shares[j]
+            self._needs_reset[s] = np.logical_or(te, tr)
+        return (concat_batches(self.single_observation_space, obs), concat_arrays(rewards),
+                concat_arrays(terminated), concat_arrays(truncated), merge_infos(parts, n))
+
+    def _collect(self, actors: Sequence[int], count: int, timeout: Optional[float],
+                 during: str) -> List[Tuple[int, Job, Any]]:
+        """Collects ``count`` jobs; the call ends (state DEFAULT) unless it timed out."""
+        results = self._guard(lambda: self._group.collect(actors, count, timeout, during))
+        self._state = AsyncState.DEFAULT
+        raise_first_failure(results)
+        return results
+
+    def _restart_with_reset(self, j: int, job: Job) -> None:
+        """Resets a recreated actor's envs (a reset keeps its seeds)."""
+        seeds, options = (job.args if job.method == "reset" else (None, None))
+        if options:
+            options = {k: v for k, v in options.items() if k != "reset_mask"} or None
+        self._group.post(j, "reset", seeds, options, restarted=True)
+
+    def _guard(self, fn: Callable[[], Any]) -> Any:
+        from alf_env.errors import EnvTimeoutError  # pylint: disable=import-outside-toplevel
+        try:
+            return fn()
+        except EnvTimeoutError:
+            raise  # the call stays pending: waiting again picks it up
+        except BaseException:
+            self._state = AsyncState.DEFAULT
+            raise
+
+    def _drain(self) -> None:
+        """Finishes jobs in flight, dropping their results (before a reset)."""
+        busy = self._group.busy()
+        if busy:
+            results = self._guard(lambda: self._group.collect(
+                busy, len(busy), None, "finishing earlier jobs"))
+            for j, _, value in results:  # the reset is the recovery from their errors
+                if isinstance(value, Failure):
+                    logging.warning("RayVectorEnv: a job in flight before the reset raised "
+                                    "%r; dropped", value.to_exception(j))
+
+    def _actors_of(self, env_ids: Any) -> List[int]:
+        ids = np.asarray(env_ids)
+        if ids.ndim != 1 or ids.size == 0 or not np.issubdtype(ids.dtype, np.integer):
+            raise ValueError(f"env_ids: expected a non-empty 1-d sequence of ints, got "
+                             f"{ids.dtype} of shape {ids.shape}")
+        bad = ids[(ids < 0) | (ids >= self.num_envs)]
+        if bad.size:
+            raise ValueError(f"env_ids: expected ids in [0, {self.num_envs}), got "
+                             f"{bad.tolist()}")
+        actors = []
+        for start in range(0, ids.size, self._share):
+            j = int(ids[start]) // self._share
+            expected = np.arange(self.shares[j].start, self.shares[j].stop)
+            chunk = ids[start:start + self._share]
+            if chunk.shape != expected.shape or (chunk != expected).any() or j in actors:
+                raise ValueError(f"env_ids: the unit of asynchrony is an actor of "
+                                 f"{self._share} envs; list each actor's envs whole and in "
+                                 f"order (e.g. {expected.tolist()}), got {ids.tolist()}")
+            actors.append(j)
+        busy = [self.shares[j].start for j in actors if j in self._group.busy()]
+        if busy:
+            raise ValueError(f"env_ids: envs {busy} are still in flight (sent, not yet "
+                             f"received); recv() them first")
+        return actors
+
+    def _assert_is_running(self) -> None:
+        if self.closed:
+            raise ClosedEnvironmentError(
+                f"Trying to operate on `{type(self).__name__}`, after a call to `close()`.")
+        if self._group.broken is not None:
+            raise self._group.broken
+
+    def _assert_state(self, what: str) -> None:
+        if self._state is not AsyncState.DEFAULT:
+            raise AlreadyPendingCallError(
+                f"Calling `{what}` while waiting for a pending call to "
+                f"`{self._state.value}` to complete.", self._state.value)
+
+    def _assert_waiting(self, state: AsyncState, what: str, pair: str) -> None:
+        self._assert_is_running()
+        if self._state is not state:
+            raise NoAsyncCallError(f"Calling `{what}` without any prior call to `{pair}`.",
+                                   state.value)
+
+    def _seed_list(self, seed: Seeds) -> List[Optional[int]]:
+        if seed is None:
+            return [None] * self.num_envs
+        if isinstance(seed, (int, np.integer)):
+            return [int(seed) + i for i in range(self.num_envs)]
+        seeds = list(seed)
+        if len(seeds) != self.num_envs:
+            raise ValueError(f"seed: expected an int or a list of num_envs={self.num_envs} "
+                             f"seeds, got a list of {len(seeds)}")
+        return seeds
+
+    def _check_reset_mask(self, mask: Any) -> np.ndarray:
+        if self.is_async:
+            raise ValueError("options['reset_mask']: the asynchronous mode resets every "
+                             "env; reset_mask needs batch_size == num_envs")
+        if not isinstance(mask, np.ndarray):
+            raise TypeError(f"options['reset_mask']: expected a numpy array, got "
+                            f"{type(mask).__name__}")
+        if mask.shape != (self.num_envs,) or mask.dtype != np.bool_:
+            raise ValueError(f"options['reset_mask']: expected shape ({self.num_envs},) "
+                             f"and dtype bool, got shape {mask.shape} and dtype {mask.dtype}")
+        if not mask.any():
+            raise ValueError("options['reset_mask']: expected at least one True value")
+        return mask
+
+
+def _flag_restart(infos: Dict[str, Any], job: Job, k: int) -> Dict[str, Any]:
+    """Adds ``env_restarted`` (and its mask) to the infos of a recreated actor."""
+    if job.restarted:
+        infos = dict(infos, env_restarted=np.ones(k, dtype=np.bool_),
+                     _env_restarted=np.ones(k, dtype=np.bool_))
+    return infos
