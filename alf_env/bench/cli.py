@@ -32,7 +32,7 @@ QUICK: Dict[str, Any] = {
     "num_envs": {"W1": [2, 8]},  # 8 for the others
     "backends": ["fast", "fast_vector", "parallel", "gym_async", "gym_sync", "ceiling",
                  "envpool"],
-    "repeats": 2, "seconds": 0.2, "warmup": 10}
+    "repeats": 2, "seconds": 0.3, "warmup": 10}
 #: The defaults of a full run (env counts: each workload's own).
 FULL: Dict[str, Any] = {
     "workloads": list(bench_workloads.WORKLOADS), "num_envs": None,

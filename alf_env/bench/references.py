@@ -12,6 +12,7 @@ import importlib.util
 import math
 import multiprocessing
 import time
+import warnings
 from multiprocessing.connection import Connection
 from typing import Any, List, Optional, Sequence, Tuple
 
@@ -148,8 +149,10 @@ def envpool_runner(workload: str, num_envs: int, actions: Actions) -> Runner:
         raise Skip("envpool is not installed (`pip install envpool` adds this row)")
     import envpool
 
-    env = envpool.make_gymnasium(envpool_id, num_envs=num_envs, num_threads=min(usable_cpus(), num_envs),
-                                 seed=ACTION_SEED)
+    with warnings.catch_warnings():  # its float64 Box bounds, cast by gymnasium: harmless
+        warnings.filterwarnings("ignore", message=".*precision lowered", category=UserWarning)
+        env = envpool.make_gymnasium(envpool_id, num_envs=num_envs, seed=ACTION_SEED,
+                                     num_threads=min(usable_cpus(), num_envs))
     try:
         env.reset()
     except BaseException:
