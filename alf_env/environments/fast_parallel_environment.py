@@ -64,7 +64,9 @@ class FastParallelEnvironment(ParallelAlfEnvironment):
             ``num_spare_envs_for_reload``, ``torch_num_threads_per_env``,
             ``start_method`` and ``worker_cpus``.
         zero_copy: return tensors that view the shared rows instead of copies
-            (valid until the next step; needs no spares).
+            (valid until the next step; needs no spares, and turns off the
+            background resets, which would overwrite a LAST row the caller
+            still views).
         spin_us: how long a waiter spins before it sleeps on the futex, in
             microseconds: -1 adapts to how long waits last (and only yields
             the core while spinning when there are more processes than
@@ -95,6 +97,8 @@ class FastParallelEnvironment(ParallelAlfEnvironment):
                          start_method=start_method, timeout=timeout,
                          worker_cpus=worker_cpus)
         self._zero_copy = zero_copy
+        if zero_copy:
+            self._background_resets = False
         try:
             self._attach_workers(spin_us)
         except BaseException:
@@ -121,6 +125,7 @@ class FastParallelEnvironment(ParallelAlfEnvironment):
         self._time_step_heads = [v[:batch] for v in self._time_step_views]
         # The env_id leaf is replaced by the slots' ids (spares move envs).
         self._env_id_leaf = time_step_names.index("time_step.env_id")
+        self._step_type_leaf = time_step_names.index("time_step.step_type")
         self._step_type_view = self._block.views["time_step.step_type"]
         self._controller = self._block.controller(spin_us,
                                                   workers_pinned=self._workers_pinned)
@@ -160,9 +165,20 @@ class FastParallelEnvironment(ParallelAlfEnvironment):
             self._post(workers, job)
             self._wait_for(workers, during)
 
+    def _restart_background_resets(self) -> None:
+        """Resets again the envs whose background reset is under way."""
+        slot_env = self._slots.slot_env
+        self._post([slot_env[k] for k in self._slots.fresh_slots], _penv.JobType.RESET)
+
     def _do_reset(self) -> TimeStep:
         slot_envs = list(self._slots.slot_env)
-        self._run(slot_envs, _penv.JobType.RESET, "reset")
+        pending = self._background_pending()
+        if pending:  # those envs are resetting already: wait for that reset
+            self._run([e for k, e in enumerate(slot_envs) if k not in pending],
+                      _penv.JobType.RESET, "reset")
+            self._wait_for([slot_envs[k] for k in pending], "reset")
+        else:
+            self._run(slot_envs, _penv.JobType.RESET, "reset")
         spares = list(self._slots.spares)
         if spares:  # spares reset in the background; collected when needed
             self._post(spares, _penv.JobType.RESET)
@@ -206,7 +222,19 @@ class FastParallelEnvironment(ParallelAlfEnvironment):
         time_step = nest.pack_sequence_as(self._time_step_spec, tensors)
         if self._slots.has_spares:
             self._rotate_ended_slots(leaves_step_type=self._step_type_view[rows])
+        elif self._background_resets:
+            # Read from the copies made above, before a reset overwrites the rows.
+            self._start_background_resets(leaves[self._step_type_leaf])
         return time_step
+
+    def _start_background_resets(self, step_types: np.ndarray) -> None:
+        """Posts a RESET to each env that just reported LAST (row = slot = env)."""
+        ended = np.flatnonzero(step_types == StepType.LAST)
+        if not len(ended):
+            return
+        envs = ended.tolist()
+        self._slots.fresh_slots.update(dict.fromkeys(envs))  # slot k is env k here
+        self._post(envs, _penv.JobType.RESET)
 
     def _rotate_ended_slots(self, leaves_step_type: np.ndarray) -> None:
         ended = np.flatnonzero(leaves_step_type == StepType.LAST)

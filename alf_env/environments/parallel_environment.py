@@ -16,6 +16,21 @@ handed a reset right away and queued as a spare, and its slot is taken by the
 spare at the head of the queue, whose FIRST time step (from its own earlier
 reset) is what the slot returns at the next step. A slow reset therefore
 overlaps with the other envs' steps instead of stalling the batch.
+
+Background resets (no spares)
+-----------------------------
+Without spares (and unless ``blocking``, or the envs are batched), an env
+that reports LAST is handed its reset right away, as in ALF: the reset runs
+while the trainer works on the batch, and the slot's next step returns the
+FIRST time step it produced (the action for that slot is not sent: an env
+ignores the action of the step after LAST anyway). The time steps are the
+same as when the step after LAST resets the env; only the waiting moves.
+A ``reset()`` of the batch uses a background reset already under way
+instead of resetting that env twice, and ``seed()`` restarts one (so the
+new seed applies to that episode, as it would have without background
+resets). Other calls made between a LAST and the next step
+(``call_envs_with_same_args``, ``render``) reach the env after its reset
+began.
 """
 
 import collections
@@ -192,6 +207,11 @@ class ParallelAlfEnvironment(AlfEnvironment):
                     "num_spare_envs_for_reload: spares replace one env at the end of "
                     "its episode, which needs unbatched envs; got batched envs of "
                     f"batch size {self._env_batch_size}; use 0 spares")
+            # An env that reports LAST resets at once, in the background (see
+            # module doc); spares have their own mechanism, a batched env has
+            # one LAST per row, and blocking mode waits for each env anyway.
+            self._background_resets = not (num_spare_envs_for_reload
+                                           or self._env_batched or blocking)
             self._observation_spec = first.observation_spec()
             self._action_spec = first.action_spec()
             self._reward_spec = first.reward_spec()
@@ -214,6 +234,11 @@ class ParallelAlfEnvironment(AlfEnvironment):
     @property
     def batch_size(self) -> int:
         return self._batch_size
+
+    @property
+    def is_tensor_based(self) -> bool:
+        """``True``: time steps are batched torch tensors (as ALF says)."""
+        return True
 
     @property
     def num_spare_envs_for_reload(self) -> int:
@@ -257,6 +282,22 @@ class ParallelAlfEnvironment(AlfEnvironment):
                              f"spares included), got {len(seeds)}")
         self._guarded(lambda: self._resolve(
             [env.call("seed", s) for env, s in zip(self._envs, seeds)], "seed"))
+        if self._background_resets and self._slots.fresh_slots:
+            # A reset under way used the old seed: start it again.
+            self._restart_background_resets()
+
+    def sync_progress(self, progress: Any = None) -> None:
+        """Forwards the training progress to every env that defines ``sync_progress``.
+
+        ALF's ``sync_progress``: see
+        :meth:`~alf_env.environments.process_environment.ProcessEnvironment.sync_progress`.
+        Every env (spares included) gets ``env.sync_progress(progress)`` if
+        it defines it; returns once all have applied it.
+        """
+        self._check_usable()
+        self._guarded(lambda: self._resolve(
+            [env.sync_progress(progress, blocking=False) for env in self._envs],
+            "sync_progress"))
 
     def call_envs_with_same_args(self, name: str, *args, **kwargs) -> List[Any]:
         """Calls ``env.name(*args, **kwargs)`` in every env; returns their values."""
@@ -314,10 +355,23 @@ class ParallelAlfEnvironment(AlfEnvironment):
         self._check_usable()
         return self._guarded(lambda: self._do_step(action))
 
+    def _background_pending(self) -> Dict[int, Any]:
+        """slot -> the background reset under way for it (see module doc)."""
+        return self._slots.fresh_slots if self._background_resets else {}
+
+    def _restart_background_resets(self) -> None:
+        """Resets again the envs whose background reset is under way."""
+        fresh = self._slots.fresh_slots
+        for slot in list(fresh):
+            fresh[slot] = self._envs[self._slots.slot_env[slot]].reset(blocking=False)
+
     def _do_reset(self) -> TimeStep:
         num_slots = self._slots.num_slots
         envs = self._slots.slot_env + list(self._slots.spares)
-        promises = [self._now_or_later(self._envs[i].reset(blocking=False)) for i in envs]
+        pending = self._background_pending()
+        promises = [pending[k] if k in pending else
+                    self._now_or_later(self._envs[i].reset(blocking=False))
+                    for k, i in enumerate(envs)]
         # Spares keep their pending reset: it is collected when one takes a slot.
         self._spare_resets = dict(zip(envs[num_slots:], promises[num_slots:]))
         self._slots.fresh_slots.clear()
@@ -340,13 +394,18 @@ class ParallelAlfEnvironment(AlfEnvironment):
             [promises[slot] for slot in range(self._slots.num_slots)], "step"))
 
     def _finish(self, results: List[Any]) -> TimeStep:
-        """Batches the slots' time steps and hands ended slots to spares."""
+        """Batches the slots' time steps; ended slots go to spares or reset at once."""
         if self._slots.has_spares:
             for slot, time_step in enumerate(results):
                 if int(np.asarray(time_step.step_type)) == StepType.LAST:
                     old, new = self._slots.swap(slot)
                     self._slots.fresh_slots[slot] = self._spare_resets.pop(new)
                     self._spare_resets[old] = self._envs[old].reset(blocking=False)
+        elif self._background_resets:
+            for slot, time_step in enumerate(results):
+                if int(np.asarray(time_step.step_type)) == StepType.LAST:
+                    env = self._envs[self._slots.slot_env[slot]]
+                    self._slots.fresh_slots[slot] = env.reset(blocking=False)
         combine = np.concatenate if self._env_batched else np.stack
         batched = nest.map_structure(lambda *xs: combine(xs), *results)
         batched = batched._replace(env_id=self._env_ids.copy())

@@ -208,6 +208,21 @@ def _construct(env_constructor: Callable[..., Any], env_id: Optional[int]) -> An
     return env_constructor(env_id=env_id) if accepts else env_constructor()
 
 
+# The CALL name of ProcessEnvironment.sync_progress: the worker forwards the
+# progress to the env only if the env defines ``sync_progress`` (no env
+# method can have this name).
+SYNC_PROGRESS_CALL = "<sync_progress>"
+
+
+def forward_progress(env: Any, progress: Any) -> bool:
+    """Calls ``env.sync_progress(progress)`` if ``env`` defines it; returns whether it did."""
+    sync = getattr(env, "sync_progress", None)
+    if not callable(sync):
+        return False
+    sync(progress)
+    return True
+
+
 class _WorkerEnvProxy:
     """What the worker calls: the env, plus packing/unpacking in flatten mode.
 
@@ -233,6 +248,8 @@ class _WorkerEnvProxy:
         return value
 
     def call(self, name: str, args: tuple, kwargs: dict) -> Any:
+        if name == SYNC_PROGRESS_CALL:
+            return forward_progress(self.env, *args, **kwargs)
         guard = self.guard() if name in ("step", "reset") else None
         if name == "step" and len(args) == 1 and not kwargs:
             (action,) = args
@@ -650,6 +667,28 @@ class ProcessEnvironment:
     def seed(self, seed: int) -> Any:
         """Seeds the env in the worker."""
         return self.call("seed", seed)()
+
+    def sync_progress(self, progress: Any = None, blocking: bool = True) -> Any:
+        """Forwards the trainer's training progress to the env (ALF's ``sync_progress``).
+
+        Calls ``env.sync_progress(progress)`` in the worker if the env defines
+        ``sync_progress``; an env that does not is left alone. ALF pushes its
+        global scheduler progress this way so that schedules in the workers
+        follow training; alf_env has no global progress, so the trainer
+        passes the value (e.g. ``{"iterations": i, "env_steps": n}`` or a
+        fraction). Unlike ALF (which does not wait), the call is answered, so
+        an exception in the env's ``sync_progress`` is raised here; it is
+        ordered with the other requests (the next ``step`` sees the progress).
+
+        Args:
+            progress: any picklable value.
+            blocking: wait for the answer (``True``) or return a promise.
+
+        Returns:
+            Whether the env defines ``sync_progress`` (or a promise of it).
+        """
+        promise = self.call(SYNC_PROGRESS_CALL, progress)
+        return promise() if blocking else promise
 
     def observation_spec(self) -> Any:
         return self._cached_spec("observation_spec")

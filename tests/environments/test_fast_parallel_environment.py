@@ -231,3 +231,25 @@ def test_no_fd_growth_over_create_and_close():
     for _ in range(3):
         cycle()
     assert len(os.listdir("/proc/self/fd")) <= before
+
+
+def half_cheetah(env_id, float_dtype=np.float32):
+    return suite_gym.load("HalfCheetah-v5", env_id=env_id, max_episode_steps=25,
+                          float_dtype=float_dtype)
+
+
+@pytest.mark.parametrize("float_dtype,torch_dtype", [(np.float32, torch.float32),
+                                                     (None, torch.float64)])
+def test_float64_mujoco_env_on_the_shared_rows(monkeypatch, tmp_path, float_dtype,
+                                               torch_dtype):
+    """MuJoCo spaces are float64: the wrapper's specs (float32 by default, as in
+    ALF) size the shared rows, and both paths give the same time steps."""
+    monkeypatch.chdir(tmp_path)  # MuJoCo writes its warnings log to the cwd
+    ctors = [functools.partial(half_cheetah, i, float_dtype=float_dtype) for i in range(3)]
+    slow = run(ParallelAlfEnvironment, ctors, 60)
+    fast = run(FastParallelEnvironment, ctors, 60)
+    assert_same_sequences(slow, fast)
+    assert fast[-1].observation.dtype == torch_dtype and fast[-1].observation.shape == (3, 17)
+    assert fast[-1].prev_action.dtype == torch.float32  # HalfCheetah's actions are float32
+    assert fast[-1].env_info["x_velocity"].dtype == torch.float64  # info entries keep theirs
+    assert sum(int(ts.is_last().sum()) for ts in fast) >= 6  # episode ends covered

@@ -326,3 +326,120 @@ def test_context_manager_closes(backend):
         pids = env.worker_pids()
     import psutil
     assert not any(psutil.pid_exists(p) for p in pids)
+
+
+# -- ALF behaviours kept (issue 12) ---------------------------------------------
+
+
+def test_is_tensor_based_as_in_alf(make_parallel):
+    env = make_parallel(counting_ctors(2))
+    assert env.is_tensor_based is True  # time steps are torch tensors
+    assert isinstance(env.reset().observation, torch.Tensor)
+
+
+RESET_DELAY = 0.5
+
+
+@pytest.mark.parametrize("flatten", [True, False])
+def test_reset_after_last_runs_in_the_background_as_in_alf(make_parallel, flatten):
+    """ALF starts an ended env's reset at once (no spares): the next step does
+    not wait for it when the trainer spent that time elsewhere. The time steps
+    are those of resetting on the step after LAST."""
+    n = 2
+    ctors = counting_ctors(n, reset_delay=RESET_DELAY, min_length=3, max_length=3)
+    env = make_parallel(ctors, flatten=flatten, start_serially=False)
+    ref = InProcessReference([CountingEnv(env_id=i, min_length=3, max_length=3)
+                              for i in range(n)])
+    assert_rows_equal(env.reset(), ref.reset())
+    fast_steps = []
+    for action in random_actions(9, n):
+        ts = env.step(action)
+        assert_rows_equal(ts, ref.step(action))
+        if bool(ts.is_last().all()):
+            time.sleep(RESET_DELAY + 0.3)  # the trainer trains meanwhile
+            begin = time.monotonic()
+            after = env.step(action)
+            fast_steps.append(time.monotonic() - begin)
+            assert_rows_equal(after, ref.step(action))
+            assert bool(after.is_first().all())
+    assert len(fast_steps) >= 2
+    # Resetting on this step would take RESET_DELAY; generous for a noisy machine.
+    assert max(fast_steps) < RESET_DELAY / 2, fast_steps
+
+
+def test_reset_of_the_batch_after_last_does_not_reset_twice(make_parallel):
+    n = 3
+    env = make_parallel(counting_ctors(n, min_length=2, max_length=2))
+    ref = InProcessReference([CountingEnv(env_id=i, min_length=2, max_length=2)
+                              for i in range(n)])
+    assert_rows_equal(env.reset(), ref.reset())
+    for action in random_actions(2, n):
+        assert bool(env.step(action).is_last().all()) is bool(ref.step(action)[0].is_last())
+    # observation[2] counts the env's resets: one, as without background resets.
+    assert_rows_equal(env.reset(), ref.reset())
+    for action in random_actions(5, n, seed=1):
+        assert_rows_equal(env.step(action), ref.step(action))
+
+
+def test_seed_after_last_applies_to_the_next_episode(make_parallel):
+    """A seed given after LAST applies to the reset that follows (the one already
+    under way is started again), as it does when the step after LAST resets."""
+    from alf_env.environments import suite_gym
+
+    def cartpole(env_id):
+        return suite_gym.load("CartPole-v1", env_id=env_id, max_episode_steps=2)
+
+    env = make_parallel([cartpole] * 2)
+    env.reset()
+    actions = torch.zeros(2, dtype=torch.int64)
+    env.step(actions)
+    assert bool(env.step(actions).is_last().all())
+    env.seed([11, 12])
+    first = env.step(actions)
+    for i, seed in enumerate((11, 12)):
+        expected = cartpole(i)
+        expected.seed(seed)
+        np.testing.assert_array_equal(first.observation[i].numpy(),
+                                      expected.reset().observation)
+        expected.close()
+    # Also with reset() instead of the step after LAST.
+    env.step(actions)
+    assert bool(env.step(actions).is_last().all())
+    env.seed([13, 14])
+    again = env.reset()
+    for i, seed in enumerate((13, 14)):
+        expected = cartpole(i)
+        expected.seed(seed)
+        np.testing.assert_array_equal(again.observation[i].numpy(),
+                                      expected.reset().observation)
+        expected.close()
+
+
+class ProgressEnv(CountingEnv):
+    """Keeps the progress values pushed by sync_progress (and puts the last one
+    in observation[3] of its FIRST steps, to check ordering with steps)."""
+
+    def __init__(self, env_id=0, **kwargs):
+        super().__init__(env_id=env_id, **kwargs)
+        self.progress = []
+
+    def sync_progress(self, progress):
+        if progress == "fail":
+            raise KeyError("bad progress")
+        self.progress.append(progress)
+
+
+@pytest.mark.parametrize("num_spares", [0, 1])
+def test_sync_progress_reaches_every_env_that_defines_it(make_parallel, num_spares):
+    ctors = [ProgressEnv, CountingEnv, functools.partial(ProgressEnv, env_id=2)]
+    env = make_parallel(ctors, num_spare_envs_for_reload=num_spares)
+    env.reset()
+    assert env.sync_progress({"iterations": 3, "env_steps": 300}) is None
+    env.step(torch.zeros(env.batch_size, dtype=torch.int64))
+    env.sync_progress(0.75)
+    # Spares included; the env without sync_progress is left alone.
+    assert env.envs[0].progress == [{"iterations": 3, "env_steps": 300}, 0.75]
+    assert env.envs[2].progress == env.envs[0].progress
+    with pytest.raises(KeyError, match="bad progress"):
+        env.sync_progress("fail")
+    env.step(torch.zeros(env.batch_size, dtype=torch.int64))  # still usable

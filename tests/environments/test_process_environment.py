@@ -330,3 +330,36 @@ def test_a_start_that_fails_leaves_a_closable_env(monkeypatch):
         env.start()
     env.close()  # must not raise "can only join a started process"
     env.close()
+
+
+class ProgressProbe(ProbeEnv):
+    """A ProbeEnv that defines ALF's sync_progress hook."""
+
+    def __init__(self, env_id=None):
+        super().__init__(env_id)
+        self.progress = []
+
+    def sync_progress(self, progress):
+        if progress is None:
+            raise ValueError("no progress given")
+        self.progress.append(progress)
+
+
+@pytest.mark.parametrize("start_method", ["fork", "spawn"])
+def test_sync_progress_forwards_to_an_env_that_defines_it(make_env, start_method):
+    """ALF's sync_progress pushes the trainer's progress to the worker's env."""
+    env = make_env(ProgressProbe, start_method=start_method)
+    assert env.sync_progress({"iterations": 5}) is True
+    promise = env.sync_progress(0.5, blocking=False)
+    assert env.call("add", 1, 2)() == 3  # ordered with other requests
+    assert promise() is True
+    assert env.progress == [{"iterations": 5}, 0.5]
+    with pytest.raises(ValueError, match="no progress given"):
+        env.sync_progress()
+    assert env.call("add", 2, 2)() == 4  # the env stays usable
+
+
+def test_sync_progress_leaves_an_env_without_it_alone(make_env):
+    env = make_env()
+    assert env.sync_progress(0.25) is False
+    assert env.call("add", 1, 1)() == 2

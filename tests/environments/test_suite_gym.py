@@ -200,7 +200,8 @@ def test_failing_wrapper_closes_the_gym_env():
     assert made and made[0].closed
 
 
-def test_mujoco_float64_env_gives_float32_specs_by_default():
+def test_mujoco_float64_env_gives_float32_specs_by_default(monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)  # MuJoCo writes its warnings log to the cwd
     env = suite_gym.load("HalfCheetah-v5")
     assert env.gym_env.observation_space.dtype == np.float64
     assert env.observation_spec().dtype == torch.float32
