@@ -7,7 +7,7 @@ pickled (see :func:`alf_env.environments.process_environment`).
 
 import multiprocessing
 import signal
-from typing import Optional
+from typing import Optional, Sequence
 
 
 class EnvironmentProcessError(RuntimeError):
@@ -52,19 +52,23 @@ class WorkerDiedError(EnvironmentProcessError):
     Attributes:
         exitcode: the worker's ``multiprocessing`` exit code (negative for a
             signal), or ``None`` if it could not be collected.
+        env_ids: every env the worker held (``[env_id]`` for a worker of one env).
     """
 
     def __init__(self, env_id: Optional[int], exitcode: Optional[int],
-                 during: str = "") -> None:
+                 during: str = "", env_ids: Optional[Sequence[int]] = None) -> None:
         where = f" during {during}" if during else ""
+        env_ids = [env_id] if env_ids is None else list(env_ids)
+        envs = f"env {env_id}" if len(env_ids) <= 1 else f"envs {env_ids}"
         super().__init__(
-            f"The worker process of env {env_id} died{where}: "
+            f"The worker process of {envs} died{where}: "
             f"{describe_exit(exitcode)}.", env_id)
         self.exitcode = exitcode
         self.during = during
+        self.env_ids = env_ids
 
     def __reduce__(self):
-        return (type(self), (self.env_id, self.exitcode, self.during))
+        return (type(self), (self.env_id, self.exitcode, self.during, self.env_ids))
 
     @property
     def signal(self) -> Optional[int]:

@@ -7,8 +7,10 @@ Design
 EnvPool-style asynchronous mode.
 
 **Processes.** Worker ``w`` is a ``ProcessEnvironment(fast=True)`` hosting an
-:class:`~alf_env.vector_worker.EnvGroup` of ``envs_per_worker`` envs
-(env ids ``[w * e, (w + 1) * e)``). Once every worker is up and the spaces
+:class:`~alf_env.vector_worker.EnvGroup` of consecutive envs. By default
+there are as many workers as CPUs this process may use (``num_workers``),
+the envs spread over them as evenly as possible (EnvPool's ``num_threads``);
+``envs_per_worker=1`` gives one process per env. Once every worker is up and the spaces
 are checked, each enters the native job loop with a
 :class:`~alf_env.vector_worker.GymRowsHandler`; the pipe is then reached
 through CALL jobs (the doorbell of :class:`~alf_env.environments.fast_jobs.JobBoard`).
@@ -20,12 +22,19 @@ fixed-size datum of the hot path:
   :mod:`alf_env.vector_spaces`: Box, Discrete, MultiDiscrete, MultiBinary,
   Text, Tuple, Dict and OneOf map to fields);
 * ``reward`` (float64, like gymnasium), ``terminated``, ``truncated``;
-* ``report``: "this env has an entry in its worker's pipe report".
+* ``report``: "this env has an entry in its worker's pipe report";
+* ``info`` (``info_bytes`` per env) and ``info_layout``: the fixed-size
+  values of the env's info dict (numbers, numeric arrays) and the id of
+  their layout, learned from what the envs return (see
+  :mod:`alf_env.vector_infos`): an env whose info keeps its keys and types
+  costs no pipe message.
 
 **The pipe** carries what has no fixed size, only when there is some:
 
-* a non-empty info dict (in SAME_STEP mode this includes ``final_obs`` and
-  ``final_info`` at an episode's end); an empty info costs nothing;
+* info values of no fixed size (str, None, nested dicts; in SAME_STEP mode
+  ``final_obs`` and ``final_info`` at an episode's end), the signature of a
+  new info layout (once per layout and worker), and whole infos that do not
+  fit the info area; an empty info costs nothing;
 * observation leaves of spaces with no fixed size (Graph, Sequence, custom
   spaces): they are pickled every step, so such spaces cost a pipe message
   per worker per step (about what ``AsyncVectorEnv`` pays for everything);
@@ -78,10 +87,8 @@ unit of asynchrony is a worker: ``send`` takes whole workers (all
 (``copy=False`` only matters in the synchronous mode).
 """
 
-import atexit
 import enum
 import functools
-import weakref
 from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple, Union
 
 import gymnasium as gym
@@ -91,13 +98,15 @@ from gymnasium.error import AlreadyPendingCallError, ClosedEnvironmentError, NoA
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 
-from alf_env._affinity import WorkerCpus, pin_workers, plan_worker_cpus
+from alf_env._affinity import WorkerCpus, pin_workers, plan_worker_cpus, usable_cpus
 from alf_env._shared import SPIN_ADAPTIVE, JobType, SharedBlock
 from alf_env.environments import process_environment as pe
 from alf_env.environments.process_environment import start_environments
 from alf_env.environments.fast_jobs import JobBoard
 from alf_env.environments.fast_worker import FastLoopSpec
 from alf_env.errors import WorkerDiedError
+from alf_env.vector_infos import (DEFAULT_INFO_BYTES, InfoDecoder, InfoLayout, Payload,
+                                  add_info, signature_of)
 from alf_env.vector_spaces import SpaceLayout
 from alf_env.vector_worker import (RESERVED_CALL_NAMES, RESET_DEFAULT, RESET_STAGED,
                                    EnvGroup, EnvRows, GymRowsHandler, StagedReset,
@@ -119,38 +128,6 @@ class AsyncState(enum.Enum):
     WAITING_CALL = "call"
 
 
-def add_info(infos: Dict[str, Any], info: Dict[str, Any], index: int,
-             n: int) -> Dict[str, Any]:
-    """Adds one env's ``info`` to the batched ``infos`` at ``index`` (of ``n``).
-
-    The semantics of gymnasium's ``VectorEnv._add_info``: every key gets an
-    array of ``n`` values and a boolean mask ``_key`` of the envs that had it;
-    nested dicts are batched recursively; ``final_obs`` is an object array.
-    """
-    for key, value in info.items():
-        if key == "final_obs":
-            array = infos[key] if key in infos else np.full(n, None, dtype=object)
-            array[index] = value
-        elif isinstance(value, dict):
-            array = add_info(infos.get(key, {}), value, index, n)
-        else:
-            array = infos[key] if key in infos else _empty_info_array(value, n)
-            array[index] = value
-        mask = infos[f"_{key}"] if f"_{key}" in infos else np.zeros(n, dtype=np.bool_)
-        mask[index] = True
-        infos[key], infos[f"_{key}"] = array, mask
-    return infos
-
-
-def _empty_info_array(value: Any, n: int) -> np.ndarray:
-    """The batched array for an info value first seen as ``value``."""
-    if type(value) in (int, float, bool) or isinstance(value, np.number):
-        return np.zeros(n, dtype=type(value))
-    if isinstance(value, np.ndarray):
-        return np.zeros((n, *value.shape), dtype=value.dtype)
-    return np.full(n, None, dtype=object)
-
-
 class FastVectorEnv(gym.vector.VectorEnv):
     """A gymnasium vector env whose envs run in worker processes, stepped through shared memory.
 
@@ -159,9 +136,16 @@ class FastVectorEnv(gym.vector.VectorEnv):
             closures work with every start method).
         batch_size: envs returned per step; ``None`` or ``len(env_fns)``:
             synchronous; fewer: the asynchronous (EnvPool) mode.
-        envs_per_worker: envs hosted by one worker process (stepped one after
-            the other there); must divide ``len(env_fns)`` (and
-            ``batch_size``).
+        num_workers: worker processes; the envs are spread over them as evenly
+            as possible (consecutive envs per worker, stepped one after the
+            other there). Default: the number of CPUs this process may use
+            (at most one per env) in the synchronous mode, one per env in the
+            asynchronous mode. In the asynchronous mode it must divide the
+            number of envs.
+        envs_per_worker: the other way to say it: envs per worker process
+            (must divide ``len(env_fns)`` and, asynchronous mode,
+            ``batch_size``); ``1`` is one process per env. Give
+            ``num_workers`` or ``envs_per_worker``, not both.
         copy: return copies of the observations (``True``), or views of the
             shared rows that the next step overwrites (``False``, synchronous
             mode only).
@@ -174,6 +158,15 @@ class FastVectorEnv(gym.vector.VectorEnv):
             of the ``n`` CPUs this process may use) or a sequence of CPU ids
             (worker ``i`` pinned to ``worker_cpus[i % len(worker_cpus)]``).
             Spreading helps CPU-bound envs when workers outnumber cores.
+        info_bytes: bytes of shared memory per env for the fixed-size values
+            of its info dict (numbers and numeric arrays); infos (or values)
+            that do not fit travel on the pipe. ``0`` sends every info on the
+            pipe.
+        info_example: an info dict as the envs return it (or a sequence of
+            them, e.g. the reset info and the step info): its layout is known
+            before the first step (so that step sends nothing on the pipe),
+            and ``info_bytes`` grows to fit it if needed. Optional: layouts
+            are otherwise learned from the first infos.
 
     Raises:
         ValueError: bad arguments, or an action space with a sub-space of no
@@ -183,30 +176,41 @@ class FastVectorEnv(gym.vector.VectorEnv):
     """
 
     def __init__(self, env_fns: Sequence[Callable[[], gym.Env]], *,
-                 batch_size: Optional[int] = None, envs_per_worker: int = 1,
+                 batch_size: Optional[int] = None, num_workers: Optional[int] = None,
+                 envs_per_worker: Optional[int] = None,
                  copy: bool = True, context: str = "fork",
                  autoreset_mode: Union[AutoresetMode, str] = AutoresetMode.NEXT_STEP,
-                 spin_us: int = SPIN_ADAPTIVE, worker_cpus: WorkerCpus = None) -> None:
+                 spin_us: int = SPIN_ADAPTIVE, worker_cpus: WorkerCpus = None,
+                 info_bytes: int = DEFAULT_INFO_BYTES,
+                 info_example: Union[None, Dict[str, Any], Sequence[Dict[str, Any]]] = None
+                 ) -> None:
         env_fns = list(env_fns)
         batch_size = len(env_fns) if batch_size is None else int(batch_size)
         autoreset_mode = AutoresetMode(autoreset_mode)
-        _check_arguments(env_fns, batch_size, int(envs_per_worker), context, autoreset_mode)
-        cpu_plan = plan_worker_cpus(worker_cpus, len(env_fns) // int(envs_per_worker))
+        _check_arguments(env_fns, batch_size, context, autoreset_mode)
+        self._bounds = plan_workers(len(env_fns), batch_size, num_workers, envs_per_worker)
+        self._declared_infos, info_bytes = _declared_infos(info_example, info_bytes)
+        cpu_plan = plan_worker_cpus(worker_cpus, len(self._bounds))
         self._workers_pinned = cpu_plan is not None
         self.env_fns = env_fns
         self.num_envs = len(env_fns)
         self.batch_size = batch_size
-        self.envs_per_worker = int(envs_per_worker)
+        sizes = {end - begin for begin, end in self._bounds}
+        #: envs per worker (``None`` when the workers hold different numbers).
+        self.envs_per_worker: Optional[int] = sizes.pop() if len(sizes) == 1 else None
+        self.num_workers = len(self._bounds)
+        self.info_bytes = info_bytes
         self.copy = copy
         self.autoreset_mode = autoreset_mode
         self._workers: List[pe.ProcessEnvironment] = []
-        self._atexit_hook: Optional[Callable[[], None]] = None
         self._board: Optional[JobBoard] = None
         self._block: Optional[SharedBlock] = None
         self._state = AsyncState.DEFAULT
         self._broken: Optional[BaseException] = None
         self.is_async = self.batch_size < self.num_envs
-        self._num_workers = self.num_envs // self.envs_per_worker
+        self._num_workers = self.num_workers
+        self._row_worker = np.concatenate([np.full(end - begin, w, dtype=np.int64)
+                                           for w, (begin, end) in enumerate(self._bounds)])
         self._all_rows = slice(0, self.num_envs)
         self._all_row_list = list(range(self.num_envs))
         self._all_ids = np.arange(self.num_envs)
@@ -214,7 +218,7 @@ class FastVectorEnv(gym.vector.VectorEnv):
         self._in_flight: Set[int] = set()        # workers with an unreceived STEP/RESET
         self._last_ids = np.arange(0, dtype=np.int64)  # env ids of the last recv()
         self._needs_reset = np.zeros(self.num_envs, dtype=np.bool_)
-        self._infos: Dict[int, dict] = {}        # env id -> info of its last job
+        self._payloads: Dict[int, Payload] = {}  # env id -> pipe part of its last info
         self._pipe_leaves: Dict[int, list] = {}  # env id -> its pipe observation leaves
         self._pending_calls: List[Any] = []
         self._reset_rows: List[int] = []         # envs whose infos reset_wait returns
@@ -226,22 +230,20 @@ class FastVectorEnv(gym.vector.VectorEnv):
         except BaseException:
             self.close(terminate=True)
             raise
-        # Registered after the workers' own hooks, so it runs before them
-        # (atexit is LIFO) and brings the workers back from the native loop.
-        self._atexit_hook = functools.partial(_close_if_alive, weakref.ref(self))
-        atexit.register(self._atexit_hook)
+        # Not closed by the program: the exit hook of process_environment
+        # brings the workers back from the native loop (the board is
+        # registered) and closes them with every other worker, all at once.
 
     # -- construction ------------------------------------------------------------
 
     def _start_workers(self, context: str) -> None:
-        e = self.envs_per_worker
         self._workers = [
             pe.ProcessEnvironment(
-                functools.partial(EnvGroup, self.env_fns[w * e:(w + 1) * e]),
-                env_id=w * e, fast=True, num_envs=self.num_envs,
+                functools.partial(EnvGroup, self.env_fns[begin:end]),
+                env_id=begin, fast=True, num_envs=self.num_envs,
                 torch_num_threads_per_env=None, start_method=context,
                 name=f"alf_env-vector-{w}")
-            for w in range(self._num_workers)]
+            for w, (begin, end) in enumerate(self._bounds)]
         start_environments(self._workers, start_serially=False)
 
     def _check_spaces(self) -> None:
@@ -268,19 +270,26 @@ class FastVectorEnv(gym.vector.VectorEnv):
                              f"memory only")
 
     def _attach_workers(self, spin_us: int) -> None:
-        self._block = SharedBlock(block_fields(self._obs, self._act),
+        self._block = SharedBlock(block_fields(self._obs, self._act, self.info_bytes),
                                   num_rows=self.num_envs, num_workers=self._num_workers)
         rows = EnvRows(self._block, self._obs, self._act)
         self._obs_views, self._act_views = rows.obs, rows.act
         self._reward, self._terminated = rows.reward, rows.terminated
         self._truncated, self._report = rows.truncated, rows.report
+        info_view = rows.info if rows.info is not None else np.zeros((self.num_envs, 0),
+                                                                     np.uint8)
+        self._info_decoder = InfoDecoder(info_view, rows.info_layout, self._row_worker,
+                                         self._num_workers)
+        for w in range(self._num_workers):
+            for lid, signature in enumerate(self._declared_infos, start=1):
+                self._info_decoder.register(w, lid, signature)
         controller = self._block.controller(spin_us, workers_pinned=self._workers_pinned)
         self._board = JobBoard(controller, self._workers, on_ok=self._collect_reports)
-        e = self.envs_per_worker
         for w, worker in enumerate(self._workers):
             controller.set_worker_pid(w, worker.pid)
-            handler = GymRowsHandler((w * e, (w + 1) * e), self._obs, self._act,
-                                     self.autoreset_mode)
+            handler = GymRowsHandler(self._bounds[w], self._obs, self._act,
+                                     self.autoreset_mode, self.info_bytes,
+                                     self._declared_infos)
             worker.start_fast_loop(FastLoopSpec(self._block, w, spin_us, handler,
                                                 self._workers_pinned),
                                    functools.partial(self._board.serve_pipe, w))
@@ -294,18 +303,17 @@ class FastVectorEnv(gym.vector.VectorEnv):
             what reading a worker's report raised (e.g. the worker died), by worker.
         """
         errors: Dict[int, BaseException] = {}
-        if not self._infos and not self._report.any():
+        if not self._payloads and not self._report.any():
             return errors  # the hot path: nobody reported anything
-        e = self.envs_per_worker
         promises = {}
         for worker in workers:
             job = self._board.job_of(worker)
             if job is not JobType.STEP and job is not JobType.RESET:
                 continue
-            begin = worker * e
-            for row in range(begin, begin + e):
-                self._infos.pop(row, None)
-            if self._report[begin:begin + e].any():
+            begin, end = self._bounds[worker]
+            for row in range(begin, end):
+                self._payloads.pop(row, None)
+            if self._report[begin:end].any():
                 # Every report's place on its pipe is taken before any is read,
                 # so an interrupted read leaves no pipe out of step.
                 try:
@@ -313,15 +321,17 @@ class FastVectorEnv(gym.vector.VectorEnv):
                 except Exception as exc:  # noqa: BLE001 -- e.g. known to be dead
                     errors[worker] = exc
         for worker, promise in promises.items():
-            begin = worker * e
+            begin = self._bounds[worker][0]
             try:
-                report = promise()
+                report, new_layouts = promise()
             except Exception as exc:  # noqa: BLE001 -- raised by the board's waits
                 errors[worker] = exc
                 continue
-            for k, (info, leaves) in report.items():
-                if info:
-                    self._infos[begin + k] = info
+            for layout_id, signature in new_layouts:
+                self._info_decoder.register(worker, layout_id, signature)
+            for k, (payload, leaves) in report.items():
+                if payload is not None:
+                    self._payloads[begin + k] = payload
                 if leaves:
                     self._pipe_leaves[begin + k] = leaves
         return errors
@@ -353,20 +363,20 @@ class FastVectorEnv(gym.vector.VectorEnv):
         if options is not None and "reset_mask" in options:
             mask = self._check_reset_mask(options.pop("reset_mask"))
         self._drain_in_flight()
-        e = self.envs_per_worker
+        bounds = self._bounds
         if mask is None:
             workers, self._reset_rows = self._all_workers, self._all_row_list
             self._needs_reset[:] = False
         else:
-            workers = [w for w in self._all_workers if mask[w * e:(w + 1) * e].any()]
+            workers = [w for w in self._all_workers if mask[slice(*bounds[w])].any()]
             self._reset_rows = [int(i) for i in np.flatnonzero(mask)]
             self._needs_reset[mask] = False
         arg = RESET_DEFAULT
         if seed is not None or options is not None or mask is not None:
             arg = RESET_STAGED
             for w in workers:
-                rows = slice(w * e, (w + 1) * e)
-                local_mask = [True] * e if mask is None else mask[rows]
+                rows = slice(*bounds[w])
+                local_mask = [True] * (rows.stop - rows.start) if mask is None else mask[rows]
                 staged = StagedReset(seeds[rows], options, local_mask)
                 self._resolve([self._workers[w].call("stage_reset", staged)], None)
         self._post(workers, JobType.RESET, arg)
@@ -494,9 +504,8 @@ class FastVectorEnv(gym.vector.VectorEnv):
                              f"per env), got {len(values)}")
         self._assert_state("set_attr")
         self._settle()
-        e = self.envs_per_worker
-        self._resolve([w.call("set_each", name, list(values[i * e:(i + 1) * e]))
-                       for i, w in enumerate(self._workers)], None)
+        self._resolve([w.call("set_each", name, list(values[begin:end]))
+                       for w, (begin, end) in zip(self._workers, self._bounds)], None)
 
     def render(self) -> Tuple[Any, ...]:
         """The frames of every env (``env.render()``), as a tuple."""
@@ -565,9 +574,6 @@ class FastVectorEnv(gym.vector.VectorEnv):
                 terminated (default: ``CLOSE_POLITE_TIMEOUT``).
             terminate: terminate the workers at once.
         """
-        if self._atexit_hook is not None:
-            atexit.unregister(self._atexit_hook)
-            self._atexit_hook = None
         if self._state is not AsyncState.DEFAULT and not terminate:
             logging.warning("FastVectorEnv.close() while a %s call is pending; waiting "
                             "for it", self._state.value)
@@ -579,7 +585,7 @@ class FastVectorEnv(gym.vector.VectorEnv):
             self._block.close()
         self._board = None
         self._in_flight.clear()
-        self._infos.clear()
+        self._payloads.clear()
         self._pipe_leaves.clear()
 
     def __enter__(self) -> "FastVectorEnv":
@@ -645,9 +651,11 @@ class FastVectorEnv(gym.vector.VectorEnv):
         try:
             return fn()
         except WorkerDiedError as exc:
-            self._broken = exc
+            self._broken = self._whole_worker(exc)
             self._state = AsyncState.DEFAULT
-            raise
+            if self._broken is exc:
+                raise
+            raise self._broken from None
         except pe.EnvTimeoutError:
             raise
         except BaseException:
@@ -679,7 +687,7 @@ class FastVectorEnv(gym.vector.VectorEnv):
             ids, rows, workers = self._all_ids, self._all_rows, self._all_workers
         else:
             ids = rows = self._check_ids(env_ids)
-            workers = sorted({int(i) // self.envs_per_worker for i in ids})
+            workers = sorted(set(self._row_worker[ids].tolist()))
         arrays = self._act.encode_batch(actions, len(ids))
         if self.autoreset_mode is AutoresetMode.DISABLED and self._needs_reset[ids].any():
             ended = ids[self._needs_reset[ids]].tolist()
@@ -704,11 +712,11 @@ class FastVectorEnv(gym.vector.VectorEnv):
         if np.unique(ids).size != ids.size:
             raise ValueError(f"env_ids: each env may be listed once, got {ids.tolist()}")
         e = self.envs_per_worker
-        workers = {int(i) // e for i in ids}
+        workers = set(self._row_worker[ids].tolist())
         if len(workers) * e != ids.size:
             raise ValueError(f"env_ids: with envs_per_worker={e} a worker is stepped "
                              f"whole; list all envs of each worker, got {ids.tolist()}")
-        busy = sorted(w * e for w in workers if w in self._in_flight)
+        busy = sorted(self._bounds[w][0] for w in workers if w in self._in_flight)
         if busy:
             raise ValueError(f"env_ids: envs {busy} are still in flight (sent, not yet "
                              f"received); recv() them first")
@@ -744,7 +752,7 @@ class FastVectorEnv(gym.vector.VectorEnv):
     def _receive(self, timeout: Optional[float]
                  ) -> Tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict]:
         """The first ``batch_size`` envs in flight to finish (the EnvPool recv)."""
-        e = self.envs_per_worker
+        e = self.envs_per_worker  # the asynchronous mode has workers of equal size
         k = self.batch_size // e
         if len(self._in_flight) < k:
             self._state = AsyncState.DEFAULT
@@ -760,13 +768,13 @@ class FastVectorEnv(gym.vector.VectorEnv):
             self._in_flight.difference_update(errors)
             error = next(iter(errors.values()))
             if isinstance(error, WorkerDiedError):
-                self._broken = error
+                error = self._broken = self._whole_worker(error)
             raise error
         self._in_flight.difference_update(workers)
-        ids = np.asarray([w * e + j for w in workers for j in range(e)], dtype=np.int64)
+        ids = np.asarray([i for w in workers for i in range(*self._bounds[w])], dtype=np.int64)
         row_list = ids.tolist()
         obs = self._obs.read_rows(self._obs_views, ids, row_list, self._pipe_rows(row_list))
-        infos = self._batch_infos(row_list)
+        infos = self._info_decoder.batch(ids, row_list, self._payloads_of(row_list))
         infos["env_id"] = ids.astype(ENV_ID_DTYPE)
         terminated, truncated = self._terminated[ids], self._truncated[ids]
         self._needs_reset[ids] = terminated | truncated
@@ -778,22 +786,18 @@ class FastVectorEnv(gym.vector.VectorEnv):
         rows = self._all_row_list
         obs = self._obs.read_rows(self._obs_views, self._all_rows, rows,
                                   self._pipe_rows(rows), self.copy)
-        infos: Dict[str, Any] = {}
-        if self._infos:
-            for row in info_rows:
-                info = self._infos.get(row)
-                if info:
-                    add_info(infos, info, row, self.num_envs)
+        if len(info_rows) == self.num_envs:
+            infos = self._info_decoder.batch(self._all_rows, rows, self._payloads_of(rows))
+        else:  # some envs were reset (reset_mask): their infos at their own positions
+            infos = self._info_decoder.batch(self._all_rows, rows, self._payloads_of(rows),
+                                             include=info_rows)
         return obs, infos
 
-    def _batch_infos(self, row_list: List[int]) -> Dict[str, Any]:
-        infos: Dict[str, Any] = {}
-        if self._infos:
-            for position, row in enumerate(row_list):
-                info = self._infos.get(row)
-                if info:
-                    add_info(infos, info, position, len(row_list))
-        return infos
+    def _payloads_of(self, row_list: List[int]) -> Dict[int, Payload]:
+        """The pipe payloads of the infos of ``row_list`` (most steps: none)."""
+        if not self._payloads:
+            return {}
+        return {row: self._payloads[row] for row in row_list if row in self._payloads}
 
     def _pipe_rows(self, row_list: List[int]) -> Optional[List[list]]:
         if not self._obs.num_pipe_leaves:
@@ -806,14 +810,26 @@ class FastVectorEnv(gym.vector.VectorEnv):
         try:
             return pe.resolve_all(promises, timeout, during)
         except WorkerDiedError as exc:
-            self._broken = exc
-            raise
+            self._broken = self._whole_worker(exc)
+            if self._broken is exc:
+                raise
+            raise self._broken from None
+
+    def _whole_worker(self, exc: WorkerDiedError) -> WorkerDiedError:
+        """``exc``, naming every env its worker held (a worker of several envs)."""
+        if exc.env_id is None or len(exc.env_ids) > 1 or not 0 <= exc.env_id < self.num_envs:
+            return exc
+        begin, end = self._bounds[int(self._row_worker[exc.env_id])]
+        if end - begin == 1:
+            return exc
+        return WorkerDiedError(exc.env_id, exc.exitcode, exc.during,
+                               env_ids=list(range(begin, end)))
 
 
-def _check_arguments(env_fns: List[Any], batch_size: int, envs_per_worker: int,
-                     context: str, autoreset_mode: AutoresetMode) -> None:
+def _check_arguments(env_fns: List[Any], batch_size: int, context: str,
+                     autoreset_mode: AutoresetMode) -> None:
     """Raises ValueError/TypeError for arguments FastVectorEnv cannot work with."""
-    n, e, b = len(env_fns), envs_per_worker, batch_size
+    n, b = len(env_fns), batch_size
     if n == 0:
         raise ValueError("env_fns: expected at least one env constructor, got none")
     for i, fn in enumerate(env_fns):
@@ -822,25 +838,87 @@ def _check_arguments(env_fns: List[Any], batch_size: int, envs_per_worker: int,
                             f"gymnasium.Env, got {type(fn).__name__}")
     if context not in pe.START_METHODS:
         raise ValueError(f"context: expected one of {pe.START_METHODS}, got {context!r}")
-    if e < 1 or n % e:
-        raise ValueError(f"envs_per_worker: expected a divisor of the number of envs "
-                         f"({n}), got {e}")
     if not 1 <= b <= n:
         raise ValueError(f"batch_size: expected 1 <= batch_size <= {n} (the number "
                          f"of envs), got {b}")
-    if b < n and b % e:
-        raise ValueError(f"batch_size: the unit of asynchrony is a worker of {e} envs, "
-                         f"so batch_size must be a multiple of envs_per_worker={e}; "
-                         f"got {b}")
     if b < n and autoreset_mode is AutoresetMode.DISABLED:
         raise ValueError("autoreset_mode: the asynchronous mode (batch_size < num_envs) "
                          "resets envs on its own; use NEXT_STEP or SAME_STEP, not DISABLED")
 
 
-def _close_if_alive(ref: "weakref.ReferenceType[FastVectorEnv]") -> None:
-    env = ref()
-    if env is not None:
-        env.close()
+def plan_workers(num_envs: int, batch_size: int, num_workers: Optional[int],
+                 envs_per_worker: Optional[int]) -> List[Tuple[int, int]]:
+    """The env rows ``(begin, end)`` of each worker.
+
+    Args:
+        num_envs: number of envs.
+        batch_size: envs per step (fewer than ``num_envs``: asynchronous mode).
+        num_workers: worker processes, or ``None``.
+        envs_per_worker: envs per worker, or ``None``.
+
+    Returns:
+        consecutive, non-empty row ranges covering ``[0, num_envs)``, sizes
+        differing by at most one (the larger first).
+
+    Raises:
+        ValueError: both given, or values that do not fit (naming the argument).
+    """
+    n, b, is_async = num_envs, batch_size, batch_size < num_envs
+    if num_workers is not None and envs_per_worker is not None:
+        if int(num_workers) * int(envs_per_worker) != n:
+            raise ValueError(f"num_workers={num_workers} and envs_per_worker="
+                             f"{envs_per_worker} do not make {n} envs; give one of them")
+    if envs_per_worker is not None:
+        e = int(envs_per_worker)
+        if e < 1 or n % e:
+            raise ValueError(f"envs_per_worker: expected a divisor of the number of envs "
+                             f"({n}), got {envs_per_worker}")
+        num_workers = n // e
+    elif num_workers is not None:
+        if not 1 <= int(num_workers) <= n:
+            raise ValueError(f"num_workers: expected 1 <= num_workers <= {n} (the number "
+                             f"of envs), got {num_workers}")
+        num_workers = int(num_workers)
+        if is_async and n % num_workers:
+            raise ValueError(f"num_workers: the asynchronous mode needs workers of equal "
+                             f"size, so num_workers must divide the number of envs ({n}); "
+                             f"got {num_workers}")
+    else:
+        num_workers = n if is_async else min(n, len(usable_cpus()))
+    base, extra = divmod(n, num_workers)
+    bounds, begin = [], 0
+    for w in range(num_workers):
+        end = begin + base + (w < extra)
+        bounds.append((begin, end))
+        begin = end
+    e = bounds[0][1] - bounds[0][0]
+    if is_async and b % e:
+        raise ValueError(f"batch_size: the unit of asynchrony is a worker of {e} envs, "
+                         f"so batch_size must be a multiple of envs_per_worker={e}; "
+                         f"got {b}")
+    return bounds
+
+
+def _declared_infos(info_example: Union[None, Dict[str, Any], Sequence[Dict[str, Any]]],
+                    info_bytes: int) -> Tuple[List[Any], int]:
+    """The signatures of the declared example infos, and the info area's size to fit them."""
+    info_bytes = int(info_bytes)
+    if info_bytes < 0:
+        raise ValueError(f"info_bytes: expected a size in bytes >= 0, got {info_bytes}")
+    if info_example is None:
+        return [], info_bytes
+    examples = [info_example] if isinstance(info_example, dict) else list(info_example)
+    signatures: List[Any] = []
+    for i, example in enumerate(examples):
+        if not isinstance(example, dict):
+            raise TypeError(f"info_example[{i}]: expected an info dict, got "
+                            f"{type(example).__name__}")
+        signature = signature_of(example)
+        layout = InfoLayout(signature, 1 << 30)
+        if layout.fits and signature not in signatures:
+            signatures.append(signature)
+            info_bytes = max(info_bytes, layout.nbytes)
+    return signatures, info_bytes
 
 
 def make(env_id: Union[str, gym.envs.registration.EnvSpec], num_envs: int = 1, *,

@@ -7,11 +7,17 @@ native loop, a :class:`GymRowsHandler` that runs STEP and RESET jobs:
 * it reads each env's action from the shared action rows, steps the env,
   auto-resets it as the autoreset mode says (exactly like ``SyncVectorEnv``),
   and writes observation, reward, terminated and truncated into the env's rows;
-* whatever has no fixed size - a non-empty info dict, the observation leaves
-  of spaces such as Graph and Sequence - goes into one *report* per job: a
-  dict ``{local env index: (info or None, pipe leaves or None)}`` sent on the
-  pipe as an unsolicited ``RESULT``; the env's ``report`` flag row says it is
-  there. A job whose envs all return empty infos sends nothing on the pipe.
+* the fixed-size part of each env's info dict goes into the env's info area
+  (:class:`~alf_env.vector_infos.InfoEncoder`), the id of its layout into the
+  env's ``info_layout`` row;
+* whatever has no fixed size - info values that do not fit a layout, the
+  observation leaves of spaces such as Graph and Sequence - and the
+  signatures of layouts learned during the job go into one *report* per job:
+  ``({local env index: (info payload or None, pipe leaves or None)},
+  [(layout id, signature), ...])`` sent on the pipe as an unsolicited
+  ``RESULT``; the env's ``report`` flag row says it has an entry. A job whose
+  envs return empty infos, or infos of layouts already learned with no pipe
+  values, sends nothing on the pipe.
 
 Reports up to ``INLINE_REPORT_BYTES`` are sent before the job is reported
 finished. A larger one could fill the pipe's buffer while the parent still
@@ -32,6 +38,7 @@ import gymnasium as gym
 import numpy as np
 
 from alf_env.environments import process_environment as pe
+from alf_env.vector_infos import InfoEncoder, Signature
 from alf_env.vector_spaces import FieldSpec, SpaceLayout
 
 # Arguments of RESET jobs.
@@ -49,12 +56,20 @@ RESERVED_CALL_NAMES = ("step", "reset", "close")
 SCALAR_FIELDS = (("reward", (), np.float64),       # float64, like gymnasium's rewards
                  ("terminated", (), np.bool_),
                  ("truncated", (), np.bool_),
-                 ("report", (), np.bool_))         # "my worker's report has an entry for me"
+                 ("report", (), np.bool_),         # "my worker's report has an entry for me"
+                 ("info_layout", (), np.int32))    # layout id of the info in my info area
+
+#: Name of the info-area field (``(info_bytes,)`` uint8 per env; absent when 0).
+INFO_FIELD = "info"
 
 
-def block_fields(observation: SpaceLayout, action: SpaceLayout) -> List[FieldSpec]:
+def block_fields(observation: SpaceLayout, action: SpaceLayout,
+                 info_bytes: int = 0) -> List[FieldSpec]:
     """Every field of a FastVectorEnv's shared block (one row per env)."""
-    return list(observation.fields) + list(action.fields) + list(SCALAR_FIELDS)
+    fields = list(observation.fields) + list(action.fields) + list(SCALAR_FIELDS)
+    if info_bytes > 0:
+        fields.append((INFO_FIELD, (int(info_bytes),), np.dtype(np.uint8)))
+    return fields
 
 
 class EnvRows:
@@ -62,15 +77,17 @@ class EnvRows:
 
     Attributes:
         obs, act: the observation and action field views (layout order).
-        reward, terminated, truncated, report: ``(num_envs,)`` views.
+        reward, terminated, truncated, report, info_layout: ``(num_envs,)`` views.
+        info: the ``(num_envs, info_bytes)`` info area, or ``None``.
     """
 
     def __init__(self, block: Any, observation: SpaceLayout, action: SpaceLayout) -> None:
         views = block.views
         self.obs = observation.views(views)
         self.act = action.views(views)
-        self.reward, self.terminated, self.truncated, self.report = (
-            views[name] for name, _, _ in SCALAR_FIELDS)
+        (self.reward, self.terminated, self.truncated, self.report,
+         self.info_layout) = (views[name] for name, _, _ in SCALAR_FIELDS)
+        self.info = views[INFO_FIELD] if INFO_FIELD in views else None
 
 
 class StagedReset:
@@ -157,14 +174,19 @@ class GymRowsHandler:
         observation: layout of the observation space (field prefix ``obs``).
         action: layout of the action space (field prefix ``act``).
         autoreset_mode: a ``gymnasium.vector.AutoresetMode``.
+        info_bytes: size of each env's info area (0: infos on the pipe).
+        declared_infos: signatures of declared infos (layouts known upfront).
     """
 
     def __init__(self, rows: Tuple[int, int], observation: SpaceLayout,
-                 action: SpaceLayout, autoreset_mode: gym.vector.AutoresetMode) -> None:
+                 action: SpaceLayout, autoreset_mode: gym.vector.AutoresetMode,
+                 info_bytes: int = 0, declared_infos: Sequence[Signature] = ()) -> None:
         self.rows = rows
         self.observation = observation
         self.action = action
         self.autoreset_mode = autoreset_mode
+        self.info_bytes = info_bytes
+        self.declared_infos = tuple(declared_infos)
 
     def __call__(self, group: EnvGroup, block: Any, conn: Any, env_id: Any) -> "GymRowsHandler":
         """Binds to the worker's env group, the shared block and the pipe (in the worker)."""
@@ -173,6 +195,9 @@ class GymRowsHandler:
         self._rows = EnvRows(block, self.observation, self.action)
         n = len(group.envs)
         self._needs_reset = [False] * n
+        self._encoder = InfoEncoder(self.info_bytes if self._rows.info is not None else 0, n,
+                                    self.declared_infos)
+        self._new_layouts: List[Tuple[int, Signature]] = []
         self._sender: Optional[threading.Thread] = None
         mode = gym.vector.AutoresetMode
         self._step_one = {mode.NEXT_STEP: self._step_next, mode.SAME_STEP: self._step_same,
@@ -258,10 +283,14 @@ class GymRowsHandler:
         rows.reward[row] = reward
         rows.terminated[row] = terminated
         rows.truncated[row] = truncated
-        has_report = bool(info) or bool(pipe_leaves)
+        learned = len(self._new_layouts)
+        layout_id, payload = self._encoder.encode(k, info, rows.info, row, self._new_layouts)
+        rows.info_layout[row] = layout_id
+        has_report = (payload is not None or bool(pipe_leaves)
+                      or len(self._new_layouts) > learned)
         rows.report[row] = has_report
         if has_report:
-            report[k] = (info or None, pipe_leaves or None)
+            report[k] = (payload, pipe_leaves or None)
 
     def _send(self, report: Dict[int, Any]) -> None:
         """Sends the job's report (if any) home; see the module docstring."""
@@ -270,7 +299,8 @@ class GymRowsHandler:
             self._sender = None
         if not report:
             return
-        data = ForkingPickler.dumps((pe.MessageType.RESULT, report))
+        new_layouts, self._new_layouts = self._new_layouts, []
+        data = ForkingPickler.dumps((pe.MessageType.RESULT, (report, new_layouts)))
         if len(data) <= INLINE_REPORT_BYTES:
             self._conn.send_bytes(data)
             return

@@ -368,16 +368,32 @@ def test_unpicklable_worker_exception_becomes_environment_process_error():
 def test_dead_worker_raises_worker_died_error_promptly(fault, what):
     fns = [functools.partial(FaultyEnv, fault if i == 1 else "", at_step=1, env_id=i)
            for i in range(3)]
-    env = FastVectorEnv(fns)
+    env = FastVectorEnv(fns, envs_per_worker=1)
     try:
         env.reset()
         begin = time.monotonic()
         with pytest.raises(WorkerDiedError, match=f"env 1 .*{re.escape(what)}") as info:
             env.step(np.zeros(3, np.int64))
         assert time.monotonic() - begin < PROMPT_SECONDS
-        assert info.value.env_id == 1
+        assert info.value.env_id == 1 and info.value.env_ids == [1]
         with pytest.raises(WorkerDiedError):
             env.step(np.zeros(3, np.int64))
+    finally:
+        env.close()  # does not raise
+
+
+def test_dead_worker_of_several_envs_names_all_of_them():
+    fns = [functools.partial(FaultyEnv, "sigkill" if i == 3 else "", at_step=1, env_id=i)
+           for i in range(5)]
+    env = FastVectorEnv(fns, num_workers=2)  # envs 0-2 and 3-4
+    try:
+        env.reset()
+        with pytest.raises(WorkerDiedError,
+                           match=r"envs \[3, 4\] died during step: killed by SIGKILL") as info:
+            env.step(np.zeros(5, np.int64))
+        assert info.value.env_ids == [3, 4] and info.value.signal == signal.SIGKILL
+        with pytest.raises(WorkerDiedError, match=r"envs \[3, 4\]"):
+            env.step(np.zeros(5, np.int64))
     finally:
         env.close()  # does not raise
 

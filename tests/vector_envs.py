@@ -210,7 +210,74 @@ def assert_tree_equal(a: Any, b: Any, path: str = "") -> None:
             for i, (x, y) in enumerate(zip(a.ravel(), b.ravel())):
                 assert_tree_equal(x, y, f"{path}[{i}]")
         else:
-            assert np.array_equal(a, b), (path, a, b)
+            assert np.array_equal(a, b, equal_nan=a.dtype.kind in "fc"), (path, a, b)
     else:
         assert type(a) is type(b) or (np.isscalar(a) and np.isscalar(b)), (path, a, b)
         assert a == b or (a is None and b is None), (path, a, b)
+
+
+class NumericInfoEnv(gym.Env):
+    """A CartPole-sized env whose infos are what real envs return: numbers.
+
+    ``pattern`` says how its infos evolve:
+
+    * ``"fixed"``: the same 4 numeric keys every step (MuJoCo-like: Python
+      float, numpy float64 and float32, Python int), 2 other keys at reset;
+    * ``"come_go"``: keys that come and go from step to step (and a numeric
+      array some of the time);
+    * ``"type_change"``: the same key changes type mid-run (int, float,
+      np.int32, bool, str, None, arrays of other dtypes and shapes, a nested
+      dict), in lockstep across envs: episodes never end, so the envs stay in
+      step (gymnasium itself cannot batch an int and a str under one key in the
+      same step).
+    """
+
+    def __init__(self, pattern: str = "fixed", episode_length: int = 23) -> None:
+        self.pattern = pattern
+        self.episode_length = episode_length
+        self.observation_space = spaces.Box(-1e6, 1e6, (4,), np.float64)
+        self.action_space = spaces.Box(-1.0, 1.0, (2,), np.float32)
+        self._t = 0
+        self._n = 0  # steps since construction: the same in every env of a batch
+        self._x = np.zeros(4)
+
+    def reset(self, *, seed: Optional[int] = None, options: Optional[dict] = None):
+        super().reset(seed=seed)
+        self._t = 0
+        self._x = self.np_random.normal(size=4)
+        return self._x.copy(), {"x_position": float(self._x[0]), "episode_seed": int(
+            self.np_random.integers(1 << 30))}
+
+    def step(self, action):
+        self._t += 1
+        self._n += 1
+        self._x[:2] += action
+        self._x[2:] = self.np_random.normal(size=2)
+        reward = float(self._x.sum())
+        terminated = bool(self.np_random.random() < 0.03)
+        truncated = self._t >= self.episode_length
+        if self.pattern == "type_change":
+            terminated = truncated = False
+        return self._x.copy(), reward, terminated, truncated, self._info(action)
+
+    def _info(self, action) -> dict:
+        t, x = self._t, self._x
+        if self.pattern == "fixed":
+            return {"x_position": float(x[0]), "x_velocity": np.float64(x[1]),
+                    "reward_ctrl": np.float32(-np.square(action).sum()), "frame": t}
+        if self.pattern == "come_go":
+            info: dict = {"x": float(x[0])}
+            if t % 2:
+                info["odd"] = t
+            if t % 3 == 0:
+                info["vec"] = x[:3].astype(np.float32)
+            if t % 5 == 0:
+                info = {}
+            return info
+        values = [t, float(x[0]), np.int32(t), bool(t % 2), f"s{t}", None,
+                  np.full(2, x[0]), np.full(3, t, np.float32), {"inner": t}, np.int64(-t)]
+        return {"v": values[(self._n // 3) % len(values)], "t": t}
+
+
+def numeric_info_env(pattern: str = "fixed") -> NumericInfoEnv:
+    return NumericInfoEnv(pattern)

@@ -10,9 +10,9 @@ same way everywhere:
   actions, observations that do not match the spec, and a short long run.
 * :class:`BatchedFaultContract`: what only batches of envs have (a failure
   while the others still start; the other envs stay usable).
-* :class:`ParentFaultContract`: the parent is SIGKILLed or gets Ctrl-C
-  (``ParallelAlfEnvironment`` and ``FastParallelEnvironment`` have these in
-  ``tests/environments/test_process_lifecycle.py``, for all start methods).
+* The parent's endings (its script ends without ``close()``, raises, gets
+  Ctrl-C, SIGTERM or SIGKILL, ...) are ``tests/faults/test_endings.py``, one
+  table for every front end and start method.
 
 Timing bounds: the 1 s crash bound is the contract, measured from the moment
 of death (the env writes ``time.monotonic()`` into a stamp file right before
@@ -28,8 +28,6 @@ import logging
 import multiprocessing
 import os
 import signal
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -469,7 +467,10 @@ class VectorFrontEnd(FrontEnd):
 
     def make(self, fault=None, ctor_delays=None, step_delays=None, parallel_start=True,
              **kwargs):
-        # FastVectorEnv always starts its workers side by side.
+        # FastVectorEnv always starts its workers side by side. One env per
+        # worker: the contract names the exact env of each fault (a worker of
+        # several envs is tested in tests/test_vector.py).
+        kwargs.setdefault("envs_per_worker", 1)
         return FastVectorEnv(_env_fns(FaultyGymEnv, fault, ctor_delays, step_delays),
                              **kwargs)
 
@@ -859,102 +860,3 @@ class BatchedFaultContract(FaultContract):
             np.testing.assert_array_equal(obs[:, 1], [2, 1, 2])  # env 1 raised once
         finally:
             fe.close(env)
-
-
-# -- the parent dies or gets Ctrl-C ------------------------------------------------------
-
-TRAINERS = {
-    "process": """
-import sys
-import numpy as np
-from alf_env.environments.process_environment import ProcessEnvironment
-from tests.faults.core import FaultyAlfEnv
-
-with ProcessEnvironment(FaultyAlfEnv, env_id=0, start_method=sys.argv[1]) as env:
-    env.start()
-    env.reset()
-    print(env.pid, flush=True)
-    while True:
-        env.step(np.int64(1))
-""",
-    **{name: f"""
-import sys
-import torch
-from alf_env.environments.{module} import {cls}
-from tests.alf_test_envs import CountingEnv
-
-ctors = [lambda env_id: CountingEnv(env_id=env_id)] * 3
-with {cls}(ctors, start_method=sys.argv[1]) as env:
-    env.reset()
-    print(" ".join(map(str, env.worker_pids())), flush=True)
-    action = torch.zeros(env.batch_size, dtype=torch.int64)
-    while True:
-        env.step(action)
-""" for name, module, cls in (
-        ("parallel", "parallel_environment", "ParallelAlfEnvironment"),
-        ("fast", "fast_parallel_environment", "FastParallelEnvironment"))},
-    "vector": """
-import sys
-from alf_env.vector import FastVectorEnv
-from tests.faults.core import FaultyGymEnv, good_gym_action
-
-with FastVectorEnv([FaultyGymEnv] * 3, context=sys.argv[1]) as env:
-    env.reset()
-    print(" ".join(map(str, env.worker_pids())), flush=True)
-    action = good_gym_action()
-    while True:
-        env.step(action)
-""",
-}
-
-
-def start_trainer(script: str, *args: str) -> Tuple[subprocess.Popen, List[int]]:
-    """Runs ``script`` in its own process group; returns it and the pids it prints."""
-    proc = subprocess.Popen([sys.executable, "-c", script, *args], cwd=REPO_ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
-    line = proc.stdout.readline()
-    if not line:
-        proc.kill()
-        raise AssertionError(f"trainer failed to start: {proc.communicate()[1]}")
-    return proc, [int(p) for p in line.split()]
-
-
-class ParentFaultContract:
-    """The parent is SIGKILLed, or Ctrl-C hits the process group while stepping."""
-
-    trainer = ""                     # a key of TRAINERS
-
-    def test_workers_exit_within_two_seconds_when_the_parent_is_killed(self, start_method):
-        proc, worker_pids = start_trainer(TRAINERS[self.trainer], start_method)
-        descendants = [c.pid for c in psutil.Process(proc.pid).children(recursive=True)]
-        try:
-            time.sleep(0.2)  # let it step for a while
-            proc.send_signal(signal.SIGKILL)
-            proc.wait(timeout=10)
-            killed_at = time.monotonic()
-            assert set(worker_pids) <= set(descendants)
-            assert wait_all_gone(descendants, timeout=2.0), \
-                [p for p in descendants if not gone(p)]
-            assert time.monotonic() - killed_at < 2.0 + 0.5
-        finally:
-            kill_leftovers(descendants)
-            proc.stdout.close()
-            proc.stderr.close()
-        # The autouse fixture checks that no /dev/shm entry is left.
-
-    def test_ctrl_c_gives_one_keyboard_interrupt_and_quiet_workers(self, start_method):
-        proc, worker_pids = start_trainer(TRAINERS[self.trainer], start_method)
-        try:
-            time.sleep(0.3)
-            os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does
-            _, stderr = proc.communicate(timeout=30)
-            assert proc.returncode != 0
-            assert stderr.count("KeyboardInterrupt") == 1, stderr
-            assert stderr.count("Traceback") == 1, stderr
-            assert wait_all_gone(worker_pids, timeout=2.0)
-        finally:
-            kill_leftovers(worker_pids)
-            if proc.poll() is None:
-                proc.kill()
-                proc.communicate()

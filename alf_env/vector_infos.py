@@ -1,0 +1,380 @@
+"""Info dicts through shared memory: the info codec of :class:`~alf_env.vector.FastVectorEnv`.
+
+Real environments fill their info dict every step (MuJoCo's ``x_position``,
+``reward_ctrl``...; ALE's ``lives``, ``frame_number``...). Sending it on the
+pipe costs a message per worker per step; this module moves the fixed-size
+part of it through a per-env byte area of the shared block instead.
+
+Design
+------
+A *signature* describes one info dict: its keys in order, each with a
+*kind*: the value's exact Python type, numpy dtype and shape when the value
+has a fixed size, or :data:`PIPE` when it has not::
+
+    (("x_position", (float, "<f8", ())), ("lives", (int, "<i8", ())),
+     ("final_obs", PIPE))
+
+Fixed-size values are Python ``int`` / ``float`` / ``bool``, numpy numbers
+(``np.float32(1)``, ...) and numeric or boolean ``np.ndarray``s. Everything
+else (str, None, nested dicts, object arrays, numpy bools, and the key
+``final_obs``, which gymnasium batches as an object array) is a pipe value.
+
+A *layout* is a signature placed in the env's info area: a numpy structured
+dtype with one field per fixed-size key. Each worker learns layouts from what
+its envs return (first reset/step, and whenever a key comes, goes or changes
+type) and numbers them ``1, 2, ...`` (``0``: no layout, the whole info, if
+any, travels on the pipe). The layout id of each env's last info is written in
+the env's ``info_layout`` row. A new layout's signature goes home once, in the
+worker's pipe report of the step that introduced it; after that, an env whose
+info keeps its keys and types costs no pipe message: its values are packed in
+one structured assignment, and the parent batches a step whose envs share a
+layout with one numpy copy per key.
+
+Exactness
+---------
+The batched info is the one gymnasium's ``SyncVectorEnv`` builds (``info[k]``
+plus the mask ``info["_k"]``; the array's dtype set by the first env that has
+the key). When the envs of a batch share one layout with no pipe values, each
+``info[k]`` is the field's rows (the field dtype is what gymnasium picks for
+that kind). Otherwise each env's dict is rebuilt value for value (same types,
+same key order; pipe values from the report) and batched by
+:func:`add_info`, the gymnasium algorithm. A value that cannot be packed
+(e.g. an ``int`` beyond int64) sends that env's whole info on the pipe for
+that step, and a layout bigger than the info area, or past
+``MAX_LAYOUTS`` per worker, does the same: nothing is lost, only slower.
+"""
+
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+
+import numpy as np
+from absl import logging
+
+__all__ = ["PIPE", "DEFAULT_INFO_BYTES", "MAX_LAYOUTS", "signature_of", "InfoLayout",
+           "InfoEncoder", "InfoDecoder", "add_info"]
+
+#: The kind of an info value that travels on the pipe.
+PIPE = "pipe"
+#: Default size of each env's info area in the shared block, in bytes.
+DEFAULT_INFO_BYTES = 512
+#: Most layouts one worker learns; infos of further shapes travel on the pipe.
+MAX_LAYOUTS = 64
+
+# The key gymnasium batches into an object array whatever its value.
+_OBJECT_KEYS = frozenset(["final_obs"])
+# Python scalar types and the dtype gymnasium's batched array gets for them.
+_PY_DTYPES = {int: np.dtype(np.int64), float: np.dtype(np.float64),
+              bool: np.dtype(np.bool_)}
+_NUMERIC_KINDS = frozenset("biufc")
+
+Kind = Union[str, Tuple[type, str, Tuple[int, ...]]]
+Signature = Tuple[Tuple[Any, Kind], ...]
+#: What a worker sends home for one env's info: ``None`` (nothing), a dict
+#: (the whole info, layout 0) or a list (the pipe values of its layout).
+Payload = Union[None, dict, list]
+
+
+def _kind(key: Any, value: Any) -> Kind:
+    """The kind of one info value (see the module docstring)."""
+    if key in _OBJECT_KEYS or not isinstance(key, str):
+        return PIPE
+    t = type(value)
+    dtype = _PY_DTYPES.get(t)
+    if dtype is not None:
+        return (t, dtype.str, ())
+    if isinstance(value, np.number):
+        return (t, value.dtype.str, ())
+    if t is np.ndarray and value.dtype.kind in _NUMERIC_KINDS:
+        return (t, value.dtype.str, value.shape)
+    return PIPE
+
+
+def signature_of(info: Dict[Any, Any]) -> Signature:
+    """The signature of an info dict: ``((key, kind), ...)`` in the dict's order."""
+    return tuple((key, _kind(key, value)) for key, value in info.items())
+
+
+class InfoLayout:
+    """A signature placed in an env's info area.
+
+    Attributes:
+        signature: the signature.
+        keys: the keys, in order.
+        kinds: the kind of each key.
+        dtype: structured dtype of the info area (``itemsize`` = the area's
+            size) with a field ``f<i>`` for each fixed-size key ``i``.
+        shm: ``[(position, key, field name, kind)]`` of the fixed-size keys.
+        pipe: positions of the pipe values.
+        nbytes: bytes the fixed-size values take.
+        fits: whether they fit in the area (and there is at least one).
+    """
+
+    def __init__(self, signature: Signature, capacity: int) -> None:
+        self.signature = signature
+        self.keys = [key for key, _ in signature]
+        self.kinds = [kind for _, kind in signature]
+        self.shm: List[Tuple[int, Any, str, Kind]] = []
+        self.pipe: List[int] = []
+        names, formats, offsets, offset = [], [], [], 0
+        for i, (key, kind) in enumerate(signature):
+            if kind == PIPE:
+                self.pipe.append(i)
+                continue
+            _, dtype_str, shape = kind
+            field_dtype = np.dtype((np.dtype(dtype_str), shape))
+            align = np.dtype(dtype_str).alignment
+            offset = (offset + align - 1) // align * align
+            name = f"f{i}"
+            names.append(name)
+            formats.append(field_dtype)
+            offsets.append(offset)
+            offset += field_dtype.itemsize
+            self.shm.append((i, key, name, kind))
+        self.nbytes = offset
+        self.fits = offset <= capacity and bool(self.shm)
+        self.dtype = np.dtype({"names": names, "formats": formats, "offsets": offsets,
+                               "itemsize": max(capacity, 1)}) if self.fits else None
+        self._shm_positions = [i for i, _, _, _ in self.shm]
+        self._array_checks = [(i, np.dtype(kind[1]), kind[2]) for i, _, _, kind in self.shm
+                              if kind[0] is np.ndarray]
+        self._types = tuple(kind[0] if kind != PIPE else None for kind in self.kinds)
+        self._keys = tuple(self.keys)
+
+    def matches(self, keys: Tuple[Any, ...], values: Sequence[Any]) -> bool:
+        """Whether an info with these keys and values has this layout's signature."""
+        if keys != self._keys:
+            return False
+        for value, t in zip(values, self._types):
+            if t is not None and type(value) is not t:
+                return False
+        for i, dtype, shape in self._array_checks:
+            value = values[i]
+            if value.dtype != dtype or value.shape != shape:
+                return False
+        for i in self.pipe:  # a pipe value that became fixed-size changes the layout
+            if _kind(keys[i], values[i]) != PIPE:
+                return False
+        return True
+
+    def record_values(self, values: Sequence[Any]) -> tuple:
+        """The fixed-size values, in field order."""
+        return tuple(values[i] for i in self._shm_positions)
+
+    def pipe_values(self, values: Sequence[Any]) -> Optional[list]:
+        """The pipe values (``None`` if the layout has none)."""
+        return [values[i] for i in self.pipe] if self.pipe else None
+
+    def decode(self, record: Any, pipe_values: Optional[list]) -> Dict[Any, Any]:
+        """One env's info from its record (an ``np.void``) and its pipe values."""
+        values: List[Any] = [None] * len(self.keys)
+        for i, _, name, kind in self.shm:
+            t = kind[0]
+            value = record[name]
+            # int/float/bool and numpy scalar types convert back to themselves
+            values[i] = np.array(value) if t is np.ndarray else t(value)
+        if self.pipe:
+            for i, value in zip(self.pipe, pipe_values or ()):
+                values[i] = value
+        return dict(zip(self.keys, values))
+
+
+class _EnvCache:
+    """The layout of one env's last info (the worker's fast check)."""
+    __slots__ = ("layout", "lid")
+
+    def __init__(self) -> None:
+        self.layout: Optional[InfoLayout] = None
+        self.lid = 0
+
+
+class InfoEncoder:
+    """The worker side: packs each env's info into its row of the info area.
+
+    Args:
+        capacity: bytes of each env's info area (0: every info on the pipe).
+        num_envs: envs of this worker.
+        declared: signatures to register first (from the user's declared
+            example infos), so even the first step sends nothing.
+    """
+
+    def __init__(self, capacity: int, num_envs: int,
+                 declared: Sequence[Signature] = ()) -> None:
+        self.capacity = capacity
+        self._by_signature: Dict[Signature, int] = {}
+        self._layouts: List[Optional[InfoLayout]] = [None]
+        self._cache = [_EnvCache() for _ in range(num_envs)]
+        self._records: Dict[int, np.ndarray] = {}
+        self._warned = False
+        self._declared = [self._learn(sig) for sig in declared]
+
+    def _learn(self, signature: Signature) -> int:
+        """The id of ``signature``'s layout, learning it if new (0: it cannot be packed)."""
+        lid = self._by_signature.get(signature)
+        if lid is not None:
+            return lid
+        layout = InfoLayout(signature, self.capacity)
+        if not layout.fits or len(self._layouts) > MAX_LAYOUTS:
+            if layout.fits and not self._warned:
+                self._warned = True
+                logging.warning("alf_env: more than %d info layouts in one worker; infos "
+                                "of new shapes now travel on the pipe", MAX_LAYOUTS)
+            self._by_signature[signature] = 0
+            return 0
+        lid = len(self._layouts)
+        self._layouts.append(layout)
+        self._by_signature[signature] = lid
+        return lid
+
+    def declared_layouts(self) -> List[Tuple[int, Signature]]:
+        """``(layout id, signature)`` of the declared layouts (known to the parent upfront)."""
+        return [(lid, self._layouts[lid].signature) for lid in self._declared if lid]
+
+    def encode(self, k: int, info: Dict[Any, Any], info_view: np.ndarray, row: int,
+               new_layouts: List[Tuple[int, Signature]]) -> Tuple[int, Payload]:
+        """Packs env ``k``'s ``info`` into ``info_view[row]``.
+
+        Args:
+            k: the env's index in the worker.
+            info: what the env returned.
+            info_view: the block's ``info`` field (``(num_rows, capacity)`` uint8).
+            row: the env's row.
+            new_layouts: a layout learned now is appended here, to go home.
+
+        Returns:
+            ``(layout id, payload)``: the id to write in the env's
+            ``info_layout`` row and what goes on the pipe for it.
+        """
+        if not info:
+            return 0, None
+        if self.capacity <= 0:
+            return 0, info
+        cache = self._cache[k]
+        keys = tuple(info)
+        values = list(info.values())
+        layout = cache.layout
+        if layout is None or not layout.matches(keys, values):
+            signature = signature_of(info)
+            known = signature in self._by_signature
+            lid = self._learn(signature)
+            if not lid:
+                cache.layout, cache.lid = None, 0
+                return 0, info
+            layout = self._layouts[lid]
+            cache.layout, cache.lid = layout, lid
+            if not known:
+                new_layouts.append((lid, signature))
+        records = self._records.get(cache.lid)
+        if records is None:
+            records = self._records[cache.lid] = info_view.view(layout.dtype)[:, 0]
+        try:
+            records[row] = layout.record_values(values)
+        except (OverflowError, ValueError, TypeError):
+            return 0, info  # e.g. an int beyond int64: this step's info on the pipe
+        return cache.lid, layout.pipe_values(values)
+
+
+class InfoDecoder:
+    """The parent side: batches the infos of a step from the info area and the reports.
+
+    Args:
+        info_view: the block's ``info`` field (``(num_rows, capacity)`` uint8).
+        layout_view: the block's ``info_layout`` field (``(num_rows,)`` int32).
+        row_worker: the worker of each row.
+        num_workers: number of workers.
+    """
+
+    def __init__(self, info_view: np.ndarray, layout_view: np.ndarray,
+                 row_worker: np.ndarray, num_workers: int) -> None:
+        self._info = info_view
+        self._lid = layout_view
+        self._row_worker = row_worker
+        self._capacity = info_view.shape[1] if info_view.ndim == 2 else 0
+        # gid 0: no layout. _table[w, lid] is the global id of worker w's layout lid.
+        self._table = np.zeros((num_workers, MAX_LAYOUTS + 2), dtype=np.int32)
+        self._gids: Dict[Signature, int] = {}
+        self._layouts: List[Optional[InfoLayout]] = [None]
+        self._records: List[Optional[np.ndarray]] = [None]
+        self._pure: List[bool] = [False]  # layout without pipe values
+
+    def register(self, worker: int, lid: int, signature: Signature) -> None:
+        """Learns that worker ``worker`` numbers ``signature`` as ``lid``."""
+        gid = self._gids.get(signature)
+        if gid is None:
+            layout = InfoLayout(signature, self._capacity)
+            gid = len(self._layouts)
+            self._gids[signature] = gid
+            self._layouts.append(layout)
+            self._records.append(self._info.view(layout.dtype)[:, 0])
+            self._pure.append(not layout.pipe)
+        self._table[worker, lid] = gid
+
+    def batch(self, rows: Union[slice, np.ndarray], row_list: List[int],
+              payloads: Dict[int, Payload],
+              include: Optional[Sequence[int]] = None) -> Dict[str, Any]:
+        """The batched info of ``rows`` (position ``i``: row ``row_list[i]``).
+
+        Args:
+            rows: the rows, as a slice or an index array.
+            row_list: the same rows as ints.
+            payloads: pipe payload of each row that has one.
+            include: only these rows have an info (default: all).
+        """
+        n = len(row_list)
+        infos: Dict[str, Any] = {}
+        lids = self._lid[rows]
+        if not payloads and not lids.any():
+            return infos  # no env returned an info
+        gids = self._table[self._row_worker[rows], lids]
+        gid = int(gids[0])
+        if (include is None and gid and self._pure[gid] and not payloads
+                and (gids == gid).all()):
+            records = self._records[gid][rows]
+            for _, key, name, _ in self._layouts[gid].shm:
+                infos[key] = np.ascontiguousarray(records[name])
+                infos[f"_{key}"] = np.ones(n, dtype=np.bool_)
+            return infos
+        included = None if include is None else set(include)
+        for position, row in enumerate(row_list):
+            if included is not None and row not in included:
+                continue
+            payload = payloads.get(row)
+            gid = int(gids[position])
+            if gid:
+                info = self._layouts[gid].decode(self._records[gid][row], payload)
+            elif payload:
+                info = payload
+            else:
+                continue
+            add_info(infos, info, position, n)
+        return infos
+
+
+def add_info(infos: Dict[str, Any], info: Dict[str, Any], index: int,
+             n: int) -> Dict[str, Any]:
+    """Adds one env's ``info`` to the batched ``infos`` at ``index`` (of ``n``).
+
+    The semantics of gymnasium's ``VectorEnv._add_info``: every key gets an
+    array of ``n`` values and a boolean mask ``_key`` of the envs that had it;
+    nested dicts are batched recursively; ``final_obs`` is an object array.
+    """
+    for key, value in info.items():
+        if key == "final_obs":
+            array = infos[key] if key in infos else np.full(n, None, dtype=object)
+            array[index] = value
+        elif isinstance(value, dict):
+            array = add_info(infos.get(key, {}), value, index, n)
+        else:
+            array = infos[key] if key in infos else _empty_info_array(value, n)
+            array[index] = value
+        mask = infos[f"_{key}"] if f"_{key}" in infos else np.zeros(n, dtype=np.bool_)
+        mask[index] = True
+        infos[key], infos[f"_{key}"] = array, mask
+    return infos
+
+
+def _empty_info_array(value: Any, n: int) -> np.ndarray:
+    """The batched array for an info value first seen as ``value``."""
+    if type(value) in (int, float, bool) or isinstance(value, np.number):
+        return np.zeros(n, dtype=type(value))
+    if isinstance(value, np.ndarray):
+        return np.zeros((n, *value.shape), dtype=value.dtype)
+    return np.full(n, None, dtype=object)
