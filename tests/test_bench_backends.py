@@ -10,7 +10,7 @@ import gymnasium as gym
 import pytest
 
 from alf_env.bench import backends, references, workloads
-from alf_env.bench.core import Actions, CaseResult, Plan, Skip, usable_cpus
+from alf_env.bench.core import Actions, Plan, Skip, usable_cpus
 from alf_env.bench.measure import ProgressBar, measure, run_all
 
 PLAN = Plan(warmup=2, steps=10, seconds=0.1)

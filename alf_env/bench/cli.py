@@ -14,7 +14,6 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import gymnasium as gym
 import numpy as np
-import torch
 
 import alf_env
 from alf_env.bench import workloads as bench_workloads
@@ -179,7 +178,7 @@ def cases_of(args: argparse.Namespace) -> List[Tuple[str, int]]:
 def environment_info() -> Dict[str, Any]:
     """Versions and machine facts recorded with the results."""
     info = {"alf_env": alf_env.__version__, "python": platform.python_version(),
-            "torch": torch.__version__, "gymnasium": gym.__version__,
+            "torch": version("torch"), "gymnasium": gym.__version__,
             "numpy": np.__version__, "cpus": os.cpu_count(), "usable_cpus": usable_cpus(),
             "platform": platform.platform(), "date": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     for package in PACKAGES:

@@ -6,7 +6,6 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
 import numpy as np
-import torch
 
 from alf_env.bench.workloads import make_env
 
@@ -59,16 +58,26 @@ class Runner(NamedTuple):
     timed: Optional[Callable[[Plan], Tuple[int, float]]] = None
 
 
-@dataclass
 class Actions:
     """The fixed actions of one case, in the forms the backends take.
 
-    Attributes:
+    Args:
         numpy: ``NUM_ACTIONS`` batched actions, each of shape ``(num_envs, ...)``.
-        torch: the same as torch tensors (for the ALF-style envs).
     """
-    numpy: List[np.ndarray]
-    torch: List[torch.Tensor]
+
+    def __init__(self, numpy: List[np.ndarray]) -> None:
+        self.numpy = numpy
+        self._torch: Optional[List[Any]] = None
+
+    @property
+    def torch(self) -> List[Any]:
+        """The same as torch tensors (for the ALF-style envs; torch is imported
+        only when a backend needs them)."""
+        if self._torch is None:
+            import torch
+
+            self._torch = [torch.as_tensor(b) for b in self.numpy]
+        return self._torch
 
     @staticmethod
     def make(workload: str, num_envs: int) -> "Actions":
@@ -81,7 +90,7 @@ class Actions:
                        for _ in range(NUM_ACTIONS)]
         finally:
             probe.close()
-        return Actions(numpy=batches, torch=[torch.as_tensor(b) for b in batches])
+        return Actions(batches)
 
     def per_env(self) -> List[np.ndarray]:
         """Every env's action of every batch, in order (for the unbatched loops)."""
