@@ -1,20 +1,13 @@
 """benchmarks/control_plane.py: the CartPole round trip against its pipe floor."""
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+from tests.test_bench_doc_tables import load_benchmark_script
 
 
 @pytest.fixture(scope="module")
 def control_plane():
-    spec = importlib.util.spec_from_file_location(
-        "control_plane", REPO_ROOT / "benchmarks" / "control_plane.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark_script("control_plane")
 
 
 def test_round_trip_ratio_divides_by_pipe_plus_in_process_step(control_plane):

@@ -4,6 +4,7 @@ import importlib.util
 import json
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -11,13 +12,17 @@ import pytest
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.fixture(scope="module")
-def doc_tables():
-    spec = importlib.util.spec_from_file_location(
-        "doc_tables", REPO_ROOT / "benchmarks" / "doc_tables.py")
+def load_benchmark_script(name: str) -> types.ModuleType:
+    """``benchmarks/<name>.py`` as a module (the folder is not a package)."""
+    spec = importlib.util.spec_from_file_location(name, REPO_ROOT / "benchmarks" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+@pytest.fixture(scope="module")
+def doc_tables():
+    return load_benchmark_script("doc_tables")
 
 
 def entry(workload: str, backend: str, rates, num_envs: int = 8, status: str = "ok") -> dict:
