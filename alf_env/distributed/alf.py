@@ -20,18 +20,15 @@ import torch
 
 from alf_env import nest
 from alf_env.data_structures import TimeStep
-from alf_env.distributed.engine import ActorGroup, Job, raise_first_failure
+from alf_env.distributed.engine import (ActorGroup, ActorOptions, Job, options_per_actor,
+                                        raise_first_failure)
 from alf_env.distributed.hosts import plan_shares
 from alf_env.distributed.restart import RestartPolicy
 from alf_env.environments.alf_environment import AlfEnvironment
 from alf_env.environments.spec_checks import ActionChecker
-from alf_env.errors import EnvironmentClosedError
+from alf_env.errors import EnvTimeoutError
 
 __all__ = ["RayParallelAlfEnvironment"]
-
-#: ``ray.remote`` options of the actors when ``actor_options`` is ``None``.
-DEFAULT_ACTOR_OPTIONS: Dict[str, Any] = {"num_cpus": 1, "scheduling_strategy": "SPREAD"}
-
 
 class RayParallelAlfEnvironment(AlfEnvironment):
     """Batched ALF environment whose envs run on ``num_actors`` Ray actors.
@@ -41,12 +38,13 @@ class RayParallelAlfEnvironment(AlfEnvironment):
             index here) as a keyword argument when its signature accepts one.
         num_actors: how many actors share the envs (consecutive, as even as
             possible).
-        actor_options: ``ray.remote`` options of each actor (default: 1 CPU,
-            SPREAD); see ``RayVectorEnv``.
+        actor_options: ``ray.remote`` options, for every actor or one dict
+            per actor (default: 1 CPU, SPREAD); see ``RayVectorEnv``.
         restart_policy: recreate dead actors (``None``: a death raises
             ``ActorDiedError``, then only ``close()`` works).
         timeout: seconds each reset, step and call may wait (``None``: no
-            limit); then ``EnvTimeoutError``.
+            limit); then ``EnvTimeoutError``, after a reset or step the
+            environment can only be closed (as ``ParallelAlfEnvironment``).
         env_kwargs: arguments of each actor's ``FastParallelEnvironment``
             (``flatten``, ``start_method``, ``torch_num_threads_per_env``,
             ``spin_us``, ``worker_cpus``, ...).
@@ -54,7 +52,7 @@ class RayParallelAlfEnvironment(AlfEnvironment):
     """
 
     def __init__(self, env_constructors: Sequence[Callable[..., Any]], *, num_actors: int,
-                 actor_options: Optional[Dict[str, Any]] = None,
+                 actor_options: ActorOptions = None,
                  restart_policy: Optional[RestartPolicy] = None,
                  timeout: Optional[float] = None,
                  env_kwargs: Optional[Dict[str, Any]] = None,
@@ -66,7 +64,7 @@ class RayParallelAlfEnvironment(AlfEnvironment):
         factories = [functools.partial(AlfHost, [functools.partial(_with_env_id, ctors[i], i)
                                                  for i in share], dict(env_kwargs or {}))
                      for share in self._shares]
-        options = dict(DEFAULT_ACTOR_OPTIONS if actor_options is None else actor_options)
+        options = options_per_actor(actor_options, len(self._shares))
         self._group = ActorGroup(factories, self._shares, actor_options=options,
                                  restart_policy=restart_policy, on_restart=self._restart,
                                  start_timeout=start_timeout)
@@ -149,7 +147,11 @@ class RayParallelAlfEnvironment(AlfEnvironment):
 
     def _gather(self, during: str) -> TimeStep:
         n = len(self._shares)
-        results = sorted(self._group.collect(range(n), n, self._timeout, during))
+        try:
+            results = sorted(self._group.collect(range(n), n, self._timeout, during))
+        except EnvTimeoutError as exc:
+            self._group.broken = exc  # as ParallelAlfEnvironment: only close() is left
+            raise
         raise_first_failure(results)
         parts = [value for _, _, value in results]
         time_step = nest.map_structure(lambda *xs: torch.from_numpy(np.concatenate(xs)),

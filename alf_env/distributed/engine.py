@@ -22,6 +22,10 @@ from alf_env.distributed.actor import Failure, actor_class
 from alf_env.distributed.restart import ActorDiedError, RestartPolicy
 from alf_env.errors import EnvironmentProcessError, EnvTimeoutError, WorkerDiedError
 
+#: ``ray.remote`` options of every actor when ``actor_options`` is ``None``.
+DEFAULT_ACTOR_OPTIONS: Dict[str, Any] = {"num_cpus": 1, "scheduling_strategy": "SPREAD"}
+#: ``actor_options`` of the front ends: one dict for all actors or one per actor.
+ActorOptions = Union[None, Dict[str, Any], Sequence[Dict[str, Any]]]
 #: seconds ``close()`` waits for Ray to confirm that killed actors are gone.
 KILL_CONFIRM_TIMEOUT = 10.0
 #: default seconds ``close()`` lets the actors close their envs politely.
@@ -44,21 +48,23 @@ class ActorGroup:
     Args:
         factories: one zero-argument constructor of the hosted env per actor.
         shares: the front end's env ids hosted by each actor.
-        actor_options: ``ray.remote`` options of every actor (``num_cpus``,
-            ``resources``, ``scheduling_strategy``, ``runtime_env``, ...).
+        actor_options: ``ray.remote`` options (``num_cpus``, ``resources``,
+            ``scheduling_strategy``, ``runtime_env``, ...), one dict per actor
+            (a recreated actor gets its predecessor's).
         restart_policy: what to do when an actor dies (``None``: raise).
         start_timeout: seconds the actors may take to be placed and to build
             their envs.
     """
 
     def __init__(self, factories: Sequence[Callable[[], Any]], shares: Sequence[range], *,
-                 actor_options: Dict[str, Any], restart_policy: Optional[RestartPolicy],
+                 actor_options: Sequence[Dict[str, Any]],
+                 restart_policy: Optional[RestartPolicy],
                  on_restart: Callable[[int, "Job"], None], start_timeout: float) -> None:
         self._ray = ensure_initialized()
         self._cls = actor_class(self._ray)
         self._factories = list(factories)
         self.shares = list(shares)
-        self._options = dict(actor_options)
+        self._options = [dict(o) for o in actor_options]
         self.policy = restart_policy
         self.on_restart = on_restart
         self._calls: Dict[int, Tuple[str, tuple, Any]] = {}
@@ -92,7 +98,7 @@ class ActorGroup:
             raise
 
     def _create(self, j: int) -> Any:
-        self.actors[j] = self._cls.options(**self._options).remote(
+        self.actors[j] = self._cls.options(**self._options[j]).remote(
             self._factories[j], self.shares[j].start)
         return self.actors[j].start.remote()
 
@@ -109,7 +115,8 @@ class ActorGroup:
             raise EnvTimeoutError(
                 f"Ray actors {late} (envs {self._env_ids(late)}) did not {during} within "
                 f"{timeout:.3g} s: are there nodes with the resources of actor_options="
-                f"{self._options}? (`ray status` shows what the cluster has)")
+                f"{[self._options[j] for j in late]}? (`ray status` shows what the "
+                f"cluster has)")
         values = []
         for j, ref in enumerate(refs):
             try:
@@ -313,6 +320,23 @@ class ActorGroup:
 
     def _env_ids(self, actors: Sequence[int]) -> List[int]:
         return [i for j in actors for i in self.shares[j]]
+
+
+def options_per_actor(actor_options: ActorOptions, num_actors: int) -> List[Dict[str, Any]]:
+    """``actor_options`` as one dict per actor (``None``: ``DEFAULT_ACTOR_OPTIONS``).
+
+    Raises:
+        ValueError: a sequence whose length is not ``num_actors``.
+    """
+    if actor_options is None:
+        return [dict(DEFAULT_ACTOR_OPTIONS) for _ in range(num_actors)]
+    if isinstance(actor_options, dict):
+        return [dict(actor_options) for _ in range(num_actors)]
+    options = [dict(o) for o in actor_options]
+    if len(options) != num_actors:
+        raise ValueError(f"actor_options: expected a dict or a list of num_actors="
+                         f"{num_actors} dicts, got a list of {len(options)}")
+    return options
 
 
 def raise_first_failure(results: Sequence[Tuple[int, Job, Any]]) -> None:

@@ -31,7 +31,8 @@ from gymnasium.vector.utils import batch_space
 
 from alf_env.distributed.actor import Failure
 from alf_env.distributed.batching import concat_arrays, concat_batches, merge_infos, split_batch
-from alf_env.distributed.engine import ActorGroup, Job, raise_first_failure
+from alf_env.distributed.engine import (ActorGroup, ActorOptions, Job, options_per_actor,
+                                        raise_first_failure)
 from alf_env.distributed.hosts import GymHost, plan_shares
 from alf_env.distributed.restart import RestartPolicy
 from alf_env.vector import ENV_ID_DTYPE, AsyncState
@@ -41,10 +42,6 @@ __all__ = ["RayVectorEnv"]
 
 Seeds = Union[None, int, Sequence[Optional[int]]]
 Step = Tuple[Any, np.ndarray, np.ndarray, np.ndarray, Dict[str, Any]]
-
-#: ``ray.remote`` options of the actors when ``actor_options`` is ``None``.
-DEFAULT_ACTOR_OPTIONS: Dict[str, Any] = {"num_cpus": 1, "scheduling_strategy": "SPREAD"}
-
 
 class RayVectorEnv(gym.vector.VectorEnv):
     """A ``gymnasium.vector.VectorEnv`` whose envs run on ``num_actors`` Ray actors.
@@ -60,10 +57,12 @@ class RayVectorEnv(gym.vector.VectorEnv):
         batch_size: envs returned per step; ``None`` or ``len(env_fns)``:
             synchronous; fewer: the asynchronous (EnvPool) mode, which needs
             equal shares and a multiple of the share.
-        actor_options: ``ray.remote`` options of each actor (default
-            ``DEFAULT_ACTOR_OPTIONS``: 1 CPU, SPREAD). Reserve what the
-            actor's env workers use (e.g. ``{"num_cpus": 8}``) so Ray places
-            one actor per machine; ``{"num_cpus": 0}`` to fit anywhere.
+        actor_options: ``ray.remote`` options, one dict for every actor or
+            a list of one per actor (default ``DEFAULT_ACTOR_OPTIONS`` of
+            :mod:`~alf_env.distributed.engine`: 1 CPU, SPREAD). Reserve what
+            an actor's env workers use (e.g. ``{"num_cpus": 8}``) so Ray
+            places one actor per machine; ``{"num_cpus": 0}`` fits anywhere;
+            a ``scheduling_strategy`` per actor pins actors to nodes.
         autoreset_mode: a ``gymnasium.vector.AutoresetMode`` (or its value).
         restart_policy: recreate dead actors (``None``: a death raises
             ``ActorDiedError``).
@@ -77,7 +76,7 @@ class RayVectorEnv(gym.vector.VectorEnv):
 
     def __init__(self, env_fns: Sequence[Callable[[], gym.Env]], *, num_actors: int,
                  batch_size: Optional[int] = None,
-                 actor_options: Optional[Dict[str, Any]] = None,
+                 actor_options: ActorOptions = None,
                  autoreset_mode: Union[AutoresetMode, str] = AutoresetMode.NEXT_STEP,
                  restart_policy: Optional[RestartPolicy] = None,
                  vector_kwargs: Optional[Dict[str, Any]] = None,
@@ -100,7 +99,7 @@ class RayVectorEnv(gym.vector.VectorEnv):
         kwargs = dict(vector_kwargs or {}, autoreset_mode=self.autoreset_mode, copy=False)
         factories = [functools.partial(GymHost, env_fns[s.start:s.stop], kwargs)
                      for s in self.shares]
-        options = dict(DEFAULT_ACTOR_OPTIONS if actor_options is None else actor_options)
+        options = options_per_actor(actor_options, self.num_actors)
         self._group = ActorGroup(factories, self.shares, actor_options=options,
                                  restart_policy=restart_policy,
                                  on_restart=self._restart_with_reset,
