@@ -253,3 +253,20 @@ def test_doc_tables_turn_a_run_into_the_docs_tables(run):
     assert "x `envpool` (paired ratios, median (min–max)):" in lines
     # The targets are stated for other cases than this tiny run's.
     assert "| 3 | W1, 8 | `fast/gym_async` | ≥ 4 | not measured | – |" in lines
+
+
+def test_leftover_check_sees_workers_but_not_multiprocessing_session_helpers():
+    import multiprocessing
+    import time
+
+    helper = multiprocessing.get_context("forkserver").Process(target=time.sleep, args=(0,))
+    helper.start()
+    helper.join()  # the forkserver keeps running, as multiprocessing intends
+    worker = multiprocessing.get_context("fork").Process(target=time.sleep, args=(30,))
+    worker.start()
+    try:
+        assert cli.child_pids() == [worker.pid]
+    finally:
+        worker.kill()
+        worker.join()
+    assert cli.check_no_leftovers(grace_seconds=0.0) == []

@@ -43,8 +43,23 @@ PLOT_PNG, RATIO_PNG = "throughput.png", "ratios.png"
 PACKAGES = ("stable_baselines3", "mujoco", "ale_py", "envpool", "ray")
 
 
+#: Helper processes multiprocessing keeps for the whole session by design
+#: (started by a backend that uses forkserver); not leftovers.
+SESSION_HELPERS = ("multiprocessing.forkserver", "multiprocessing.resource_tracker")
+
+
+def _is_session_helper(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            cmdline = f.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return False
+    return any(helper in cmdline for helper in SESSION_HELPERS)
+
+
 def child_pids() -> List[int]:
-    """Pids of this process's live children (Linux ``/proc``; else multiprocessing's)."""
+    """Pids of this process's live children but multiprocessing's session helpers
+    (Linux ``/proc``; else multiprocessing's children)."""
     task_dir = f"/proc/{os.getpid()}/task"
     if not os.path.isdir(task_dir):
         import multiprocessing
@@ -56,7 +71,7 @@ def child_pids() -> List[int]:
                 pids += [int(p) for p in f.read().split()]
         except OSError:
             continue
-    return sorted(set(pids))
+    return sorted(pid for pid in set(pids) if not _is_session_helper(pid))
 
 
 def check_no_leftovers(grace_seconds: float = 2.0) -> List[int]:
