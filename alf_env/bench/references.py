@@ -149,12 +149,14 @@ def envpool_runner(workload: str, num_envs: int, actions: Actions) -> Runner:
         raise Skip("envpool is not installed (`pip install envpool` adds this row)")
     import envpool
 
-    with warnings.catch_warnings():  # its float64 Box bounds, cast by gymnasium: harmless
-        warnings.filterwarnings("ignore", message=".*precision lowered", category=UserWarning)
-        env = envpool.make_gymnasium(envpool_id, num_envs=num_envs, seed=ACTION_SEED,
-                                     num_threads=min(usable_cpus(), num_envs))
+    env = envpool.make_gymnasium(envpool_id, num_envs=num_envs, seed=ACTION_SEED,
+                                 num_threads=min(usable_cpus(), num_envs))
     try:
-        env.reset()
+        # The first reset builds its spaces; float64 Box bounds cast by gymnasium: harmless.
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*precision lowered",
+                                    category=UserWarning)
+            env.reset()
     except BaseException:
         env.close()
         raise
