@@ -27,8 +27,9 @@ The unsuffixed alf_env backends use the classes' default arguments:
                         each step returns the first half of the envs to finish.
 ``parallel``            ``ParallelAlfEnvironment`` (ALF API, pipes).
 ``sb3_alf``             ``alf_env.sb3.FastSubprocVecEnv`` (SB3 ``VecEnv`` API).
-``ray_vector``          ``alf_env.distributed.RayVectorEnv(num_actors=2)``; starts
-                        (and at the end stops) a local Ray if none is running.
+``ray_vector``          ``alf_env.distributed.RayVectorEnv(num_actors=2)``; if no
+                        Ray runs, starts a local one for each measurement and
+                        stops it afterwards.
 ``gym_async``           ``gymnasium.vector.AsyncVectorEnv(shared_memory=True)``.
 ``gym_sync``            ``gymnasium.vector.SyncVectorEnv`` (in this process).
 ``sb3_subproc``         stable-baselines3's ``SubprocVecEnv``.

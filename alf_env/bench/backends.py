@@ -165,11 +165,27 @@ class _LocalRay:
             cls.started = False
 
 
-def _ray_vector(fns: List[Callable[[], gym.Env]]) -> Any:
+def _ray_vector_runner(workload: str, num_envs: int, actions: Actions) -> Runner:
+    """Runner over ``RayVectorEnv``. A local Ray it had to start is stopped again
+    when the runner closes, so Ray's daemons do not run (and take CPU) while the
+    other backends are measured."""
     ray_vector_env = _import("alf_env.distributed", "RayVectorEnv",
                              "alf_env.distributed.RayVectorEnv")
     _LocalRay.ensure()
-    return ray_vector_env(fns, num_actors=RAY_ACTORS)
+    try:
+        runner = _gym_vector_runner(lambda fns: ray_vector_env(fns, num_actors=RAY_ACTORS),
+                                    workload, num_envs, actions)
+    except BaseException:
+        _LocalRay.stop()
+        raise
+
+    def close() -> None:
+        try:
+            runner.close()
+        finally:
+            _LocalRay.stop()
+
+    return runner._replace(close=close)
 
 
 def _gym_async(fns: List[Callable[[], gym.Env]]) -> Any:
@@ -224,7 +240,7 @@ BACKENDS: Dict[str, Backend] = {
                         "ParallelAlfEnvironment (pipes)"),
     "sb3_alf": Backend(functools.partial(_sb3_runner, _sb3_alf),
                        "alf_env.sb3.FastSubprocVecEnv"),
-    "ray_vector": Backend(functools.partial(_gym_vector_runner, _ray_vector),
+    "ray_vector": Backend(_ray_vector_runner,
                           f"alf_env.distributed.RayVectorEnv, num_actors={RAY_ACTORS}",
                           teardown=_LocalRay.stop),
     "gym_async": Backend(functools.partial(_gym_vector_runner, _gym_async),
