@@ -21,6 +21,7 @@ __all__ = [
     "TensorSpec",
     "BoundedTensorSpec",
     "torch_dtype_to_numpy",
+    "torch_dtype_to_str",
     "numpy_dtype_to_torch",
     "as_torch_dtype",
 ]
@@ -70,6 +71,11 @@ def torch_dtype_to_numpy(dtype: DTypeLike) -> np.dtype:
         raise TypeError(f"torch dtype {dtype} has no numpy equivalent; "
                         f"expected one of {sorted(map(str, _TORCH_TO_NUMPY))}"
                         ) from None
+
+
+def torch_dtype_to_str(dtype: DTypeLike) -> str:
+    """The name of a dtype without the ``torch.`` prefix, e.g. ``"float32"`` (as ALF's)."""
+    return str(as_torch_dtype(dtype))[len("torch."):]
 
 
 def numpy_dtype_to_torch(dtype: Any) -> torch.dtype:
@@ -213,7 +219,7 @@ class TensorSpec:
     @property
     def dtype_str(self) -> str:
         """The dtype's name without the ``torch.`` prefix, e.g. ``"float32"``."""
-        return str(self._dtype)[len("torch."):]
+        return torch_dtype_to_str(self._dtype)
 
     @property
     def is_discrete(self) -> bool:

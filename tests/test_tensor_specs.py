@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from alf_env.tensor_specs import (BoundedTensorSpec, SpecBoundsError, TensorSpec, as_torch_dtype,
-                                  numpy_dtype_to_torch, torch_dtype_to_numpy)
+                                  numpy_dtype_to_torch, torch_dtype_to_numpy,
+                                  torch_dtype_to_str)
 
 INT64 = np.iinfo(np.int64)
 NUM_SAMPLES = 4096
@@ -148,6 +149,13 @@ def test_scalar_bounds_stay_scalar_as_in_alf():
     assert spec.numpy_sample((5, )).shape == (5, 2, 3)
     assert spec.sample().shape == (2, 3)
     assert pickle.loads(pickle.dumps(spec)).minimum.shape == ()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, np.float32, "float32", np.dtype("float32")])
+def test_torch_dtype_to_str_as_in_alf(dtype):
+    assert torch_dtype_to_str(dtype) == "float32"
+    assert torch_dtype_to_str(torch.uint8) == "uint8"
+    assert TensorSpec((), torch.int64).dtype_str == "int64"
 
 
 def test_replace_as_in_alf():

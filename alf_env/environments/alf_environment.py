@@ -64,6 +64,16 @@ class AlfEnvironment(abc.ABC):
         """Whether the env returns torch tensors (``False``: numpy arrays)."""
         return False
 
+    @property
+    def num_tasks(self) -> int:
+        """How many tasks the env has (ALF's multi-task interface); 1 by default."""
+        return 1
+
+    @property
+    def task_names(self) -> list:
+        """The name of each task: ``["0", ..., str(num_tasks - 1)]`` by default (as ALF)."""
+        return [str(i) for i in range(self.num_tasks)]
+
     # ----- specs ------------------------------------------------------------
     @abc.abstractmethod
     def observation_spec(self) -> Any:
@@ -133,6 +143,24 @@ class AlfEnvironment(abc.ABC):
         """Subclass hook of :meth:`step`; reset (ignoring action) after LAST."""
 
     # ----- misc -------------------------------------------------------------
+    def sync_progress(self, progress: Any = None) -> None:
+        """Receives the trainer's training progress; does nothing by default.
+
+        ALF's trainer calls ``env.sync_progress()`` on any env; batched envs
+        forward ``progress`` to their members (see
+        :meth:`~alf_env.environments.process_environment.ProcessEnvironment.sync_progress`).
+        Override it in an env whose behaviour follows training progress.
+        """
+
+    def get_info(self) -> Any:
+        """The env's info of the last step (ALF's interface).
+
+        Raises:
+            NotImplementedError: unless a subclass supports it (e.g.
+                ``AlfGymWrapper``).
+        """
+        raise NotImplementedError(f"{type(self).__name__} does not support get_info()")
+
     def seed(self, seed: int) -> None:
         """Seeds the env's random number generators.
 

@@ -557,6 +557,25 @@ class AlfGymWrapper(AlfEnvironment):
         """
         return self._info
 
+    @property
+    def gym(self) -> gymnasium.Env:
+        """The wrapped gymnasium env (ALF's name; also :attr:`gym_env`)."""
+        return self._gym_env
+
+    @property
+    def done(self) -> bool:
+        """Whether the last step ended the episode (ALF's property)."""
+        return self._done
+
+    def sync_progress(self, progress: Any = None) -> None:
+        """Forwards ``progress`` to the gymnasium env if it (or its unwrapped
+        env) defines ``sync_progress``."""
+        for env in (self._gym_env, self._gym_env.unwrapped):
+            sync = getattr(env, "sync_progress", None)
+            if callable(sync):
+                sync(progress)
+                return
+
     def observation_spec(self) -> Any:
         """The spec nest of ``observation_space``."""
         return self._observation_spec

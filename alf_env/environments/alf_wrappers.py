@@ -26,9 +26,9 @@ class AlfEnvironmentBaseWrapper(AlfEnvironment):
     """Wraps an :class:`AlfEnvironment` and forwards everything to it (ALF's class).
 
     ``reset()`` / ``step()`` call the wrapped env's; specs, ``batched``,
-    ``batch_size``, ``is_tensor_based``, ``seed``, ``render`` and every other
-    public attribute (e.g. ``get_info``, ``sync_progress``) are the wrapped
-    env's; ``close()`` closes it. Override ``_reset`` / ``_step`` (calling
+    ``batch_size``, ``is_tensor_based``, ``num_tasks``, ``task_names``,
+    ``seed``, ``render``, ``sync_progress``, ``get_info`` and every other
+    public attribute are the wrapped env's; ``close()`` closes it. Override ``_reset`` / ``_step`` (calling
     ``self._env``) or the spec methods to change them.
     """
 
@@ -76,11 +76,25 @@ class AlfEnvironmentBaseWrapper(AlfEnvironment):
     def time_step_spec(self) -> TimeStep:
         return self._env.time_step_spec()
 
+    @property
+    def num_tasks(self) -> int:
+        return self._env.num_tasks
+
+    @property
+    def task_names(self) -> list:
+        return self._env.task_names
+
     def seed(self, seed: int) -> None:
         return self._env.seed(seed)
 
     def render(self, mode: str = "rgb_array") -> Any:
         return self._env.render(mode)
+
+    def sync_progress(self, progress: Any = None) -> None:
+        self._env.sync_progress(progress)
+
+    def get_info(self) -> Any:
+        return self._env.get_info()
 
     def _reset(self) -> TimeStep:
         return self._env.reset()
@@ -178,11 +192,9 @@ class BatchEnvironmentWrapper(AlfEnvironment):
         return self._envs[0].render(mode)
 
     def sync_progress(self, progress: Any = None) -> None:
-        """Forwards ``progress`` to each member that defines ``sync_progress``."""
+        """Forwards ``progress`` to every member."""
         for env in self._envs:
-            sync = getattr(env, "sync_progress", None)
-            if callable(sync):
-                sync(progress)
+            env.sync_progress(progress)
 
     def _close(self) -> None:
         for env in self._envs:

@@ -119,3 +119,18 @@ def test_context_manager_closes():
         env.reset()
         assert not env.closed
     assert env.closed and env.closes == 1
+
+
+def test_alf_task_interface_defaults():
+    env = _CountingEnv()
+    assert env.num_tasks == 1 and env.task_names == ["0"]
+
+
+def test_alf_sync_progress_placeholder_and_get_info():
+    """ALF's trainer calls env.sync_progress() on any env: a no-op by default."""
+    env = _CountingEnv()
+    env.reset()
+    assert env.sync_progress() is None and env.sync_progress(0.5) is None
+    assert int(env.step(0).step_type) == StepType.MID  # nothing changed
+    with pytest.raises(NotImplementedError, match="does not support get_info"):
+        env.get_info()

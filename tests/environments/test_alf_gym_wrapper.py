@@ -608,3 +608,24 @@ def test_pickle_and_copies_recompile_the_conversions(copier):
         assert int(ts.env_id) == 3 and float(ts.discount) == 0.5
         assert set(ts.observation) == {"a", "b"} and ts.observation["b"].dtype == np.int64
     assert clone.gym_env.actions[-1] == {"b": 2, "a": pytest.approx([0.0, 0.0])}
+
+
+class _ProgressEnv(_ScriptedEnv):
+    def sync_progress(self, progress):
+        self.progress = progress
+
+
+def test_alf_names_gym_done_and_sync_progress():
+    env = AlfGymWrapper(_ProgressEnv(length=1))
+    assert env.gym is env.gym_env
+    env.reset()
+    assert env.done is False
+    env.step(1)
+    assert env.done is True
+    env.sync_progress({"iterations": 2})
+    assert env.gym_env.progress == {"iterations": 2}
+    # Found on the unwrapped env under gymnasium wrappers too.
+    wrapped = AlfGymWrapper(gym.wrappers.RecordEpisodeStatistics(_ProgressEnv()))
+    wrapped.sync_progress(0.5)
+    assert wrapped.gym_env.unwrapped.progress == 0.5
+    AlfGymWrapper(_ScriptedEnv()).sync_progress(0.5)  # an env without it: nothing

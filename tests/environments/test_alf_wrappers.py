@@ -165,6 +165,9 @@ def test_nested_actions_are_split_by_row():
 class _Progressing(_Recorder):
     """Records the progress values pushed by sync_progress."""
 
+    def min_duration_of_inner(self):
+        return self._min_duration
+
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
         self.progress = []
@@ -204,8 +207,10 @@ def test_base_wrapper_forwards_everything_as_in_alf():
     assert int(ts.env_id) == 4 and int(ts.step_type) == StepType.FIRST
     ts = env.step(np.int64(1))
     assert float(ts.reward) == 2.0 and inner.actions == [1]
-    env.sync_progress(0.25)  # any public attribute of the wrapped env
+    env.sync_progress(0.25)
     assert inner.progress == [0.25]
+    assert env.num_tasks == 1 and env.task_names == ["0"]
+    assert env.min_duration_of_inner() == 0  # any other public attribute
     assert env.render("rgb_array").shape == (2, 2, 3)
     with pytest.raises(AttributeError):
         env._not_forwarded  # noqa: B018 -- private names are not forwarded
