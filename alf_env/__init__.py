@@ -1,6 +1,6 @@
 """alf_env: fast, reliable multi-process RL environments.
 
-The main names are re-exported here; the public contract is ``shared/API.md``.
+The main names are re-exported here; the public contract is ``docs/contract.rst``.
 The batched environments live in :mod:`alf_env.environments`.
 
 The names that need torch (``TimeStep``, the specs) are loaded on first use,

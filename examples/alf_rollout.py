@@ -123,11 +123,15 @@ def train(num_envs: int, unroll_length: int, iterations: int, seed: int = 0,
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Parses the arguments and runs :func:`train`."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--num-envs", type=int, default=8)
-    parser.add_argument("--unroll-length", type=int, default=32)
-    parser.add_argument("--iterations", type=int, default=20)
+    parser.add_argument("--num-envs", type=int, default=8,
+                        help="CartPole-v1 envs, one worker process each (default: 8)")
+    parser.add_argument("--unroll-length", type=int, default=32,
+                        help="steps of the batched env per iteration (default: 32)")
+    parser.add_argument("--iterations", type=int, default=20,
+                        help="unroll-then-train iterations (default: 20)")
     parser.add_argument("--start-method", default="fork",
-                        choices=("fork", "spawn", "forkserver"))
+                        choices=("fork", "spawn", "forkserver"),
+                        help="how the worker processes start (default: fork)")
     args = parser.parse_args(argv)
     episodes = train(args.num_envs, args.unroll_length, args.iterations,
                      start_method=args.start_method)

@@ -180,10 +180,16 @@ def run_async(num_envs: int, steps: int, learner: Learner,
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Parses the arguments and runs the loops."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--mode", choices=("sync", "async", "both"), default="both")
-    parser.add_argument("--num-envs", type=int, default=8)
-    parser.add_argument("--steps", type=int, default=4000, help="env-steps per mode")
-    parser.add_argument("--episodes-per-update", type=int, default=8)
+    parser.add_argument("--mode", choices=("sync", "async", "both"), default="both",
+                        help="sync: reset/step (gymnasium API); async: EnvPool-style "
+                             "async_reset/recv/send with half of the envs per batch; "
+                             "both: one after the other (default)")
+    parser.add_argument("--num-envs", type=int, default=8,
+                        help="CartPole-v1 envs, one worker process each (default: 8)")
+    parser.add_argument("--steps", type=int, default=4000,
+                        help="env-steps per mode (default: 4000)")
+    parser.add_argument("--episodes-per-update", type=int, default=8,
+                        help="finished episodes per REINFORCE update (default: 8)")
     args = parser.parse_args(argv)
     if args.num_envs < 2:
         parser.error("--num-envs: the asynchronous loop needs at least 2 envs")

@@ -1,8 +1,10 @@
-"""The README is what a newcomer runs: its commands and examples must work."""
+"""The README is what a newcomer runs: its commands and links must work.
+
+Its Python examples are run one by one, each as its own file, by
+``tests/test_doc_blocks.py``.
+"""
 
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -11,10 +13,6 @@ README = (REPO_ROOT / "README.md").read_text()
 
 def bash_blocks():
     return re.findall(r"```bash\n(.*?)```", README, re.S)
-
-
-def python_blocks():
-    return re.findall(r"```python\n(.*?)```", README, re.S)
 
 
 def test_readme_gives_exactly_two_commands():
@@ -26,8 +24,9 @@ def test_readme_gives_exactly_two_commands():
 def test_readme_links_resolve():
     targets = re.findall(r"\]\(([^)#]+)\)", README)
     for name in ("docs/", "examples/", "docs/benchmarks.md", "docs/reliability.md",
-                 "docs/architecture.rst", "examples/alf_rollout.py",
-                 "examples/gym_training_loop.py"):
+                 "docs/architecture.rst", "docs/contract.rst", "docs/training.rst",
+                 "examples/alf_rollout.py", "examples/gym_training_loop.py",
+                 "examples/ppo_training.py"):
         assert name in targets, f"the README does not link {name}"
     missing = [t for t in targets if not (REPO_ROOT / t).exists()]
     assert not missing, f"README links to missing files: {missing}"
@@ -40,9 +39,20 @@ def test_ci_runs_the_readme_test_command():
     assert "set -euo pipefail" in ci
 
 
-def test_readme_examples_run():
-    code = "\n".join(python_blocks())
-    result = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT,
-                            capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stderr
-    assert "torch.Size([4, 4])" in result.stdout
+def test_nothing_points_outside_the_repository():
+    """The contract and docs live in the repository: no reference to the old contract
+    file outside it (spelt in two pieces, so that this test does not match itself)."""
+    outside = ["../" + "shared", "shared" + "/API"]
+    offenders = []
+    for path in [REPO_ROOT / "README.md", *(REPO_ROOT / "docs").glob("*.*"),
+                 *(REPO_ROOT / "alf_env").rglob("*.py"), *(REPO_ROOT / "examples").glob("*.py")]:
+        text = path.read_text(errors="replace")
+        if any(reference in text for reference in outside):
+            offenders.append(str(path.relative_to(REPO_ROOT)))
+    assert not offenders, f"references outside the repository in {offenders}"
+
+
+def test_readme_says_how_to_get_a_cpu_only_torch():
+    assert ("pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu"
+            in README)
+    assert "(the CPU build)" not in README

@@ -341,7 +341,8 @@ def test_make_vec_env_and_evaluate_policy():
 def test_ppo_learns_cartpole_as_with_dummy_vec_env():
     """Same seed, same budget: PPO reaches the same mean return on both VecEnvs."""
     import torch
-    torch.set_num_threads(1)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # quick on a busy machine, and the same for both runs
     mean_returns = []
     for cls, kwargs in ((FastSubprocVecEnv, {"start_method": "fork"}), (DummyVecEnv, {})):
         venv = make_vec_env("CartPole-v1", n_envs=4, seed=0, vec_env_cls=cls,
@@ -353,6 +354,7 @@ def test_ppo_learns_cartpole_as_with_dummy_vec_env():
             mean_returns.append(np.mean([e["r"] for e in model.ep_info_buffer]))
         finally:
             venv.close()
+            torch.set_num_threads(threads)
     ours, dummy = mean_returns
     assert ours > 100, f"mean return {ours}: PPO did not learn (random play gets ~22)"
     assert abs(ours - dummy) <= 0.15 * dummy, (ours, dummy)
