@@ -59,6 +59,8 @@ class JobBoard:
         self._done: Dict[int, None] = {}
         self._errors: Dict[int, BaseException] = {}  # what their failed jobs raised
         self._jobs: Dict[int, Any] = {}  # the last job posted to each worker
+        # At exit (or SIGTERM), workers still in the loop are brought back first.
+        pe.register_board(self)
 
     # -- posting ---------------------------------------------------------------
 

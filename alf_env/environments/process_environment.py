@@ -37,6 +37,24 @@ ignore SIGINT, so Ctrl-C in the foreground raises one ``KeyboardInterrupt`` in
 the parent instead of a traceback per worker. ``close()`` is bounded
 (``CLOSE_*`` below) and logs what the env's own ``close()`` raised.
 
+Shutdown
+--------
+Every started, unclosed worker is in one registry, and one ``atexit`` hook
+(installed at the first ``start()``) stops them however the script ends (end
+of the script without ``close()``, ``del env``, an exception, ``sys.exit()``,
+Ctrl-C): :func:`shutdown` first brings the workers of the shared-memory front
+ends back from their native loop (:func:`register_board`), then
+:func:`stop_all` sends CLOSE to every worker at once, waits for all of them
+together under one deadline (``EXIT_POLITE_TIMEOUT``), SIGTERMs the ones still
+running, then SIGKILLs, and reaps every one. No thread, thread pool or import
+is needed. ``close()`` and :func:`close_all` use the same :func:`stop_all`
+(with ``CLOSE_POLITE_TIMEOUT``). At the first ``start()`` in the main thread a
+SIGTERM handler is installed, unless the program has its own: SIGTERM then
+raises ``SystemExit(143)`` (``128 + SIGTERM``, what a shell reports for a
+process ended by SIGTERM), so ``finally`` blocks and ``atexit`` hooks run and
+the workers are closed like at a normal exit. Workers restore the default
+SIGTERM action (they end at once when terminated).
+
 For an ``AlfEnvironment`` the worker checks actions and time steps against the
 env's specs (:mod:`alf_env.environments.spec_checks`), so a mismatch is a
 ``ValueError`` naming the field, raised where it happens.
@@ -48,15 +66,16 @@ import functools
 import inspect
 import multiprocessing
 import multiprocessing.connection
+import multiprocessing.util  # noqa: F401 -- its exit hook must be registered before ours
 import os
 import pickle
 import select
 import signal
+import sys
 import threading
 import time
 import traceback
 import weakref
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import cloudpickle
@@ -78,11 +97,19 @@ CLOSE_KILL_TIMEOUT = 1.0
 # written just before exiting (an exception report) to become readable.
 _DEATH_GRACE = 0.05
 
+# When the program exits (or gets SIGTERM) with workers still running, they
+# get this long, all together, to close their envs and exit; then SIGTERM and
+# SIGKILL, each followed by the wait below. Close explicitly for a longer
+# polite wait (CLOSE_POLITE_TIMEOUT).
+EXIT_POLITE_TIMEOUT = 1.0
+EXIT_TERMINATE_TIMEOUT = 0.25
+EXIT_KILL_TIMEOUT = 0.25
+
+# The exit status after SIGTERM (see "Shutdown" in the module doc).
+SIGTERM_EXIT_CODE = 128 + signal.SIGTERM
+
 # How often a worker without pidfd support checks whether its parent is alive.
 _PARENT_POLL_INTERVAL = 0.2
-
-# Most threads close_all() uses to end workers side by side.
-_MAX_CLOSING_THREADS = 32
 
 
 class MessageType(enum.Enum):
@@ -197,6 +224,20 @@ def start_parent_watchdog(parent_pid: int) -> None:
                      name="alf_env-parent-watchdog", daemon=True).start()
 
 
+def worker_signals() -> None:
+    """Sets up a worker's signals: SIGINT ignored, SIGTERM ends it at once.
+
+    A worker is started with SIGINT ignored and SIGINT and SIGTERM blocked
+    (see :class:`_signals_deferred`): a Ctrl-C meant for the trainer is
+    dropped here; the trainer's SIGTERM handler (inherited under ``fork``)
+    gives way to the default action before a SIGTERM that arrived meanwhile
+    is delivered, so terminating a worker that just started ends it.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _DEFERRED_SIGNALS)
+
+
 def _construct(env_constructor: Callable[..., Any], env_id: Optional[int]) -> Any:
     """Calls ``env_constructor``, passing ``env_id`` when it accepts one."""
     try:
@@ -280,7 +321,7 @@ def _worker_main(conn: multiprocessing.connection.Connection,
                  torch_num_threads: Optional[int], parent_pid: int,
                  pickled: bool) -> None:
     """Entry point of a worker process: construct the env, then serve calls."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    worker_signals()
     start_parent_watchdog(parent_pid)
     if torch_num_threads is not None:
         import torch
@@ -299,6 +340,26 @@ def _worker_main(conn: multiprocessing.connection.Connection,
         serve(conn, proxy, env_id)
     finally:
         conn.close()
+    _exit_worker()
+
+
+def _exit_worker() -> None:
+    """Ends a worker whose env is closed, skipping the interpreter's teardown.
+
+    Does what ``multiprocessing`` does when a worker's target returns (its
+    exit function, flushing the standard streams), then ``os._exit(0)`` as a
+    ``fork`` worker does anyway. A ``spawn`` or ``forkserver`` worker would
+    otherwise tear its interpreter down, which takes hundreds of
+    milliseconds of CPU with torch loaded: n workers closing at once on a few
+    cores took seconds.
+    """
+    multiprocessing.util._exit_function()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (AttributeError, OSError, ValueError):
+            pass
+    os._exit(0)
 
 
 def serve(conn: multiprocessing.connection.Connection, proxy: _WorkerEnvProxy,
@@ -367,10 +428,229 @@ def _close_quietly(env: Any, env_id: Optional[int]) -> None:
 # ----------------------------------------------------------------------------
 
 
-def _close_if_alive(ref: "weakref.ReferenceType[ProcessEnvironment]") -> None:
-    env = ref()
-    if env is not None:
-        env.close()
+class _Registry:
+    """The started, unclosed workers of this process and the boards that drive
+    some of them (see "Shutdown" in the module doc).
+
+    Workers are held strongly: one dropped without ``close()`` (``del env``,
+    or its front end garbage-collected) still has its process and pipe, so it
+    is closed at exit like the others. ``close()`` removes it.
+    """
+
+    def __init__(self) -> None:
+        self.envs: Dict[int, "ProcessEnvironment"] = {}
+        self.boards: "weakref.WeakSet[Any]" = weakref.WeakSet()
+        self.hooks_installed = False
+        self.exiting = False  # shutdown() runs: exit-time bounds, SIGTERM ignored
+        self.pid = os.getpid()  # the process whose workers these are
+
+
+_registry = _Registry()
+
+
+def register_board(board: Any) -> None:
+    """Lets :func:`shutdown` bring a board's workers back from the native loop.
+
+    Args:
+        board: an object with ``release(timeout)`` (a ``fast_jobs.JobBoard``);
+            held weakly.
+    """
+    _registry.boards.add(board)
+
+
+def _install_hooks() -> None:
+    """Installs the exit hook and (main thread, no handler of the program's own)
+    the SIGTERM handler, once."""
+    if _registry.hooks_installed:
+        return
+    _registry.hooks_installed = True
+    # Registered after multiprocessing's own exit hook (imported above), so it
+    # runs first (atexit is LIFO): workers are closed, not just terminated.
+    atexit.register(shutdown)
+    if (threading.current_thread() is threading.main_thread()
+            and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL):
+        _registry.pid = os.getpid()
+        signal.signal(signal.SIGTERM, _on_sigterm)
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    """SIGTERM: exit like ``sys.exit(SIGTERM_EXIT_CODE)`` (``finally`` and atexit run)."""
+    if os.getpid() != _registry.pid:
+        # A forked worker that has not yet restored the default action
+        # (worker_signals): end as the default action would.
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
+        return
+    if _registry.exiting:
+        return  # already shutting down: let it finish
+    raise SystemExit(SIGTERM_EXIT_CODE)
+
+
+def shutdown(polite_timeout: Optional[float] = None) -> None:
+    """Stops every worker of this process still running, all at once.
+
+    What the exit hook (and so SIGTERM) runs; safe to call at any time (later
+    uses of the closed envs raise ``EnvironmentClosedError``). Workers in a
+    native loop are brought back first (each board all at once), then every
+    worker gets CLOSE and all are waited for together; stragglers are
+    terminated, then killed, and every worker is reaped.
+
+    Args:
+        polite_timeout: seconds for all of that together before SIGTERM
+            (default ``EXIT_POLITE_TIMEOUT``).
+    """
+    if polite_timeout is None:
+        polite_timeout = EXIT_POLITE_TIMEOUT
+    deadline = time.monotonic() + polite_timeout
+    _registry.exiting = True
+    try:
+        for board in list(_registry.boards):
+            board.release(max(0.0, deadline - time.monotonic()))
+        stop_all(list(_registry.envs.values()), max(0.0, deadline - time.monotonic()))
+    finally:
+        _registry.exiting = False
+
+
+def _escalation_timeouts() -> Tuple[float, float]:
+    """Seconds to wait after SIGTERM, then after SIGKILL (shorter at exit)."""
+    if _registry.exiting:
+        return EXIT_TERMINATE_TIMEOUT, EXIT_KILL_TIMEOUT
+    return CLOSE_TERMINATE_TIMEOUT, CLOSE_KILL_TIMEOUT
+
+
+class _Stopping:
+    """One worker that :func:`stop_all` is ending."""
+
+    def __init__(self, env: "ProcessEnvironment", polite: bool) -> None:
+        self.env = env
+        self.process = env._process
+        self.conn = env._conn
+        self.polite = polite
+        # Answers still to read: every request's, then CLOSE's (its failure is logged).
+        self.next_seq = env._received_seq
+        self.close_seq = env._next_seq if polite else -1
+        self.reading = polite
+        self.exited = self.process.exitcode is not None
+
+    def read(self) -> None:
+        """Reads what the worker sent (without blocking); logs a failed close()."""
+        conn = self.conn
+        try:
+            while self.reading and conn.poll(0):
+                msg_type, payload = conn.recv()
+                if self.next_seq == self.close_seq and msg_type is MessageType.EXCEPTION:
+                    error = payload.to_exception()
+                    if isinstance(error.__cause__, EnvironmentProcessError):
+                        error = error.__cause__  # its message has the worker traceback
+                    logging.warning("env %s: close() raised in the worker: %s",
+                                    self.env._env_id, error)
+                self.next_seq += 1
+                self.reading = self.next_seq <= self.close_seq
+        except (EOFError, OSError):
+            self.reading = False
+
+    def on_exit(self) -> None:
+        """The worker's sentinel fired: reap it and read its last words."""
+        self.process.join(_DEATH_GRACE)
+        self.exited = self.process.exitcode is not None
+        if self.reading:
+            self.read()
+        if self.polite and self.process.exitcode:
+            logging.warning("env %s: the worker died while closing: %s",
+                            self.env._env_id, describe_exit(self.process.exitcode))
+
+
+def _wait_for_exits(stopping: "List[_Stopping]", deadline: float) -> None:
+    """Waits until every worker of ``stopping`` exited or ``deadline`` passed,
+    reading their pipes meanwhile (so none blocks on a full pipe)."""
+    poller = select.poll()
+    by_fd: Dict[int, Tuple[_Stopping, bool]] = {}
+    for s in stopping:
+        if s.exited:
+            continue
+        poller.register(s.process.sentinel, select.POLLIN)
+        by_fd[s.process.sentinel] = (s, True)
+        if s.reading:
+            poller.register(s.conn.fileno(), select.POLLIN)
+            by_fd[s.conn.fileno()] = (s, False)
+    while any(not s.exited for s in stopping):
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return
+        for fd, _ in poller.poll(int(remaining * 1000) + 1):
+            if fd not in by_fd:
+                continue  # a pipe dropped while handling an earlier event
+            s, is_sentinel = by_fd[fd]
+            if is_sentinel:
+                poller.unregister(fd)
+                s.on_exit()
+            elif s.reading:
+                s.read()
+            conn_fd = s.conn.fileno()
+            if not s.reading and conn_fd in by_fd:
+                poller.unregister(conn_fd)
+                del by_fd[conn_fd]
+
+
+def stop_all(envs: "Sequence[ProcessEnvironment]", polite_timeout: Optional[float] = None
+             ) -> None:
+    """Closes ``envs`` all at once, with one deadline; never raises because of them.
+
+    Every running worker is sent CLOSE first (a worker in a native loop, or
+    one not yet started, is terminated instead: it would not read it), then
+    all are waited for together for ``polite_timeout`` s; those still running
+    get SIGTERM, then SIGKILL, each followed by one wait for all. Every
+    worker is reaped. So ``n`` workers take about as long as the slowest one,
+    and at most ``polite_timeout + CLOSE_TERMINATE_TIMEOUT +
+    CLOSE_KILL_TIMEOUT`` (the ``EXIT_*`` bounds at exit). Interrupted (e.g. by
+    Ctrl-C), it kills the workers still running at once, reaps them and
+    re-raises.
+
+    Args:
+        envs: the workers; closed ones and ones never started are skipped.
+        polite_timeout: seconds to let them close their envs (default
+            ``CLOSE_POLITE_TIMEOUT``).
+    """
+    if polite_timeout is None:
+        polite_timeout = CLOSE_POLITE_TIMEOUT
+    deadline = time.monotonic() + polite_timeout
+    stopping: List[_Stopping] = []
+    try:
+        for env in envs:
+            s = env._begin_close()
+            if s is not None:
+                stopping.append(s)
+        if not stopping:
+            return
+        _wait_for_exits(stopping, deadline)
+        late = [s for s in stopping if not s.exited]
+        if not late:
+            return
+        # At exit nobody can act on it (and a busy machine is reason enough).
+        log = logging.info if _registry.exiting else logging.warning
+        for s in late:
+            if s.polite and polite_timeout > 0:
+                log("env %s: the worker (pid %s) did not exit within %.1f s; "
+                    "terminating it", s.env._env_id, s.process.pid, polite_timeout)
+            s.polite = False  # its death is expected now
+            s.process.terminate()
+        terminate_wait, kill_wait = _escalation_timeouts()
+        _wait_for_exits(late, time.monotonic() + terminate_wait)
+        late = [s for s in late if not s.exited]
+        for s in late:
+            s.process.kill()
+        _wait_for_exits(late, time.monotonic() + kill_wait)
+    except BaseException:
+        # Interrupted: end the rest now rather than leave them behind.
+        for s in stopping:
+            if not s.exited:
+                s.polite = False
+                s.process.kill()
+        _wait_for_exits(stopping, time.monotonic() + CLOSE_KILL_TIMEOUT)
+        raise
+    finally:
+        for s in stopping:
+            s.env._end_close(s)
 
 
 def _call_blocking(env: "ProcessEnvironment", name: str, *args, **kwargs) -> Any:
@@ -466,7 +746,6 @@ class ProcessEnvironment:
         # Requests whose promises were dropped unused: their answers are discarded.
         self._abandoned: set = set()
         self._spec_cache: Dict[str, Any] = {}
-        self._atexit_hook: Optional[Callable[[], None]] = None
         # Set while the worker runs the native loop: rung after every pipe
         # request so the worker reads it (see FastParallelEnvironment).
         self._doorbell: Optional[Callable[[], None]] = None
@@ -496,8 +775,9 @@ class ProcessEnvironment:
             target=_worker_main, name=self._name, daemon=True,
             args=(child_conn, constructor, self._env_id, self._flatten,
                   self._torch_num_threads, os.getpid(), pickled))
+        _install_hooks()
         try:
-            with _sigint_ignored():
+            with _signals_deferred():
                 process.start()
         except BaseException:
             # Nothing started: close() must not try to join it.
@@ -512,8 +792,7 @@ class ProcessEnvironment:
         self._poller.register(parent_conn.fileno(), select.POLLIN)
         self._poller.register(self._process.sentinel, select.POLLIN)
         self._state = _State.STARTING
-        self._atexit_hook = functools.partial(_close_if_alive, weakref.ref(self))
-        atexit.register(self._atexit_hook)
+        _registry.envs[id(self)] = self
         if wait_to_start:
             self.wait_start()
 
@@ -554,60 +833,50 @@ class ProcessEnvironment:
         an exception raised by the env's own ``close()``, or the worker
         dying while closing, is logged as a warning (with the env id and the
         worker's traceback), since it happens while everything is torn down.
+        To close many envs, :func:`close_all` waits for all of them at once.
+        """
+        stop_all([self], polite_timeout)
+
+    def _begin_close(self) -> Optional[_Stopping]:
+        """First step of :func:`stop_all`: marks the env closed, tells the worker.
+
+        Returns:
+            what ``stop_all`` waits for, or ``None`` if there is no worker.
         """
         if self._state is _State.CLOSED:
-            return
-        if self._atexit_hook is not None:
-            atexit.unregister(self._atexit_hook)
-            self._atexit_hook = None
+            return None
+        in_fast_loop = self._doorbell is not None
         self._doorbell = None
-        process, conn = self._process, self._conn
-        polite = self._state is _State.RUNNING
+        polite = (self._state is _State.RUNNING and not in_fast_loop
+                  and self._process.exitcode is None)
+        started = self._state is not _State.NEW
         self._state = _State.CLOSED
-        if process is not None:
-            if polite_timeout is None:
-                polite_timeout = CLOSE_POLITE_TIMEOUT
-            if not polite:
-                polite_timeout = 0.0
-            deadline = time.monotonic() + polite_timeout
-            if polite and process.is_alive():
-                try:
-                    conn.send((MessageType.CLOSE, None))
-                except (OSError, ValueError):
-                    pass
-                else:
-                    self._read_close_answer(conn, deadline)
-            stop_process(process, max(0.0, deadline - time.monotonic()))
-        if conn is not None:
-            conn.close()
+        _registry.envs.pop(id(self), None)
+        if not started:
+            return None
+        if polite:
+            try:
+                self._conn.send((MessageType.CLOSE, None))
+            except (OSError, ValueError):
+                polite = False
+        stopping = _Stopping(self, polite)
+        if not polite and not stopping.exited:
+            # It would not read CLOSE (not started yet, or in a native loop
+            # that the caller could not bring it back from).
+            self._process.terminate()
+        return stopping
+
+    def _end_close(self, stopping: _Stopping) -> None:
+        """Last step of :func:`stop_all`: releases the process and the pipe."""
+        process = stopping.process
+        if process.exitcode is None:
+            logging.error("env %s: the worker (pid %s) survived SIGKILL", self._env_id,
+                          process.pid)
+        else:
+            process.close()
+        self._conn.close()
         self._answers.clear()
         self._abandoned.clear()
-
-    def _read_close_answer(self, conn: multiprocessing.connection.Connection,
-                           deadline: float) -> None:
-        """Reads the answer to CLOSE (skipping earlier answers); logs a failure."""
-        close_seq = self._next_seq
-        self._next_seq += 1
-        seq = self._received_seq
-        while seq <= close_seq:
-            remaining = deadline - time.monotonic()
-            try:
-                if remaining <= 0 or not conn.poll(remaining):
-                    return  # still busy: stop_process() escalates
-                msg_type, payload = conn.recv()
-            except (EOFError, OSError):
-                self._process.join(max(_DEATH_GRACE, deadline - time.monotonic()))
-                if self._process.exitcode:
-                    logging.warning("env %s: the worker died while closing: %s",
-                                    self._env_id, describe_exit(self._process.exitcode))
-                return
-            if seq == close_seq and msg_type is MessageType.EXCEPTION:
-                error = payload.to_exception()
-                if isinstance(error.__cause__, EnvironmentProcessError):
-                    error = error.__cause__  # its message has the worker traceback
-                logging.warning("env %s: close() raised in the worker: %s",
-                                self._env_id, error)
-            seq += 1
 
     def __enter__(self) -> "ProcessEnvironment":
         return self
@@ -736,9 +1005,15 @@ class ProcessEnvironment:
         return self._conn
 
     def __getattr__(self, name: str) -> Any:
-        # Only reached for names this object does not have itself.
-        if name.startswith("_"):
-            raise AttributeError(name)
+        """Reads attribute ``name`` of the remote env (a method is called remotely).
+
+        Only reached for names this object does not have itself. Names with
+        one leading underscore are forwarded too (e.g. ``_rng`` of a
+        ``RandomAlfEnvironment``); dunder names are not (``pickle`` and
+        ``copy`` probe those), nor is anything before ``__init__`` ran.
+        """
+        if (name.startswith("__") and name.endswith("__")) or "_state" not in self.__dict__:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
         value = self.access(name)()
         if isinstance(value, RemoteMethod):
             return functools.partial(_call_blocking, self, value.name)
@@ -780,8 +1055,15 @@ class ProcessEnvironment:
         self._check_usable()
         return _Promise(self, self._take_seq())
 
-    def mark_died(self, during: str) -> WorkerDiedError:
-        """Records that the worker died (seen by another channel); returns the error."""
+    def mark_died(self, during: str) -> Exception:
+        """Records that the worker died (seen by another channel); returns the error.
+
+        ``EnvironmentClosedError`` if the env was closed meanwhile (e.g. by
+        :func:`shutdown`).
+        """
+        if self._state is _State.CLOSED:
+            return EnvironmentClosedError(
+                f"env {self._env_id} is closed; create a new environment")
         if self._death is None:
             return self._died(during)
         return self._death
@@ -1017,60 +1299,45 @@ def wait_start_all(envs: "Sequence[ProcessEnvironment]") -> None:
 
 def close_all(envs: "Sequence[ProcessEnvironment]",
               polite_timeout: Optional[float] = None) -> None:
-    """Closes ``envs`` side by side.
+    """Closes ``envs`` all at once (see :func:`stop_all`).
 
     A worker's exit can take a while (e.g. tearing down torch), so closing n
     workers this way costs about one exit, not n.
 
     Args:
-        envs: the workers (``ProcessEnvironment.close`` never raises).
+        envs: the workers (closing never raises because of them).
         polite_timeout: as for :meth:`ProcessEnvironment.close`.
     """
-    if len(envs) <= 1:
-        for env in envs:
-            env.close(polite_timeout)
-        return
-    with ThreadPoolExecutor(min(len(envs), _MAX_CLOSING_THREADS),
-                            thread_name_prefix="alf_env-close") as pool:
-        list(pool.map(lambda env: env.close(polite_timeout), envs))
+    stop_all(envs, polite_timeout)
 
 
-def stop_process(process: multiprocessing.process.BaseProcess,
-                 polite_timeout: float) -> None:
-    """Waits for ``process`` to exit, escalating to SIGTERM then SIGKILL.
-
-    Bounded by ``polite_timeout + CLOSE_TERMINATE_TIMEOUT + CLOSE_KILL_TIMEOUT``.
-    """
-    process.join(polite_timeout)
-    if process.exitcode is None:
-        if polite_timeout > 0:
-            logging.warning("worker %s (pid %s) did not exit within %.1f s; "
-                            "terminating it", process.name, process.pid, polite_timeout)
-        process.terminate()
-        process.join(CLOSE_TERMINATE_TIMEOUT)
-    if process.exitcode is None:
-        process.kill()
-        process.join(CLOSE_KILL_TIMEOUT)
-    if process.exitcode is None:
-        logging.error("worker %s (pid %s) survived SIGKILL for %.1f s",
-                      process.name, process.pid, CLOSE_KILL_TIMEOUT)
-        return
-    process.close()
+# Held back while a worker process starts (see _signals_deferred).
+_DEFERRED_SIGNALS = {signal.SIGINT, signal.SIGTERM}
 
 
-class _sigint_ignored:
-    """Ignores SIGINT while a worker starts, so it is born ignoring it.
+class _signals_deferred:
+    """Holds back SIGINT and SIGTERM while a worker starts.
 
-    A signal disposition of SIG_IGN survives fork and exec, so a Ctrl-C that
-    arrives while a spawned worker is still importing does not print a
-    traceback there. Only possible in the main thread; elsewhere a no-op.
+    Both are blocked and SIGINT is ignored around ``process.start()``: a
+    disposition of SIG_IGN survives fork and exec, so a Ctrl-C that arrives
+    while a spawned worker is still importing prints no traceback there, and
+    the worker sets up its signals before it unblocks them (see
+    :func:`worker_signals`). Blocked, a signal that arrives meanwhile stays
+    pending in this process (Linux never discards a blocked signal) and is
+    delivered (``KeyboardInterrupt``, or the SIGTERM handler) once the
+    handlers are back, instead of being lost. Only possible in the main
+    thread; elsewhere a no-op.
     """
 
     def __enter__(self) -> None:
-        self._previous = None
-        if threading.current_thread() is threading.main_thread():
+        self._active = threading.current_thread() is threading.main_thread()
+        if self._active:
+            self._mask = signal.pthread_sigmask(signal.SIG_BLOCK, _DEFERRED_SIGNALS)
             self._previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
 
     def __exit__(self, *exc_info) -> None:
-        if self._previous is not None:
-            signal.signal(signal.SIGINT, self._previous)
+        if self._active:
+            # None: a handler set outside Python, which cannot be restored.
+            signal.signal(signal.SIGINT, self._previous if self._previous is not None
+                          else signal.default_int_handler)
+            signal.pthread_sigmask(signal.SIG_SETMASK, self._mask)

@@ -1,25 +1,186 @@
-"""Faults that involve the parent process: it is SIGKILLed, or gets Ctrl-C.
+"""Life cycle of the workers inside one process: the registry of live workers,
+``shutdown()`` (what the exit hook and SIGTERM run), ``close_all`` interrupted,
+and attribute forwarding of ``ProcessEnvironment``.
 
-The batched ALF front ends, for every start method, bound to the shared
-contract of tests/faults/core.py (ParentFaultContract), which runs a small
-trainer script in its own process group so the test can kill it or send SIGINT
-to the whole group, as a terminal does. ProcessEnvironment and FastVectorEnv
-bind the same contract in tests/faults/.
+How a whole training script ends (no ``close()``, Ctrl-C, SIGTERM, SIGKILL, ...)
+is tests/faults/test_endings.py: real child scripts, one table for every
+front end and start method.
 """
 
+import copy
+import functools
+import signal
+import time
+from typing import Optional
+
+import numpy as np
+import psutil
 import pytest
+import torch
 
-from tests.faults.core import ParentFaultContract
+from alf_env.environments import process_environment as pe
+from alf_env.environments.fast_parallel_environment import FastParallelEnvironment
+from alf_env.environments.parallel_environment import ParallelAlfEnvironment
+from alf_env.environments.process_environment import ProcessEnvironment
+from alf_env.environments.random_alf_environment import RandomAlfEnvironment
+from alf_env.errors import EnvironmentClosedError
+from alf_env.tensor_specs import BoundedTensorSpec, TensorSpec
+from alf_env.vector import FastVectorEnv
+from tests.faults.core import FaultyAlfEnv, FaultyGymEnv, good_gym_action, wait_all_gone
+
+NUM_ENVS = 10
+BOUND = 2.0   # seconds to stop every worker of the process (the issue's bound)
+SLACK = 2.0   # the machine is shared: generous
 
 
-@pytest.fixture(params=["fork", "spawn", "forkserver"])
-def start_method(request):
-    return request.param
+def random_env(env_id: Optional[int] = None) -> RandomAlfEnvironment:
+    return RandomAlfEnvironment(TensorSpec((2,), torch.float32),
+                                BoundedTensorSpec((), torch.int64, 0, 3), env_id=env_id,
+                                seed=100 + (env_id or 0))
 
 
-class TestParallelAlfEnvironmentParentFaults(ParentFaultContract):
-    trainer = "parallel"
+class SlowClose(FaultyAlfEnv):
+    """Takes 30 s to close."""
+
+    def _close(self) -> None:
+        time.sleep(30.0)
 
 
-class TestFastParallelEnvironmentParentFaults(ParentFaultContract):
-    trainer = "fast"
+# -- the registry and shutdown() ----------------------------------------------------
+
+
+def test_shutdown_stops_every_live_worker_of_every_front_end_at_once():
+    pe_envs = [ProcessEnvironment(functools.partial(FaultyAlfEnv, env_id=i), env_id=i)
+               for i in range(NUM_ENVS)]
+    for env in pe_envs:
+        env.start()
+    ctors = [functools.partial(FaultyAlfEnv, env_id=i) for i in range(NUM_ENVS)]
+    par = ParallelAlfEnvironment(ctors)
+    fast = FastParallelEnvironment(ctors)
+    vec = FastVectorEnv([functools.partial(FaultyGymEnv, env_id=i) for i in range(3)],
+                        envs_per_worker=1)
+    fast.reset()
+    vec.reset()
+    vec.step_async(good_gym_action())  # a job in flight: brought back first
+    pids = ([env.pid for env in pe_envs] + par.worker_pids() + fast.worker_pids()
+            + vec.worker_pids())
+    registered = {env.pid for env in pe._registry.envs.values()}
+    begin = time.monotonic()
+    pe.shutdown()
+    assert time.monotonic() - begin < BOUND + SLACK
+    assert set(pids) <= registered
+    assert wait_all_gone(pids, timeout=0.5)
+    assert not pe._registry.envs
+    with pytest.raises(EnvironmentClosedError):
+        pe_envs[0].reset()
+    with pytest.raises(EnvironmentClosedError):
+        fast.step(torch.zeros(NUM_ENVS, dtype=torch.int64))
+    # The front ends' own close() is quick and quiet afterwards.
+    for env in (par, fast, vec):
+        env.close()
+
+
+def test_a_closed_env_leaves_the_registry_and_can_be_collected():
+    env = ProcessEnvironment(FaultyAlfEnv, env_id=0)
+    env.start()
+    assert pe._registry.envs[id(env)] is env
+    env.close()
+    assert id(env) not in pe._registry.envs
+
+
+def test_an_env_dropped_without_close_is_still_closed_by_shutdown():
+    env = ProcessEnvironment(FaultyAlfEnv, env_id=0)
+    env.start()
+    pid = env.pid
+    del env  # the registry keeps its process and pipe
+    assert psutil.pid_exists(pid)
+    pe.shutdown()
+    assert wait_all_gone([pid], timeout=0.5)
+
+
+def test_close_all_stops_workers_together_not_one_after_another(monkeypatch):
+    # Each worker's close takes 30 s: with a 0.5 s polite wait for all of them
+    # together, 10 workers take about 0.5 s plus SIGTERM, not 10 times that.
+    monkeypatch.setattr(pe, "CLOSE_POLITE_TIMEOUT", 0.5)
+    envs = [ProcessEnvironment(functools.partial(SlowClose, env_id=i), env_id=i)
+            for i in range(NUM_ENVS)]
+    pe.start_environments(envs, start_serially=False)
+    pids = [env.pid for env in envs]
+    begin = time.monotonic()
+    pe.close_all(envs)
+    assert time.monotonic() - begin < 0.5 + pe.CLOSE_TERMINATE_TIMEOUT + SLACK
+    assert wait_all_gone(pids, timeout=0.5)
+
+
+def test_ctrl_c_during_close_all_kills_the_workers_and_is_raised():
+    envs = [ProcessEnvironment(functools.partial(SlowClose, env_id=i), env_id=i)
+            for i in range(3)]
+    pe.start_environments(envs, start_serially=False)
+    pids = [env.pid for env in envs]
+
+    def interrupt(*_):
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    signal.setitimer(signal.ITIMER_REAL, 0.3)
+    begin = time.monotonic()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            pe.close_all(envs)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    assert time.monotonic() - begin < 0.3 + SLACK
+    assert wait_all_gone(pids, timeout=0.5)
+    assert not any(id(env) in pe._registry.envs for env in envs)
+
+
+# -- attribute forwarding --------------------------------------------------------------
+
+
+def test_single_underscore_attributes_are_forwarded():
+    env = ProcessEnvironment(random_env, env_id=3)
+    env.start()
+    try:
+        np.testing.assert_array_equal(env._rng.get_state()[1],
+                                      random_env(3)._rng.get_state()[1])
+        with pytest.raises(AttributeError, match="_no_such_name"):
+            env._no_such_name  # noqa: B018 -- raised by the worker's env
+        assert env._episode_end_probability == 0.1
+    finally:
+        env.close()
+
+
+def test_dunder_attributes_are_not_forwarded():
+    env = ProcessEnvironment(random_env)
+    env.start()
+    try:
+        sent = env._next_seq
+        with pytest.raises(AttributeError, match="__no_such_dunder__"):
+            env.__no_such_dunder__  # noqa: B018
+        copied = copy.copy(env)  # copy probes dunders: none reaches the worker
+        assert env._next_seq == sent
+        assert copied.pid == env.pid
+    finally:
+        env.close()
+
+
+def test_attributes_of_an_env_not_yet_started_are_not_forwarded():
+    env = ProcessEnvironment(random_env)
+    with pytest.raises(RuntimeError, match="not started"):
+        env._rng  # noqa: B018
+
+
+@pytest.mark.parametrize("cls", [ParallelAlfEnvironment, FastParallelEnvironment])
+def test_private_attributes_through_the_envs_of_a_batched_env(cls):
+    with cls([random_env] * 3) as env:
+        for i, worker in enumerate(env.envs):
+            np.testing.assert_array_equal(worker._rng.get_state()[1],
+                                          random_env(i)._rng.get_state()[1])
+        env.reset()
+        for i, worker in enumerate(env.envs):  # the live state, after draws
+            local = random_env(i)
+            local.reset()
+            np.testing.assert_array_equal(worker._rng.get_state()[1],
+                                          local._rng.get_state()[1])
+        env.step(torch.zeros(3, dtype=torch.int64))  # still in step

@@ -377,8 +377,12 @@ class AlfBatchedFrontEnd(_AlfActions, FrontEnd):
 
     def make(self, fault=None, ctor_delays=None, step_delays=None, parallel_start=False,
              **kwargs):
-        return self.cls(_env_fns(FaultyAlfEnv, fault, ctor_delays, step_delays),
-                        start_serially=not parallel_start, **kwargs)
+        fns = _env_fns(FaultyAlfEnv, fault, ctor_delays, step_delays)
+        if self.cls.__name__ == "FastParallelEnvironment":
+            # One env per worker: the contract names the exact env of each fault
+            # (workers of several envs: tests/environments/test_env_group.py).
+            kwargs.setdefault("num_workers", len(fns))
+        return self.cls(fns, start_serially=not parallel_start, **kwargs)
 
     def make_with_timeout(self, fault, timeout):
         return self.make(fault, timeout=timeout)

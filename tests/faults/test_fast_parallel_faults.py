@@ -1,7 +1,7 @@
 """Fault injection into FastParallelEnvironment (shared memory + native engine).
 
-The parent being SIGKILLed or getting Ctrl-C is tested for every start method
-in tests/environments/test_process_lifecycle.py; a SIGALRM interrupting a hung
+The ways the parent ends (Ctrl-C, SIGTERM, SIGKILL, no close(), ...) are in
+tests/faults/test_endings.py; a SIGALRM interrupting a hung
 step in tests/environments/test_fast_parallel_environment.py.
 """
 

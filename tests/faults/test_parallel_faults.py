@@ -1,7 +1,7 @@
 """Fault injection into ParallelAlfEnvironment (the pipe path).
 
-The parent being SIGKILLed or getting Ctrl-C is tested for every start method
-in tests/environments/test_process_lifecycle.py.
+The ways the parent ends (Ctrl-C, SIGTERM, SIGKILL, no close(), ...) are in
+tests/faults/test_endings.py.
 """
 
 import functools

@@ -1,31 +1,21 @@
 """Fault injection into alf_env.vector.FastVectorEnv (gymnasium front end).
 
-Also the parent dying or getting Ctrl-C. More FastVectorEnv faults (async
-state errors, terminate, workers that ignore SIGTERM) are in
-tests/test_vector.py and tests/test_vector_async.py.
+The ways the parent ends (Ctrl-C, SIGTERM, SIGKILL, no close(), ...) are in
+tests/faults/test_endings.py. More FastVectorEnv faults (async state errors,
+terminate, workers that ignore SIGTERM) are in tests/test_vector.py and
+tests/test_vector_async.py.
 """
 
 import functools
 
 import numpy as np
-import pytest
 
 from alf_env.vector import FastVectorEnv
-from tests.faults.core import (NUM_ENVS, BatchedFaultContract, FaultyGymEnv,
-                               ParentFaultContract, VectorFrontEnd)
-
-
-@pytest.fixture(params=["fork", "forkserver"])
-def start_method(request):
-    return request.param
+from tests.faults.core import NUM_ENVS, BatchedFaultContract, FaultyGymEnv, VectorFrontEnd
 
 
 class TestFastVectorEnvFaults(BatchedFaultContract):
     frontend = VectorFrontEnd()
-
-
-class TestFastVectorEnvParentFaults(ParentFaultContract):
-    trainer = "vector"
 
 
 class BigAnswers(FaultyGymEnv):
