@@ -26,6 +26,21 @@ from alf_env.tensor_specs import TensorSpec
 __all__ = ["AlfEnvironment"]
 
 
+def forward_attribute(wrapper: Any, inner_name: str, name: str) -> Any:
+    """``getattr(wrapper.<inner_name>, name)`` for a public ``name`` (for ``__getattr__``).
+
+    Private names and a wrapper whose inner object is not set yet (e.g.
+    while unpickling) raise ``AttributeError``, so ``__getattr__`` never
+    recurses.
+    """
+    if name.startswith("_"):
+        raise AttributeError(name)
+    inner = wrapper.__dict__.get(inner_name)
+    if inner is None:
+        raise AttributeError(name)
+    return getattr(inner, name)
+
+
 class AlfEnvironment(abc.ABC):
     """Abstract base class of ALF environments.
 

@@ -54,7 +54,7 @@ from gymnasium import spaces
 from alf_env import nest
 from alf_env.data_structures import (StepType, TimeStep, _scalar_array, restart, termination,
                                      transition, truncation)
-from alf_env.environments.alf_environment import AlfEnvironment
+from alf_env.environments.alf_environment import AlfEnvironment, forward_attribute
 from alf_env.tensor_specs import (BoundedTensorSpec, TensorSpec, numpy_dtype_to_torch)
 
 __all__ = ["AlfGymWrapper", "tensor_spec_from_gym_space"]
@@ -614,12 +614,7 @@ class AlfGymWrapper(AlfEnvironment):
         self._gym_env.close()
 
     def __getattr__(self, name: str) -> Any:
-        if name.startswith("_"):
-            raise AttributeError(name)
-        gym_env = self.__dict__.get("_gym_env")
-        if gym_env is None:
-            raise AttributeError(name)
-        return getattr(gym_env, name)
+        return forward_attribute(self, "_gym_env", name)
 
     # ----- conversions --------------------------------------------------------
     def _observation(self, observation: Any) -> Any:

@@ -14,7 +14,7 @@ import numpy as np
 
 from alf_env import nest
 from alf_env.data_structures import TimeStep
-from alf_env.environments.alf_environment import AlfEnvironment
+from alf_env.environments.alf_environment import AlfEnvironment, forward_attribute
 
 __all__ = ["AlfEnvironmentBaseWrapper", "BatchEnvironmentWrapper"]
 
@@ -38,12 +38,7 @@ class AlfEnvironmentBaseWrapper(AlfEnvironment):
         self._env = env
 
     def __getattr__(self, name: str) -> Any:
-        if name.startswith("_"):
-            raise AttributeError(name)
-        env = self.__dict__.get("_env")
-        if env is None:
-            raise AttributeError(name)
-        return getattr(env, name)
+        return forward_attribute(self, "_env", name)
 
     def wrapped_env(self) -> AlfEnvironment:
         """The env this wrapper wraps."""

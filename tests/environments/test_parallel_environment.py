@@ -389,35 +389,27 @@ def test_seed_after_last_applies_to_the_next_episode(make_parallel):
     def cartpole(env_id):
         return suite_gym.load("CartPole-v1", env_id=env_id, max_episode_steps=2)
 
+    def assert_seeded_first_steps(time_step, seeds):
+        for i, seed in enumerate(seeds):
+            expected = cartpole(i)
+            expected.seed(seed)
+            np.testing.assert_array_equal(time_step.observation[i].numpy(),
+                                          expected.reset().observation)
+            expected.close()
+
     env = make_parallel([cartpole] * 2)
     env.reset()
     actions = torch.zeros(2, dtype=torch.int64)
-    env.step(actions)
-    assert bool(env.step(actions).is_last().all())
-    env.seed([11, 12])
-    first = env.step(actions)
-    for i, seed in enumerate((11, 12)):
-        expected = cartpole(i)
-        expected.seed(seed)
-        np.testing.assert_array_equal(first.observation[i].numpy(),
-                                      expected.reset().observation)
-        expected.close()
-    # Also with reset() instead of the step after LAST.
-    env.step(actions)
-    assert bool(env.step(actions).is_last().all())
-    env.seed([13, 14])
-    again = env.reset()
-    for i, seed in enumerate((13, 14)):
-        expected = cartpole(i)
-        expected.seed(seed)
-        np.testing.assert_array_equal(again.observation[i].numpy(),
-                                      expected.reset().observation)
-        expected.close()
+    for seeds, restart in (([11, 12], lambda: env.step(actions)),
+                           ([13, 14], env.reset)):  # the step after LAST, or reset()
+        env.step(actions)
+        assert bool(env.step(actions).is_last().all())
+        env.seed(seeds)
+        assert_seeded_first_steps(restart(), seeds)
 
 
 class ProgressEnv(CountingEnv):
-    """Keeps the progress values pushed by sync_progress (and puts the last one
-    in observation[3] of its FIRST steps, to check ordering with steps)."""
+    """Keeps the progress values pushed by sync_progress."""
 
     def __init__(self, env_id=0, **kwargs):
         super().__init__(env_id=env_id, **kwargs)
