@@ -29,6 +29,14 @@ out of the pipes:
   ``CLOSE_POLITE_TIMEOUT``, then closes them side by side: it returns within
   ``2 * CLOSE_POLITE_TIMEOUT + CLOSE_TERMINATE_TIMEOUT + CLOSE_KILL_TIMEOUT``
   (the second polite wait only for an env whose own ``close()`` hangs).
+* **Several envs per worker.** By default the envs are spread over as many
+  workers as there are usable CPUs (``num_workers``; with spares or
+  ``blocking``, one env per worker). A worker then hosts an
+  :class:`~alf_env.environments.env_group.EnvGroup` of consecutive envs that
+  it steps one after the other; the parent sees one batched env per worker
+  and returns exactly what one env per worker would (row ``i`` is env
+  ``i``). ``envs`` lists a
+  :class:`~alf_env.environments.env_group.MemberProxy` per env.
 * **Copies.** Returned tensors are copies of the shared rows, unless
   ``zero_copy=True`` (then they are views that the next step overwrites).
 """
@@ -40,11 +48,13 @@ import numpy as np
 import torch
 
 from alf_env import nest
-from alf_env._affinity import WorkerCpus
+from alf_env._affinity import WorkerCpus, usable_cpus
 from alf_env.data_structures import StepType, TimeStep
+from alf_env.environments.env_group import EnvGroup, MemberProxy
 from alf_env.environments.fast_jobs import JobBoard
 from alf_env.environments.fast_worker import AlfRowsHandler, FastLoopSpec
 from alf_env.environments.parallel_environment import ParallelAlfEnvironment
+from alf_env.errors import WorkerDiedError
 
 try:
     from alf_env import _penv
@@ -71,6 +81,13 @@ class FastParallelEnvironment(ParallelAlfEnvironment):
             microseconds: -1 adapts to how long waits last (and only yields
             the core while spinning when there are more processes than
             cores), 0 never spins.
+        num_workers: worker processes; the envs are split into this many
+            groups of equal size (it must divide the number of envs), each
+            stepped one env after the other in its worker. Default: about one
+            worker per usable CPU (the largest divisor of the number of envs
+            up to the CPUs, or the smallest one above them when that would
+            leave most CPUs idle); one per env with spares or ``blocking``.
+            ``num_workers=len(env_constructors)`` is one process per env.
         timeout: as for ``ParallelAlfEnvironment``: seconds each reset, step
             and call may wait for the workers; then ``EnvTimeoutError`` and
             the environment can only be closed.
@@ -84,12 +101,21 @@ class FastParallelEnvironment(ParallelAlfEnvironment):
                  torch_num_threads_per_env: Optional[int] = 1,
                  start_method: str = "fork", *, zero_copy: bool = False,
                  spin_us: int = -1, timeout: Optional[float] = None,
-                 worker_cpus: WorkerCpus = None) -> None:
+                 worker_cpus: WorkerCpus = None, num_workers: Optional[int] = None) -> None:
         if zero_copy and num_spare_envs_for_reload:
             raise ValueError("zero_copy: views need each slot to keep its env; got "
                              f"num_spare_envs_for_reload={num_spare_envs_for_reload}; "
                              "use zero_copy=False with spares")
         self._controller = None
+        env_constructors = list(env_constructors)
+        self._num_all_envs = len(env_constructors)
+        self._group_size = plan_group_size(len(env_constructors), num_workers,
+                                           num_spare_envs_for_reload, blocking)
+        if self._group_size > 1:
+            g = self._group_size
+            env_constructors = [
+                functools.partial(EnvGroup, env_constructors[begin:begin + g], begin)
+                for begin in range(0, self._num_all_envs, g)]
         super().__init__(env_constructors, start_serially=start_serially,
                          blocking=blocking, flatten=flatten,
                          num_spare_envs_for_reload=num_spare_envs_for_reload,
@@ -104,6 +130,60 @@ class FastParallelEnvironment(ParallelAlfEnvironment):
         except BaseException:
             self.close()
             raise
+
+    # -- several envs per worker -----------------------------------------------
+
+    def _worker_env_id(self, worker: int) -> int:
+        return worker * self._group_size
+
+    @property
+    def num_workers(self) -> int:
+        """The number of worker processes."""
+        return len(self._envs)
+
+    @property
+    def envs(self) -> List[Any]:
+        """One handle per env, spares included: its ``ProcessEnvironment``, or a
+        :class:`~alf_env.environments.env_group.MemberProxy` when workers host
+        several envs (``call`` and attribute access work the same)."""
+        if self._group_size == 1:
+            return self._envs
+        g = self._group_size
+        return [MemberProxy(self._envs[i // g], i % g, i) for i in range(self._num_all_envs)]
+
+    def seed(self, seeds: Sequence[int]) -> None:
+        """Seeds env ``i`` with ``seeds[i]`` (one seed per env, spares included)."""
+        if self._group_size == 1:
+            return super().seed(seeds)
+        self._check_usable()
+        seeds, g = list(seeds), self._group_size
+        if len(seeds) != self._num_all_envs:
+            raise ValueError(f"seeds: expected {self._num_all_envs} seeds (one per env), "
+                             f"got {len(seeds)}")
+        self._guarded(lambda: self._resolve(
+            [env.call("seed_each", seeds[w * g:(w + 1) * g])
+             for w, env in enumerate(self._envs)], "seed"))
+
+    def call_envs_with_same_args(self, name: str, *args: Any, **kwargs: Any) -> List[Any]:
+        """Calls ``env.name(*args, **kwargs)`` in every env; returns their values."""
+        if self._group_size == 1:
+            return super().call_envs_with_same_args(name, *args, **kwargs)
+        self._check_usable()
+        groups = self._guarded(lambda: self._resolve(
+            [env.call("call_each", name, args, kwargs) for env in self._envs],
+            f"call of {name!r}"))
+        return [value for group in groups for value in group]
+
+    def _guarded(self, fn: Callable[[], Any]) -> Any:
+        try:
+            return super()._guarded(fn)
+        except WorkerDiedError as exc:
+            if self._group_size == 1 or len(exc.env_ids) > 1 or exc.env_id is None:
+                raise
+            first = exc.env_id - exc.env_id % self._group_size
+            self._broken = WorkerDiedError(exc.env_id, exc.exitcode, exc.during,
+                                           env_ids=range(first, first + self._group_size))
+            raise self._broken from None
 
     def _attach_workers(self, spin_us: int) -> None:
         b = self._env_batch_size
@@ -254,3 +334,40 @@ class FastParallelEnvironment(ParallelAlfEnvironment):
         if self._controller is not None:
             self._board.release()
         super()._close()
+
+
+def plan_group_size(num_envs: int, num_workers: Optional[int], num_spares: int,
+                    blocking: bool) -> int:
+    """How many envs each worker of a FastParallelEnvironment hosts.
+
+    Args:
+        num_envs: the number of env constructors.
+        num_workers: what the user asked for, or ``None`` (see
+            :class:`FastParallelEnvironment`).
+        num_spares: ``num_spare_envs_for_reload`` (spares need one env per worker).
+        blocking: ``blocking`` mode (one env per worker).
+
+    Raises:
+        ValueError: ``num_workers`` out of range, not dividing the number of
+            envs, or fewer workers than envs with spares or ``blocking``.
+    """
+    if num_envs < 1:
+        return 1  # ParallelAlfEnvironment names the empty env_constructors
+    if num_workers is not None:
+        w = int(num_workers)
+        if not 1 <= w <= num_envs or num_envs % w:
+            raise ValueError(f"num_workers: expected a divisor of the number of envs "
+                             f"({num_envs}), got {num_workers}")
+        if w < num_envs and (num_spares or blocking):
+            what = f"num_spare_envs_for_reload={num_spares}" if num_spares else "blocking"
+            raise ValueError(f"num_workers: {what} needs one env per worker; got "
+                             f"num_workers={w} for {num_envs} envs")
+        return num_envs // w
+    if num_spares or blocking:
+        return 1
+    cpus = len(usable_cpus())
+    divisors = [d for d in range(1, num_envs + 1) if num_envs % d == 0]
+    workers = max(d for d in divisors if d <= cpus)
+    if 2 * workers <= cpus and workers < num_envs:
+        workers = min(d for d in divisors if d >= cpus)
+    return num_envs // workers

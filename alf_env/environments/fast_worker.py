@@ -43,6 +43,9 @@ class JobHandler(Protocol):
     def reset(self, arg: int) -> None:
         """Resets, writes the result rows."""
 
+    # Optional: ``after_step()``, run once a STEP job has been reported finished
+    # (work that may overlap the trainer's, e.g. resetting envs that ended).
+
 
 # make_handler(env, block, conn, env_id) -> JobHandler; must be picklable
 # (a module-level class or function) for spawn and forkserver.
@@ -143,6 +146,10 @@ class AlfRowsHandler:
         self._actions = _Rows(block, self.action_fields, self.rows, action_paths, batched)
         self._outputs = _Rows(block, self.time_step_fields, self.rows, time_step_paths,
                               batched)
+        # An EnvGroup resets its members that ended once the step is reported.
+        reset_ended = getattr(env, "reset_ended", None)
+        if callable(reset_ended):
+            self.after_step = reset_ended
         return self
 
     def step(self, arg: int) -> None:
@@ -172,6 +179,7 @@ def run_fast_loop(conn: Any, proxy: "pe._WorkerEnvProxy", env_id: Any,
                                       _penv.JobType.NONE)
     ok = _penv.JobStatus.OK
     wait_job, finish, handler_step = port.wait_job, port.finish, handler.step
+    after_step = getattr(handler, "after_step", None)
     while True:
         job, arg = wait_job(_JOB_WAIT_SLICE)
         if job == step:
@@ -179,8 +187,10 @@ def run_fast_loop(conn: Any, proxy: "pe._WorkerEnvProxy", env_id: Any,
                 handler_step(arg)
             except Exception as exc:  # noqa: BLE001 -- reported to the parent whole
                 _report_error(conn, port, env_id, "step", exc)
-            else:
-                finish(ok)
+                continue
+            finish(ok)
+            if after_step is not None:
+                after_step()  # raises nothing: errors are kept for the next job
         elif job == reset:
             try:
                 handler.reset(arg)

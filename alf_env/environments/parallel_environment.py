@@ -189,8 +189,9 @@ class ParallelAlfEnvironment(AlfEnvironment):
         self._workers_pinned = cpu_plan is not None
         self._blocking = blocking
         self._envs = [
-            ProcessEnvironment(ctor, env_id=i, flatten=flatten, fast=self._FAST,
-                               num_envs=num_envs,
+            ProcessEnvironment(ctor, env_id=self._worker_env_id(i), flatten=flatten,
+                               fast=self._FAST,
+                               num_envs=self._worker_env_id(num_envs),  # ids below this
                                torch_num_threads_per_env=torch_num_threads_per_env,
                                start_method=start_method)
             for i, ctor in enumerate(env_constructors)
@@ -224,6 +225,10 @@ class ParallelAlfEnvironment(AlfEnvironment):
         self._batch_size = self._slots.num_slots * self._env_batch_size
         self._env_ids = np.arange(self._batch_size, dtype=np.int32)
         self._check_action = ActionChecker(self._action_spec, self._batch_size)
+
+    def _worker_env_id(self, worker: int) -> int:
+        """The env id of worker ``worker`` (of its first env, when it hosts several)."""
+        return worker
 
     # -- AlfEnvironment API --------------------------------------------------
 

@@ -1,0 +1,263 @@
+"""Several ALF envs in one worker process of ``FastParallelEnvironment``.
+
+With ``num_workers`` smaller than the number of envs, each worker hosts an
+:class:`EnvGroup`: consecutive envs that the worker steps one after the
+other, seen by the parent as one batched env whose rows are the members'
+rows, in order (EnvPool's threads, as processes). What the parent returns is
+unchanged, value for value: row ``i`` is env ``i``.
+
+A member that returns ``LAST`` is reset as soon as the worker has reported
+the step (:meth:`EnvGroup.reset_ended`, run by the worker loop after the job
+finished), so the reset overlaps the trainer's work; its ``FIRST`` time step
+is what the member returns at the group's next step (ALF's auto-reset: the
+step after ``LAST`` ignores its action and resets). A ``reset()`` of the
+group meanwhile returns that ``FIRST`` (one reset, as without the overlap),
+and seeding resets such a member again, so that its episode uses the new
+seed.
+
+:class:`MemberProxy` is what ``FastParallelEnvironment.envs`` lists for a
+member: ``call`` and attribute access as on a ``ProcessEnvironment``,
+forwarded to the member through its group's worker.
+"""
+
+import functools
+from typing import Any, Callable, Dict, List, Optional, Sequence
+
+import numpy as np
+
+from alf_env import nest
+from alf_env.data_structures import StepType, TimeStep
+from alf_env.environments.alf_environment import AlfEnvironment
+from alf_env.environments import process_environment as pe
+
+_SPEC_METHODS = ("observation_spec", "action_spec", "reward_spec", "env_info_spec",
+                 "time_step_spec")
+
+
+class EnvGroup(AlfEnvironment):
+    """The envs of one worker, batched in order (see the module docstring).
+
+    Args:
+        env_constructors: one per member; each gets ``env_id=`` (the first
+            member ``env_id``, the next ``env_id + 1``, ...) if it accepts one.
+        env_id: the id of the first member (given by ``ProcessEnvironment``).
+
+    Raises:
+        ValueError: the members' specs or batch sizes differ (naming the member).
+    """
+
+    def __init__(self, env_constructors: Sequence[Callable[..., Any]],
+                 env_id: Optional[int] = None) -> None:
+        super().__init__()
+        first_id = env_id or 0
+        self._first_id = first_id
+        self._members: List[AlfEnvironment] = []
+        try:
+            for j, ctor in enumerate(env_constructors):
+                self._members.append(pe._construct(ctor, first_id + j))
+            self._check_members()
+        except BaseException:
+            self._close()
+            raise
+        first = self._members[0]
+        self._member_batched = bool(first.batched)
+        self._member_rows = first.batch_size if self._member_batched else 1
+        self._specs = {name: getattr(first, name)() for name in _SPEC_METHODS}
+        self._combine = np.concatenate if self._member_batched else np.stack
+        # member -> its FIRST time step, from a reset run after its LAST step.
+        self._pending_first: Dict[int, TimeStep] = {}
+        self._ended: List[int] = []
+        self._deferred_error: Optional[BaseException] = None
+
+    def _check_members(self) -> None:
+        first = self._members[0]
+        for j, env in enumerate(self._members[1:], start=1):
+            for name in ("batched", "batch_size") + _SPEC_METHODS:
+                expected, got = getattr(first, name), getattr(env, name)
+                expected = expected() if callable(expected) else expected
+                got = got() if callable(got) else got
+                if expected != got:
+                    raise ValueError(f"env group member {j}: {name} is {got!r}, but "
+                                     f"member 0 has {expected!r}; all envs of one "
+                                     f"batch must have identical specs")
+
+    @property
+    def members(self) -> List[AlfEnvironment]:
+        """The member envs, in row order."""
+        return self._members
+
+    @property
+    def batched(self) -> bool:
+        return True
+
+    @property
+    def batch_size(self) -> int:
+        return len(self._members) * self._member_rows
+
+    def observation_spec(self) -> Any:
+        return self._specs["observation_spec"]
+
+    def action_spec(self) -> Any:
+        return self._specs["action_spec"]
+
+    def reward_spec(self) -> Any:
+        return self._specs["reward_spec"]
+
+    def env_info_spec(self) -> Any:
+        return self._specs["env_info_spec"]
+
+    def time_step_spec(self) -> TimeStep:
+        return self._specs["time_step_spec"]
+
+    # -- stepping ---------------------------------------------------------------
+
+    def _reset(self) -> TimeStep:
+        self._raise_deferred()
+        pending, self._pending_first = self._pending_first, {}
+        self._ended = []
+        return self._batch([pending[j] if j in pending else self._run(j, "reset", env.reset)
+                            for j, env in enumerate(self._members)])
+
+    def _step(self, action: Any) -> TimeStep:
+        self._raise_deferred()
+        b = self._member_rows
+        pending, self._pending_first = self._pending_first, {}
+        results = []
+        for j, env in enumerate(self._members):
+            if j in pending:
+                results.append(pending[j])
+                continue
+            rows = slice(j * b, (j + 1) * b) if self._member_batched else j
+            results.append(self._run(j, "step", env.step,
+                                     nest.map_structure(lambda a: a[rows], action)))
+        self._ended = [j for j, ts in enumerate(results)
+                       if not self._member_batched
+                       and int(np.asarray(ts.step_type)) == StepType.LAST]
+        return self._batch(results)
+
+    def _run(self, j: int, during: str, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(*args)`` for member ``j``; an exception notes which env raised it."""
+        try:
+            return fn(*args)
+        except Exception as exc:
+            exc.add_note(f"(raised by env {self._first_id + j} during {during}; its "
+                         f"worker hosts envs {self._first_id}-"
+                         f"{self._first_id + len(self._members) - 1})")
+            raise
+
+    def _batch(self, results: List[TimeStep]) -> TimeStep:
+        return nest.map_structure(lambda *xs: self._combine(xs), *results)
+
+    def reset_ended(self) -> None:
+        """Resets the members whose last step was ``LAST`` (run after the job finished).
+
+        Raises nothing: an exception of a member's reset is raised by the
+        group's next step or reset, as it would have been without the overlap.
+        """
+        ended, self._ended = self._ended, []
+        for j in ended:
+            try:
+                self._pending_first[j] = self._run(j, "reset", self._members[j].reset)
+            except Exception as exc:  # noqa: BLE001 -- raised by the next job
+                self._deferred_error = exc
+                return
+
+    def _raise_deferred(self) -> None:
+        error, self._deferred_error = self._deferred_error, None
+        if error is not None:
+            self._pending_first.clear()
+            raise error
+
+    # -- per-member operations (through the pipe) ------------------------------
+
+    def seed_each(self, seeds: Sequence[Any]) -> None:
+        """Seeds member ``j`` with ``seeds[j]``; a member reset early resets again."""
+        if len(seeds) != len(self._members):
+            raise ValueError(f"seeds: expected {len(self._members)} seeds (one per member), "
+                             f"got {len(seeds)}")
+        for env, seed in zip(self._members, seeds):
+            env.seed(seed)
+        for j in list(self._pending_first):
+            self._pending_first[j] = self._members[j].reset()
+
+    def seed(self, seed: Any) -> None:
+        """Seeds member ``j`` with ``seed * n + j`` (as ``BatchEnvironmentWrapper``)."""
+        n = len(self._members)
+        self.seed_each([seed * n + j for j in range(n)])
+
+    def call_each(self, name: str, args: tuple, kwargs: dict) -> List[Any]:
+        """``member.name(*args, **kwargs)`` for every member."""
+        return [getattr(env, name)(*args, **kwargs) for env in self._members]
+
+    def member_call(self, j: int, name: str, args: tuple, kwargs: dict) -> Any:
+        """``members[j].name(*args, **kwargs)``."""
+        return getattr(self._members[j], name)(*args, **kwargs)
+
+    def member_access(self, j: int, name: str) -> Any:
+        """Attribute ``name`` of member ``j`` (a method: a ``RemoteMethod`` marker)."""
+        value = getattr(self._members[j], name)
+        return pe.RemoteMethod(name) if callable(value) else value
+
+    def sync_progress(self, progress: Any = None) -> None:
+        """Forwards ``progress`` to every member that defines ``sync_progress``."""
+        for env in self._members:
+            sync = getattr(env, "sync_progress", None)
+            if callable(sync):
+                sync(progress)
+
+    def render(self, mode: str = "rgb_array") -> Any:
+        """Renders member 0."""
+        return self._members[0].render(mode)
+
+    def _close(self) -> None:
+        first_error = None
+        for env in self._members:
+            try:
+                env.close()
+            except Exception as exc:  # noqa: BLE001 -- re-raised after the others
+                first_error = first_error or exc
+        if first_error is not None:
+            raise first_error
+
+
+class MemberProxy:
+    """One member env of a worker's :class:`EnvGroup`, as ``FastParallelEnvironment.envs``
+    lists it: ``call`` and attribute access forwarded through the group's worker.
+
+    Args:
+        group: the ``ProcessEnvironment`` of the worker.
+        index: the member's index in the group.
+        env_id: the member's env id.
+    """
+
+    def __init__(self, group: "pe.ProcessEnvironment", index: int, env_id: int) -> None:
+        self._group = group
+        self._index = index
+        self.env_id = env_id
+
+    @property
+    def pid(self) -> Optional[int]:
+        """The pid of the worker process that hosts this env."""
+        return self._group.pid
+
+    def call(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        """Calls ``env.name(*args, **kwargs)`` in the worker; returns a promise."""
+        return self._group.call("member_call", self._index, name, args, kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        """Attribute ``name`` of the remote env (a method is called remotely).
+
+        Single-underscore names are forwarded; dunder names are not.
+        """
+        if (name.startswith("__") and name.endswith("__")) or "_group" not in self.__dict__:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        value = self._group.call("member_access", self._index, name)()
+        if isinstance(value, pe.RemoteMethod):
+            return functools.partial(self._call_blocking, value.name)
+        return value
+
+    def _call_blocking(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        return self.call(name, *args, **kwargs)()
+
+    def __repr__(self) -> str:
+        return f"MemberProxy(env_id={self.env_id}, worker pid={self.pid})"
