@@ -234,7 +234,7 @@ def test_no_fd_growth_over_create_and_close():
 
 
 def half_cheetah(env_id, float_dtype=np.float32):
-    return suite_gym.load("HalfCheetah-v5", env_id=env_id, max_episode_steps=25,
+    return suite_gym.load("HalfCheetah-v5", env_id=env_id, max_episode_steps=10,
                           float_dtype=float_dtype)
 
 
@@ -245,11 +245,11 @@ def test_float64_mujoco_env_on_the_shared_rows(monkeypatch, tmp_path, float_dtyp
     """MuJoCo spaces are float64: the wrapper's specs (float32 by default, as in
     ALF) size the shared rows, and both paths give the same time steps."""
     monkeypatch.chdir(tmp_path)  # MuJoCo writes its warnings log to the cwd
-    ctors = [functools.partial(half_cheetah, i, float_dtype=float_dtype) for i in range(3)]
-    slow = run(ParallelAlfEnvironment, ctors, 60)
-    fast = run(FastParallelEnvironment, ctors, 60)
+    ctors = [functools.partial(half_cheetah, i, float_dtype=float_dtype) for i in range(2)]
+    slow = run(ParallelAlfEnvironment, ctors, 30)
+    fast = run(FastParallelEnvironment, ctors, 30)
     assert_same_sequences(slow, fast)
-    assert fast[-1].observation.dtype == torch_dtype and fast[-1].observation.shape == (3, 17)
+    assert fast[-1].observation.dtype == torch_dtype and fast[-1].observation.shape == (2, 17)
     assert fast[-1].prev_action.dtype == torch.float32  # HalfCheetah's actions are float32
     assert fast[-1].env_info["x_velocity"].dtype == torch.float64  # info entries keep theirs
-    assert sum(int(ts.is_last().sum()) for ts in fast) >= 6  # episode ends covered
+    assert sum(int(ts.is_last().sum()) for ts in fast) >= 4  # episode ends covered

@@ -340,19 +340,18 @@ def test_is_tensor_based_as_in_alf(make_parallel):
 RESET_DELAY = 0.5
 
 
-@pytest.mark.parametrize("flatten", [True, False])
-def test_reset_after_last_runs_in_the_background_as_in_alf(make_parallel, flatten):
+def test_reset_after_last_runs_in_the_background_as_in_alf(make_parallel):
     """ALF starts an ended env's reset at once (no spares): the next step does
     not wait for it when the trainer spent that time elsewhere. The time steps
     are those of resetting on the step after LAST."""
     n = 2
     ctors = counting_ctors(n, reset_delay=RESET_DELAY, min_length=3, max_length=3)
-    env = make_parallel(ctors, flatten=flatten, start_serially=False)
+    env = make_parallel(ctors, start_serially=False)
     ref = InProcessReference([CountingEnv(env_id=i, min_length=3, max_length=3)
                               for i in range(n)])
     assert_rows_equal(env.reset(), ref.reset())
     fast_steps = []
-    for action in random_actions(9, n):
+    for action in random_actions(6, n):
         ts = env.step(action)
         assert_rows_equal(ts, ref.step(action))
         if bool(ts.is_last().all()):
@@ -362,7 +361,7 @@ def test_reset_after_last_runs_in_the_background_as_in_alf(make_parallel, flatte
             fast_steps.append(time.monotonic() - begin)
             assert_rows_equal(after, ref.step(action))
             assert bool(after.is_first().all())
-    assert len(fast_steps) >= 2
+    assert len(fast_steps) == 2
     # Resetting on this step would take RESET_DELAY; generous for a noisy machine.
     assert max(fast_steps) < RESET_DELAY / 2, fast_steps
 

@@ -344,10 +344,9 @@ class ProgressProbe(ProbeEnv):
         self.progress.append(progress)
 
 
-@pytest.mark.parametrize("start_method", ["fork", "spawn"])
-def test_sync_progress_forwards_to_an_env_that_defines_it(make_env, start_method):
+def test_sync_progress_forwards_to_an_env_that_defines_it(make_env):
     """ALF's sync_progress pushes the trainer's progress to the worker's env."""
-    env = make_env(ProgressProbe, start_method=start_method)
+    env = make_env(ProgressProbe)
     assert env.sync_progress({"iterations": 5}) is True
     promise = env.sync_progress(0.5, blocking=False)
     assert env.call("add", 1, 2)() == 3  # ordered with other requests
