@@ -112,28 +112,40 @@ class EnvGroup(AlfEnvironment):
     # -- stepping ---------------------------------------------------------------
 
     def _reset(self) -> TimeStep:
-        self._raise_deferred()
-        pending, self._pending_first = self._pending_first, {}
-        self._ended = []
-        return self._batch([pending[j] if j in pending else self._run(j, "reset", env.reset)
-                            for j, env in enumerate(self._members)])
+        self.begin_job()
+        return self._batch([self.reset_member(j) for j in range(len(self._members))])
 
     def _step(self, action: Any) -> TimeStep:
-        self._raise_deferred()
+        self.begin_job()
         b = self._member_rows
-        pending, self._pending_first = self._pending_first, {}
         results = []
-        for j, env in enumerate(self._members):
-            if j in pending:
-                results.append(pending[j])
-                continue
+        for j in range(len(self._members)):
             rows = slice(j * b, (j + 1) * b) if self._member_batched else j
-            results.append(self._run(j, "step", env.step,
-                                     nest.map_structure(lambda a: a[rows], action)))
-        self._ended = [j for j, ts in enumerate(results)
-                       if not self._member_batched
-                       and int(np.asarray(ts.step_type)) == StepType.LAST]
+            results.append(self.step_member(j, nest.map_structure(lambda a: a[rows], action)))
         return self._batch(results)
+
+    # The worker's job handler steps the members one by one (each writes its
+    # own rows, no batching): begin_job(), then step_member / reset_member.
+
+    def begin_job(self) -> None:
+        """Starts a step or reset of the group: raises a failed early reset's error."""
+        self._raise_deferred()
+        self._ended = []
+
+    def reset_member(self, j: int) -> TimeStep:
+        """Resets member ``j`` (or returns the FIRST of its early reset)."""
+        first = self._pending_first.pop(j, None)
+        return first if first is not None else self._run(j, "reset", self._members[j].reset)
+
+    def step_member(self, j: int, action: Any) -> TimeStep:
+        """Steps member ``j`` (after an early reset: returns its FIRST)."""
+        first = self._pending_first.pop(j, None)
+        if first is not None:
+            return first
+        time_step = self._run(j, "step", self._members[j].step, action)
+        if not self._member_batched and int(time_step.step_type) == StepType.LAST:
+            self._ended.append(j)
+        return time_step
 
     def _run(self, j: int, during: str, fn: Callable[..., Any], *args: Any) -> Any:
         """``fn(*args)`` for member ``j``; an exception notes which env raised it."""

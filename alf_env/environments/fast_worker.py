@@ -27,6 +27,7 @@ import numpy as np
 from alf_env import _penv, nest
 from alf_env._penv import _copy_leaves
 from alf_env.environments import process_environment as pe
+from alf_env.environments.env_group import EnvGroup
 from alf_env.environments.spec_checks import time_step_count_error, time_step_leaf_error
 
 
@@ -150,6 +151,21 @@ class AlfRowsHandler:
         reset_ended = getattr(env, "reset_ended", None)
         if callable(reset_ended):
             self.after_step = reset_ended
+
+        if isinstance(env, EnvGroup):
+            # Each member reads and writes its own rows: no slicing, no batching.
+            begin, end = self.rows
+            n = len(env.members)
+            per = (end - begin) // n
+            member_batched = per > 1 or bool(env.members[0].batched)
+            self._members = [
+                (_Rows(block, self.action_fields, (begin + j * per, begin + (j + 1) * per),
+                       action_paths, member_batched),
+                 _Rows(block, self.time_step_fields, (begin + j * per, begin + (j + 1) * per),
+                       time_step_paths, member_batched),
+                 (env_id or 0) + j)
+                for j in range(n)]
+            self.step, self.reset = self._step_members, self._reset_members
         return self
 
     def step(self, arg: int) -> None:
@@ -158,6 +174,18 @@ class AlfRowsHandler:
 
     def reset(self, arg: int) -> None:
         self._outputs.write(self._env.reset(), self._env_id)
+
+    def _step_members(self, arg: int) -> None:
+        group, spec = self._env, self._action_spec
+        group.begin_job()
+        for j, (actions, outputs, env_id) in enumerate(self._members):
+            outputs.write(group.step_member(j, actions.read(spec)), env_id)
+
+    def _reset_members(self, arg: int) -> None:
+        group = self._env
+        group.begin_job()
+        for j, (_, outputs, env_id) in enumerate(self._members):
+            outputs.write(group.reset_member(j), env_id)
 
 
 def run_fast_loop(conn: Any, proxy: "pe._WorkerEnvProxy", env_id: Any,
