@@ -46,6 +46,7 @@ __all__ = [
     "assert_same_structure",
     "map_structure",
     "map_structure_with_path",
+    "py_map_structure_with_path",
     "stack",
 ]
 
@@ -546,6 +547,10 @@ def map_structure_with_path(fn: Callable[..., Any], *nests: Any,
     flats += [flatten(n) for n in nests[1:]]
     return pack_sequence_as(
         first, [fn(p, *leaves) for p, leaves in zip(paths, zip(*flats))])
+
+
+# ALF's name of map_structure_with_path (same paths, e.g. "observation.0").
+py_map_structure_with_path = map_structure_with_path
 
 
 def stack(nests: Sequence[Any]) -> Any:

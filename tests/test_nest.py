@@ -150,6 +150,13 @@ def test_structure_errors_are_alf_runtime_errors_too(a, b, old_type, new_type, c
             functions[call]()
 
 
+def test_alf_name_py_map_structure_with_path():
+    out = nest.py_map_structure_with_path(lambda p, a, b: f"{p}:{a + b}", (1, [2]), (3, [4]))
+    assert out == ("0:4", ["1.0:6"])
+    with pytest.raises(RuntimeError):
+        nest.py_map_structure_with_path(lambda p, a, b: a, [1], (1, ))
+
+
 def test_pack_sequence_as_count_error_is_runtime_error_too():
     with pytest.raises(RuntimeError, match="3 leaves but the flat sequence has 2"):
         nest.pack_sequence_as((1, 2, 3), [1, 2])
