@@ -92,6 +92,9 @@ class EnvActor:
         except BaseException as exc:  # noqa: BLE001 -- travels home as a value
             return Failure(exc, self._offset, method, self._node)
 
+    def ping(self) -> None:
+        """Does nothing: the cost of a Ray round trip to the actor."""
+
     def where(self) -> Dict[str, Any]:
         """Where the actor runs: ``node`` (host and IP), ``node_id`` (Ray's),
         ``pid`` and the ``worker_pids`` of its env."""

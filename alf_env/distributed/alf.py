@@ -22,7 +22,8 @@ from alf_env import nest
 from alf_env.data_structures import TimeStep
 from alf_env.distributed.engine import (ActorGroup, ActorOptions, Job, options_per_actor,
                                         raise_first_failure)
-from alf_env.distributed.hosts import plan_shares
+from alf_env.distributed.hosts import AlfHost
+from alf_env.distributed.shares import plan_shares
 from alf_env.distributed.restart import RestartPolicy
 from alf_env.environments.alf_environment import AlfEnvironment
 from alf_env.environments.spec_checks import ActionChecker
@@ -70,8 +71,8 @@ class RayParallelAlfEnvironment(AlfEnvironment):
                                  start_timeout=start_timeout)
         described = self._group.start()
         (self._time_step_spec, self._observation_spec, self._action_spec, self._reward_spec,
-         self._env_info_spec, env_batch_size) = described[0]
-        sizes = [len(share) * env_batch_size for share in self._shares]
+         self._env_info_spec, _) = described[0]
+        sizes = [rows for *_, rows in described]  # each actor's batch size
         self._offsets = np.cumsum([0] + sizes[:-1]).tolist()
         self._bounds = [(o, o + s) for o, s in zip(self._offsets, sizes)]
         self._batch_size = int(sum(sizes))
@@ -170,50 +171,6 @@ class RayParallelAlfEnvironment(AlfEnvironment):
 
     def _close(self) -> None:
         self._group.close()
-
-
-class AlfHost:
-    """A ``FastParallelEnvironment`` of an actor's share (runs in the actor);
-    time steps go home as numpy arrays."""
-
-    def __init__(self, ctors: List[Callable[..., Any]], env_kwargs: Dict[str, Any]) -> None:
-        from alf_env.environments.fast_parallel_environment import (  # pylint: disable=import-outside-toplevel
-            FastParallelEnvironment)
-        self.env = FastParallelEnvironment(ctors, **env_kwargs)
-
-    def describe(self) -> tuple:
-        env = self.env
-        per_env = env.batch_size // len(env.envs)
-        return (env.time_step_spec(), env.observation_spec(), env.action_spec(),
-                env.reward_spec(), env.env_info_spec(), per_env)
-
-    def reset(self) -> TimeStep:
-        return _to_numpy(self.env.reset())
-
-    def step(self, flat_action: List[np.ndarray]) -> TimeStep:
-        action = nest.pack_sequence_as(self.env.action_spec(),
-                                       [torch.from_numpy(a) for a in flat_action])
-        return _to_numpy(self.env.step(action))
-
-    def seed(self, seeds: List[int]) -> None:
-        self.env.seed(seeds)
-
-    def call_envs_with_same_args(self, name: str, args: tuple, kwargs: dict) -> List[Any]:
-        return self.env.call_envs_with_same_args(name, *args, **kwargs)
-
-    def render(self, mode: str) -> Any:
-        return self.env.render(mode)
-
-    def worker_pids(self) -> List[int]:
-        return self.env.worker_pids()
-
-    def close(self, terminate: bool = False) -> None:
-        self.env.close()
-
-
-def _to_numpy(time_step: TimeStep) -> TimeStep:
-    return nest.map_structure(
-        lambda t: t.numpy() if isinstance(t, torch.Tensor) else t, time_step)
 
 
 def _with_env_id(ctor: Callable[..., Any], global_id: int, **_: Any) -> Any:

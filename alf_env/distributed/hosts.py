@@ -9,44 +9,10 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import gymnasium as gym
 import numpy as np
-from gymnasium.vector import AutoresetMode
 
+from alf_env import nest
+from alf_env.data_structures import TimeStep
 from alf_env.vector import FastVectorEnv
-
-
-def plan_shares(num_envs: int, num_actors: int, batch_size: int,
-                autoreset_mode: AutoresetMode) -> List[range]:
-    """Splits env ids ``0 .. num_envs - 1`` into consecutive shares, one per actor.
-
-    Shares differ in size by at most one. The asynchronous mode
-    (``batch_size < num_envs``) needs equal shares and a ``batch_size`` that
-    is a multiple of the share, since an actor is its unit of asynchrony.
-
-    Raises:
-        ValueError: naming the argument that does not fit.
-    """
-    if num_envs == 0:
-        raise ValueError("env_fns: expected at least one env constructor, got none")
-    if not 1 <= int(num_actors) <= num_envs:
-        raise ValueError(f"num_actors: expected 1 <= num_actors <= {num_envs} (the number "
-                         f"of envs), got {num_actors}")
-    if not 1 <= batch_size <= num_envs:
-        raise ValueError(f"batch_size: expected 1 <= batch_size <= {num_envs} (the number "
-                         f"of envs), got {batch_size}")
-    bounds = np.linspace(0, num_envs, int(num_actors) + 1).round().astype(int)
-    shares = [range(int(lo), int(hi)) for lo, hi in zip(bounds[:-1], bounds[1:])]
-    if batch_size < num_envs:
-        share = num_envs // int(num_actors)
-        if num_envs % int(num_actors) or batch_size % share:
-            raise ValueError(
-                f"batch_size: the asynchronous mode returns whole actors, so num_envs "
-                f"({num_envs}) must be a multiple of num_actors ({num_actors}) and "
-                f"batch_size a multiple of the envs per actor ({num_envs / num_actors:g}); "
-                f"got batch_size={batch_size}")
-        if autoreset_mode is AutoresetMode.DISABLED:
-            raise ValueError("autoreset_mode: the asynchronous mode (batch_size < num_envs) "
-                             "resets envs on its own; use NEXT_STEP or SAME_STEP, not DISABLED")
-    return shares
 
 
 class GymHost:
@@ -84,3 +50,52 @@ class GymHost:
 
     def close(self, terminate: bool = False) -> None:
         self.env.close(terminate=terminate)
+
+
+class AlfHost:
+    """A ``FastParallelEnvironment`` of an actor's share (runs in the actor);
+    time steps go home as numpy arrays."""
+
+    def __init__(self, ctors: List[Callable[..., Any]], env_kwargs: Dict[str, Any]) -> None:
+        # pylint: disable=import-outside-toplevel
+        from alf_env.environments.fast_parallel_environment import FastParallelEnvironment
+        self.env = FastParallelEnvironment(ctors, **env_kwargs)
+
+    def describe(self) -> tuple:
+        env = self.env
+        return (env.time_step_spec(), env.observation_spec(), env.action_spec(),
+                env.reward_spec(), env.env_info_spec(), env.batch_size)
+
+    def reset(self) -> TimeStep:
+        return _to_numpy(self.env.reset())
+
+    def step(self, flat_action: List[np.ndarray]) -> TimeStep:
+        action = nest.pack_sequence_as(self.env.action_spec(),
+                                       [_torch().from_numpy(a) for a in flat_action])
+        return _to_numpy(self.env.step(action))
+
+    def seed(self, seeds: List[int]) -> None:
+        self.env.seed(seeds)
+
+    def call_envs_with_same_args(self, name: str, args: tuple, kwargs: dict) -> List[Any]:
+        return self.env.call_envs_with_same_args(name, *args, **kwargs)
+
+    def render(self, mode: str) -> Any:
+        return self.env.render(mode)
+
+    def worker_pids(self) -> List[int]:
+        return self.env.worker_pids()
+
+    def close(self, terminate: bool = False) -> None:
+        self.env.close()
+
+
+def _to_numpy(time_step: TimeStep) -> TimeStep:
+    return nest.map_structure(
+        lambda t: t.numpy() if isinstance(t, _torch().Tensor) else t, time_step)
+
+
+def _torch() -> Any:
+    """torch, imported only by the ALF host (the gym path stays torch-free)."""
+    import torch  # pylint: disable=import-outside-toplevel
+    return torch

@@ -25,7 +25,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 import gymnasium as gym
 import numpy as np
 from absl import logging
-from gymnasium.error import AlreadyPendingCallError, ClosedEnvironmentError, NoAsyncCallError
+from gymnasium.error import AlreadyPendingCallError, NoAsyncCallError
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 
@@ -33,9 +33,10 @@ from alf_env.distributed.actor import Failure
 from alf_env.distributed.batching import concat_arrays, concat_batches, merge_infos, split_batch
 from alf_env.distributed.engine import (ActorGroup, ActorOptions, Job, options_per_actor,
                                         raise_first_failure)
-from alf_env.distributed.hosts import GymHost, plan_shares
+from alf_env.distributed.hosts import GymHost
+from alf_env.distributed.shares import actors_of, plan_shares
 from alf_env.distributed.restart import RestartPolicy
-from alf_env.vector import ENV_ID_DTYPE, AsyncState
+from alf_env.vector import ENV_ID_DTYPE, AsyncState, FastVectorEnv
 from alf_env.vector_spaces import SpaceLayout
 
 __all__ = ["RayVectorEnv"]
@@ -287,7 +288,7 @@ class RayVectorEnv(gym.vector.VectorEnv):
         """
         self._assert_is_running()
         self._assert_state("send")
-        self._send(actions, self._actors_of(env_ids))
+        self._send(actions, actors_of(env_ids, self.shares, self._group.busy()))
 
     def recv(self, timeout: Optional[float] = None) -> Step:
         """The first ``batch_size`` envs to finish (whole actors, in completion
@@ -422,74 +423,19 @@ class RayVectorEnv(gym.vector.VectorEnv):
                     logging.warning("RayVectorEnv: a job in flight before the reset raised "
                                     "%r; dropped", value.to_exception(j))
 
-    def _actors_of(self, env_ids: Any) -> List[int]:
-        ids = np.asarray(env_ids)
-        if ids.ndim != 1 or ids.size == 0 or not np.issubdtype(ids.dtype, np.integer):
-            raise ValueError(f"env_ids: expected a non-empty 1-d sequence of ints, got "
-                             f"{ids.dtype} of shape {ids.shape}")
-        bad = ids[(ids < 0) | (ids >= self.num_envs)]
-        if bad.size:
-            raise ValueError(f"env_ids: expected ids in [0, {self.num_envs}), got "
-                             f"{bad.tolist()}")
-        actors = []
-        for start in range(0, ids.size, self._share):
-            j = int(ids[start]) // self._share
-            expected = np.arange(self.shares[j].start, self.shares[j].stop)
-            chunk = ids[start:start + self._share]
-            if chunk.shape != expected.shape or (chunk != expected).any() or j in actors:
-                raise ValueError(f"env_ids: the unit of asynchrony is an actor of "
-                                 f"{self._share} envs; list each actor's envs whole and in "
-                                 f"order (e.g. {expected.tolist()}), got {ids.tolist()}")
-            actors.append(j)
-        busy = [self.shares[j].start for j in actors if j in self._group.busy()]
-        if busy:
-            raise ValueError(f"env_ids: envs {busy} are still in flight (sent, not yet "
-                             f"received); recv() them first")
-        return actors
+    # The state machine and the argument checks are FastVectorEnv's (the same
+    # errors, word for word); they read ``closed``, ``_broken``, ``_state``,
+    # ``num_envs`` and ``is_async``.
+    _assert_is_running = FastVectorEnv._assert_is_running
+    _assert_state = FastVectorEnv._assert_state
+    _assert_waiting = FastVectorEnv._assert_waiting
+    _seed_list = FastVectorEnv._seed_list
+    _check_reset_mask = FastVectorEnv._check_reset_mask
 
-    def _assert_is_running(self) -> None:
-        if self.closed:
-            raise ClosedEnvironmentError(
-                f"Trying to operate on `{type(self).__name__}`, after a call to `close()`.")
-        if self._group.broken is not None:
-            raise self._group.broken
-
-    def _assert_state(self, what: str) -> None:
-        if self._state is not AsyncState.DEFAULT:
-            raise AlreadyPendingCallError(
-                f"Calling `{what}` while waiting for a pending call to "
-                f"`{self._state.value}` to complete.", self._state.value)
-
-    def _assert_waiting(self, state: AsyncState, what: str, pair: str) -> None:
-        self._assert_is_running()
-        if self._state is not state:
-            raise NoAsyncCallError(f"Calling `{what}` without any prior call to `{pair}`.",
-                                   state.value)
-
-    def _seed_list(self, seed: Seeds) -> List[Optional[int]]:
-        if seed is None:
-            return [None] * self.num_envs
-        if isinstance(seed, (int, np.integer)):
-            return [int(seed) + i for i in range(self.num_envs)]
-        seeds = list(seed)
-        if len(seeds) != self.num_envs:
-            raise ValueError(f"seed: expected an int or a list of num_envs={self.num_envs} "
-                             f"seeds, got a list of {len(seeds)}")
-        return seeds
-
-    def _check_reset_mask(self, mask: Any) -> np.ndarray:
-        if self.is_async:
-            raise ValueError("options['reset_mask']: the asynchronous mode resets every "
-                             "env; reset_mask needs batch_size == num_envs")
-        if not isinstance(mask, np.ndarray):
-            raise TypeError(f"options['reset_mask']: expected a numpy array, got "
-                            f"{type(mask).__name__}")
-        if mask.shape != (self.num_envs,) or mask.dtype != np.bool_:
-            raise ValueError(f"options['reset_mask']: expected shape ({self.num_envs},) "
-                             f"and dtype bool, got shape {mask.shape} and dtype {mask.dtype}")
-        if not mask.any():
-            raise ValueError("options['reset_mask']: expected at least one True value")
-        return mask
+    @property
+    def _broken(self) -> Optional[BaseException]:
+        """The death that broke the env (only ``close()`` works then), if any."""
+        return None if self._group is None else self._group.broken
 
 
 def _flag_restart(infos: Dict[str, Any], job: Job, k: int) -> Dict[str, Any]:

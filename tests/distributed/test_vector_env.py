@@ -310,24 +310,15 @@ def test_restart_during_a_call_reports_at_the_next_step(ray_local):
         assert seen.get(0) and seen.get(1) and not seen.get(2, False)
 
 
-def test_close_terminate_is_bounded_with_a_hung_env():
-    env = make(faulty("hang", 0))
-    pids = pids_of(env)
-    env.reset()
-    env.step_async(np.zeros(4, np.int64))
-    begin = time.monotonic()
-    env.close(terminate=True)
-    assert time.monotonic() - begin < PROMPT_SECONDS
-    assert_gone(pids)
-
-
-def test_polite_close_with_a_timeout_is_bounded_with_a_hung_env():
+@pytest.mark.parametrize("close_kwargs", [{"terminate": True}, {"timeout": 0.5}],
+                         ids=["terminate", "polite-with-timeout"])
+def test_close_is_bounded_with_a_hung_env(close_kwargs):
     env = make(faulty("hang", 3))
     pids = pids_of(env)
     env.reset()
     env.step_async(np.zeros(4, np.int64))
     begin = time.monotonic()
-    env.close(timeout=0.5)
+    env.close(**close_kwargs)
     assert time.monotonic() - begin < PROMPT_SECONDS
     assert_gone(pids)
 
