@@ -46,7 +46,7 @@ attribute ``_alf_env_sb3_port``) that runs these requests in its worker.
 import functools
 import multiprocessing as mp
 import warnings
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Type, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Type
 
 import gymnasium as gym
 import numpy as np
@@ -230,6 +230,8 @@ class FastSubprocVecEnv(VecEnv):
 
     def _request(self, op: str, indices: VecEnvIndices, *args: Any) -> List[Any]:
         """Runs ``op`` on the envs ``indices`` (in that order, repeats included)."""
+        if isinstance(indices, np.integer):
+            indices = int(indices)
         targets = [int(i) for i in self._get_indices(indices)]
         for i in targets:
             if not 0 <= i < self.num_envs:
@@ -239,13 +241,6 @@ class FastSubprocVecEnv(VecEnv):
         taken = {i: iter(results) for i, results in enumerate(per_env)
                  if results is not NOT_TARGETED}
         return [next(taken[i]) for i in targets]
-
-    def _get_indices(self, indices: VecEnvIndices) -> Iterable[int]:
-        if indices is None:
-            return range(self.num_envs)
-        if isinstance(indices, (int, np.integer)):
-            return [int(indices)]
-        return indices
 
 
 def _group_options(options: List[Dict[str, Any]]) -> List[tuple]:
