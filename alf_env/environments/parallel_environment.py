@@ -43,6 +43,7 @@ from alf_env import nest
 from alf_env._affinity import WorkerCpus, pin_workers, plan_worker_cpus
 from alf_env.data_structures import StepType, TimeStep
 from alf_env.environments.alf_environment import AlfEnvironment
+from alf_env.environments.leaf_codec import LeafCodec, leaf_layouts
 from alf_env.environments.process_environment import (ProcessEnvironment, close_all,
                                                       resolve_all, start_environments)
 from alf_env.environments.spec_checks import ActionChecker
@@ -225,6 +226,14 @@ class ParallelAlfEnvironment(AlfEnvironment):
         self._batch_size = self._slots.num_slots * self._env_batch_size
         self._env_ids = np.arange(self._batch_size, dtype=np.int32)
         self._check_action = ActionChecker(self._action_spec, self._batch_size)
+        # flatten=True: actions and time steps cross the pipes as packed records.
+        self._packed = flatten and not self._FAST
+        rows = self._env_batch_size if self._env_batched else 0
+        self._action_codec = LeafCodec(leaf_layouts(self._action_spec, rows), self._env_batched)
+        self._time_step_codec = LeafCodec(leaf_layouts(self._time_step_spec, rows),
+                                          self._env_batched)
+        self._step_type_leaf = [p for p, _ in nest.flatten_with_path(
+            self._time_step_spec)].index("step_type")
 
     def _worker_env_id(self, worker: int) -> int:
         """The env id of worker ``worker`` (of its first env, when it hosts several)."""
@@ -368,21 +377,27 @@ class ParallelAlfEnvironment(AlfEnvironment):
         """Resets again the envs whose background reset is under way."""
         fresh = self._slots.fresh_slots
         for slot in list(fresh):
-            fresh[slot] = self._envs[self._slots.slot_env[slot]].reset(blocking=False)
+            fresh[slot] = self._reset_promise(self._envs[self._slots.slot_env[slot]])
 
     def _do_reset(self) -> TimeStep:
         num_slots = self._slots.num_slots
         envs = self._slots.slot_env + list(self._slots.spares)
         pending = self._background_pending()
         promises = [pending[k] if k in pending else
-                    self._now_or_later(self._envs[i].reset(blocking=False))
+                    self._now_or_later(self._reset_promise(self._envs[i]))
                     for k, i in enumerate(envs)]
         # Spares keep their pending reset: it is collected when one takes a slot.
         self._spare_resets = dict(zip(envs[num_slots:], promises[num_slots:]))
         self._slots.fresh_slots.clear()
         return self._finish(self._resolve(promises[:num_slots], "reset"))
 
+    def _reset_promise(self, env: ProcessEnvironment) -> Any:
+        """A promise of ``env``'s reset (its time step packed, see :meth:`_batch`)."""
+        return env.reset_packed(blocking=False) if self._packed else env.reset(blocking=False)
+
     def _do_step(self, action: Any) -> TimeStep:
+        if self._packed:
+            return self._do_packed_step(action)
         action = self._check_action(action)
         b = self._env_batch_size
         promises = dict(self._slots.fresh_slots)
@@ -398,20 +413,43 @@ class ParallelAlfEnvironment(AlfEnvironment):
         return self._finish(self._resolve(
             [promises[slot] for slot in range(self._slots.num_slots)], "step"))
 
+    def _do_packed_step(self, action: Any) -> TimeStep:
+        """``_do_step`` with packed records (``flatten=True``): no pickled arrays."""
+        records = self._action_codec.encode_rows(self._check_action.flat(action),
+                                                 self._slots.num_slots)
+        promises = dict(self._slots.fresh_slots)
+        self._slots.fresh_slots.clear()
+        for slot, env_index in enumerate(self._slots.slot_env):
+            if slot not in promises:
+                promises[slot] = self._now_or_later(
+                    self._envs[env_index].step_packed(records[slot], blocking=False))
+        return self._finish(self._resolve(
+            [promises[slot] for slot in range(self._slots.num_slots)], "step"))
+
     def _finish(self, results: List[Any]) -> TimeStep:
         """Batches the slots' time steps; ended slots go to spares or reset at once."""
-        if self._slots.has_spares:
-            for slot, time_step in enumerate(results):
-                if int(np.asarray(time_step.step_type)) == StepType.LAST:
+        batched, step_types = self._batch(results)
+        if self._slots.has_spares or self._background_resets:
+            for slot in np.flatnonzero(step_types == StepType.LAST).tolist():
+                if self._slots.has_spares:
                     old, new = self._slots.swap(slot)
                     self._slots.fresh_slots[slot] = self._spare_resets.pop(new)
-                    self._spare_resets[old] = self._envs[old].reset(blocking=False)
-        elif self._background_resets:
-            for slot, time_step in enumerate(results):
-                if int(np.asarray(time_step.step_type)) == StepType.LAST:
+                    self._spare_resets[old] = self._reset_promise(self._envs[old])
+                else:
                     env = self._envs[self._slots.slot_env[slot]]
-                    self._slots.fresh_slots[slot] = env.reset(blocking=False)
-        combine = np.concatenate if self._env_batched else np.stack
-        batched = nest.map_structure(lambda *xs: combine(xs), *results)
+                    self._slots.fresh_slots[slot] = self._reset_promise(env)
         batched = batched._replace(env_id=self._env_ids.copy())
         return nest.map_structure(_to_torch, batched)
+
+    def _batch(self, results: List[Any]) -> "tuple[TimeStep, np.ndarray]":
+        """The slots' time steps as one batched ``TimeStep`` of numpy arrays, and the
+        step type of each slot (unbatched envs; spares and background resets
+        only apply to those)."""
+        if self._packed:
+            leaves = self._time_step_codec.decode_rows(results)
+            batched = nest.pack_sequence_as(self._time_step_spec, leaves)
+            return batched, leaves[self._step_type_leaf]
+        combine = np.concatenate if self._env_batched else np.stack
+        batched = nest.map_structure(lambda *xs: combine(xs), *results)
+        step_types = np.asarray(batched.step_type)
+        return batched, (step_types if not self._env_batched else np.zeros(0, np.int32))

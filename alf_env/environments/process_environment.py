@@ -121,6 +121,8 @@ class MessageType(enum.Enum):
     EXCEPTION = 5
     CLOSE = 6
     FAST_LOOP = 7
+    STEP_PACKED = 8   # payload: the action as one packed record (leaf_codec)
+    RESET_PACKED = 9  # payload: None; both answered by RESULT with a packed time step
 
 
 class _State(enum.Enum):
@@ -280,6 +282,7 @@ class _WorkerEnvProxy:
         self.env_id = env_id
         self._guard: Any = None
         self._guard_built = False
+        self._codecs: Any = None
 
     def access(self, name: str) -> Any:
         """Reads an attribute; a method is answered by a marker to call it remotely."""
@@ -306,6 +309,38 @@ class _WorkerEnvProxy:
             if self.flatten:
                 return nest.flatten(result)
         return result
+
+    def step_packed(self, record: bytes) -> bytes:
+        """Steps with a packed action; returns the packed, checked time step."""
+        codecs = self._codecs or self._build_codecs()
+        action = nest.pack_sequence_as(codecs[0], codecs[1].decode(record))
+        return self._pack(self.env.step(action))
+
+    def reset_packed(self) -> bytes:
+        """Resets; returns the packed, checked time step."""
+        if self._codecs is None:
+            self._build_codecs()
+        return self._pack(self.env.reset())
+
+    def _pack(self, time_step: Any) -> bytes:
+        codec = self._codecs[2]
+        record = codec.encode_exact(nest.flatten(time_step))
+        if record is not None:
+            return record  # every leaf has the spec's exact shape and dtype
+        guard = self.guard()  # names what does not fit, casts what may be cast
+        leaves = guard.time_step.flat(time_step) if guard is not None else nest.flatten(
+            time_step)
+        return codec.encode(leaves)
+
+    def _build_codecs(self) -> tuple:
+        """(action spec, action codec, time step codec) of the packed messages."""
+        from alf_env.environments.leaf_codec import LeafCodec, leaf_layouts
+        env = self.env
+        rows = env.batch_size if env.batched else 0
+        action_spec = env.action_spec()
+        self._codecs = (action_spec, LeafCodec(leaf_layouts(action_spec, rows)),
+                        LeafCodec(leaf_layouts(env.time_step_spec(), rows)))
+        return self._codecs
 
     def guard(self) -> Any:
         """The env's spec guard (built at the first step/reset), or ``None``."""
@@ -391,6 +426,12 @@ def handle_message(conn: multiprocessing.connection.Connection,
     if msg_type is MessageType.CLOSE:
         _answer(conn, env_id, "close", proxy.env.close)
         return False
+    if msg_type is MessageType.STEP_PACKED:
+        _answer(conn, env_id, "step", lambda: proxy.step_packed(payload))
+        return True
+    if msg_type is MessageType.RESET_PACKED:
+        _answer(conn, env_id, "reset", proxy.reset_packed)
+        return True
     if msg_type is MessageType.FAST_LOOP:
         # Imported here: only FastParallelEnvironment's workers need it.
         from alf_env.environments.fast_worker import run_fast_loop
@@ -466,11 +507,16 @@ def _install_hooks() -> None:
     _registry.hooks_installed = True
     # Registered after multiprocessing's own exit hook (imported above), so it
     # runs first (atexit is LIFO): workers are closed, not just terminated.
-    atexit.register(shutdown)
+    atexit.register(_at_exit)
     if (threading.current_thread() is threading.main_thread()
             and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL):
         _registry.pid = os.getpid()
         signal.signal(signal.SIGTERM, _on_sigterm)
+
+
+def _at_exit() -> None:
+    shutdown()
+    _registry.exiting = True  # from now on a SIGTERM has nothing left to do
 
 
 def _on_sigterm(signum: int, frame: Any) -> None:
@@ -927,6 +973,22 @@ class ProcessEnvironment:
         promise = self._request(
             MessageType.CALL, ("reset", (), {}),
             transform=self._pack_time_step if self._flatten else None)
+        return promise() if blocking else promise
+
+    def step_packed(self, record: bytes, blocking: bool = True) -> Any:
+        """Steps with an action packed by a ``LeafCodec`` of the env's action spec.
+
+        The pipe path of ``ParallelAlfEnvironment``: the action was checked by
+        the caller; the answer is the time step, checked against
+        ``time_step_spec()`` in the worker and packed the same way (one
+        ``bytes`` record; see :mod:`alf_env.environments.leaf_codec`).
+        """
+        promise = self._request(MessageType.STEP_PACKED, record)
+        return promise() if blocking else promise
+
+    def reset_packed(self, blocking: bool = True) -> Any:
+        """Resets; the answer is the packed time step (see :meth:`step_packed`)."""
+        promise = self._request(MessageType.RESET_PACKED, None)
         return promise() if blocking else promise
 
     def render(self, mode: str = "rgb_array") -> Any:

@@ -1,0 +1,111 @@
+"""Fixed-size leaves as one packed record: the pipe path's steps without pickled arrays.
+
+``ParallelAlfEnvironment`` (the pipe path) moves an action to each worker and a
+time step back every step. Both have a fixed layout, known from the specs on
+both sides of the pipe, so they travel as one ``bytes`` record each
+(``MessageType.STEP_PACKED`` / ``RESET_PACKED``) instead of pickled lists of
+numpy arrays: pickling an array costs several microseconds (``multiprocessing``
+builds a new ``ForkingPickler`` for every message), packing a record well
+under one.
+
+A :class:`LeafCodec` is built from a list of ``(shape, dtype)``: the record is
+the leaves' bytes one after the other (a packed numpy structured dtype with a
+field ``f<i>`` per leaf). Leaves are checked before they are encoded (by the
+worker's spec guard, or the parent's action checker), so encoding only casts
+what the checker accepted.
+"""
+
+from typing import Any, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from alf_env import nest
+from alf_env._penv import _copy_leaves
+
+#: ``(shape, numpy dtype)`` of one leaf.
+LeafLayout = Tuple[Tuple[int, ...], np.dtype]
+
+
+def leaf_layouts(spec: Any, rows: int = 0) -> List[LeafLayout]:
+    """The ``(shape, dtype)`` of each leaf of a nest of ``TensorSpec``.
+
+    Args:
+        spec: a nest of specs (with ``.shape`` and ``.numpy_dtype``).
+        rows: a leading batch dimension to add (0: none).
+    """
+    prefix = (rows,) if rows else ()
+    return [(prefix + tuple(s.shape), np.dtype(s.numpy_dtype)) for s in nest.flatten(spec)]
+
+
+class LeafCodec:
+    """Moves a list of fixed-size leaves in and out of one packed record.
+
+    Args:
+        layouts: ``(shape, dtype)`` of each leaf, in order.
+        batched: the layouts have a leading batch dimension (a batched env's
+            leaves); :meth:`decode_rows` then concatenates records row after
+            row instead of stacking them.
+    """
+
+    def __init__(self, layouts: Sequence[LeafLayout], batched: bool = False) -> None:
+        self.batched = batched
+        self.layouts = [(tuple(shape), np.dtype(dtype)) for shape, dtype in layouts]
+        self.dtype = np.dtype([(f"f{i}", (dtype, shape))
+                               for i, (shape, dtype) in enumerate(self.layouts)])
+        self.names = list(self.dtype.names)
+        self._buffer = bytearray(self.dtype.itemsize)
+        self._views = []
+        offset = 0
+        for shape, dtype in self.layouts:
+            count = int(np.prod(shape, dtype=np.int64))
+            self._views.append(np.frombuffer(self._buffer, dtype, count, offset).reshape(shape))
+            offset += count * dtype.itemsize
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of one record."""
+        return self.dtype.itemsize
+
+    def encode(self, leaves: Sequence[Any]) -> bytes:
+        """One record from checked leaves (cast to the layout's dtypes as needed).
+
+        Raises:
+            ValueError: wrong number of leaves, or a leaf that does not fit.
+        """
+        if len(leaves) != len(self._views):
+            raise ValueError(f"expected {len(self._views)} leaves, got {len(leaves)}")
+        done = _copy_leaves(self._views, leaves)  # exact arrays in one native call
+        for view, leaf in zip(self._views[done:], leaves[done:]):
+            view[...] = leaf
+        return bytes(self._buffer)
+
+    def encode_exact(self, leaves: Sequence[Any]) -> Optional[bytes]:
+        """One record if every leaf is an array of exactly its layout's shape and
+        dtype (nothing to check or cast), else ``None``."""
+        if len(leaves) != len(self._views) or _copy_leaves(self._views, leaves) != len(
+                self._views):
+            return None
+        return bytes(self._buffer)
+
+    def decode(self, record: bytes) -> List[np.ndarray]:
+        """The leaves of one record (writable arrays of their own)."""
+        raw = np.frombuffer(bytearray(record), self.dtype)
+        return [raw[name][0] for name in self.names]
+
+    def encode_rows(self, leaves: Sequence[Any], n: int) -> List[bytes]:
+        """Records ``0..n-1`` from batched leaves (leaf ``k`` has ``n`` rows of layout ``k``)."""
+        records = np.empty(n, self.dtype)
+        for name, leaf, (shape, _) in zip(self.names, leaves, self.layouts):
+            records[name] = np.asarray(leaf).reshape((n,) + shape)
+        return [records[i].tobytes() for i in range(n)]
+
+    def decode_rows(self, records: Sequence[bytes]) -> List[np.ndarray]:
+        """Batched leaves from records: leaf ``k`` gets shape ``(n, *shape_k)``,
+        or ``(n * b, ...)`` when the layout has a leading batch dimension ``b``
+        (the records of batched envs are concatenated, row after row)."""
+        raw = np.frombuffer(b"".join(records), self.dtype)
+        out = []
+        for name, (shape, _) in zip(self.names, self.layouts):
+            leaf = np.ascontiguousarray(raw[name])
+            out.append(leaf.reshape((-1,) + shape[1:]) if self.batched else leaf)
+        return out

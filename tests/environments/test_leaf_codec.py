@@ -1,0 +1,58 @@
+"""alf_env.environments.leaf_codec: the packed records of the pipe path's steps."""
+
+import numpy as np
+import pytest
+import torch
+
+from alf_env.environments.leaf_codec import LeafCodec, leaf_layouts
+from alf_env.tensor_specs import BoundedTensorSpec, TensorSpec
+
+LAYOUTS = [((), np.dtype(np.int32)), ((3,), np.dtype(np.float32)), ((2, 2), np.dtype(np.uint8))]
+
+
+def leaves(k=0):
+    return [np.array(k, np.int32), np.arange(3, dtype=np.float32) + k, np.full((2, 2), k, np.uint8)]
+
+
+def test_round_trip_gives_writable_arrays_of_the_layouts():
+    codec = LeafCodec(LAYOUTS)
+    record = codec.encode(leaves(5))
+    assert isinstance(record, bytes) and len(record) == codec.nbytes == 4 + 12 + 4
+    out = codec.decode(record)
+    for got, want, (shape, dtype) in zip(out, leaves(5), LAYOUTS):
+        assert got.shape == shape and got.dtype == dtype
+        np.testing.assert_array_equal(got, want)
+    out[1][0] = 99.0  # writable, and not shared with the next decode
+    assert codec.decode(record)[1][0] == 5.0
+
+
+def test_encode_casts_what_was_checked_and_encode_exact_refuses_it():
+    codec = LeafCodec(LAYOUTS)
+    cast = [np.int64(7), [1.0, 2.0, 3.0], np.ones((2, 2), np.int64)]
+    assert codec.encode_exact(cast) is None
+    assert codec.encode_exact(leaves(1)[:2]) is None
+    assert codec.encode_exact(leaves(1)) == codec.encode(leaves(1))
+    np.testing.assert_array_equal(codec.decode(codec.encode(cast))[2], np.ones((2, 2)))
+    with pytest.raises(ValueError, match="expected 3 leaves, got 2"):
+        codec.encode(leaves()[:2])
+
+
+def test_rows_stack_unbatched_records_and_concatenate_batched_ones():
+    codec = LeafCodec(LAYOUTS)
+    batch = [np.stack(x) for x in zip(*(leaves(k) for k in range(4)))]
+    records = codec.encode_rows(batch, 4)
+    assert records == [codec.encode(leaves(k)) for k in range(4)]
+    for got, want in zip(codec.decode_rows(records), batch):
+        assert got.flags.c_contiguous
+        np.testing.assert_array_equal(got, want)
+    batched = LeafCodec([((2,) + shape, dtype) for shape, dtype in LAYOUTS], batched=True)
+    records = batched.encode_rows(batch, 2)  # 2 envs of 2 rows each
+    for got, want in zip(batched.decode_rows(records), batch):
+        assert got.shape == want.shape
+        np.testing.assert_array_equal(got, want)
+
+
+def test_leaf_layouts_of_a_spec_nest():
+    spec = {"a": TensorSpec((2,), torch.float64), "b": BoundedTensorSpec((), torch.int64, 0, 3)}
+    assert leaf_layouts(spec) == [((2,), np.dtype(np.float64)), ((), np.dtype(np.int64))]
+    assert leaf_layouts(spec, rows=5)[0] == ((5, 2), np.dtype(np.float64))
