@@ -7,9 +7,12 @@ is tests/faults/test_endings.py: real child scripts, one table for every
 front end and start method.
 """
 
+import builtins
 import copy
 import functools
 import signal
+import sys
+import threading
 import time
 from typing import Optional
 
@@ -76,6 +79,40 @@ def test_shutdown_stops_every_live_worker_of_every_front_end_at_once():
     with pytest.raises(EnvironmentClosedError):
         fast.step(torch.zeros(NUM_ENVS, dtype=torch.int64))
     # The front ends' own close() is quick and quiet afterwards.
+    for env in (par, fast, vec):
+        env.close()
+
+
+def test_shutdown_needs_no_thread_and_no_import(monkeypatch):
+    # What the exit hook runs must work while the interpreter shuts down.
+    ctors = [functools.partial(FaultyAlfEnv, env_id=i) for i in range(2)]
+    single = ProcessEnvironment(FaultyAlfEnv, env_id=0)
+    single.start()
+    par, fast = ParallelAlfEnvironment(ctors), FastParallelEnvironment(ctors)
+    vec = FastVectorEnv([functools.partial(FaultyGymEnv, env_id=i) for i in range(3)],
+                        envs_per_worker=1)
+    fast.reset()
+    vec.reset()
+    vec.step_async(good_gym_action())
+    pids = [single.pid] + par.worker_pids() + fast.worker_pids() + vec.worker_pids()
+    imported, threads = [], []
+    real_import = builtins.__import__
+
+    def watched_import(name, globals=None, locals=None, fromlist=(), level=0):
+        if level == 0 and name not in sys.modules:
+            imported.append(name)
+        return real_import(name, globals, locals, fromlist, level)
+
+    def no_thread(thread):
+        threads.append(thread.name)
+        raise RuntimeError("can't create new thread at interpreter shutdown")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(builtins, "__import__", watched_import)
+        patch.setattr(threading.Thread, "start", no_thread)
+        pe.shutdown()
+    assert (imported, threads) == ([], [])
+    assert wait_all_gone(pids, timeout=0.5)
     for env in (par, fast, vec):
         env.close()
 

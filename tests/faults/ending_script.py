@@ -20,7 +20,7 @@ import os
 import signal
 import sys
 import time
-from typing import Any, Callable, List
+from typing import Any, Iterator, List, Tuple
 
 import numpy as np
 
@@ -176,22 +176,34 @@ class _Trainer:
 _HELPERS = (b"multiprocessing.forkserver", b"multiprocessing.resource_tracker")
 
 
-def _report_leftovers() -> None:
-    """Prints this process's children still there (running or zombie), but
-    multiprocessing's own helpers."""
-    children = []
+def processes() -> Iterator[Tuple[int, List[str]]]:
+    """``(pid, fields)`` of every process, ``fields`` being ``/proc/<pid>/stat``
+    after the command name: ``fields[0]`` is the state (``Z``: a zombie),
+    ``fields[1]`` the parent pid, ``fields[3]`` the session id."""
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
         try:
             with open(f"/proc/{name}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            with open(f"/proc/{name}/cmdline", "rb") as f:
+                yield int(name), f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # gone meanwhile
+
+
+def _report_leftovers() -> None:
+    """Prints this process's children still there (running or zombie), but
+    multiprocessing's own helpers."""
+    children = []
+    for pid, fields in processes():
+        if int(fields[1]) != os.getpid():
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
                 cmdline = f.read()
         except OSError:
             continue
-        if int(fields[1]) == os.getpid() and not any(h in cmdline for h in _HELPERS):
-            children.append(f"{name}:{fields[0]}")  # pid:state (Z for a zombie)
+        if not any(h in cmdline for h in _HELPERS):
+            children.append(f"{pid}:{fields[0]}")  # pid:state (Z for a zombie)
     _say("left", *children)
 
 

@@ -21,7 +21,7 @@ import time
 from typing import List, NamedTuple, Optional
 
 from tests.faults.core import REPO_ROOT, SLACK, kill_leftovers, wait_all_gone
-from tests.faults.ending_script import ENDINGS, FRONT_ENDS
+from tests.faults.ending_script import ENDINGS, FRONT_ENDS, processes
 
 __all__ = ["Cell", "Outcome", "run_cell", "problems", "ENDINGS", "FRONT_ENDS", "EXIT_BOUND"]
 
@@ -29,7 +29,7 @@ EXIT_BOUND = 2.0     # the contract: exit within 2 s of the ending
 CHILD_TIMEOUT = 60.0  # a child that takes longer hangs: killed, and the cell fails
 
 # When the caller signals, after the line the script printed.
-SIGNAL_AFTER = {"pids": 0.5, "starting": 0.6, "t": 0.3}
+SIGNAL_AFTER = {"pids": 0.3, "starting": 0.6, "t": 0.3}
 
 SIGNALS = {"sigint": signal.SIGINT, "sigterm": signal.SIGTERM, "sigkill": signal.SIGKILL}
 
@@ -91,19 +91,7 @@ class Outcome(NamedTuple):
 
 def session_processes(sid: int) -> List[int]:
     """Pids of the processes of session ``sid`` that still run (zombies excluded)."""
-    pids = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        # fields: state ppid pgrp session ...
-        if int(fields[3]) == sid and fields[0] != "Z":
-            pids.append(int(name))
-    return pids
+    return [pid for pid, fields in processes() if int(fields[3]) == sid and fields[0] != "Z"]
 
 
 def shm_entries() -> set:
