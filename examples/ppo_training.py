@@ -347,11 +347,28 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser.add_argument("--hidden", type=int, default=64, help="units per hidden layer")
     parser.add_argument("--torch-threads", type=int, default=1,
                         help="torch intra-op threads of the trainer")
+    parser.add_argument("--summarize", metavar="JSON", default=None,
+                        help="train nothing: print the table (for --target-return) and "
+                             "redraw the plot of a JSON this script wrote")
     return parser.parse_args(argv)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
     args = parse_args(argv)
+    if args.summarize:
+        with open(args.summarize) as f:
+            record = json.load(f)
+        target = args.target_return if args.target_return is not None else \
+            record["target_return"]
+        runs, kinds = record["runs"], record["args"]["vector_env"]
+        rows = [summarize([run for run in runs if run["vector_env"] == kind], target)
+                for kind in kinds]
+        env, num_envs, seed = (record["args"][k] for k in ("env", "num_envs", "seed"))
+        png = os.path.splitext(args.summarize)[0] + ".png"
+        plot(runs, png, f"PPO on {env}, {num_envs} envs, seed {seed}")
+        print(table(rows, target))
+        print(f"wrote {png}")
+        return
     torch.set_num_threads(args.torch_threads)
     target = args.target_return
     if target is None:
