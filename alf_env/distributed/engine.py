@@ -217,6 +217,11 @@ class ActorGroup:
             out.append((j, job, value))
         return out
 
+    def put_back(self, results: Sequence[Tuple[int, Job, Any]]) -> None:
+        """Returns collected results, to be collected again (after a failed recv)."""
+        for j, job, value in results:
+            self._done[j] = (job, value)
+
     # -- calls (control path, queued behind any job in flight) -----------------------
 
     def post_calls(self, method: str, per_actor_args: Union[Sequence[tuple], Dict[int, tuple]]

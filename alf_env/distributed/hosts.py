@@ -11,7 +11,6 @@ import gymnasium as gym
 import numpy as np
 
 from alf_env import nest
-from alf_env.data_structures import TimeStep
 from alf_env.vector import FastVectorEnv
 
 
@@ -66,10 +65,10 @@ class AlfHost:
         return (env.time_step_spec(), env.observation_spec(), env.action_spec(),
                 env.reward_spec(), env.env_info_spec(), env.batch_size)
 
-    def reset(self) -> TimeStep:
+    def reset(self) -> Any:
         return _to_numpy(self.env.reset())
 
-    def step(self, flat_action: List[np.ndarray]) -> TimeStep:
+    def step(self, flat_action: List[np.ndarray]) -> Any:
         action = nest.pack_sequence_as(self.env.action_spec(),
                                        [_torch().from_numpy(a) for a in flat_action])
         return _to_numpy(self.env.step(action))
@@ -90,7 +89,7 @@ class AlfHost:
         self.env.close()
 
 
-def _to_numpy(time_step: TimeStep) -> TimeStep:
+def _to_numpy(time_step: Any) -> Any:
     return nest.map_structure(
         lambda t: t.numpy() if isinstance(t, _torch().Tensor) else t, time_step)
 

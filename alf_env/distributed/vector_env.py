@@ -36,6 +36,7 @@ from alf_env.distributed.engine import (ActorGroup, ActorOptions, Job, options_p
 from alf_env.distributed.hosts import GymHost
 from alf_env.distributed.shares import actors_of, plan_shares
 from alf_env.distributed.restart import RestartPolicy
+from alf_env.errors import EnvTimeoutError
 from alf_env.vector import ENV_ID_DTYPE, AsyncState, FastVectorEnv
 from alf_env.vector_spaces import SpaceLayout
 
@@ -357,7 +358,7 @@ class RayVectorEnv(gym.vector.VectorEnv):
             raise NoAsyncCallError(
                 f"recv() returns {self.batch_size} envs, but only {len(busy) * self._share} "
                 f"are in flight; send() or async_reset() first", "recv")
-        results = self._collect(busy, k, timeout, during)
+        results = self._collect(busy, k, timeout, during, keep_on_failure=True)
         out = self._join(results, self.batch_size)
         ids = np.concatenate([np.arange(self.shares[j].start, self.shares[j].stop)
                               for j, _, _ in results])
@@ -388,10 +389,16 @@ class RayVectorEnv(gym.vector.VectorEnv):
                 concat_arrays(terminated), concat_arrays(truncated), merge_infos(parts, n))
 
     def _collect(self, actors: Sequence[int], count: int, timeout: Optional[float],
-                 during: str) -> List[Tuple[int, Job, Any]]:
-        """Collects ``count`` jobs; the call ends (state DEFAULT) unless it timed out."""
+                 during: str, keep_on_failure: bool = False) -> List[Tuple[int, Job, Any]]:
+        """Collects ``count`` jobs; the call ends (state DEFAULT) unless it timed out.
+
+        An env exception is raised once all are in; with ``keep_on_failure``
+        (``recv``) the other actors' results stay for the next ``recv``.
+        """
         results = self._guard(lambda: self._group.collect(actors, count, timeout, during))
         self._state = AsyncState.DEFAULT
+        if keep_on_failure and any(isinstance(v, Failure) for _, _, v in results):
+            self._group.put_back([r for r in results if not isinstance(r[2], Failure)])
         raise_first_failure(results)
         return results
 
@@ -403,7 +410,6 @@ class RayVectorEnv(gym.vector.VectorEnv):
         self._group.post(j, "reset", seeds, options, restarted=True)
 
     def _guard(self, fn: Callable[[], Any]) -> Any:
-        from alf_env.errors import EnvTimeoutError  # pylint: disable=import-outside-toplevel
         try:
             return fn()
         except EnvTimeoutError:

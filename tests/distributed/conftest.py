@@ -21,10 +21,17 @@ RAY_INIT = dict(include_dashboard=False, object_store_memory=100 * 1024 * 1024,
                 log_to_driver=False)
 
 
+#: pids of module-scoped envs (their actors and env workers), which outlive tests.
+KEEP_PIDS: set = set()
+
+
 def strays() -> list:
-    """Child processes that are neither Ray's daemons nor its idle workers."""
+    """Child processes that are neither Ray's daemons nor its idle workers
+    (nor in :data:`KEEP_PIDS`)."""
     found = []
     for child in psutil.Process().children(recursive=True):
+        if child.pid in KEEP_PIDS:
+            continue
         try:
             cmdline = " ".join(child.cmdline())
             if child.status() == psutil.STATUS_ZOMBIE:

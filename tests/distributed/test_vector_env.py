@@ -2,6 +2,7 @@
 value for value, async mode, calls, state errors) and its faults (env
 exceptions, timeouts, killed actors, the restart policy, bounded close)."""
 
+import contextlib
 import functools
 import multiprocessing
 import subprocess
@@ -17,7 +18,7 @@ from gymnasium.vector import AutoresetMode
 
 from alf_env.distributed import ActorDiedError, RayVectorEnv, RestartPolicy
 from alf_env.errors import EnvTimeoutError, WorkerDiedError
-from tests.distributed.conftest import REPO_ROOT
+from tests.distributed.conftest import KEEP_PIDS, REPO_ROOT
 from tests.vector_envs import FaultyEnv, assert_tree_equal, info_env
 
 # Generous: only a hang would take this long.
@@ -43,6 +44,34 @@ def make(env_fns, num_actors=2, **kwargs):
 
 def pids_of(env):
     return [p for a in env.actor_info() for p in [a["pid"], *a["worker_pids"]]]
+
+
+@contextlib.contextmanager
+def kept(env):
+    """Shares ``env`` between the tests of this module: its processes may
+    outlive a test, and must be gone once the module closes it."""
+    pids = pids_of(env)
+    KEEP_PIDS.update(pids)
+    try:
+        yield env
+    finally:
+        env.close()
+        KEEP_PIDS.difference_update(pids)
+        assert_gone(pids)
+
+
+@pytest.fixture(scope="module")
+def info_envs(ray_local):
+    """3 InfoEnvs on 2 actors, synchronous (tests that leave it usable)."""
+    with kept(make([info_env] * 3)) as env:
+        yield env
+
+
+@pytest.fixture(scope="module")
+def async_cartpoles(ray_local):
+    """4 CartPoles on 2 actors, batch_size=2 (tests that leave it usable)."""
+    with kept(make([cartpole] * 4, batch_size=2)) as env:
+        yield env
 
 
 def _alive(pid):
@@ -75,7 +104,7 @@ def test_matches_sync_vector_env_over_hundreds_of_steps(mode):
         assert env.metadata["autoreset_mode"] is mode
         assert_tree_equal(env.reset(seed=7), ref.reset(seed=7))
         ref.action_space.seed(3)
-        for t in range(300):
+        for t in range(200):
             if mode is AutoresetMode.DISABLED and ref._autoreset_envs.any():
                 options = {"reset_mask": ref._autoreset_envs.copy()}
                 assert_tree_equal(env.reset(options=dict(options)), ref.reset(options=options))
@@ -100,7 +129,7 @@ def test_async_mode_returns_whole_actors_and_each_env_steps_as_alone():
         assert env.observation_space.shape == (batch, 4)
         obs, info = env.reset(seed=0)
         counts = np.zeros(num_envs, int)
-        for _ in range(150):
+        for _ in range(100):
             ids = info["env_id"]
             assert ids.dtype == np.int32 and len(ids) == batch
             assert sorted(ids.tolist()[:2]) in ([0, 1], [2, 3], [4, 5])
@@ -133,20 +162,24 @@ def test_send_returns_at_once_and_recv_returns_the_first_actors_to_finish():
         assert env.recv(timeout=PROMPT_SECONDS)[-1]["env_id"].tolist() == [0, 1]
 
 
-def test_send_and_recv_check_their_arguments():
-    with make([cartpole] * 4, batch_size=2) as env:
-        with pytest.raises(NoAsyncCallError):
-            env.recv()
-        env.async_reset()
-        ids = env.recv()[-1]["env_id"]
-        for bad in ([ids[0]], [7, 8], list(ids[::-1])):
-            with pytest.raises(ValueError, match="env_ids"):
-                env.send(np.zeros(len(bad), np.int64), bad)
-        with pytest.raises(ValueError, match="action"):
-            env.send(np.zeros(3, np.int64), ids)
+def test_send_and_recv_check_their_arguments(async_cartpoles):
+    env = async_cartpoles
+    env.async_reset()
+    ids = env.recv()[-1]["env_id"]
+    other = env.recv()[-1]["env_id"]
+    with pytest.raises(NoAsyncCallError):
+        env.recv()  # nothing in flight
+    for bad in ([ids[0]], [7, 8], list(ids[::-1])):
+        with pytest.raises(ValueError, match="env_ids"):
+            env.send(np.zeros(len(bad), np.int64), bad)
+    with pytest.raises(ValueError, match="action"):
+        env.send(np.zeros(3, np.int64), ids)
+    env.send(np.zeros(2, np.int64), ids)
+    with pytest.raises(ValueError, match="still in flight"):
         env.send(np.zeros(2, np.int64), ids)
-        with pytest.raises(ValueError, match="still in flight"):
-            env.send(np.zeros(2, np.int64), ids)
+    env.send(np.zeros(2, np.int64), other)
+    assert sorted(env.recv()[-1]["env_id"].tolist() + env.recv()[-1]["env_id"].tolist()) \
+        == [0, 1, 2, 3]
     with pytest.raises(ValueError, match="batch_size"):
         make([cartpole] * 4, batch_size=3)
     with pytest.raises(ValueError, match="num_actors"):
@@ -155,27 +188,28 @@ def test_send_and_recv_check_their_arguments():
         make([cartpole] * 4, batch_size=2, autoreset_mode=AutoresetMode.DISABLED)
 
 
-def test_call_get_attr_set_attr_and_render():
-    with make([info_env] * 3) as env:
-        env.reset(seed=0)
-        assert len(set(env.call("get_pid"))) == 3
-        env.set_attr("scale", [1.0, 2.0, 3.0])
-        assert env.get_attr("scale") == (1.0, 2.0, 3.0)
-        env.set_attr("scale", 0.5)
-        assert env.get_attr("scale") == (0.5,) * 3
-        frames = env.render()
-        assert len(frames) == 3 and frames[0].shape == (2, 2, 3)
-        assert env.np_random_seed == (0, 1, 2)
-        with pytest.raises(ValueError, match="expected 3 values"):
-            env.set_attr("scale", [1.0])
+def test_call_get_attr_set_attr_and_render(info_envs):
+    env = info_envs
+    env.reset(seed=0)
+    assert len(env.call("get_pid")) == 3
+    env.set_attr("scale", [1.0, 2.0, 3.0])
+    assert env.get_attr("scale") == (1.0, 2.0, 3.0)
+    env.set_attr("scale", 0.5)
+    assert env.get_attr("scale") == (0.5,) * 3
+    frames = env.render()
+    assert len(frames) == 3 and frames[0].shape == (2, 2, 3)
+    assert env.np_random_seed == (0, 1, 2)
+    with pytest.raises(ValueError, match="expected 3 values"):
+        env.set_attr("scale", [1.0])
+    env.set_attr("scale", 1.0)
 
 
-def test_calls_while_actors_are_in_flight_keep_their_results():
-    with make([cartpole] * 4, batch_size=2) as env:
-        env.async_reset()
-        env.recv()
-        assert len(env.get_attr("spec")) == 4  # the other actor's reset is in flight
-        assert len(env.recv()[-1]["env_id"]) == 2
+def test_calls_while_actors_are_in_flight_keep_their_results(async_cartpoles):
+    env = async_cartpoles
+    env.async_reset()
+    env.recv()
+    assert len(env.get_attr("spec")) == 4  # the other actor's reset is in flight
+    assert len(env.recv()[-1]["env_id"]) == 2
 
 
 def test_state_errors_are_gymnasiums():
@@ -193,16 +227,16 @@ def test_state_errors_are_gymnasiums():
     env.close()  # idempotent
 
 
-def test_bad_actions_raise_and_change_nothing():
+def test_bad_actions_raise_and_change_nothing(info_envs):
+    env = info_envs
     ref = gym.vector.SyncVectorEnv([info_env] * 3)
-    with make([info_env] * 3) as env:
-        assert_tree_equal(env.reset(seed=1), ref.reset(seed=1))
-        with pytest.raises(ValueError, match=r"action\[1\]: expected shape"):
-            env.step((np.zeros(3, np.int64), np.zeros((3, 5), np.float32)))
-        ref.action_space.seed(0)
-        for _ in range(5):
-            actions = ref.action_space.sample()
-            assert_tree_equal(env.step(actions), ref.step(actions))
+    assert_tree_equal(env.reset(seed=1), ref.reset(seed=1))
+    with pytest.raises(ValueError, match=r"action\[1\]: expected shape"):
+        env.step((np.zeros(3, np.int64), np.zeros((3, 5), np.float32)))
+    ref.action_space.seed(0)
+    for _ in range(5):
+        actions = ref.action_space.sample()
+        assert_tree_equal(env.step(actions), ref.step(actions))
     ref.close()
 
 
@@ -231,6 +265,23 @@ def test_env_exception_keeps_type_traceback_env_id_and_env_usable():
         obs, _ = env.reset()
         obs, *_ = env.step(np.ones(4, np.int64))
         np.testing.assert_array_equal(obs[:, 0], [0, 1, 2, 3])
+
+
+def test_env_exception_in_async_mode_keeps_the_other_actors_results():
+    with make(faulty("raise", 0, n=4), batch_size=2) as env:
+        env.async_reset()
+        ids = [env.recv()[-1]["env_id"].tolist() for _ in range(2)]
+        for chunk in ids:
+            env.send(np.zeros(2, np.int64), chunk)
+        received = []
+        with pytest.raises(ValueError, match="injected failure"):
+            for _ in range(2):
+                received += env.recv(timeout=PROMPT_SECONDS)[-1]["env_id"].tolist()
+        if not received:  # the failed actor finished first: the other one is kept
+            received = env.recv(timeout=PROMPT_SECONDS)[-1]["env_id"].tolist()
+        assert received == [2, 3]
+        env.send(np.zeros(2, np.int64), [0, 1])  # the failed actor's envs are usable
+        assert env.recv(timeout=PROMPT_SECONDS)[-1]["env_id"].tolist() == [0, 1]
 
 
 def test_dead_env_worker_raises_worker_died_error_with_the_global_env_id():
