@@ -67,6 +67,13 @@ def test_ppo_training_smoke(tmp_path):
     assert re.search(r"^\| alf-epw \| 1 \| [\d.]+ \| [\d.]+ \| [\d,]+ \| [\d,]+ \|$",
                      out, re.M), out
     assert [row["vector_env"] for row in record["summary"]] == ["sync", "alf", "alf-epw"]
+    # --summarize: the table for another target and the plot again, from the JSON alone.
+    (tmp_path / "ppo_CartPole-v1.png").unlink()
+    out = run_example("ppo_training.py", "--summarize", str(tmp_path / "ppo_CartPole-v1.json"),
+                      "--target-return", "1000")
+    assert "| vector env | runs | time to return 1000 (s) |" in out
+    assert out.count("| not reached |") == 3  # CartPole-v1 returns stop at 500
+    assert (tmp_path / "ppo_CartPole-v1.png").stat().st_size > 1000
 
 
 def help_entries(help_text: str) -> Dict[str, str]:
