@@ -90,7 +90,7 @@ class LeafCodec:
     def decode(self, record: bytes) -> List[np.ndarray]:
         """The leaves of one record (writable arrays of their own)."""
         raw = np.frombuffer(bytearray(record), self.dtype)
-        return [raw[name][0] for name in self.names]
+        return [raw[name].reshape(shape) for name, (shape, _) in zip(self.names, self.layouts)]
 
     def encode_rows(self, leaves: Sequence[Any], n: int) -> List[bytes]:
         """Records ``0..n-1`` from batched leaves (leaf ``k`` has ``n`` rows of layout ``k``)."""
@@ -109,3 +109,37 @@ class LeafCodec:
             leaf = np.ascontiguousarray(raw[name])
             out.append(leaf.reshape((-1,) + shape[1:]) if self.batched else leaf)
         return out
+
+
+class StepCodecs:
+    """The packed action and time step of one env (both sides of its pipe).
+
+    Args:
+        action_spec: the env's action spec.
+        time_step_spec: the env's time step spec.
+        rows: the env's batch size (0: unbatched).
+    """
+
+    def __init__(self, action_spec: Any, time_step_spec: Any, rows: int = 0) -> None:
+        self.action_spec = action_spec
+        self.time_step_spec = time_step_spec
+        self.action = LeafCodec(leaf_layouts(action_spec, rows), batched=rows > 0)
+        self.time_step = LeafCodec(leaf_layouts(time_step_spec, rows), batched=rows > 0)
+
+    def pack_action(self, action: Any) -> Optional[bytes]:
+        """The record of ``action`` if it has the spec's structure and every leaf is
+        an array of exactly the spec's shape and dtype, else ``None`` (then the
+        worker checks it the slow way, and names what is wrong)."""
+        try:
+            nest.assert_same_structure(action, self.action_spec)
+        except (ValueError, TypeError):
+            return None
+        return self.action.encode_exact(nest.flatten(action))
+
+    def unpack_action(self, record: bytes) -> Any:
+        """The action nest of a record."""
+        return nest.pack_sequence_as(self.action_spec, self.action.decode(record))
+
+    def unpack_time_step(self, record: bytes) -> Any:
+        """The time step of a record (a ``TimeStep`` of numpy arrays)."""
+        return nest.pack_sequence_as(self.time_step_spec, self.time_step.decode(record))

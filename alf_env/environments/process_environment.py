@@ -313,8 +313,7 @@ class _WorkerEnvProxy:
     def step_packed(self, record: bytes) -> bytes:
         """Steps with a packed action; returns the packed, checked time step."""
         codecs = self._codecs or self._build_codecs()
-        action = nest.pack_sequence_as(codecs[0], codecs[1].decode(record))
-        return self._pack(self.env.step(action))
+        return self._pack(self.env.step(codecs.unpack_action(record)))
 
     def reset_packed(self) -> bytes:
         """Resets; returns the packed, checked time step."""
@@ -323,7 +322,7 @@ class _WorkerEnvProxy:
         return self._pack(self.env.reset())
 
     def _pack(self, time_step: Any) -> bytes:
-        codec = self._codecs[2]
+        codec = self._codecs.time_step
         record = codec.encode_exact(nest.flatten(time_step))
         if record is not None:
             return record  # every leaf has the spec's exact shape and dtype
@@ -332,14 +331,12 @@ class _WorkerEnvProxy:
             time_step)
         return codec.encode(leaves)
 
-    def _build_codecs(self) -> tuple:
-        """(action spec, action codec, time step codec) of the packed messages."""
-        from alf_env.environments.leaf_codec import LeafCodec, leaf_layouts
+    def _build_codecs(self) -> Any:
+        """The ``StepCodecs`` of the packed messages."""
+        from alf_env.environments.leaf_codec import StepCodecs
         env = self.env
-        rows = env.batch_size if env.batched else 0
-        action_spec = env.action_spec()
-        self._codecs = (action_spec, LeafCodec(leaf_layouts(action_spec, rows)),
-                        LeafCodec(leaf_layouts(env.time_step_spec(), rows)))
+        self._codecs = StepCodecs(env.action_spec(), env.time_step_spec(),
+                                  env.batch_size if env.batched else 0)
         return self._codecs
 
     def guard(self) -> Any:
@@ -792,6 +789,7 @@ class ProcessEnvironment:
         # Requests whose promises were dropped unused: their answers are discarded.
         self._abandoned: set = set()
         self._spec_cache: Dict[str, Any] = {}
+        self._codecs: Any = None  # StepCodecs, False (no ALF specs) or None (not known)
         # Set while the worker runs the native loop: rung after every pipe
         # request so the worker reads it (see FastParallelEnvironment).
         self._doorbell: Optional[Callable[[], None]] = None
@@ -961,7 +959,12 @@ class ProcessEnvironment:
             action: a nest matching ``action_spec()``.
             blocking: return the time step (True) or a promise of it (False).
         """
-        if self._flatten:
+        codecs = self._step_codecs()
+        record = codecs.pack_action(action) if codecs is not None else None
+        if record is not None:  # an exact action: both ways as packed records
+            promise = self._request(MessageType.STEP_PACKED, record,
+                                    transform=codecs.unpack_time_step)
+        elif self._flatten:
             promise = self._request(MessageType.CALL, ("step", (nest.flatten(action),), {}),
                                     transform=self._pack_time_step)
         else:
@@ -970,10 +973,31 @@ class ProcessEnvironment:
 
     def reset(self, blocking: bool = True) -> Any:
         """Resets the env; returns the first time step, or a promise of it."""
-        promise = self._request(
-            MessageType.CALL, ("reset", (), {}),
-            transform=self._pack_time_step if self._flatten else None)
+        codecs = self._step_codecs()
+        if codecs is not None:
+            promise = self._request(MessageType.RESET_PACKED, None,
+                                    transform=codecs.unpack_time_step)
+        else:
+            promise = self._request(
+                MessageType.CALL, ("reset", (), {}),
+                transform=self._pack_time_step if self._flatten else None)
         return promise() if blocking else promise
+
+    def _step_codecs(self) -> Any:
+        """The env's ``StepCodecs`` (``None`` for an env without ALF specs)."""
+        if self._codecs is None:
+            from alf_env.environments.leaf_codec import StepCodecs
+            try:
+                # A tensor-based env's time steps stay torch tensors (pickled).
+                if self._cached_attr("is_tensor_based"):
+                    self._codecs = False
+                else:
+                    rows = self.batch_size if self.batched else 0
+                    self._codecs = StepCodecs(self.action_spec(), self.time_step_spec(),
+                                              rows)
+            except AttributeError:
+                self._codecs = False
+        return self._codecs or None
 
     def step_packed(self, record: bytes, blocking: bool = True) -> Any:
         """Steps with an action packed by a ``LeafCodec`` of the env's action spec.

@@ -56,3 +56,35 @@ def test_leaf_layouts_of_a_spec_nest():
     spec = {"a": TensorSpec((2,), torch.float64), "b": BoundedTensorSpec((), torch.int64, 0, 3)}
     assert leaf_layouts(spec) == [((2,), np.dtype(np.float64)), ((), np.dtype(np.int64))]
     assert leaf_layouts(spec, rows=5)[0] == ((5, 2), np.dtype(np.float64))
+
+
+def test_process_environment_steps_exact_actions_as_packed_records():
+    # Packed or not, ProcessEnvironment.step returns what the env returned.
+    from alf_env.environments import suite_gym
+    from alf_env.environments.process_environment import ProcessEnvironment
+    from alf_env.environments.random_alf_environment import RandomAlfEnvironment
+
+    reference = suite_gym.load("CartPole-v1")
+    reference.seed(3)
+    env = ProcessEnvironment(lambda: suite_gym.load("CartPole-v1"))
+    env.start()
+    try:
+        env.seed(3)
+        for got, want in ((env.reset(), reference.reset()),
+                          (env.step(np.array(1)), reference.step(np.array(1))),
+                          (env.step(1), reference.step(1)),            # not exact: CALL
+                          (env.step(torch.tensor(0)), reference.step(0))):
+            assert type(got) is type(want)
+            for a, b in zip(got[:6], want[:6]):
+                assert isinstance(a, np.ndarray) and a.dtype == b.dtype and a.shape == b.shape
+                np.testing.assert_array_equal(a, b)
+    finally:
+        env.close()
+    spec = TensorSpec((2,), torch.float32)
+    tensors = ProcessEnvironment(lambda: RandomAlfEnvironment(
+        spec, BoundedTensorSpec((), torch.int64, 0, 2), use_tensor_time_step=True))
+    tensors.start()
+    try:
+        assert isinstance(tensors.reset().observation, torch.Tensor)  # not packed
+    finally:
+        tensors.close()
