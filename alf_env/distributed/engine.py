@@ -130,6 +130,9 @@ class ActorGroup:
         actor and waits (bounded) until Ray confirms that each is gone."""
         timeout = CLOSE_TIMEOUT if timeout is None else timeout
         live = [(j, a) for j, a in enumerate(self.actors) if a is not None]
+        if live and not self._ray.is_initialized():
+            logging.warning("Ray was shut down before close(): its actors ended with it")
+            live = []
         if not terminate and self.broken is None and live:
             refs = [a.close.remote(False) for _, a in live]
             ready, _ = self._ray.wait(refs, num_returns=len(refs), timeout=timeout)

@@ -392,3 +392,17 @@ def test_import_alf_env_without_ray():
             "else:\n"
             "    raise SystemExit('no ImportError')\n")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO_ROOT, timeout=120)
+
+
+def test_close_after_ray_shutdown_returns():
+    """A script that shuts Ray down before closing the env (its own Ray instance)."""
+    code = ("import ray, gymnasium as gym\n"
+            "from alf_env.distributed import RayVectorEnv\n"
+            "ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)\n"
+            "env = RayVectorEnv([lambda: gym.make('CartPole-v1')] * 2, num_actors=2,\n"
+            "                   actor_options={'num_cpus': 0})\n"
+            "env.reset()\n"
+            "ray.shutdown()\n"
+            "env.close()\n"
+            "assert env.closed\n")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO_ROOT, timeout=300)
