@@ -88,3 +88,22 @@ def test_process_environment_steps_exact_actions_as_packed_records():
         assert isinstance(tensors.reset().observation, torch.Tensor)  # not packed
     finally:
         tensors.close()
+
+
+def test_compiled_nest_functions_match_nest_and_expose_mismatches():
+    from alf_env import nest
+    from alf_env.data_structures import TimeStep
+    from alf_env.environments.leaf_codec import compile_nest
+
+    spec = TimeStep(step_type=TensorSpec(()), reward=TensorSpec(()), observation={
+        "a": TensorSpec((2,)), "b": (TensorSpec(()),)}, env_info={}, untransformed=())
+    flatten, pack = compile_nest(spec)
+    value = TimeStep(step_type=1, reward=2, observation={"a": 3, "b": (4,)}, env_info={},
+                     untransformed=())
+    assert flatten(value) == nest.flatten(value)
+    assert pack(nest.flatten(value)) == nest.pack_sequence_as(spec, nest.flatten(value))
+    # What the spec does not have is kept, so that a codec refuses the leaves.
+    assert len(flatten(value._replace(env_info={"extra": 5}))) == len(nest.flatten(value)) + 1
+    assert flatten(value._replace(reward={"nested": 1}))[1] == {"nested": 1}
+    flatten, pack = compile_nest(TensorSpec((3,)))
+    assert flatten("leaf") == ["leaf"] and pack(["leaf"]) == "leaf"
