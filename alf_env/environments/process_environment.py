@@ -836,7 +836,7 @@ class ProcessEnvironment:
                   self._torch_num_threads, os.getpid(), pickled))
         _install_hooks()
         try:
-            with _signals_deferred():
+            with _signals_deferred(self._start_method):
                 process.start()
         except BaseException:
             # Nothing started: close() must not try to join it.
@@ -1420,23 +1420,31 @@ _DEFERRED_SIGNALS = {signal.SIGINT, signal.SIGTERM}
 
 
 class _signals_deferred:
-    """Holds back SIGINT and SIGTERM while a worker starts.
+    """Holds back SIGINT (and, for ``fork``, SIGTERM) while a worker starts.
 
-    Both are blocked and SIGINT is ignored around ``process.start()``: a
-    disposition of SIG_IGN survives fork and exec, so a Ctrl-C that arrives
-    while a spawned worker is still importing prints no traceback there, and
-    the worker sets up its signals before it unblocks them (see
-    :func:`worker_signals`). Blocked, a signal that arrives meanwhile stays
-    pending in this process (Linux never discards a blocked signal) and is
-    delivered (``KeyboardInterrupt``, or the SIGTERM handler) once the
-    handlers are back, instead of being lost. Only possible in the main
-    thread; elsewhere a no-op.
+    SIGINT is blocked and ignored around ``process.start()``: a disposition of
+    SIG_IGN survives fork and exec, so a Ctrl-C that arrives while a spawned
+    worker is still importing prints no traceback there. Blocked, a signal
+    that arrives meanwhile stays pending in this process (Linux never
+    discards a blocked signal) and is delivered (``KeyboardInterrupt``, or
+    the SIGTERM handler) once the handlers are back, instead of being lost.
+    Under ``fork`` SIGTERM is blocked too: the child inherits this process's
+    SIGTERM handler, and a SIGTERM caught by it just before the worker
+    restores the default action would be dropped (see
+    :func:`worker_signals`, which unblocks both). A ``spawn`` or
+    ``forkserver`` worker starts with the default action, so SIGTERM ends it
+    even while it imports. Only possible in the main thread; elsewhere a
+    no-op.
     """
+
+    def __init__(self, start_method: str) -> None:
+        self._signals = ({signal.SIGINT, signal.SIGTERM} if start_method == "fork"
+                         else {signal.SIGINT})
 
     def __enter__(self) -> None:
         self._active = threading.current_thread() is threading.main_thread()
         if self._active:
-            self._mask = signal.pthread_sigmask(signal.SIG_BLOCK, _DEFERRED_SIGNALS)
+            self._mask = signal.pthread_sigmask(signal.SIG_BLOCK, self._signals)
             self._previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
 
     def __exit__(self, *exc_info) -> None:
