@@ -130,6 +130,11 @@ class RayParallelAlfEnvironment(AlfEnvironment):
         return [dict(where, envs=list(share), restarts=restarts) for share, where, restarts
                 in zip(self._shares, self._group.where, self._group.restarts)]
 
+    def actor_handles(self) -> List[Any]:
+        """The Ray actor handles, by actor index (for monitoring and fault injection)."""
+        self._check_usable()
+        return list(self._group.actors)
+
     def _reset(self) -> TimeStep:
         self._check_usable()
         for j in range(len(self._shares)):

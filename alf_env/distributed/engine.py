@@ -98,6 +98,8 @@ class ActorGroup:
             raise
 
     def _create(self, j: int) -> Any:
+        if self.restarts[j] and self.policy is not None and self.policy.actor_options:
+            self._options[j] = dict(self.policy.actor_options)
         self.actors[j] = self._cls.options(**self._options[j]).remote(
             self._factories[j], self.shares[j].start)
         return self.actors[j].start.remote()

@@ -1,7 +1,7 @@
 """The restart policy for dead actors and the error raised when there is none."""
 
 import dataclasses
-from typing import Optional, Sequence
+from typing import Any, Dict, Optional, Sequence
 
 from alf_env.errors import WorkerDiedError
 
@@ -24,9 +24,13 @@ class RestartPolicy:
             (``None``: unlimited); past it the death is raised.
         start_timeout: seconds a recreated actor may take to be placed and to
             build its envs; past it the death is raised (never a hang).
+        actor_options: ``ray.remote`` options of recreated actors (``None``:
+            those of the dead actor), e.g. without the node pin of an actor
+            whose node is gone.
     """
     max_restarts: Optional[int] = 3
     start_timeout: float = 120.0
+    actor_options: Optional[Dict[str, Any]] = None
 
     def __post_init__(self) -> None:
         if self.max_restarts is not None and self.max_restarts < 0:

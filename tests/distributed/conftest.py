@@ -135,3 +135,17 @@ def ray_cluster():
         cluster.shutdown()
         _restore_python_path(old)
     assert_no_children("Cluster.shutdown()")
+
+
+def kill_actor(ray, handle, timeout: float = 30.0) -> None:
+    """``ray.kill(handle)`` and wait until Ray reports the actor dead (the kill
+    is asynchronous: a call sent right after it could still run)."""
+    ray.kill(handle)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            ray.get(handle.ping.remote(), timeout=timeout)
+        except ray.exceptions.RayActorError:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"Ray did not report the killed actor dead within {timeout} s")

@@ -13,6 +13,7 @@ from alf_env.distributed import ActorDiedError, RayParallelAlfEnvironment, Resta
 from alf_env.environments.parallel_environment import ParallelAlfEnvironment
 from alf_env.errors import EnvironmentClosedError, EnvTimeoutError
 from tests.alf_test_envs import CountingEnv
+from tests.distributed.conftest import kill_actor
 from tests.environments.test_fast_parallel_environment import (assert_same_sequences,
                                                                random_env, run)
 
@@ -89,13 +90,13 @@ def test_killed_actor_and_the_restart_policy(ray_local):
         env.reset()
         for _ in range(3):
             env.step(torch.ones(4, dtype=torch.int64))
-        ray_local.kill(env._group.actors[0])
+        kill_actor(ray_local, env.actor_handles()[0])
         time_step = env.step(torch.ones(4, dtype=torch.int64))
         assert time_step.step_type[:2].tolist() == [StepType.FIRST] * 2
         np.testing.assert_array_equal(time_step.env_id, [0, 1, 2, 3])
         assert env.actor_info()[0]["restarts"] == 1
         env.step(torch.ones(4, dtype=torch.int64))
-        ray_local.kill(env._group.actors[0])
+        kill_actor(ray_local, env.actor_handles()[0])
         begin = time.monotonic()
         with pytest.raises(ActorDiedError, match=r"envs \[0, 1\]"):
             env.step(torch.ones(4, dtype=torch.int64))

@@ -18,7 +18,7 @@ from gymnasium.vector import AutoresetMode
 
 from alf_env.distributed import ActorDiedError, RayVectorEnv, RestartPolicy
 from alf_env.errors import EnvTimeoutError, WorkerDiedError
-from tests.distributed.conftest import KEEP_PIDS, REPO_ROOT
+from tests.distributed.conftest import KEEP_PIDS, REPO_ROOT, kill_actor
 from tests.vector_envs import FaultyEnv, assert_tree_equal, info_env
 
 # Generous: only a hang would take this long.
@@ -303,7 +303,7 @@ def test_killed_actor_raises_actor_died_error_naming_its_envs(ray_local, batch_s
     pids = pids_of(env)
     try:
         env.reset()
-        ray_local.kill(env.actor_handles()[1])
+        kill_actor(ray_local, env.actor_handles()[1])
         begin = time.monotonic()
         with pytest.raises(ActorDiedError, match=r"actor 1 .*envs \[2, 3\]") as info:
             for _ in range(2):  # async: the first recv may get actor 0
@@ -326,7 +326,7 @@ def test_restart_policy_recreates_the_actor_and_reports_it(ray_local):
     try:
         env.reset(seed=0)
         old = env.actor_info()[1]["pid"]
-        ray_local.kill(env.actor_handles()[1])
+        kill_actor(ray_local, env.actor_handles()[1])
         obs, rewards, terminated, truncated, info = env.step(np.zeros(4, np.int64))
         np.testing.assert_array_equal(info["env_restarted"], [False, False, True, True])
         np.testing.assert_array_equal(info["_env_restarted"], [False, False, True, True])
@@ -339,7 +339,7 @@ def test_restart_policy_recreates_the_actor_and_reports_it(ray_local):
         for _ in range(5):
             *_, info = env.step(np.ones(4, np.int64))
             assert "env_restarted" not in info
-        ray_local.kill(env.actor_handles()[1])  # max_restarts=1 is used up
+        kill_actor(ray_local, env.actor_handles()[1])  # max_restarts=1 is used up
         with pytest.raises(ActorDiedError, match="envs \\[2, 3\\]"):
             env.step(np.zeros(4, np.int64))
     finally:
@@ -351,7 +351,7 @@ def test_restart_during_a_call_reports_at_the_next_step(ray_local):
     with make([cartpole] * 4, batch_size=2,
               restart_policy=RestartPolicy(max_restarts=2)) as env:
         env.reset()
-        ray_local.kill(env.actor_handles()[0])
+        kill_actor(ray_local, env.actor_handles()[0])
         assert len(env.get_attr("spec")) == 4  # the call is run again on the new actor
         seen = {}
         for _ in range(4):
