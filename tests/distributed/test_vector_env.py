@@ -306,11 +306,8 @@ def test_killed_actor_raises_actor_died_error_naming_its_envs(ray_local, batch_s
         kill_actor(ray_local, env.actor_handles()[1])
         begin = time.monotonic()
         with pytest.raises(ActorDiedError, match=r"actor 1 .*envs \[2, 3\]") as info:
-            for _ in range(2):  # async: the first recv may get actor 0
-                if batch_size:
-                    env.send(np.zeros(2, np.int64), env.recv()[-1]["env_id"])
-                else:
-                    env.step(np.zeros(4, np.int64))
+            for _ in range(4):  # async: until actor 1's turn comes
+                env.step(np.zeros(batch_size or 4, np.int64))
         assert time.monotonic() - begin < PROMPT_SECONDS
         assert isinstance(info.value, WorkerDiedError) and info.value.env_ids == [2, 3]
         with pytest.raises(ActorDiedError):
