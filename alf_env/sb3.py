@@ -85,8 +85,13 @@ class FastSubprocVecEnv(VecEnv):
             picks ``"forkserver"`` where available, else ``"spawn"`` (what
             ``SubprocVecEnv`` does). With spawn and forkserver the main
             script needs an ``if __name__ == "__main__":`` guard.
-        envs_per_worker: envs hosted by one worker process; must divide
-            ``len(env_fns)``. More than one pays off with more envs than cores.
+        num_workers: worker processes, the envs spread over them evenly;
+            default: as :class:`~alf_env.vector.FastVectorEnv` (the CPUs this
+            process may use, at most one per env).
+        envs_per_worker: or envs per worker process (dividing
+            ``len(env_fns)``); ``1`` is one process per env, as
+            ``SubprocVecEnv``. Give ``num_workers`` or ``envs_per_worker``,
+            not both.
         spin_us: how long waiters spin before sleeping (-1 adaptive, 0 never).
         worker_cpus: ``None``, ``"spread"`` or CPU ids to pin the workers to
             (see :class:`~alf_env.vector.FastVectorEnv`).
@@ -97,8 +102,9 @@ class FastSubprocVecEnv(VecEnv):
     """
 
     def __init__(self, env_fns: Sequence[Callable[[], gym.Env]],
-                 start_method: Optional[str] = None, *, envs_per_worker: int = 1,
-                 spin_us: int = SPIN_ADAPTIVE, worker_cpus: WorkerCpus = None) -> None:
+                 start_method: Optional[str] = None, *, num_workers: Optional[int] = None,
+                 envs_per_worker: Optional[int] = None, spin_us: int = SPIN_ADAPTIVE,
+                 worker_cpus: WorkerCpus = None) -> None:
         env_fns = list(env_fns)
         if start_method is None:
             start_method = ("forkserver" if "forkserver" in mp.get_all_start_methods()
@@ -110,7 +116,7 @@ class FastSubprocVecEnv(VecEnv):
         self.closed = False
         self._vector_env = FastVectorEnv(
             [functools.partial(build_env, fn, i) for i, fn in enumerate(env_fns)],
-            envs_per_worker=envs_per_worker, context=start_method,
+            num_workers=num_workers, envs_per_worker=envs_per_worker, context=start_method,
             autoreset_mode=AutoresetMode.SAME_STEP, spin_us=spin_us,
             worker_cpus=worker_cpus)
         self.start_method = start_method

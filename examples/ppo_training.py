@@ -55,7 +55,7 @@ def make_vector_env(kind: str, env_id: str, num_envs: int,
     if kind == "async":
         return gym.vector.AsyncVectorEnv(fns, autoreset_mode=mode)
     if kind == "alf":
-        return FastVectorEnv(fns, autoreset_mode=mode)
+        return FastVectorEnv(fns, envs_per_worker=1, autoreset_mode=mode)
     if kind == "alf-epw":
         return FastVectorEnv(fns, envs_per_worker=envs_per_worker, autoreset_mode=mode)
     raise ValueError(f"--vector-env: expected one of {VECTOR_ENVS}, got {kind!r}")

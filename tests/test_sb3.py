@@ -101,7 +101,7 @@ def pids_gone(pids: List[int]) -> bool:
 
 
 @pytest.mark.parametrize("start_method, obs_kind, envs_per_worker", [
-    ("fork", "dict", 1), ("spawn", "tuple", 2), ("forkserver", "box", 1)])
+    ("fork", "dict", 1), ("spawn", "tuple", 2), ("forkserver", "box", None)])
 def test_same_results_as_dummy_and_subproc_vec_env(start_method, obs_kind, envs_per_worker):
     """obs, rewards, dones, infos and reset_infos over 300 steps with episode ends
     of both kinds, a re-seeded reset halfway."""
@@ -168,7 +168,7 @@ def test_seed_is_used_once_and_options_per_env():
 
 def test_attributes_methods_and_wrappers_by_index():
     fns = [lambda: Monitor(Sb3ProbeEnv()) for _ in range(3)]
-    ours, dummy = FastSubprocVecEnv(fns, "fork"), DummyVecEnv(fns)
+    ours, dummy = FastSubprocVecEnv(fns, "fork", envs_per_worker=1), DummyVecEnv(fns)
     try:
         for env in (ours, dummy):
             env.seed(0)
