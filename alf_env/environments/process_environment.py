@@ -66,6 +66,7 @@ import functools
 import inspect
 import multiprocessing
 import multiprocessing.connection
+import multiprocessing.resource_tracker
 import multiprocessing.util  # noqa: F401 -- its exit hook must be registered before ours
 import os
 import pickle
@@ -1420,36 +1421,58 @@ _DEFERRED_SIGNALS = {signal.SIGINT, signal.SIGTERM}
 
 
 class _signals_deferred:
-    """Holds back SIGINT (and, for ``fork``, SIGTERM) while a worker starts.
+    """Holds back SIGINT and SIGTERM while a worker starts.
 
-    SIGINT is blocked and ignored around ``process.start()``: a disposition of
-    SIG_IGN survives fork and exec, so a Ctrl-C that arrives while a spawned
-    worker is still importing prints no traceback there. Blocked, a signal
-    that arrives meanwhile stays pending in this process (Linux never
-    discards a blocked signal) and is delivered (``KeyboardInterrupt``, or
-    the SIGTERM handler) once the handlers are back, instead of being lost.
-    Under ``fork`` SIGTERM is blocked too: the child inherits this process's
-    SIGTERM handler, and a SIGTERM caught by it just before the worker
-    restores the default action would be dropped (see
-    :func:`worker_signals`, which unblocks both). A ``spawn`` or
-    ``forkserver`` worker starts with the default action, so SIGTERM ends it
-    even while it imports. Only possible in the main thread; elsewhere a
+    Around ``process.start()`` their handlers only record them: a Ctrl-C
+    must not interrupt ``start()`` half way (a worker could be left without
+    its parent knowing it), nor be lost (with SIG_IGN, a signal sent to the
+    process is discarded when another thread, e.g. a BLAS thread, takes it).
+    What was recorded is handed to the program's handlers once they are back
+    (a ``KeyboardInterrupt`` for the default SIGINT handler).
+
+    SIGINT is also blocked in this thread, so the worker is born with it
+    blocked (the mask survives fork and exec) until it ignores it (see
+    :func:`worker_signals`): a Ctrl-C while a spawned worker still imports
+    prints no traceback there. multiprocessing's resource tracker unblocks
+    SIGINT and SIGTERM when it starts, so it is started first. Under
+    ``fork`` SIGTERM is blocked too, as the worker inherits the recording
+    handler until it restores the default action; a ``spawn`` or
+    ``forkserver`` worker starts with the default action, so terminating one
+    that still imports ends it. Only possible in the main thread; elsewhere a
     no-op.
     """
 
     def __init__(self, start_method: str) -> None:
-        self._signals = ({signal.SIGINT, signal.SIGTERM} if start_method == "fork"
-                         else {signal.SIGINT})
+        self._start_method = start_method
+        self._blocked = ([signal.SIGINT, signal.SIGTERM] if start_method == "fork"
+                         else [signal.SIGINT])
+        self._received: List[int] = []
+
+    def _record(self, signum: int, frame: Any) -> None:
+        self._received.append(signum)
 
     def __enter__(self) -> None:
         self._active = threading.current_thread() is threading.main_thread()
-        if self._active:
-            self._mask = signal.pthread_sigmask(signal.SIG_BLOCK, self._signals)
-            self._previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        if not self._active:
+            return
+        if self._start_method != "fork":
+            multiprocessing.resource_tracker.ensure_running()
+        self._previous = {sig: signal.signal(sig, self._record)
+                          for sig in (signal.SIGINT, signal.SIGTERM)}
+        self._mask = signal.pthread_sigmask(signal.SIG_BLOCK, self._blocked)
 
     def __exit__(self, *exc_info) -> None:
-        if self._active:
+        if not self._active:
+            return
+        for sig, handler in self._previous.items():
             # None: a handler set outside Python, which cannot be restored.
-            signal.signal(signal.SIGINT, self._previous if self._previous is not None
-                          else signal.default_int_handler)
-            signal.pthread_sigmask(signal.SIG_SETMASK, self._mask)
+            if handler is None:
+                handler = signal.default_int_handler if sig == signal.SIGINT else signal.SIG_DFL
+            signal.signal(sig, handler)
+        signal.pthread_sigmask(signal.SIG_SETMASK, self._mask)
+        for sig in dict.fromkeys(self._received):
+            handler = signal.getsignal(sig)
+            if callable(handler):
+                handler(sig, None)  # e.g. raises KeyboardInterrupt
+            elif handler == signal.SIG_DFL:
+                os.kill(os.getpid(), sig)
