@@ -283,7 +283,17 @@ def test_bad_start_method_names_the_argument():
         FastSubprocVecEnv(probe_fns(2), "threads")
 
 
-def test_make_vec_env_and_evaluate_policy():
+@pytest.fixture
+def one_torch_thread():
+    """One torch thread for the tests that build SB3 models: quick on a busy machine."""
+    import torch
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_make_vec_env_and_evaluate_policy(one_torch_thread):
     results = []
     for cls, kwargs in ((FastSubprocVecEnv, {"start_method": "fork"}), (DummyVecEnv, {})):
         venv = make_vec_env("CartPole-v1", n_envs=2, seed=0, vec_env_cls=cls,
@@ -300,11 +310,8 @@ def test_make_vec_env_and_evaluate_policy():
     assert len(results[0][0]) == 4
 
 
-def test_ppo_learns_cartpole_as_with_dummy_vec_env():
+def test_ppo_learns_cartpole_as_with_dummy_vec_env(one_torch_thread):
     """Same seed, same budget: PPO reaches the same mean return on both VecEnvs."""
-    import torch
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # quick on a busy machine, and the same for both runs
     mean_returns = []
     for cls, kwargs in ((FastSubprocVecEnv, {"start_method": "fork"}), (DummyVecEnv, {})):
         venv = make_vec_env("CartPole-v1", n_envs=4, seed=0, vec_env_cls=cls,
@@ -316,7 +323,6 @@ def test_ppo_learns_cartpole_as_with_dummy_vec_env():
             mean_returns.append(np.mean([e["r"] for e in model.ep_info_buffer]))
         finally:
             venv.close()
-            torch.set_num_threads(threads)
     ours, dummy = mean_returns
     # Random play gets ~22; with this seed and budget PPO gets ~100 (last 100 episodes).
     assert ours > 60, f"mean return {ours}: PPO did not learn"
