@@ -125,13 +125,12 @@ class RayParallelAlfEnvironment(AlfEnvironment):
         return self._group.call_all("render", {0: (mode,)}, self._timeout, "render")[0]
 
     def actor_info(self) -> List[Dict[str, Any]]:
-        """Where each actor runs: ``envs``, ``node``, ``pid``, ``worker_pids``, ``restarts``."""
+        """Where each actor runs (see ``RayVectorEnv.actor_info``)."""
         self._check_usable()
-        return [dict(where, envs=list(share), restarts=restarts) for share, where, restarts
-                in zip(self._shares, self._group.where, self._group.restarts)]
+        return self._group.info()
 
     def actor_handles(self) -> List[Any]:
-        """The Ray actor handles, by actor index (for monitoring and fault injection)."""
+        """The Ray actor handles, by actor index."""
         self._check_usable()
         return list(self._group.actors)
 

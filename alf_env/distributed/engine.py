@@ -164,6 +164,12 @@ class ActorGroup:
             logging.warning("Ray did not confirm within %.0f s that %d killed actors are "
                             "gone", KILL_CONFIRM_TIMEOUT, len(pending))
 
+    def info(self) -> List[Dict[str, Any]]:
+        """Where each actor runs: ``envs``, ``node``, ``node_id``, ``pid``,
+        ``worker_pids`` and ``restarts`` (what the front ends' ``actor_info()`` return)."""
+        return [dict(where, envs=list(share), restarts=restarts)
+                for share, where, restarts in zip(self.shares, self.where, self.restarts)]
+
     # -- jobs -------------------------------------------------------------------------
 
     def post(self, j: int, method: str, *args: Any, restarted: bool = False,

@@ -259,10 +259,11 @@ class RayVectorEnv(gym.vector.VectorEnv):
         return self.get_attr("np_random_seed")
 
     def actor_info(self) -> List[Dict[str, Any]]:
-        """Where each actor runs: ``envs``, ``node``, ``pid``, ``worker_pids``, ``restarts``."""
+        """Where each actor runs: its ``envs``, ``node`` (host and IP), Ray's
+        ``node_id``, its ``pid``, the ``worker_pids`` of its env workers and
+        how many ``restarts`` it had."""
         self._assert_is_running()
-        return [dict(where, envs=list(share), restarts=restarts) for share, where, restarts
-                in zip(self.shares, self._group.where, self._group.restarts)]
+        return self._group.info()
 
     def actor_handles(self) -> List[Any]:
         """The Ray actor handles, by actor index (for monitoring and fault injection)."""
