@@ -27,7 +27,6 @@ import numpy as np
 from alf_env import _penv, nest
 from alf_env._penv import _copy_leaves
 from alf_env.environments import process_environment as pe
-from alf_env.environments.env_group import EnvGroup
 from alf_env.environments.spec_checks import time_step_count_error, time_step_leaf_error
 
 
@@ -152,7 +151,8 @@ class AlfRowsHandler:
         if callable(reset_ended):
             self.after_step = reset_ended
 
-        if isinstance(env, EnvGroup):
+        if callable(getattr(env, "step_member", None)):  # an env_group.EnvGroup
+            # (not imported here: it needs torch, which FastVectorEnv's workers never load)
             # Each member reads and writes its own rows: no slicing, no batching.
             begin, end = self.rows
             n = len(env.members)
