@@ -156,14 +156,19 @@ class EnvGroup:
 
     def close(self) -> None:
         """Closes every env (all of them, even if one raises; the first error wins)."""
-        first_error = None
-        for env in self.envs:
-            try:
-                env.close()
-            except Exception as exc:  # noqa: BLE001 -- re-raised after the others
-                first_error = first_error or exc
-        if first_error is not None:
-            raise first_error
+        close_each(self.envs)
+
+
+def close_each(envs: Sequence[Any]) -> None:
+    """Closes every env of ``envs``, even if one raises; then raises the first error."""
+    first_error = None
+    for env in envs:
+        try:
+            env.close()
+        except Exception as exc:  # noqa: BLE001 -- re-raised after the others
+            first_error = first_error or exc
+    if first_error is not None:
+        raise first_error
 
 
 class GymRowsHandler:

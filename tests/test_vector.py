@@ -39,26 +39,28 @@ def cartpole():
 
 
 def run_both(env_fns, steps, seed=0, autoreset_mode=AutoresetMode.NEXT_STEP,
-             action_seed=1, **fast_kwargs):
+             action_seed=1, check=assert_tree_equal, **fast_kwargs):
     """Steps FastVectorEnv and SyncVectorEnv side by side, asserting equal results.
 
     In DISABLED mode, envs that ended are reset with a reset_mask. Returns the
     number of episode ends seen (so tests can check that autoreset happened).
+    ``check(got, expected, path)`` compares each result.
     """
     ref = gym.vector.SyncVectorEnv(env_fns, autoreset_mode=autoreset_mode)
     env = FastVectorEnv(env_fns, autoreset_mode=autoreset_mode, **fast_kwargs)
     ends = 0
     try:
-        assert_tree_equal(env.reset(seed=seed), ref.reset(seed=seed))
+        check(env.reset(seed=seed), ref.reset(seed=seed), "reset")
         space = ref.action_space
         space.seed(action_seed)
         for t in range(steps):
             if autoreset_mode is AutoresetMode.DISABLED and ref._autoreset_envs.any():
                 options = {"reset_mask": ref._autoreset_envs.copy()}
-                assert_tree_equal(env.reset(options=dict(options)), ref.reset(options=options))
+                check(env.reset(options=dict(options)), ref.reset(options=options),
+                      f"reset_mask {t}")
             actions = space.sample()
             got, expected = env.step(actions), ref.step(actions)
-            assert_tree_equal(got, expected, f"step {t}")
+            check(got, expected, f"step {t}")
             ends += int(np.sum(expected[2] | expected[3]))
     finally:
         env.close()

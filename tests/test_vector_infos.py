@@ -15,6 +15,7 @@ from alf_env._affinity import usable_cpus
 from alf_env.vector import FastVectorEnv, plan_workers
 from alf_env.vector_infos import (PIPE, InfoDecoder, InfoEncoder, InfoLayout, add_info,
                                   signature_of)
+from tests.test_vector import run_both as vector_run_both
 from tests.test_vector_async import Trajectories, stepped_alone
 from tests.vector_envs import InfoEnv, NumericInfoEnv, assert_tree_equal
 
@@ -23,43 +24,25 @@ PATTERNS = ["fixed", "come_go", "type_change"]
 
 
 def assert_same_info(got, expected, path="info"):
-    """Like assert_tree_equal, and scalars (also inside object arrays) of the same type."""
+    """Like assert_tree_equal, and scalars (also inside object arrays) of the same
+    type, dict keys in the same order."""
     assert_tree_equal(got, expected, path)
     if isinstance(expected, dict):
         assert list(got) == list(expected), (path, list(got), list(expected))
         for key in expected:
             assert_same_info(got[key], expected[key], f"{path}[{key!r}]")
+    elif isinstance(expected, (tuple, list)):
+        for i, (x, y) in enumerate(zip(got, expected)):
+            assert_same_info(x, y, f"{path}[{i}]")
     elif isinstance(expected, np.ndarray) and expected.dtype == object:
         for i, (x, y) in enumerate(zip(got, expected)):
             assert type(x) is type(y), (f"{path}[{i}]", type(x), type(y))
 
 
-def run_both(env_fns, steps, seed=0, autoreset_mode=AutoresetMode.NEXT_STEP, **kwargs):
-    """Steps FastVectorEnv and SyncVectorEnv side by side; returns episode ends seen."""
-    ref = gym.vector.SyncVectorEnv(env_fns, autoreset_mode=autoreset_mode)
-    env = FastVectorEnv(env_fns, autoreset_mode=autoreset_mode, **kwargs)
-    ends = 0
-    try:
-        got, expected = env.reset(seed=seed), ref.reset(seed=seed)
-        assert_tree_equal(got[0], expected[0])
-        assert_same_info(got[1], expected[1], "reset info")
-        space = ref.action_space
-        space.seed(seed)
-        for t in range(steps):
-            if autoreset_mode is AutoresetMode.DISABLED and ref._autoreset_envs.any():
-                options = {"reset_mask": ref._autoreset_envs.copy()}
-                got, expected = env.reset(options=dict(options)), ref.reset(options=options)
-                assert_tree_equal(got[0], expected[0])
-                assert_same_info(got[1], expected[1], f"reset_mask info {t}")
-            actions = space.sample()
-            got, expected = env.step(actions), ref.step(actions)
-            assert_tree_equal(got[:4], expected[:4], f"step {t}")
-            assert_same_info(got[4], expected[4], f"step {t} info")
-            ends += int(np.sum(expected[2] | expected[3]))
-    finally:
-        env.close()
-        ref.close()
-    return ends
+def run_both(env_fns, steps, seed=0, **kwargs):
+    """tests.test_vector.run_both, with infos compared type for type."""
+    return vector_run_both(env_fns, steps, seed=seed, action_seed=seed,
+                           check=assert_same_info, **kwargs)
 
 
 @pytest.mark.parametrize("mode", MODES, ids=lambda m: m.name)

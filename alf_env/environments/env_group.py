@@ -29,6 +29,7 @@ from alf_env import nest
 from alf_env.data_structures import StepType, TimeStep
 from alf_env.environments.alf_environment import AlfEnvironment
 from alf_env.environments import process_environment as pe
+from alf_env.vector_worker import close_each
 
 _SPEC_METHODS = ("observation_spec", "action_spec", "reward_spec", "env_info_spec",
                  "time_step_spec")
@@ -222,14 +223,7 @@ class EnvGroup(AlfEnvironment):
         return self._members[0].render(mode)
 
     def _close(self) -> None:
-        first_error = None
-        for env in self._members:
-            try:
-                env.close()
-            except Exception as exc:  # noqa: BLE001 -- re-raised after the others
-                first_error = first_error or exc
-        if first_error is not None:
-            raise first_error
+        close_each(self._members)
 
 
 class MemberProxy:
