@@ -27,6 +27,7 @@ import numpy as np
 from alf_env import _penv, nest
 from alf_env._penv import _copy_leaves
 from alf_env.environments import process_environment as pe
+from alf_env.environments.leaf_codec import compile_nest
 from alf_env.environments.spec_checks import time_step_count_error, time_step_leaf_error
 
 
@@ -80,7 +81,7 @@ class _Rows:
     """This worker's rows of a list of fields, and how to move nests in/out."""
 
     def __init__(self, block: Any, names: Tuple[str, ...], rows: Tuple[int, int],
-                 paths: List[str], batched: bool) -> None:
+                 paths: List[str], batched: bool, spec: Any) -> None:
         begin, end = rows
         views = [block.views[name][begin:end] for name in names]
         # An unbatched env owns one row and sees it without the batch dim
@@ -88,13 +89,15 @@ class _Rows:
         self.views = views if batched else [v[0, ...] for v in views]
         self.paths = paths
         self._casts: dict = {}
+        # Flattening and packing compiled for the spec (a TimeStep field by field).
+        self._flatten, self._pack = compile_nest(spec)
 
-    def read(self, spec: Any) -> Any:
+    def read(self) -> Any:
         # Copies: the env may keep the action; the parent reuses the rows.
-        return nest.pack_sequence_as(spec, [np.array(v) for v in self.views])
+        return self._pack([np.array(v) for v in self.views])
 
     def write(self, value: Any, env_id: Any) -> None:
-        leaves = nest.flatten(value)
+        leaves = self._flatten(value)
         views = self.views
         if len(leaves) != len(views):
             raise time_step_count_error(env_id, len(leaves), self.paths)
@@ -140,12 +143,18 @@ class AlfRowsHandler:
         batched = bool(env.batched)
         self._env = env
         self._env_id = env_id
-        self._action_spec = env.action_spec()
-        action_paths = [p for p, _ in nest.flatten_with_path(self._action_spec)]
-        time_step_paths = [p for p, _ in nest.flatten_with_path(env.time_step_spec())]
-        self._actions = _Rows(block, self.action_fields, self.rows, action_paths, batched)
-        self._outputs = _Rows(block, self.time_step_fields, self.rows, time_step_paths,
-                              batched)
+        self._action_spec = action_spec = env.action_spec()
+        time_step_spec = env.time_step_spec()
+        action_paths = [p for p, _ in nest.flatten_with_path(action_spec)]
+        time_step_paths = [p for p, _ in nest.flatten_with_path(time_step_spec)]
+
+        def rows_of(rows: Tuple[int, int], batched_rows: bool) -> Tuple[_Rows, _Rows]:
+            return (_Rows(block, self.action_fields, rows, action_paths, batched_rows,
+                          action_spec),
+                    _Rows(block, self.time_step_fields, rows, time_step_paths, batched_rows,
+                          time_step_spec))
+
+        self._actions, self._outputs = rows_of(self.rows, batched)
         # An EnvGroup resets its members that ended once the step is reported.
         reset_ended = getattr(env, "reset_ended", None)
         if callable(reset_ended):
@@ -159,27 +168,23 @@ class AlfRowsHandler:
             per = (end - begin) // n
             member_batched = per > 1 or bool(env.members[0].batched)
             self._members = [
-                (_Rows(block, self.action_fields, (begin + j * per, begin + (j + 1) * per),
-                       action_paths, member_batched),
-                 _Rows(block, self.time_step_fields, (begin + j * per, begin + (j + 1) * per),
-                       time_step_paths, member_batched),
-                 (env_id or 0) + j)
+                rows_of((begin + j * per, begin + (j + 1) * per), member_batched)
+                + ((env_id or 0) + j,)
                 for j in range(n)]
             self.step, self.reset = self._step_members, self._reset_members
         return self
 
     def step(self, arg: int) -> None:
-        self._outputs.write(self._env.step(self._actions.read(self._action_spec)),
-                            self._env_id)
+        self._outputs.write(self._env.step(self._actions.read()), self._env_id)
 
     def reset(self, arg: int) -> None:
         self._outputs.write(self._env.reset(), self._env_id)
 
     def _step_members(self, arg: int) -> None:
-        group, spec = self._env, self._action_spec
+        group = self._env
         group.begin_job()
         for j, (actions, outputs, env_id) in enumerate(self._members):
-            outputs.write(group.step_member(j, actions.read(spec)), env_id)
+            outputs.write(group.step_member(j, actions.read()), env_id)
 
     def _reset_members(self, arg: int) -> None:
         group = self._env

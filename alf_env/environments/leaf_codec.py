@@ -115,11 +115,12 @@ def compile_nest(spec: Any) -> Tuple[Callable[[Any], List[Any]], Callable[[List[
     """``(flatten, pack)`` for values shaped like ``spec``, faster than ``nest``'s.
 
     A namedtuple spec (a ``TimeStep``) is taken apart field by field: a leaf
-    field directly, a nested field by ``nest``. ``flatten`` of a value whose
-    shape differs from the spec returns leaves that do not fit the spec's
-    layouts (a nest where a leaf belongs, or a different count), so
-    :meth:`LeafCodec.encode_exact` refuses them and the caller's checks name
-    the difference.
+    field directly, a nested field by ``nest``. A value of another type, or
+    with a nest where the spec has a leaf, is flattened by ``nest`` itself;
+    a nested field the spec has empty but the value has not is kept whole.
+    Either way leaves that do not fit the spec (their count, shapes or
+    dtypes) are refused by :meth:`LeafCodec.encode_exact` and named by the
+    caller's checks.
     """
     if not nest.is_nested(spec):
         return (lambda value: [value]), (lambda leaves: leaves[0])
@@ -132,10 +133,14 @@ def compile_nest(spec: Any) -> Tuple[Callable[[Any], List[Any]], Callable[[List[
     cls = type(spec)
 
     def flatten(value: Any) -> List[Any]:
+        if type(value) is not cls:
+            return nest.flatten(value)
         out: List[Any] = []
         for name, sub, count in fields:
             field = getattr(value, name)
             if sub is None:
+                if isinstance(field, (list, tuple, dict)):
+                    return nest.flatten(value)  # a nest where the spec has a leaf
                 out.append(field)
             elif count:
                 out.extend(nest.flatten(field))
