@@ -157,6 +157,8 @@ class ActorGroup:
         self._calls.clear()
 
     def _confirm_gone(self, actors: List[Any]) -> None:
+        if not actors:
+            return  # (a Ray call would start a new local Ray after ray.shutdown())
         refs = [a.where.remote() for a in actors]
         ready, pending = self._ray.wait(refs, num_returns=len(refs),
                                         timeout=KILL_CONFIRM_TIMEOUT)

@@ -401,5 +401,6 @@ def test_close_after_ray_shutdown_returns():
             "env.reset()\n"
             "ray.shutdown()\n"
             "env.close()\n"
-            "assert env.closed\n")
+            "assert env.closed\n"
+            "assert not ray.is_initialized(), 'close() started a new local Ray'\n")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO_ROOT, timeout=300)
