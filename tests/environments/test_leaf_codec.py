@@ -104,6 +104,8 @@ def test_compiled_nest_functions_match_nest_and_expose_mismatches():
     assert pack(nest.flatten(value)) == nest.pack_sequence_as(spec, nest.flatten(value))
     # What the spec does not have is kept, so that a codec refuses the leaves.
     assert len(flatten(value._replace(env_info={"extra": 5}))) == len(nest.flatten(value)) + 1
-    assert flatten(value._replace(reward={"nested": 1}))[1] == {"nested": 1}
+    odd = value._replace(reward={"nested": 1})  # a nest where the spec has a leaf
+    assert flatten(odd) == nest.flatten(odd) and len(flatten(odd)) == len(nest.flatten(value))
+    assert flatten(("not", "a", "TimeStep")) == ["not", "a", "TimeStep"]
     flatten, pack = compile_nest(TensorSpec((3,)))
     assert flatten("leaf") == ["leaf"] and pack(["leaf"]) == "leaf"
