@@ -8,7 +8,7 @@ wrapped env; a subclass overrides what it changes.
 batched environment that steps them one after another in this process.
 """
 
-from typing import Any, List, Sequence
+from typing import Any, Dict, List, Sequence
 
 import numpy as np
 
@@ -101,7 +101,34 @@ class AlfEnvironmentBaseWrapper(AlfEnvironment):
         self._env.close()
 
 
-class BatchEnvironmentWrapper(AlfEnvironment):
+class MembersSpecs:
+    """The spec accessors of an env that batches members with identical specs
+    (kept in ``self._specs``, a dict from accessor name to spec)."""
+
+    _specs: Dict[str, Any]
+
+    def observation_spec(self) -> Any:
+        """The members' observation spec."""
+        return self._specs["observation_spec"]
+
+    def action_spec(self) -> Any:
+        """The members' action spec."""
+        return self._specs["action_spec"]
+
+    def reward_spec(self) -> Any:
+        """The members' reward spec."""
+        return self._specs["reward_spec"]
+
+    def env_info_spec(self) -> Any:
+        """The members' env info spec."""
+        return self._specs["env_info_spec"]
+
+    def time_step_spec(self) -> TimeStep:
+        """The members' time step spec."""
+        return self._specs["time_step_spec"]
+
+
+class BatchEnvironmentWrapper(MembersSpecs, AlfEnvironment):
     """Batches n unbatched environments with identical specs.
 
     Row ``i`` of every output comes from ``envs[i]`` and its ``env_id`` is
@@ -155,26 +182,6 @@ class BatchEnvironmentWrapper(AlfEnvironment):
     def batch_size(self) -> int:
         """The number of member environments."""
         return len(self._envs)
-
-    def observation_spec(self) -> Any:
-        """The members' observation spec."""
-        return self._specs["observation_spec"]
-
-    def action_spec(self) -> Any:
-        """The members' action spec."""
-        return self._specs["action_spec"]
-
-    def reward_spec(self) -> Any:
-        """The members' reward spec."""
-        return self._specs["reward_spec"]
-
-    def env_info_spec(self) -> Any:
-        """The members' env info spec."""
-        return self._specs["env_info_spec"]
-
-    def time_step_spec(self) -> TimeStep:
-        """The members' time step spec."""
-        return self._specs["time_step_spec"]
 
     def seed(self, seed: int) -> None:
         """Seeds member ``i`` with ``seed * n + i`` (n = number of members)."""

@@ -28,14 +28,13 @@ import numpy as np
 from alf_env import nest
 from alf_env.data_structures import StepType, TimeStep
 from alf_env.environments.alf_environment import AlfEnvironment
+from alf_env.environments.alf_wrappers import _SPEC_METHODS, MembersSpecs
 from alf_env.environments import process_environment as pe
 from alf_env.vector_worker import close_each
 
-_SPEC_METHODS = ("observation_spec", "action_spec", "reward_spec", "env_info_spec",
-                 "time_step_spec")
 
 
-class EnvGroup(AlfEnvironment):
+class EnvGroup(MembersSpecs, AlfEnvironment):
     """The envs of one worker, batched in order (see the module docstring).
 
     Args:
@@ -94,21 +93,6 @@ class EnvGroup(AlfEnvironment):
     @property
     def batch_size(self) -> int:
         return len(self._members) * self._member_rows
-
-    def observation_spec(self) -> Any:
-        return self._specs["observation_spec"]
-
-    def action_spec(self) -> Any:
-        return self._specs["action_spec"]
-
-    def reward_spec(self) -> Any:
-        return self._specs["reward_spec"]
-
-    def env_info_spec(self) -> Any:
-        return self._specs["env_info_spec"]
-
-    def time_step_spec(self) -> TimeStep:
-        return self._specs["time_step_spec"]
 
     # -- stepping ---------------------------------------------------------------
 
