@@ -106,7 +106,7 @@ from alf_env.environments.fast_jobs import JobBoard
 from alf_env.environments.fast_worker import FastLoopSpec
 from alf_env.errors import WorkerDiedError
 from alf_env.vector_infos import (DEFAULT_INFO_BYTES, InfoDecoder, InfoLayout, Payload,
-                                  add_info, signature_of)
+                                  signature_of)
 from alf_env.vector_spaces import SpaceLayout
 from alf_env.vector_worker import (RESERVED_CALL_NAMES, RESET_DEFAULT, RESET_STAGED,
                                    EnvGroup, EnvRows, GymRowsHandler, StagedReset,
@@ -208,13 +208,12 @@ class FastVectorEnv(gym.vector.VectorEnv):
         self._state = AsyncState.DEFAULT
         self._broken: Optional[BaseException] = None
         self.is_async = self.batch_size < self.num_envs
-        self._num_workers = self.num_workers
         self._row_worker = np.concatenate([np.full(end - begin, w, dtype=np.int64)
                                            for w, (begin, end) in enumerate(self._bounds)])
         self._all_rows = slice(0, self.num_envs)
         self._all_row_list = list(range(self.num_envs))
         self._all_ids = np.arange(self.num_envs)
-        self._all_workers = list(range(self._num_workers))
+        self._all_workers = list(range(self.num_workers))
         self._in_flight: Set[int] = set()        # workers with an unreceived STEP/RESET
         self._last_ids = np.arange(0, dtype=np.int64)  # env ids of the last recv()
         self._needs_reset = np.zeros(self.num_envs, dtype=np.bool_)
@@ -271,7 +270,7 @@ class FastVectorEnv(gym.vector.VectorEnv):
 
     def _attach_workers(self, spin_us: int) -> None:
         self._block = SharedBlock(block_fields(self._obs, self._act, self.info_bytes),
-                                  num_rows=self.num_envs, num_workers=self._num_workers)
+                                  num_rows=self.num_envs, num_workers=self.num_workers)
         rows = EnvRows(self._block, self._obs, self._act)
         self._obs_views, self._act_views = rows.obs, rows.act
         self._reward, self._terminated = rows.reward, rows.terminated
@@ -279,8 +278,8 @@ class FastVectorEnv(gym.vector.VectorEnv):
         info_view = rows.info if rows.info is not None else np.zeros((self.num_envs, 0),
                                                                      np.uint8)
         self._info_decoder = InfoDecoder(info_view, rows.info_layout, self._row_worker,
-                                         self._num_workers)
-        for w in range(self._num_workers):
+                                         self.num_workers)
+        for w in range(self.num_workers):
             for lid, signature in enumerate(self._declared_infos, start=1):
                 self._info_decoder.register(w, lid, signature)
         controller = self._block.controller(spin_us, workers_pinned=self._workers_pinned)

@@ -204,7 +204,8 @@ class InfoEncoder:
         self._cache = [_EnvCache() for _ in range(num_envs)]
         self._records: Dict[int, np.ndarray] = {}
         self._warned = False
-        self._declared = [self._learn(sig) for sig in declared]
+        for signature in declared:  # layout ids 1, 2, ... (the parent numbers them alike)
+            self._learn(signature)
 
     def _learn(self, signature: Signature) -> int:
         """The id of ``signature``'s layout, learning it if new (0: it cannot be packed)."""
@@ -223,10 +224,6 @@ class InfoEncoder:
         self._layouts.append(layout)
         self._by_signature[signature] = lid
         return lid
-
-    def declared_layouts(self) -> List[Tuple[int, Signature]]:
-        """``(layout id, signature)`` of the declared layouts (known to the parent upfront)."""
-        return [(lid, self._layouts[lid].signature) for lid in self._declared if lid]
 
     def encode(self, k: int, info: Dict[Any, Any], info_view: np.ndarray, row: int,
                new_layouts: List[Tuple[int, Signature]]) -> Tuple[int, Payload]:

@@ -196,3 +196,9 @@ class StepCodecs:
     def unpack_time_step(self, record: bytes) -> Any:
         """The time step of a record (a ``TimeStep`` of numpy arrays)."""
         return self._pack_time_step(self.time_step.decode(record))
+
+    def unpack_time_steps(self, records: Sequence[bytes]) -> Tuple[Any, List[np.ndarray]]:
+        """The batched time step of several envs' records, and its leaves
+        (see :meth:`LeafCodec.decode_rows`)."""
+        leaves = self.time_step.decode_rows(records)
+        return self._pack_time_step(leaves), leaves

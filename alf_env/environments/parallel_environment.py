@@ -43,7 +43,7 @@ from alf_env import nest
 from alf_env._affinity import WorkerCpus, pin_workers, plan_worker_cpus
 from alf_env.data_structures import StepType, TimeStep
 from alf_env.environments.alf_environment import AlfEnvironment
-from alf_env.environments.leaf_codec import LeafCodec, leaf_layouts
+from alf_env.environments.leaf_codec import StepCodecs
 from alf_env.environments.process_environment import (ProcessEnvironment, close_all,
                                                       resolve_all, start_environments)
 from alf_env.environments.spec_checks import ActionChecker
@@ -228,12 +228,11 @@ class ParallelAlfEnvironment(AlfEnvironment):
         self._check_action = ActionChecker(self._action_spec, self._batch_size)
         # flatten=True: actions and time steps cross the pipes as packed records.
         self._packed = flatten and not self._FAST
-        rows = self._env_batch_size if self._env_batched else 0
-        self._action_codec = LeafCodec(leaf_layouts(self._action_spec, rows), self._env_batched)
-        self._time_step_codec = LeafCodec(leaf_layouts(self._time_step_spec, rows),
-                                          self._env_batched)
-        self._step_type_leaf = [p for p, _ in nest.flatten_with_path(
-            self._time_step_spec)].index("step_type")
+        if self._packed:
+            self._codecs = StepCodecs(self._action_spec, self._time_step_spec,
+                                      self._env_batch_size if self._env_batched else 0)
+            self._step_type_leaf = [p for p, _ in nest.flatten_with_path(
+                self._time_step_spec)].index("step_type")
 
     def _worker_env_id(self, worker: int) -> int:
         """The env id of worker ``worker`` (of its first env, when it hosts several)."""
@@ -396,35 +395,29 @@ class ParallelAlfEnvironment(AlfEnvironment):
         return env.reset_packed(blocking=False) if self._packed else env.reset(blocking=False)
 
     def _do_step(self, action: Any) -> TimeStep:
-        if self._packed:
-            return self._do_packed_step(action)
-        action = self._check_action(action)
-        b = self._env_batch_size
-        promises = dict(self._slots.fresh_slots)
-        self._slots.fresh_slots.clear()
-        for slot, env_index in enumerate(self._slots.slot_env):
-            if slot in promises:
-                continue
-            rows = slice(slot * b, (slot + 1) * b)
-            env_action = nest.map_structure(
-                (lambda a: a[rows]) if self._env_batched else (lambda a: a[slot]), action)
-            promises[slot] = self._now_or_later(
-                self._envs[env_index].step(env_action, blocking=False))
-        return self._finish(self._resolve(
-            [promises[slot] for slot in range(self._slots.num_slots)], "step"))
+        num_slots = self._slots.num_slots
+        if self._packed:  # one packed record per slot (no pickled arrays)
+            records = self._codecs.action.encode_rows(self._check_action.flat(action),
+                                                      num_slots)
 
-    def _do_packed_step(self, action: Any) -> TimeStep:
-        """``_do_step`` with packed records (``flatten=True``): no pickled arrays."""
-        records = self._action_codec.encode_rows(self._check_action.flat(action),
-                                                 self._slots.num_slots)
+            def send(slot: int, env: ProcessEnvironment) -> Any:
+                return env.step_packed(records[slot], blocking=False)
+        else:
+            action = self._check_action(action)
+            b = self._env_batch_size
+
+            def send(slot: int, env: ProcessEnvironment) -> Any:
+                rows = slice(slot * b, (slot + 1) * b)
+                env_action = nest.map_structure(
+                    (lambda a: a[rows]) if self._env_batched else (lambda a: a[slot]), action)
+                return env.step(env_action, blocking=False)
         promises = dict(self._slots.fresh_slots)
         self._slots.fresh_slots.clear()
         for slot, env_index in enumerate(self._slots.slot_env):
             if slot not in promises:
-                promises[slot] = self._now_or_later(
-                    self._envs[env_index].step_packed(records[slot], blocking=False))
+                promises[slot] = self._now_or_later(send(slot, self._envs[env_index]))
         return self._finish(self._resolve(
-            [promises[slot] for slot in range(self._slots.num_slots)], "step"))
+            [promises[slot] for slot in range(num_slots)], "step"))
 
     def _finish(self, results: List[Any]) -> TimeStep:
         """Batches the slots' time steps; ended slots go to spares or reset at once."""
@@ -446,10 +439,10 @@ class ParallelAlfEnvironment(AlfEnvironment):
         step type of each slot (unbatched envs; spares and background resets
         only apply to those)."""
         if self._packed:
-            leaves = self._time_step_codec.decode_rows(results)
-            batched = nest.pack_sequence_as(self._time_step_spec, leaves)
-            return batched, leaves[self._step_type_leaf]
-        combine = np.concatenate if self._env_batched else np.stack
-        batched = nest.map_structure(lambda *xs: combine(xs), *results)
-        step_types = np.asarray(batched.step_type)
+            batched, leaves = self._codecs.unpack_time_steps(results)
+            step_types = leaves[self._step_type_leaf]
+        else:
+            combine = np.concatenate if self._env_batched else np.stack
+            batched = nest.map_structure(lambda *xs: combine(xs), *results)
+            step_types = np.asarray(batched.step_type)
         return batched, (step_types if not self._env_batched else np.zeros(0, np.int32))
