@@ -239,7 +239,7 @@ class FastVectorEnv(gym.vector.VectorEnv):
         self._workers = [
             pe.ProcessEnvironment(
                 functools.partial(EnvGroup, self.env_fns[begin:end]),
-                env_id=begin, fast=True, num_envs=self.num_envs,
+                env_id=begin, hosted_envs=end - begin, fast=True, num_envs=self.num_envs,
                 torch_num_threads_per_env=None, start_method=context,
                 name=f"alf_env-vector-{w}")
             for w, (begin, end) in enumerate(self._bounds)]
@@ -650,11 +650,9 @@ class FastVectorEnv(gym.vector.VectorEnv):
         try:
             return fn()
         except WorkerDiedError as exc:
-            self._broken = self._whole_worker(exc)
+            self._broken = exc
             self._state = AsyncState.DEFAULT
-            if self._broken is exc:
-                raise
-            raise self._broken from None
+            raise
         except pe.EnvTimeoutError:
             raise
         except BaseException:
@@ -767,7 +765,7 @@ class FastVectorEnv(gym.vector.VectorEnv):
             self._in_flight.difference_update(errors)
             error = next(iter(errors.values()))
             if isinstance(error, WorkerDiedError):
-                error = self._broken = self._whole_worker(error)
+                self._broken = error
             raise error
         self._in_flight.difference_update(workers)
         ids = np.asarray([i for w in workers for i in range(*self._bounds[w])], dtype=np.int64)
@@ -809,20 +807,8 @@ class FastVectorEnv(gym.vector.VectorEnv):
         try:
             return pe.resolve_all(promises, timeout, during)
         except WorkerDiedError as exc:
-            self._broken = self._whole_worker(exc)
-            if self._broken is exc:
-                raise
-            raise self._broken from None
-
-    def _whole_worker(self, exc: WorkerDiedError) -> WorkerDiedError:
-        """``exc``, naming every env its worker held (a worker of several envs)."""
-        if exc.env_id is None or len(exc.env_ids) > 1 or not 0 <= exc.env_id < self.num_envs:
-            return exc
-        begin, end = self._bounds[int(self._row_worker[exc.env_id])]
-        if end - begin == 1:
-            return exc
-        return WorkerDiedError(exc.env_id, exc.exitcode, exc.during,
-                               env_ids=list(range(begin, end)))
+            self._broken = exc
+            raise
 
 
 def _check_arguments(env_fns: List[Any], batch_size: int, context: str,

@@ -28,7 +28,8 @@ class Failure:
         local = _local_env_id(exc)
         if isinstance(exc, WorkerDiedError) and local is not None:
             # A dead env worker of the actor: the same error, naming the front end's id.
-            exc = WorkerDiedError(local + offset, exc.exitcode, exc.during)
+            exc = WorkerDiedError(local + offset, exc.exitcode, exc.during,
+                                  env_ids=[i + offset for i in exc.env_ids])
         self.remote = RemoteException(exc, None if local is None else local + offset, during)
         if self.remote.exception is not None and getattr(exc, "__notes__", None):
             exc.__notes__ = []  # they name the local env id; to_exception names the global one

@@ -54,7 +54,6 @@ from alf_env.environments.env_group import EnvGroup, MemberProxy
 from alf_env.environments.fast_jobs import JobBoard
 from alf_env.environments.fast_worker import AlfRowsHandler, FastLoopSpec
 from alf_env.environments.parallel_environment import ParallelAlfEnvironment
-from alf_env.errors import WorkerDiedError
 
 try:
     from alf_env import _penv
@@ -173,17 +172,6 @@ class FastParallelEnvironment(ParallelAlfEnvironment):
             [env.call("call_each", name, args, kwargs) for env in self._envs],
             f"call of {name!r}"))
         return [value for group in groups for value in group]
-
-    def _guarded(self, fn: Callable[[], Any]) -> Any:
-        try:
-            return super()._guarded(fn)
-        except WorkerDiedError as exc:
-            if self._group_size == 1 or len(exc.env_ids) > 1 or exc.env_id is None:
-                raise
-            first = exc.env_id - exc.env_id % self._group_size
-            self._broken = WorkerDiedError(exc.env_id, exc.exitcode, exc.during,
-                                           env_ids=range(first, first + self._group_size))
-            raise self._broken from None
 
     def _attach_workers(self, spin_us: int) -> None:
         b = self._env_batch_size

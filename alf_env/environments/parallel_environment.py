@@ -192,6 +192,7 @@ class ParallelAlfEnvironment(AlfEnvironment):
         self._envs = [
             ProcessEnvironment(ctor, env_id=self._worker_env_id(i), flatten=flatten,
                                fast=self._FAST,
+                               hosted_envs=self._worker_env_id(i + 1) - self._worker_env_id(i),
                                num_envs=self._worker_env_id(num_envs),  # ids below this
                                torch_num_threads_per_env=torch_num_threads_per_env,
                                start_method=start_method)

@@ -765,6 +765,8 @@ class ProcessEnvironment:
             :meth:`start_fast_loop`).
         num_envs: number of envs sharing the native region (``fast`` only;
             ``env_id`` must be below it).
+        hosted_envs: how many envs the worker hosts (ids ``env_id`` to
+            ``env_id + hosted_envs - 1``); a ``WorkerDiedError`` names them all.
         torch_num_threads_per_env: ``torch.set_num_threads`` in the worker
             (``None`` leaves torch alone and does not import it).
         start_method: ``"fork"``, ``"spawn"`` or ``"forkserver"``.
@@ -775,7 +777,7 @@ class ProcessEnvironment:
                  env_id: Optional[int] = None, flatten: bool = False,
                  fast: bool = False, num_envs: int = 0,
                  torch_num_threads_per_env: Optional[int] = 1,
-                 start_method: str = "fork", name: str = "") -> None:
+                 start_method: str = "fork", name: str = "", hosted_envs: int = 1) -> None:
         if start_method not in START_METHODS:
             raise ValueError(f"start_method: expected one of {START_METHODS}, "
                              f"got {start_method!r}")
@@ -788,6 +790,8 @@ class ProcessEnvironment:
         self._fast = fast
         self._env_constructor = env_constructor
         self._env_id = env_id
+        self._hosted_env_ids = (None if env_id is None
+                                else list(range(env_id, env_id + hosted_envs)))
         self._flatten = flatten
         self._num_envs = num_envs
         self._torch_num_threads = torch_num_threads_per_env
@@ -1284,7 +1288,8 @@ class ProcessEnvironment:
     def _died(self, during: str) -> WorkerDiedError:
         """Records that the worker is gone and returns the error to raise."""
         self._process.join(CLOSE_KILL_TIMEOUT)
-        self._death = WorkerDiedError(self._env_id, self._process.exitcode, during)
+        self._death = WorkerDiedError(self._env_id, self._process.exitcode, during,
+                                      env_ids=self._hosted_env_ids)
         self._state = _State.DEAD
         return self._death
 
