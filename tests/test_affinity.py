@@ -6,7 +6,7 @@ import os
 import psutil
 import pytest
 
-from alf_env._affinity import pin_workers, plan_worker_cpus, usable_cpus
+from alf_env.control_plane.affinity import pin_workers, plan_worker_cpus, usable_cpus
 from alf_env.environments.alf_gym_wrapper import AlfGymWrapper
 from alf_env.environments.fast_parallel_environment import FastParallelEnvironment
 from alf_env.environments.parallel_environment import ParallelAlfEnvironment

@@ -1,4 +1,4 @@
-"""FastVectorEnv's infos through shared memory (alf_env.vector_infos) and the
+"""FastVectorEnv's infos through shared memory (alf_env.data_plane.info_codec) and the
 spreading of envs over workers (num_workers): value for value what gymnasium's
 SyncVectorEnv returns, and no pipe message per step for numeric infos."""
 
@@ -10,10 +10,10 @@ import psutil
 import pytest
 from gymnasium.vector import AutoresetMode
 
-from alf_env import vector_infos
-from alf_env._affinity import usable_cpus
+from alf_env.data_plane import info_codec as vector_infos
+from alf_env.control_plane.affinity import usable_cpus
 from alf_env.vector import FastVectorEnv, plan_workers
-from alf_env.vector_infos import (PIPE, InfoDecoder, InfoEncoder, InfoLayout, add_info,
+from alf_env.data_plane.info_codec import (PIPE, InfoDecoder, InfoEncoder, InfoLayout, add_info,
                                   signature_of)
 from tests.test_vector import run_both as vector_run_both
 from tests.test_vector_async import Trajectories, stepped_alone

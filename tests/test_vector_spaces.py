@@ -1,11 +1,11 @@
-"""alf_env.vector_spaces: gymnasium spaces <-> shared-memory fields, without processes."""
+"""alf_env.data_plane.space_layout: gymnasium spaces <-> shared-memory fields, without processes."""
 
 import numpy as np
 import pytest
 from gymnasium import spaces
 from gymnasium.vector.utils import concatenate, create_empty_array
 
-from alf_env.vector_spaces import SpaceLayout
+from alf_env.data_plane.space_layout import SpaceLayout
 from tests.vector_envs import assert_tree_equal
 
 NUM_ROWS = 4

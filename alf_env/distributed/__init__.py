@@ -1,34 +1,3 @@
-"""alf_env's batched environments with their workers on a Ray cluster.
+"""Re-export (public import path): the Ray front ends live in :mod:`alf_env.front_ends.ray`."""
 
-``RayVectorEnv`` (a ``gymnasium.vector.VectorEnv``) and
-``RayParallelAlfEnvironment`` (the ``ParallelAlfEnvironment`` contract) split
-their envs over Ray actors; each actor steps its share in a local
-:class:`~alf_env.vector.FastVectorEnv` (or
-:class:`~alf_env.environments.fast_parallel_environment.FastParallelEnvironment`),
-so one Ray round trip carries a whole batch. See ``docs/distributed.rst``.
-
-Ray is optional (``pip install alf_env[ray]``): this package imports it only
-when an environment is built, so ``import alf_env.distributed`` works without it.
-"""
-
-import importlib
-from typing import Any
-
-__all__ = ["RayVectorEnv", "RayParallelAlfEnvironment", "RestartPolicy", "ActorDiedError"]
-
-_LAZY = {
-    "RayVectorEnv": "alf_env.distributed.vector_env",
-    "RayParallelAlfEnvironment": "alf_env.distributed.alf",
-    "RestartPolicy": "alf_env.distributed.restart",
-    "ActorDiedError": "alf_env.distributed.restart",
-}
-
-
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'alf_env.distributed' has no attribute {name!r}")
-
-
-def __dir__() -> list:
-    return sorted(list(globals()) + __all__)
+from alf_env.front_ends.ray import __all__, __dir__, __getattr__  # noqa: F401

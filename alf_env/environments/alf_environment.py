@@ -163,7 +163,7 @@ class AlfEnvironment(abc.ABC):
 
         ALF's trainer calls ``env.sync_progress()`` on any env; batched envs
         forward ``progress`` to their members (see
-        :meth:`~alf_env.environments.process_environment.ProcessEnvironment.sync_progress`).
+        :meth:`~alf_env.control_plane.process_environment.ProcessEnvironment.sync_progress`).
         Override it in an env whose behaviour follows training progress.
         """
 

@@ -1,4 +1,4 @@
-"""Several envs per worker in FastParallelEnvironment (alf_env.environments.env_group):
+"""Several envs per worker in FastParallelEnvironment (alf_env.front_ends.alf.env_group):
 the same time steps as one env per worker and as the pipe path, per-env handles,
 errors that name the env, and member resets that overlap the trainer."""
 
@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 import torch
 
-from alf_env._affinity import usable_cpus
-from alf_env.environments.env_group import EnvGroup, MemberProxy
+from alf_env.control_plane.affinity import usable_cpus
+from alf_env.front_ends.alf.env_group import EnvGroup, MemberProxy
 from alf_env.environments.fast_parallel_environment import (FastParallelEnvironment,
                                                             plan_group_size)
 from alf_env.environments.parallel_environment import ParallelAlfEnvironment

@@ -171,7 +171,7 @@ def _interrupt(*_):
 
 
 def test_signal_interrupts_a_hung_step_and_close_is_bounded(monkeypatch):
-    from alf_env.environments import process_environment
+    from alf_env.control_plane import process_environment
     monkeypatch.setattr(process_environment, "CLOSE_POLITE_TIMEOUT", 0.5)
     ctors = [functools.partial(CountingEnv, env_id=i) for i in range(2)]
     ctors[1] = functools.partial(CountingEnv, env_id=1, fault="hang", fault_phase="step",

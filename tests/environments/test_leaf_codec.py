@@ -1,10 +1,10 @@
-"""alf_env.environments.leaf_codec: the packed records of the pipe path's steps."""
+"""alf_env.control_plane.leaf_codec: the packed records of the pipe path's steps."""
 
 import numpy as np
 import pytest
 import torch
 
-from alf_env.environments.leaf_codec import LeafCodec, leaf_layouts
+from alf_env.control_plane.leaf_codec import LeafCodec, leaf_layouts
 from alf_env.tensor_specs import BoundedTensorSpec, TensorSpec
 
 LAYOUTS = [((), np.dtype(np.int32)), ((3,), np.dtype(np.float32)), ((2, 2), np.dtype(np.uint8))]
@@ -93,7 +93,7 @@ def test_process_environment_steps_exact_actions_as_packed_records():
 def test_compiled_nest_functions_match_nest_and_expose_mismatches():
     from alf_env import nest
     from alf_env.data_structures import TimeStep
-    from alf_env.environments.leaf_codec import compile_nest
+    from alf_env.control_plane.leaf_codec import compile_nest
 
     spec = TimeStep(step_type=TensorSpec(()), reward=TensorSpec(()), observation={
         "a": TensorSpec((2,)), "b": (TensorSpec(()),)}, env_info={}, untransformed=())

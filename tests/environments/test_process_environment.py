@@ -11,7 +11,7 @@ import numpy as np
 import psutil
 import pytest
 
-from alf_env.environments import process_environment
+from alf_env.control_plane import process_environment
 from alf_env.environments.process_environment import MessageType, ProcessEnvironment
 from alf_env.errors import (EnvironmentClosedError, EnvironmentProcessError,
                             EnvTimeoutError, WorkerDiedError)

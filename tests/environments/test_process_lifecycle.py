@@ -21,7 +21,7 @@ import psutil
 import pytest
 import torch
 
-from alf_env.environments import process_environment as pe
+from alf_env.control_plane import process_environment as pe
 from alf_env.environments.fast_parallel_environment import FastParallelEnvironment
 from alf_env.environments.parallel_environment import ParallelAlfEnvironment
 from alf_env.environments.process_environment import ProcessEnvironment

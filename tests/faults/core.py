@@ -40,7 +40,7 @@ import pytest
 import torch
 from gymnasium import spaces
 
-from alf_env.environments import process_environment
+from alf_env.control_plane import process_environment
 from alf_env.environments.alf_wrappers import BatchEnvironmentWrapper
 from alf_env.environments.process_environment import ProcessEnvironment
 from alf_env.errors import EnvironmentProcessError, EnvTimeoutError, WorkerDiedError

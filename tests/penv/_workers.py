@@ -17,7 +17,7 @@ import signal
 import time
 
 from alf_env import _penv
-from alf_env._shared import JobStatus, JobType
+from alf_env.data_plane.shared_block import JobStatus, JobType
 
 DELAY_BITS = 20
 DELAY_MASK = (1 << DELAY_BITS) - 1

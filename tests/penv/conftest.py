@@ -7,7 +7,7 @@ from typing import Callable, List
 import numpy as np
 import pytest
 
-from alf_env._shared import JobType, SharedBlock, WaitStatus
+from alf_env.data_plane.shared_block import JobType, SharedBlock, WaitStatus
 
 from . import _workers
 

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from alf_env._shared import JobType, WaitStatus
+from alf_env.data_plane.shared_block import JobType, WaitStatus
 
 from . import _workers
 from .conftest import close_workers, make_block

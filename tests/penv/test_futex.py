@@ -9,7 +9,7 @@ import pytest
 
 from alf_env import _penv
 from alf_env._penv import _testing
-from alf_env._shared import JobType, SharedBlock
+from alf_env.data_plane.shared_block import JobType, SharedBlock
 
 from . import _workers
 from .conftest import start_job_workers

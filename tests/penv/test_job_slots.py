@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from alf_env import _penv
-from alf_env._shared import JobStatus, JobType, SharedBlock, WaitStatus
+from alf_env.data_plane.shared_block import JobStatus, JobType, SharedBlock, WaitStatus
 
 
 def _engine(num_workers):

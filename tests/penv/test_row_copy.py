@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from alf_env import _penv
-from alf_env._shared import SharedBlock
+from alf_env.data_plane.shared_block import SharedBlock
 
 
 def test_copies_exact_arrays_into_row_views():

@@ -9,7 +9,7 @@ from multiprocessing import forkserver, resource_tracker
 import numpy as np
 import pytest
 
-from alf_env._shared import JobType, SharedBlock, WaitStatus
+from alf_env.data_plane.shared_block import JobType, SharedBlock, WaitStatus
 
 from . import _workers
 from .conftest import close_workers, make_block, start_job_workers

@@ -10,7 +10,7 @@ import time
 import numpy as np
 import pytest
 
-from alf_env._shared import JobType, WaitStatus
+from alf_env.data_plane.shared_block import JobType, WaitStatus
 
 from . import _workers
 from .conftest import close_workers, make_block, start_job_workers

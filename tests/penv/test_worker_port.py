@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from alf_env._shared import JobStatus, JobType, SharedBlock, WaitStatus
+from alf_env.data_plane.shared_block import JobStatus, JobType, SharedBlock, WaitStatus
 
 
 def _block(num_workers=1):

@@ -26,8 +26,8 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set
 import numpy as np
 from absl import logging
 
-from alf_env._shared import JobType, WaitStatus
-from alf_env.environments import process_environment as pe
+from alf_env.data_plane.shared_block import JobType, WaitStatus
+from alf_env.control_plane import process_environment as pe
 
 
 # on_ok(workers): called with the workers whose jobs just finished OK (see

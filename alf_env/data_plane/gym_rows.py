@@ -8,7 +8,7 @@ native loop, a :class:`GymRowsHandler` that runs STEP and RESET jobs:
   auto-resets it as the autoreset mode says (exactly like ``SyncVectorEnv``),
   and writes observation, reward, terminated and truncated into the env's rows;
 * the fixed-size part of each env's info dict goes into the env's info area
-  (:class:`~alf_env.vector_infos.InfoEncoder`), the id of its layout into the
+  (:class:`~alf_env.data_plane.info_codec.InfoEncoder`), the id of its layout into the
   env's ``info_layout`` row;
 * whatever has no fixed size - info values that do not fit a layout, the
   observation leaves of spaces such as Graph and Sequence - and the
@@ -37,9 +37,9 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import gymnasium as gym
 import numpy as np
 
-from alf_env.environments import process_environment as pe
-from alf_env.vector_infos import InfoEncoder, Signature
-from alf_env.vector_spaces import FieldSpec, SpaceLayout
+from alf_env.control_plane import process_environment as pe
+from alf_env.data_plane.info_codec import InfoEncoder, Signature
+from alf_env.data_plane.space_layout import FieldSpec, SpaceLayout
 
 # Arguments of RESET jobs.
 RESET_DEFAULT = 0   # every env, no seed, no options

@@ -16,7 +16,7 @@ actors to finish, with ``info["env_id"]``, while the others keep stepping.
 
 The state machine, the errors and the seeding are FastVectorEnv's (see
 :mod:`alf_env.vector`); actor deaths and restarts are handled by
-:class:`~alf_env.distributed.engine.ActorGroup`.
+:class:`~alf_env.front_ends.ray.engine.ActorGroup`.
 """
 
 import functools
@@ -29,16 +29,16 @@ from gymnasium.error import AlreadyPendingCallError, NoAsyncCallError
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 
-from alf_env.distributed.actor import Failure
-from alf_env.distributed.batching import concat_arrays, concat_batches, merge_infos, split_batch
-from alf_env.distributed.engine import (ActorGroup, ActorOptions, Job, options_per_actor,
+from alf_env.front_ends.ray.actor import Failure
+from alf_env.front_ends.ray.batching import concat_arrays, concat_batches, merge_infos, split_batch
+from alf_env.front_ends.ray.engine import (ActorGroup, ActorOptions, Job, options_per_actor,
                                         raise_first_failure)
-from alf_env.distributed.hosts import GymHost
-from alf_env.distributed.shares import actors_of, plan_shares
-from alf_env.distributed.restart import RestartPolicy
+from alf_env.front_ends.ray.hosts import GymHost
+from alf_env.front_ends.ray.shares import actors_of, plan_shares
+from alf_env.front_ends.ray.restart import RestartPolicy
 from alf_env.errors import EnvTimeoutError
-from alf_env.vector import ENV_ID_DTYPE, AsyncState, FastVectorEnv
-from alf_env.vector_spaces import SpaceLayout
+from alf_env.front_ends.gym.vector_env import ENV_ID_DTYPE, AsyncState, FastVectorEnv
+from alf_env.data_plane.space_layout import SpaceLayout
 
 __all__ = ["RayVectorEnv"]
 
@@ -61,7 +61,7 @@ class RayVectorEnv(gym.vector.VectorEnv):
             equal shares and a multiple of the share.
         actor_options: ``ray.remote`` options, one dict for every actor or
             a list of one per actor (default ``DEFAULT_ACTOR_OPTIONS`` of
-            :mod:`~alf_env.distributed.engine`: 1 CPU, SPREAD). Reserve what
+            :mod:`~alf_env.front_ends.ray.engine`: 1 CPU, SPREAD). Reserve what
             an actor's env workers use (e.g. ``{"num_cpus": 8}``) so Ray
             places one actor per machine; ``{"num_cpus": 0}`` fits anywhere;
             a ``scheduling_strategy`` per actor pins actors to nodes.

@@ -1,13 +1,13 @@
 """``ActorGroup``: the Ray actors of one distributed env, their jobs and their deaths.
 
-Both front ends (:mod:`~alf_env.distributed.vector_env` and
-:mod:`~alf_env.distributed.alf`) run on it. Actor ``j`` hosts the envs
+Both front ends (:mod:`~alf_env.front_ends.ray.vector_env` and
+:mod:`~alf_env.front_ends.ray.alf`) run on it. Actor ``j`` hosts the envs
 ``shares[j]``; at most one job (a method call of the hosted env) per actor is
 in flight, as an ``ObjectRef``. :meth:`ActorGroup.collect` waits for the
 first jobs to finish with ``ray.wait``, so a wait is bounded by its
 ``timeout``, and an actor or node that dies is seen as soon as Ray reports it
-(a ``RayActorError``) and raises :class:`~alf_env.distributed.restart.ActorDiedError`,
-or, under a :class:`~alf_env.distributed.restart.RestartPolicy`, is recreated
+(a ``RayActorError``) and raises :class:`~alf_env.front_ends.ray.restart.ActorDiedError`,
+or, under a :class:`~alf_env.front_ends.ray.restart.RestartPolicy`, is recreated
 in place.
 """
 
@@ -17,9 +17,9 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple, Un
 
 from absl import logging
 
-from alf_env.distributed._ray import ensure_initialized, is_death
-from alf_env.distributed.actor import Failure, actor_class
-from alf_env.distributed.restart import ActorDiedError, RestartPolicy
+from alf_env.front_ends.ray._ray import ensure_initialized, is_death
+from alf_env.front_ends.ray.actor import Failure, actor_class
+from alf_env.front_ends.ray.restart import ActorDiedError, RestartPolicy
 from alf_env.errors import EnvironmentProcessError, EnvTimeoutError, WorkerDiedError
 
 #: ``ray.remote`` options of every actor when ``actor_options`` is ``None``.
@@ -192,7 +192,7 @@ class ActorGroup:
 
         Returns:
             ``(actor, job, value)`` in completion order; a value may be a
-            :class:`~alf_env.distributed.actor.Failure` (the caller raises it
+            :class:`~alf_env.front_ends.ray.actor.Failure` (the caller raises it
             once the others are in, keeping every actor in step).
 
         Raises:

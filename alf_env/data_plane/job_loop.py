@@ -26,9 +26,9 @@ import numpy as np
 
 from alf_env import _penv, nest
 from alf_env._penv import _copy_leaves
-from alf_env.environments import process_environment as pe
-from alf_env.environments.leaf_codec import compile_nest
-from alf_env.environments.spec_checks import time_step_count_error, time_step_leaf_error
+from alf_env.control_plane import process_environment as pe
+from alf_env.control_plane.leaf_codec import compile_nest
+from alf_env.control_plane.spec_checks import time_step_count_error, time_step_leaf_error
 
 
 class JobHandler(Protocol):
@@ -57,7 +57,7 @@ class FastLoopSpec(NamedTuple):
     """What a worker needs to join the shared region (sent with FAST_LOOP).
 
     Attributes:
-        block: the ``SharedBlock`` (pickled with its fd, see ``alf_env._shared``).
+        block: the ``SharedBlock`` (pickled with its fd, see ``alf_env.data_plane.shared_block``).
         worker_index: this worker's job slot.
         spin_us: the waiting policy (-1: adaptive, 0: never spin).
         make_handler: builds this worker's :class:`JobHandler`.

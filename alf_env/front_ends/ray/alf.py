@@ -1,7 +1,7 @@
 """``RayParallelAlfEnvironment``: the ``ParallelAlfEnvironment`` contract on Ray actors.
 
-A thin layer on the engine of :class:`~alf_env.distributed.vector_env.RayVectorEnv`
-(:class:`~alf_env.distributed.engine.ActorGroup`): actor ``j`` hosts its
+A thin layer on the engine of :class:`~alf_env.front_ends.ray.vector_env.RayVectorEnv`
+(:class:`~alf_env.front_ends.ray.engine.ActorGroup`): actor ``j`` hosts its
 share of the env constructors in a local
 :class:`~alf_env.environments.fast_parallel_environment.FastParallelEnvironment`
 and returns numpy time steps; this front end checks and splits the action,
@@ -20,13 +20,13 @@ import torch
 
 from alf_env import nest
 from alf_env.data_structures import TimeStep
-from alf_env.distributed.engine import (ActorGroup, ActorOptions, Job, options_per_actor,
+from alf_env.front_ends.ray.engine import (ActorGroup, ActorOptions, Job, options_per_actor,
                                         raise_first_failure)
-from alf_env.distributed.hosts import AlfHost
-from alf_env.distributed.shares import plan_shares
-from alf_env.distributed.restart import RestartPolicy
+from alf_env.front_ends.ray.hosts import AlfHost
+from alf_env.front_ends.ray.shares import plan_shares
+from alf_env.front_ends.ray.restart import RestartPolicy
 from alf_env.environments.alf_environment import AlfEnvironment
-from alf_env.environments.spec_checks import ActionChecker
+from alf_env.control_plane.spec_checks import ActionChecker
 from alf_env.errors import EnvTimeoutError
 
 __all__ = ["RayParallelAlfEnvironment"]

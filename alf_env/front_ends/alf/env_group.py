@@ -29,8 +29,8 @@ from alf_env import nest
 from alf_env.data_structures import StepType, TimeStep
 from alf_env.environments.alf_environment import AlfEnvironment
 from alf_env.environments.alf_wrappers import _SPEC_METHODS, MembersSpecs
-from alf_env.environments import process_environment as pe
-from alf_env.vector_worker import close_each
+from alf_env.control_plane import process_environment as pe
+from alf_env.data_plane.gym_rows import close_each
 
 
 

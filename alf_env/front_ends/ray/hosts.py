@@ -1,6 +1,6 @@
 """What an actor hosts: a local batched env over its share of the envs.
 
-These objects are built inside the actors (by :class:`~alf_env.distributed.actor.EnvActor`)
+These objects are built inside the actors (by :class:`~alf_env.front_ends.ray.actor.EnvActor`)
 and called through ``EnvActor.run``; they return plain numpy data, which Ray
 moves without copying more than once.
 """
@@ -11,7 +11,7 @@ import gymnasium as gym
 import numpy as np
 
 from alf_env import nest
-from alf_env.vector import FastVectorEnv
+from alf_env.front_ends.gym.vector_env import FastVectorEnv
 
 
 class GymHost:
@@ -57,7 +57,7 @@ class AlfHost:
 
     def __init__(self, ctors: List[Callable[..., Any]], env_kwargs: Dict[str, Any]) -> None:
         # pylint: disable=import-outside-toplevel
-        from alf_env.environments.fast_parallel_environment import FastParallelEnvironment
+        from alf_env.front_ends.alf.fast_parallel_environment import FastParallelEnvironment
         self.env = FastParallelEnvironment(ctors, **env_kwargs)
 
     def describe(self) -> tuple:

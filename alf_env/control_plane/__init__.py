@@ -1,0 +1,1 @@
+"""The control plane: worker processes, the pipe protocol, start and shutdown."""

@@ -1,0 +1,1 @@
+"""The data plane: the shared block, the job board and the workers' job loop."""

@@ -1,0 +1,1 @@
+"""The front ends, each thin over the control and data planes."""

@@ -1,0 +1,1 @@
+"""The ALF front ends: ParallelAlfEnvironment, FastParallelEnvironment, create_environment."""

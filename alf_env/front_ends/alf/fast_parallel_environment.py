@@ -1,0 +1,361 @@
+"""Batched environments in worker processes, stepped through shared memory.
+
+Design
+------
+:class:`FastParallelEnvironment` has the arguments and the results of
+:class:`~alf_env.environments.parallel_environment.ParallelAlfEnvironment` (the
+reference path it is tested against, value by value) but moves the hot path
+out of the pipes:
+
+* **Fixed-size data through shared memory.** One ``SharedBlock`` (a memfd
+  region, see :mod:`alf_env.data_plane.shared_block`) holds, for every leaf of the flattened
+  action spec and time step spec, an array of ``num_envs * env_batch_size``
+  rows. Worker ``i`` owns rows ``[i * b, (i + 1) * b)``. The parent writes
+  actions into the rows of the envs it steps, posts a STEP job to their job
+  slots and waits for their completions (one native call that releases the
+  GIL); the workers write their time steps into their own rows.
+* **Variable-size data through the pipe.** Everything else (spec queries,
+  ``seed``, ``render``, any ``call``, errors with their tracebacks) keeps
+  using the enum-typed pipe protocol of ``ProcessEnvironment``: after each
+  pipe request the parent posts a CALL job so the worker, parked in its
+  native loop, reads the pipe.
+* **Faults.** A worker whose step raised reports ERROR in its slot and sends
+  the exception on the pipe; the parent re-raises it once every worker has
+  finished. A worker that dies is noticed by the native wait (pidfds) within
+  ~50 ms and raises ``WorkerDiedError`` (a pipe call notices it on the pipe).
+  With ``timeout=`` every wait is bounded (``EnvTimeoutError``; then only
+  ``close()`` is left). ``close()`` brings all workers out of the native loop
+  at once, terminating any still stuck in a job after
+  ``CLOSE_POLITE_TIMEOUT``, then closes them side by side: it returns within
+  ``2 * CLOSE_POLITE_TIMEOUT + CLOSE_TERMINATE_TIMEOUT + CLOSE_KILL_TIMEOUT``
+  (the second polite wait only for an env whose own ``close()`` hangs).
+* **Several envs per worker.** By default the envs are spread over as many
+  workers as there are usable CPUs (``num_workers``; with spares or
+  ``blocking``, one env per worker). A worker then hosts an
+  :class:`~alf_env.front_ends.alf.env_group.EnvGroup` of consecutive envs that
+  it steps one after the other; the parent sees one batched env per worker
+  and returns exactly what one env per worker would (row ``i`` is env
+  ``i``). ``envs`` lists a
+  :class:`~alf_env.front_ends.alf.env_group.MemberProxy` per env.
+* **Copies.** Returned tensors are copies of the shared rows, unless
+  ``zero_copy=True`` (then they are views that the next step overwrites).
+"""
+
+import functools
+from typing import Any, Callable, Iterable, List, Optional, Sequence
+
+import numpy as np
+import torch
+
+from alf_env import nest
+from alf_env.control_plane.affinity import WorkerCpus, usable_cpus
+from alf_env.data_structures import StepType, TimeStep
+from alf_env.front_ends.alf.env_group import EnvGroup, MemberProxy
+from alf_env.data_plane.job_board import JobBoard
+from alf_env.data_plane.job_loop import AlfRowsHandler, FastLoopSpec
+from alf_env.front_ends.alf.parallel_environment import ParallelAlfEnvironment
+
+try:
+    from alf_env import _penv
+    from alf_env.data_plane.shared_block import SharedBlock
+except ImportError as _err:  # pragma: no cover - the package always builds it
+    raise ImportError(
+        "alf_env._penv (the native module) is not built; reinstall alf_env with "
+        "`pip install -e .` (needs a C++17 compiler)") from _err
+
+
+class FastParallelEnvironment(ParallelAlfEnvironment):
+    """Like ``ParallelAlfEnvironment``, with steps and resets through shared memory.
+
+    Args:
+        env_constructors: as for ``ParallelAlfEnvironment``; so are
+            ``start_serially``, ``blocking``, ``flatten``,
+            ``num_spare_envs_for_reload``, ``torch_num_threads_per_env``,
+            ``start_method`` and ``worker_cpus``.
+        zero_copy: return tensors that view the shared rows instead of copies
+            (valid until the next step; needs no spares, and turns off the
+            background resets, which would overwrite a LAST row the caller
+            still views).
+        spin_us: how long a waiter spins before it sleeps on the futex, in
+            microseconds: -1 adapts to how long waits last (and only yields
+            the core while spinning when there are more processes than
+            cores), 0 never spins.
+        num_workers: worker processes; the envs are split into this many
+            groups of equal size (it must divide the number of envs), each
+            stepped one env after the other in its worker. Default: about one
+            worker per usable CPU (the largest divisor of the number of envs
+            up to the CPUs, or the smallest one above them when that would
+            leave most CPUs idle); one per env with spares or ``blocking``.
+            ``num_workers=len(env_constructors)`` is one process per env.
+        timeout: as for ``ParallelAlfEnvironment``: seconds each reset, step
+            and call may wait for the workers; then ``EnvTimeoutError`` and
+            the environment can only be closed.
+    """
+
+    _FAST = True
+
+    def __init__(self, env_constructors: Sequence[Callable[..., Any]],
+                 start_serially: bool = True, blocking: bool = False,
+                 flatten: bool = True, num_spare_envs_for_reload: int = 0,
+                 torch_num_threads_per_env: Optional[int] = 1,
+                 start_method: str = "fork", *, zero_copy: bool = False,
+                 spin_us: int = -1, timeout: Optional[float] = None,
+                 worker_cpus: WorkerCpus = None, num_workers: Optional[int] = None) -> None:
+        if zero_copy and num_spare_envs_for_reload:
+            raise ValueError("zero_copy: views need each slot to keep its env; got "
+                             f"num_spare_envs_for_reload={num_spare_envs_for_reload}; "
+                             "use zero_copy=False with spares")
+        self._controller = None
+        env_constructors = list(env_constructors)
+        self._num_all_envs = len(env_constructors)
+        self._group_size = plan_group_size(len(env_constructors), num_workers,
+                                           num_spare_envs_for_reload, blocking)
+        if self._group_size > 1:
+            g = self._group_size
+            env_constructors = [
+                functools.partial(EnvGroup, env_constructors[begin:begin + g], begin)
+                for begin in range(0, self._num_all_envs, g)]
+        super().__init__(env_constructors, start_serially=start_serially,
+                         blocking=blocking, flatten=flatten,
+                         num_spare_envs_for_reload=num_spare_envs_for_reload,
+                         torch_num_threads_per_env=torch_num_threads_per_env,
+                         start_method=start_method, timeout=timeout,
+                         worker_cpus=worker_cpus)
+        self._zero_copy = zero_copy
+        if zero_copy:
+            self._background_resets = False
+        try:
+            self._attach_workers(spin_us)
+        except BaseException:
+            self.close()
+            raise
+
+    # -- several envs per worker -----------------------------------------------
+
+    def _worker_env_id(self, worker: int) -> int:
+        return worker * self._group_size
+
+    @property
+    def num_workers(self) -> int:
+        """The number of worker processes."""
+        return len(self._envs)
+
+    @property
+    def envs(self) -> List[Any]:
+        """One handle per env, spares included: its ``ProcessEnvironment``, or a
+        :class:`~alf_env.front_ends.alf.env_group.MemberProxy` when workers host
+        several envs (``call`` and attribute access work the same)."""
+        if self._group_size == 1:
+            return self._envs
+        g = self._group_size
+        return [MemberProxy(self._envs[i // g], i % g, i) for i in range(self._num_all_envs)]
+
+    def seed(self, seeds: Sequence[int]) -> None:
+        """Seeds env ``i`` with ``seeds[i]`` (one seed per env, spares included)."""
+        if self._group_size == 1:
+            return super().seed(seeds)
+        self._check_usable()
+        seeds, g = list(seeds), self._group_size
+        if len(seeds) != self._num_all_envs:
+            raise ValueError(f"seeds: expected {self._num_all_envs} seeds (one per env), "
+                             f"got {len(seeds)}")
+        self._guarded(lambda: self._resolve(
+            [env.call("seed_each", seeds[w * g:(w + 1) * g])
+             for w, env in enumerate(self._envs)], "seed"))
+
+    def call_envs_with_same_args(self, name: str, *args: Any, **kwargs: Any) -> List[Any]:
+        """Calls ``env.name(*args, **kwargs)`` in every env; returns their values."""
+        if self._group_size == 1:
+            return super().call_envs_with_same_args(name, *args, **kwargs)
+        self._check_usable()
+        groups = self._guarded(lambda: self._resolve(
+            [env.call("call_each", name, args, kwargs) for env in self._envs],
+            f"call of {name!r}"))
+        return [value for group in groups for value in group]
+
+    def _attach_workers(self, spin_us: int) -> None:
+        b = self._env_batch_size
+        fields, action_names, time_step_names = [], [], []
+        for prefix, spec, names in (("action", self._action_spec, action_names),
+                                    ("time_step", self._time_step_spec, time_step_names)):
+            for path, leaf in nest.flatten_with_path(spec):
+                name = f"{prefix}.{path}"
+                fields.append((name, tuple(leaf.shape), leaf.numpy_dtype))
+                names.append(name)
+        num_envs = len(self._envs)
+        self._block = SharedBlock(fields, num_rows=num_envs * b, num_workers=num_envs)
+        self._action_views = [self._block.views[n] for n in action_names]
+        self._time_step_views = [self._block.views[n] for n in time_step_names]
+        # The common case (no spares moved, slot k = env k) reads and writes
+        # the first batch_size rows: those views are made once, here.
+        batch = len(self._slots.slot_env) * b
+        self._action_heads = [v[:batch] for v in self._action_views]
+        self._time_step_heads = [v[:batch] for v in self._time_step_views]
+        # The env_id leaf is replaced by the slots' ids (spares move envs).
+        self._env_id_leaf = time_step_names.index("time_step.env_id")
+        self._step_type_leaf = time_step_names.index("time_step.step_type")
+        self._step_type_view = self._block.views["time_step.step_type"]
+        self._controller = self._block.controller(spin_us,
+                                                  workers_pinned=self._workers_pinned)
+        self._board = JobBoard(self._controller, self._envs, timeout=self._timeout)
+        for i, env in enumerate(self._envs):
+            self._controller.set_worker_pid(i, env.pid)
+            handler = AlfRowsHandler((i * b, (i + 1) * b), tuple(action_names),
+                                     tuple(time_step_names))
+            spec = FastLoopSpec(self._block, i, spin_us, handler, self._workers_pinned)
+            env.start_fast_loop(spec, functools.partial(self._board.serve_pipe, i))
+        self._update_slot_rows()
+
+    # -- jobs (see fast_jobs.JobBoard) --------------------------------------
+
+    def _post(self, workers: Iterable[int], job: Any) -> None:
+        """Posts ``job`` to ``workers``, first finishing any job they still run."""
+        self._board.post(workers, job)
+
+    def _wait_for(self, workers: Iterable[int], during: str) -> None:
+        """Waits until each of ``workers`` finished; raises what one raised."""
+        self._board.wait_for(workers, during)
+
+    # -- stepping ------------------------------------------------------------
+
+    def _update_slot_rows(self) -> None:
+        b = self._env_batch_size
+        rows = np.concatenate([np.arange(e * b, (e + 1) * b) for e in self._slots.slot_env])
+        self._slot_rows = rows
+        self._identity_rows = bool((rows == np.arange(self._batch_size)).all())
+
+    def _run(self, workers: List[int], job: Any, during: str) -> None:
+        if self._blocking:
+            for w in workers:
+                self._post([w], job)
+                self._wait_for([w], during)
+        else:
+            self._post(workers, job)
+            self._wait_for(workers, during)
+
+    def _restart_background_resets(self) -> None:
+        """Resets again the envs whose background reset is under way."""
+        slot_env = self._slots.slot_env
+        self._post([slot_env[k] for k in self._slots.fresh_slots], _penv.JobType.RESET)
+
+    def _do_reset(self) -> TimeStep:
+        slot_envs = list(self._slots.slot_env)
+        pending = self._background_pending()
+        if pending:  # those envs are resetting already: wait for that reset
+            self._run([e for k, e in enumerate(slot_envs) if k not in pending],
+                      _penv.JobType.RESET, "reset")
+            self._wait_for([slot_envs[k] for k in pending], "reset")
+        else:
+            self._run(slot_envs, _penv.JobType.RESET, "reset")
+        spares = list(self._slots.spares)
+        if spares:  # spares reset in the background; collected when needed
+            self._post(spares, _penv.JobType.RESET)
+        self._slots.fresh_slots.clear()
+        return self._finish_fast()
+
+    def _do_step(self, action: Any) -> TimeStep:
+        flat_action = self._check_action.flat(action)
+        fresh = self._slots.fresh_slots
+        slot_env = self._slots.slot_env
+        if self._identity_rows:
+            for head, leaf in zip(self._action_heads, flat_action):
+                head[...] = leaf
+        else:
+            rows = self._slot_rows
+            for view, leaf in zip(self._action_views, flat_action):
+                view[rows] = leaf
+        if not fresh:  # the common case: every slot's env steps
+            self._run(slot_env, _penv.JobType.STEP, "step")
+            return self._finish_fast()
+        stepped = [e for k, e in enumerate(slot_env) if k not in fresh]
+        # A fresh slot shows the FIRST step its new env wrote when it reset.
+        fresh_envs = [slot_env[k] for k in fresh]
+        fresh.clear()
+        self._run(stepped, _penv.JobType.STEP, "step")
+        self._wait_for(fresh_envs, "reset")
+        return self._finish_fast()
+
+    def _finish_fast(self) -> TimeStep:
+        rows = self._slot_rows
+        env_id = self._env_id_leaf
+        if self._identity_rows:
+            leaves = self._time_step_heads
+            if not self._zero_copy:
+                leaves = [np.array(v) if i != env_id else v for i, v in enumerate(leaves)]
+        else:
+            leaves = [v[rows] if i != env_id else v  # fancy index: a copy
+                      for i, v in enumerate(self._time_step_views)]
+        tensors = [torch.from_numpy(x) for x in leaves]
+        tensors[env_id] = torch.from_numpy(self._env_ids.copy())
+        time_step = nest.pack_sequence_as(self._time_step_spec, tensors)
+        if self._slots.has_spares:
+            self._rotate_ended_slots(leaves_step_type=self._step_type_view[rows])
+        elif self._background_resets:
+            # Read from the copies made above, before a reset overwrites the rows.
+            self._start_background_resets(leaves[self._step_type_leaf])
+        return time_step
+
+    def _start_background_resets(self, step_types: np.ndarray) -> None:
+        """Posts a RESET to each env that just reported LAST (row = slot = env)."""
+        ended = np.flatnonzero(step_types == StepType.LAST)
+        if not len(ended):
+            return
+        envs = ended.tolist()
+        self._slots.fresh_slots.update(dict.fromkeys(envs))  # slot k is env k here
+        self._post(envs, _penv.JobType.RESET)
+
+    def _rotate_ended_slots(self, leaves_step_type: np.ndarray) -> None:
+        ended = np.flatnonzero(leaves_step_type == StepType.LAST)
+        if not len(ended):
+            return
+        old_envs = []
+        for slot in ended:
+            old, new = self._slots.swap(int(slot))
+            self._slots.fresh_slots[int(slot)] = new
+            old_envs.append(old)
+        self._post(old_envs, _penv.JobType.RESET)
+        self._update_slot_rows()
+
+    # -- shutdown ------------------------------------------------------------
+
+    def _close(self) -> None:
+        if self._controller is not None:
+            self._board.release()
+        super()._close()
+
+
+def plan_group_size(num_envs: int, num_workers: Optional[int], num_spares: int,
+                    blocking: bool) -> int:
+    """How many envs each worker of a FastParallelEnvironment hosts.
+
+    Args:
+        num_envs: the number of env constructors.
+        num_workers: what the user asked for, or ``None`` (see
+            :class:`FastParallelEnvironment`).
+        num_spares: ``num_spare_envs_for_reload`` (spares need one env per worker).
+        blocking: ``blocking`` mode (one env per worker).
+
+    Raises:
+        ValueError: ``num_workers`` out of range, not dividing the number of
+            envs, or fewer workers than envs with spares or ``blocking``.
+    """
+    if num_envs < 1:
+        return 1  # ParallelAlfEnvironment names the empty env_constructors
+    if num_workers is not None:
+        w = int(num_workers)
+        if not 1 <= w <= num_envs or num_envs % w:
+            raise ValueError(f"num_workers: expected a divisor of the number of envs "
+                             f"({num_envs}), got {num_workers}")
+        if w < num_envs and (num_spares or blocking):
+            what = f"num_spare_envs_for_reload={num_spares}" if num_spares else "blocking"
+            raise ValueError(f"num_workers: {what} needs one env per worker; got "
+                             f"num_workers={w} for {num_envs} envs")
+        return num_envs // w
+    if num_spares or blocking:
+        return 1
+    cpus = len(usable_cpus())
+    divisors = [d for d in range(1, num_envs + 1) if num_envs % d == 0]
+    workers = max(d for d in divisors if d <= cpus)
+    if 2 * workers <= cpus and workers < num_envs:
+        workers = min(d for d in divisors if d >= cpus)
+    return num_envs // workers

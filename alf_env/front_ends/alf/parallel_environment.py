@@ -1,0 +1,449 @@
+"""Batches N environments, each in its own worker process, over pipes.
+
+:class:`ParallelAlfEnvironment` is the reference ("slow") path: actions and
+time steps are pickled through each worker's pipe. The native
+:class:`~alf_env.environments.fast_parallel_environment.FastParallelEnvironment`
+keeps the same slot bookkeeping (:class:`SlotScheduler`) and must produce the
+same time steps, value by value.
+
+Slots and spares
+----------------
+The batch has ``num_slots = len(env_constructors) - num_spare_envs_for_reload``
+slots; slot ``k`` owns rows ``[k * b, (k + 1) * b)`` of every batched tensor,
+where ``b`` is each env's own batch size (1 for an unbatched env). ``env_id``
+of a row is always its row index. With spares, an env that reports LAST is
+handed a reset right away and queued as a spare, and its slot is taken by the
+spare at the head of the queue, whose FIRST time step (from its own earlier
+reset) is what the slot returns at the next step. A slow reset therefore
+overlaps with the other envs' steps instead of stalling the batch.
+
+Background resets (no spares)
+-----------------------------
+Without spares (and unless ``blocking``, or the envs are batched), an env
+that reports LAST is handed its reset right away, as in ALF: the reset runs
+while the trainer works on the batch, and the slot's next step returns the
+FIRST time step it produced (the action for that slot is not sent: an env
+ignores the action of the step after LAST anyway). The time steps are the
+same as when the step after LAST resets the env; only the waiting moves.
+A ``reset()`` of the batch uses a background reset already under way
+instead of resetting that env twice, and ``seed()`` restarts one (so the
+new seed applies to that episode, as it would have without background
+resets). Other calls made between a LAST and the next step
+(``call_envs_with_same_args``, ``render``) reach the env after its reset
+began.
+"""
+
+import collections
+from typing import Any, Callable, Deque, Dict, List, Optional, Sequence
+
+import numpy as np
+import torch
+
+from alf_env import nest
+from alf_env.control_plane.affinity import WorkerCpus, pin_workers, plan_worker_cpus
+from alf_env.data_structures import StepType, TimeStep
+from alf_env.environments.alf_environment import AlfEnvironment
+from alf_env.control_plane.leaf_codec import StepCodecs
+from alf_env.control_plane.process_environment import (ProcessEnvironment, close_all,
+                                                      resolve_all, start_environments)
+from alf_env.control_plane.spec_checks import ActionChecker
+from alf_env.errors import EnvironmentProcessError, EnvTimeoutError, WorkerDiedError
+
+
+def check_same_specs(envs: Sequence[ProcessEnvironment]) -> None:
+    """Raises ``ValueError`` naming the first env whose specs differ from env 0's."""
+    names = ("observation_spec", "action_spec", "reward_spec", "env_info_spec",
+             "batched", "batch_size")
+    first = envs[0]
+    for i, env in enumerate(envs[1:], start=1):
+        for name in names:
+            expected, got = _spec_attr(first, name), _spec_attr(env, name)
+            if expected != got:
+                raise ValueError(
+                    f"env {i}: {name} is {got!r}, but env 0 has {expected!r}; all "
+                    f"envs of one batch must have identical specs")
+
+
+def _spec_attr(env: ProcessEnvironment, name: str) -> Any:
+    value = getattr(env, name)
+    return value() if callable(value) else value
+
+
+class _Resolved:
+    """A promise whose value is already known (used in ``blocking`` mode)."""
+
+    def __init__(self, value: Any) -> None:
+        self._value = value
+
+    def __call__(self, timeout: Optional[float] = None) -> Any:
+        return self._value
+
+
+def _to_torch(array: Any) -> torch.Tensor:
+    return torch.from_numpy(np.ascontiguousarray(array))
+
+
+class SlotScheduler:
+    """Which env serves which slot, and which spares wait with a pending reset.
+
+    Shared by both batched backends so that they make the same choices.
+
+    Args:
+        num_envs: all envs, spares included.
+        num_spares: how many of them are spares (the last ones at first).
+    """
+
+    def __init__(self, num_envs: int, num_spares: int) -> None:
+        self.num_slots = num_envs - num_spares
+        self.slot_env: List[int] = list(range(self.num_slots))
+        self.spares: Deque[int] = collections.deque(range(self.num_slots, num_envs))
+        # slot -> the FIRST time step its new env produced when it was reset
+        # (returned at the slot's next step instead of stepping it).
+        self.fresh_slots: Dict[int, Any] = {}
+
+    @property
+    def has_spares(self) -> bool:
+        return bool(self.spares)
+
+    def swap(self, slot: int) -> "tuple[int, int]":
+        """Gives ``slot`` the head spare; the old env goes to the tail.
+
+        Returns:
+            ``(old_env, new_env)``: the caller resets ``old_env`` and collects
+            ``new_env``'s pending reset for the slot's next step.
+        """
+        old = self.slot_env[slot]
+        new = self.spares.popleft()
+        self.spares.append(old)
+        self.slot_env[slot] = new
+        return old, new
+
+
+class ParallelAlfEnvironment(AlfEnvironment):
+    """Batches environments that run in worker processes, over pipes.
+
+    Args:
+        env_constructors: one callable per env (spares included); each gets
+            ``env_id=i`` if its signature accepts it.
+        start_serially: start the workers one after another (less memory
+            pressure) instead of all at once.
+        blocking: step the envs one after another instead of overlapping
+            them (for debugging).
+        flatten: send actions and time steps as flat lists over the pipes.
+        num_spare_envs_for_reload: how many of the envs are spares that
+            replace an env whose episode ended (see module doc).
+        torch_num_threads_per_env: ``torch.set_num_threads`` in each worker.
+        start_method: ``"fork"``, ``"spawn"`` or ``"forkserver"``.
+        worker_cpus: where the worker processes run: ``None`` (the OS
+            decides), ``"spread"`` (worker ``i`` pinned to the ``i % n``-th
+            of the ``n`` CPUs this process may use) or a sequence of CPU ids
+            (worker ``i`` pinned to ``worker_cpus[i % len(worker_cpus)]``).
+            Spreading helps CPU-bound envs when workers outnumber cores.
+        timeout: seconds that each ``reset()``, ``step()`` and call
+            (``seed``, ``render``, ``call_envs_with_same_args``) may wait for
+            the workers (``None``: no limit; starting is not limited). When
+            it passes, :class:`~alf_env.errors.EnvTimeoutError` (both
+            ``TimeoutError`` and ``multiprocessing.TimeoutError``) names the
+            envs that did not answer; the environment is then unusable (its
+            envs are out of step) and can only be closed, which ends the
+            stuck workers within the bound of ``close()``.
+
+    Actions are checked against the action spec before anything is sent
+    (``ValueError`` naming the field and the expected shape and dtype, for a
+    wrong nest structure, shape, batch size or a dtype that does not cast
+    safely; non-contiguous arrays and safe casts are accepted). Values are
+    not checked against the bounds of a ``BoundedTensorSpec``: an action
+    outside them reaches the envs unchanged (never clipped). What an env
+    returns is checked against its ``time_step_spec()`` in the worker
+    (``ValueError`` naming the field, e.g. ``time_step.observation``).
+
+    Faults: an exception in an env is re-raised with its type and the
+    worker's traceback once every env has answered, and the environment stays
+    usable; a worker that dies raises ``WorkerDiedError`` at once, and so
+    does every later call but ``close()``.
+    """
+
+    # Whether the workers will run the native loop (FastParallelEnvironment).
+    _FAST = False
+
+    def __init__(self, env_constructors: Sequence[Callable[..., Any]],
+                 start_serially: bool = True, blocking: bool = False,
+                 flatten: bool = True, num_spare_envs_for_reload: int = 0,
+                 torch_num_threads_per_env: Optional[int] = 1,
+                 start_method: str = "fork", *, timeout: Optional[float] = None,
+                 worker_cpus: WorkerCpus = None) -> None:
+        super().__init__()
+        self._broken: Optional[BaseException] = None
+        self._envs: List[ProcessEnvironment] = []
+        num_envs = len(env_constructors)
+        if num_envs < 1:
+            raise ValueError("env_constructors: expected at least one constructor, got none")
+        if timeout is not None and not timeout > 0:
+            raise ValueError(f"timeout: expected a positive number of seconds or None, "
+                             f"got {timeout!r}")
+        self._timeout = None if timeout is None else float(timeout)
+        if not 0 <= num_spare_envs_for_reload < num_envs:
+            raise ValueError(
+                f"num_spare_envs_for_reload: expected 0 <= value < {num_envs} (the "
+                f"number of env_constructors), got {num_spare_envs_for_reload}")
+        cpu_plan = plan_worker_cpus(worker_cpus, num_envs)
+        self._workers_pinned = cpu_plan is not None
+        self._blocking = blocking
+        self._envs = [
+            ProcessEnvironment(ctor, env_id=self._worker_env_id(i), flatten=flatten,
+                               fast=self._FAST,
+                               hosted_envs=self._worker_env_id(i + 1) - self._worker_env_id(i),
+                               num_envs=self._worker_env_id(num_envs),  # ids below this
+                               torch_num_threads_per_env=torch_num_threads_per_env,
+                               start_method=start_method)
+            for i, ctor in enumerate(env_constructors)
+        ]
+        start_environments(self._envs, start_serially)
+        try:
+            pin_workers([env.pid for env in self._envs], cpu_plan)
+            check_same_specs(self._envs)
+            first = self._envs[0]
+            self._env_batched = bool(first.batched)
+            self._env_batch_size = first.batch_size if self._env_batched else 1
+            if num_spare_envs_for_reload and self._env_batched:
+                raise ValueError(
+                    "num_spare_envs_for_reload: spares replace one env at the end of "
+                    "its episode, which needs unbatched envs; got batched envs of "
+                    f"batch size {self._env_batch_size}; use 0 spares")
+            # An env that reports LAST resets at once, in the background (see
+            # module doc); spares have their own mechanism, a batched env has
+            # one LAST per row, and blocking mode waits for each env anyway.
+            self._background_resets = not (num_spare_envs_for_reload
+                                           or self._env_batched or blocking)
+            self._observation_spec = first.observation_spec()
+            self._action_spec = first.action_spec()
+            self._reward_spec = first.reward_spec()
+            self._env_info_spec = first.env_info_spec()
+            self._time_step_spec = first.time_step_spec()
+        except BaseException:
+            self.close()
+            raise
+        self._slots = SlotScheduler(num_envs, num_spare_envs_for_reload)
+        self._batch_size = self._slots.num_slots * self._env_batch_size
+        self._env_ids = np.arange(self._batch_size, dtype=np.int32)
+        self._check_action = ActionChecker(self._action_spec, self._batch_size)
+        # flatten=True: actions and time steps cross the pipes as packed records.
+        self._packed = flatten and not self._FAST
+        if self._packed:
+            self._codecs = StepCodecs(self._action_spec, self._time_step_spec,
+                                      self._env_batch_size if self._env_batched else 0)
+            self._step_type_leaf = [p for p, _ in nest.flatten_with_path(
+                self._time_step_spec)].index("step_type")
+
+    def _worker_env_id(self, worker: int) -> int:
+        """The env id of worker ``worker`` (of its first env, when it hosts several)."""
+        return worker
+
+    # -- AlfEnvironment API --------------------------------------------------
+
+    @property
+    def batched(self) -> bool:
+        return True
+
+    @property
+    def batch_size(self) -> int:
+        return self._batch_size
+
+    @property
+    def is_tensor_based(self) -> bool:
+        """``True``: time steps are batched torch tensors (as ALF says)."""
+        return True
+
+    @property
+    def num_spare_envs_for_reload(self) -> int:
+        return len(self._envs) - self._slots.num_slots
+
+    @property
+    def envs(self) -> List[ProcessEnvironment]:
+        """All the worker envs, spares included."""
+        return self._envs
+
+    def worker_pids(self) -> List[int]:
+        """Pids of every worker process, spares included."""
+        return [env.pid for env in self._envs]
+
+    def observation_spec(self) -> Any:
+        return self._observation_spec
+
+    def action_spec(self) -> Any:
+        return self._action_spec
+
+    def reward_spec(self) -> Any:
+        return self._reward_spec
+
+    def env_info_spec(self) -> Any:
+        return self._env_info_spec
+
+    def time_step_spec(self) -> Any:
+        return self._time_step_spec
+
+    @property
+    def timeout(self) -> Optional[float]:
+        """Seconds each reset, step and call may wait for the workers (``None``: no limit)."""
+        return self._timeout
+
+    def seed(self, seeds: Sequence[int]) -> None:
+        """Seeds env ``i`` with ``seeds[i]`` (one seed per env, spares included)."""
+        self._check_usable()
+        seeds = list(seeds)
+        if len(seeds) != len(self._envs):
+            raise ValueError(f"seeds: expected {len(self._envs)} seeds (one per env, "
+                             f"spares included), got {len(seeds)}")
+        self._guarded(lambda: self._resolve(
+            [env.call("seed", s) for env, s in zip(self._envs, seeds)], "seed"))
+        if self._background_resets and self._slots.fresh_slots:
+            # A reset under way used the old seed: start it again.
+            self._restart_background_resets()
+
+    def sync_progress(self, progress: Any = None) -> None:
+        """Forwards the training progress to every env that defines ``sync_progress``.
+
+        ALF's ``sync_progress``: see
+        :meth:`~alf_env.control_plane.process_environment.ProcessEnvironment.sync_progress`.
+        Every env (spares included) gets ``env.sync_progress(progress)`` if
+        it defines it; returns once all have applied it.
+        """
+        self._check_usable()
+        self._guarded(lambda: self._resolve(
+            [env.sync_progress(progress, blocking=False) for env in self._envs],
+            "sync_progress"))
+
+    def call_envs_with_same_args(self, name: str, *args, **kwargs) -> List[Any]:
+        """Calls ``env.name(*args, **kwargs)`` in every env; returns their values."""
+        self._check_usable()
+        return self._guarded(lambda: self._resolve(
+            [env.call(name, *args, **kwargs) for env in self._envs], f"call of {name!r}"))
+
+    def render(self, mode: str = "rgb_array") -> Any:
+        """Renders the env serving slot 0."""
+        self._check_usable()
+        env = self._envs[self._slots.slot_env[0]]
+        return self._guarded(lambda: self._resolve([env.call("render", mode)], "render")[0])
+
+    def _close(self) -> None:
+        """Closes every worker (``close()`` is idempotent and bounded in time)."""
+        close_all(self._envs)
+
+    # -- faults ----------------------------------------------------------------
+
+    def _check_usable(self) -> None:
+        """Raises if the env was closed, lost a worker, or timed out earlier."""
+        self._check_not_closed()
+        if self._broken is None:
+            return
+        if isinstance(self._broken, WorkerDiedError):
+            raise self._broken
+        raise EnvironmentProcessError(
+            f"this {type(self).__name__} is unusable: an earlier wait timed out "
+            f"({self._broken}); its envs are out of step. close() it and create a "
+            f"new one") from self._broken
+
+    def _guarded(self, fn: Callable[[], Any]) -> Any:
+        """Runs ``fn``; a dead worker or a timeout makes the env unusable."""
+        try:
+            return fn()
+        except (WorkerDiedError, EnvTimeoutError) as exc:
+            self._broken = exc
+            raise
+
+    def _resolve(self, promises: List[Any], during: str) -> List[Any]:
+        """Waits for the promises together (see ``resolve_all``), within ``timeout``."""
+        return resolve_all(promises, self._timeout, during)
+
+    def _now_or_later(self, promise: Any) -> Any:
+        """In ``blocking`` mode, waits for ``promise`` right away."""
+        return _Resolved(promise(self._timeout)) if self._blocking else promise
+
+    # -- stepping ------------------------------------------------------------
+
+    def _reset(self) -> TimeStep:
+        self._check_usable()
+        return self._guarded(self._do_reset)
+
+    def _step(self, action: Any) -> TimeStep:
+        self._check_usable()
+        return self._guarded(lambda: self._do_step(action))
+
+    def _background_pending(self) -> Dict[int, Any]:
+        """slot -> the background reset under way for it (see module doc)."""
+        return self._slots.fresh_slots if self._background_resets else {}
+
+    def _restart_background_resets(self) -> None:
+        """Resets again the envs whose background reset is under way."""
+        fresh = self._slots.fresh_slots
+        for slot in list(fresh):
+            fresh[slot] = self._reset_promise(self._envs[self._slots.slot_env[slot]])
+
+    def _do_reset(self) -> TimeStep:
+        num_slots = self._slots.num_slots
+        envs = self._slots.slot_env + list(self._slots.spares)
+        pending = self._background_pending()
+        promises = [pending[k] if k in pending else
+                    self._now_or_later(self._reset_promise(self._envs[i]))
+                    for k, i in enumerate(envs)]
+        # Spares keep their pending reset: it is collected when one takes a slot.
+        self._spare_resets = dict(zip(envs[num_slots:], promises[num_slots:]))
+        self._slots.fresh_slots.clear()
+        return self._finish(self._resolve(promises[:num_slots], "reset"))
+
+    def _reset_promise(self, env: ProcessEnvironment) -> Any:
+        """A promise of ``env``'s reset (its time step packed, see :meth:`_batch`)."""
+        return env.reset_packed(blocking=False) if self._packed else env.reset(blocking=False)
+
+    def _do_step(self, action: Any) -> TimeStep:
+        num_slots = self._slots.num_slots
+        if self._packed:  # one packed record per slot (no pickled arrays)
+            records = self._codecs.action.encode_rows(self._check_action.flat(action),
+                                                      num_slots)
+
+            def send(slot: int, env: ProcessEnvironment) -> Any:
+                return env.step_packed(records[slot], blocking=False)
+        else:
+            action = self._check_action(action)
+            b = self._env_batch_size
+
+            def send(slot: int, env: ProcessEnvironment) -> Any:
+                rows = slice(slot * b, (slot + 1) * b)
+                env_action = nest.map_structure(
+                    (lambda a: a[rows]) if self._env_batched else (lambda a: a[slot]), action)
+                return env.step(env_action, blocking=False)
+        promises = dict(self._slots.fresh_slots)
+        self._slots.fresh_slots.clear()
+        for slot, env_index in enumerate(self._slots.slot_env):
+            if slot not in promises:
+                promises[slot] = self._now_or_later(send(slot, self._envs[env_index]))
+        return self._finish(self._resolve(
+            [promises[slot] for slot in range(num_slots)], "step"))
+
+    def _finish(self, results: List[Any]) -> TimeStep:
+        """Batches the slots' time steps; ended slots go to spares or reset at once."""
+        batched, step_types = self._batch(results)
+        if self._slots.has_spares or self._background_resets:
+            for slot in np.flatnonzero(step_types == StepType.LAST).tolist():
+                if self._slots.has_spares:
+                    old, new = self._slots.swap(slot)
+                    self._slots.fresh_slots[slot] = self._spare_resets.pop(new)
+                    self._spare_resets[old] = self._reset_promise(self._envs[old])
+                else:
+                    env = self._envs[self._slots.slot_env[slot]]
+                    self._slots.fresh_slots[slot] = self._reset_promise(env)
+        batched = batched._replace(env_id=self._env_ids.copy())
+        return nest.map_structure(_to_torch, batched)
+
+    def _batch(self, results: List[Any]) -> "tuple[TimeStep, np.ndarray]":
+        """The slots' time steps as one batched ``TimeStep`` of numpy arrays, and the
+        step type of each slot (unbatched envs; spares and background resets
+        only apply to those)."""
+        if self._packed:
+            batched, leaves = self._codecs.unpack_time_steps(results)
+            step_types = leaves[self._step_type_leaf]
+        else:
+            combine = np.concatenate if self._env_batched else np.stack
+            batched = nest.map_structure(lambda *xs: combine(xs), *results)
+            step_types = np.asarray(batched.step_type)
+        return batched, (step_types if not self._env_batched else np.zeros(0, np.int32))

@@ -1,0 +1,1 @@
+"""The gymnasium front end: FastVectorEnv."""

@@ -1,0 +1,34 @@
+"""alf_env's batched environments with their workers on a Ray cluster.
+
+``RayVectorEnv`` (a ``gymnasium.vector.VectorEnv``) and
+``RayParallelAlfEnvironment`` (the ``ParallelAlfEnvironment`` contract) split
+their envs over Ray actors; each actor steps its share in a local
+:class:`~alf_env.vector.FastVectorEnv` (or
+:class:`~alf_env.environments.fast_parallel_environment.FastParallelEnvironment`),
+so one Ray round trip carries a whole batch. See ``docs/distributed.rst``.
+
+Ray is optional (``pip install alf_env[ray]``): this package imports it only
+when an environment is built, so ``import alf_env.distributed`` works without it.
+"""
+
+import importlib
+from typing import Any
+
+__all__ = ["RayVectorEnv", "RayParallelAlfEnvironment", "RestartPolicy", "ActorDiedError"]
+
+_LAZY = {
+    "RayVectorEnv": "alf_env.front_ends.ray.vector_env",
+    "RayParallelAlfEnvironment": "alf_env.front_ends.ray.alf",
+    "RestartPolicy": "alf_env.front_ends.ray.restart",
+    "ActorDiedError": "alf_env.front_ends.ray.restart",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'alf_env.front_ends.ray' has no attribute {name!r}")
+
+
+def __dir__() -> list:
+    return sorted(list(globals()) + __all__)

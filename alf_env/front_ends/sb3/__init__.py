@@ -1,0 +1,1 @@
+"""The Stable-Baselines3 front end: FastSubprocVecEnv."""

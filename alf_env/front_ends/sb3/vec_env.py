@@ -1,0 +1,304 @@
+"""A stable-baselines3 ``VecEnv`` on alf_env's shared-memory workers.
+
+:class:`FastSubprocVecEnv` is a drop-in for SB3's ``SubprocVecEnv`` (and
+``DummyVecEnv``): change ``SubprocVecEnv(env_fns)`` to
+``FastSubprocVecEnv(env_fns)`` and the rest of an SB3 program (algorithms,
+``VecEnv`` wrappers, callbacks, ``evaluate_policy``) stays as it is::
+
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.env_util import make_vec_env
+    from alf_env.front_ends.sb3.vec_env import FastSubprocVecEnv
+
+    vec_env = make_vec_env("CartPole-v1", n_envs=4, vec_env_cls=FastSubprocVecEnv)
+    PPO("MlpPolicy", vec_env).learn(10_000)
+
+It needs the ``sb3`` extra (``pip install alf_env[sb3]``); ``import alf_env``
+does not import this module.
+
+Design
+------
+The envs run in a :class:`alf_env.vector.FastVectorEnv` in its ``SAME_STEP``
+autoreset mode, which is SB3's: at the end of an episode the env is reset at
+once and the returned observation is the reset observation. This class turns
+gymnasium's batched results into SB3's:
+
+* ``dones = terminated | truncated``, rewards as float32 (as
+  ``DummyVecEnv``'s buffer holds them);
+* one info dict per env: the env's own step info, plus
+  ``"TimeLimit.truncated"`` (truncated and not terminated) and, at the end of
+  an episode, ``"terminal_observation"``; the reset info of an env that was
+  reset goes to ``reset_infos``, as in SB3;
+* ``seed()`` / ``set_options()`` (SB3's ``VecEnv`` base class) are used by the
+  next ``reset()`` only.
+
+Info dicts come back from the workers batched (gymnasium's layout) and are
+split per env again; numbers that gymnasium batched into ``bool``, ``int64``
+or ``float64`` arrays come back as Python ``bool``, ``int`` and ``float``,
+other numpy scalars and arrays as numpy values (equal to the env's values).
+
+``get_attr``, ``set_attr``, ``env_method``, ``has_attr`` and
+``env_is_wrapped`` act on the envs named by ``indices`` only, exactly as SB3
+does (``env.get_wrapper_attr`` for reading and calling, ``setattr`` on the
+outermost wrapper for writing): each env carries a small dispatcher (the
+attribute ``_alf_env_sb3_port``) that runs these requests in its worker.
+"""
+
+import functools
+import multiprocessing as mp
+import warnings
+from typing import Any, Callable, Dict, List, Optional, Sequence, Type
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+from gymnasium.vector import AutoresetMode
+try:
+    from stable_baselines3.common.vec_env.base_vec_env import (VecEnv, VecEnvIndices, VecEnvObs,
+                                                               VecEnvStepReturn)
+except ImportError as exc:  # the optional extra is missing
+    raise ImportError(f"alf_env.sb3 needs stable-baselines3 ({exc}); install it with "
+                      f"pip install 'alf_env[sb3]'", name=exc.name) from exc
+
+from alf_env.control_plane.affinity import WorkerCpus
+from alf_env.data_plane.shared_block import SPIN_ADAPTIVE
+from alf_env.control_plane.process_environment import START_METHODS
+from alf_env.front_ends.sb3.worker import NOT_TARGETED, PORT_ATTR, build_env
+from alf_env.front_ends.gym.vector_env import FastVectorEnv
+
+__all__ = ["FastSubprocVecEnv"]
+
+# Batched info arrays of these dtypes hold what were Python numbers.
+_PYTHON_SCALAR_DTYPES = (np.dtype(np.bool_), np.dtype(np.int64), np.dtype(np.float64))
+
+
+class FastSubprocVecEnv(VecEnv):
+    """SB3's ``VecEnv`` API over :class:`alf_env.vector.FastVectorEnv` workers.
+
+    A drop-in for ``SubprocVecEnv(env_fns, start_method=None)``: the same
+    results as SB3's ``DummyVecEnv`` for the same seeded envs and actions.
+
+    Args:
+        env_fns: one constructor per env, each returning a new gymnasium env
+            (called in the workers; lambdas and closures work with every
+            start method).
+        start_method: ``"fork"``, ``"spawn"`` or ``"forkserver"``; ``None``
+            picks ``"forkserver"`` where available, else ``"spawn"`` (what
+            ``SubprocVecEnv`` does). With spawn and forkserver the main
+            script needs an ``if __name__ == "__main__":`` guard.
+        num_workers: worker processes, the envs spread over them evenly;
+            default: as :class:`~alf_env.vector.FastVectorEnv` (the CPUs this
+            process may use, at most one per env).
+        envs_per_worker: or envs per worker process (dividing
+            ``len(env_fns)``); ``1`` is one process per env, as
+            ``SubprocVecEnv``. Give ``num_workers`` or ``envs_per_worker``,
+            not both.
+        spin_us: how long waiters spin before sleeping (-1 adaptive, 0 never).
+        worker_cpus: ``None``, ``"spread"`` or CPU ids to pin the workers to
+            (see :class:`~alf_env.vector.FastVectorEnv`).
+
+    Raises:
+        ValueError: bad arguments (naming the argument).
+        RuntimeError: the envs' observation or action spaces differ.
+    """
+
+    def __init__(self, env_fns: Sequence[Callable[[], gym.Env]],
+                 start_method: Optional[str] = None, *, num_workers: Optional[int] = None,
+                 envs_per_worker: Optional[int] = None, spin_us: int = SPIN_ADAPTIVE,
+                 worker_cpus: WorkerCpus = None) -> None:
+        env_fns = list(env_fns)
+        if start_method is None:
+            start_method = ("forkserver" if "forkserver" in mp.get_all_start_methods()
+                            else "spawn")
+        if start_method not in START_METHODS:
+            raise ValueError(f"start_method: expected one of {START_METHODS} or None, got "
+                             f"{start_method!r}")
+        self.waiting = False
+        self.closed = False
+        self._vector_env = FastVectorEnv(
+            [functools.partial(build_env, fn, i) for i, fn in enumerate(env_fns)],
+            num_workers=num_workers, envs_per_worker=envs_per_worker, context=start_method,
+            autoreset_mode=AutoresetMode.SAME_STEP, spin_us=spin_us,
+            worker_cpus=worker_cpus)
+        self.start_method = start_method
+        try:
+            super().__init__(len(env_fns), self._vector_env.single_observation_space,
+                             self._vector_env.single_action_space)
+        except BaseException:
+            self._vector_env.close(terminate=True)
+            raise
+        self._actions: Any = None
+
+    @property
+    def vector_env(self) -> FastVectorEnv:
+        """The gymnasium vector env underneath (for ``worker_pids()`` and the like)."""
+        return self._vector_env
+
+    def worker_pids(self) -> List[int]:
+        """The pids of the worker processes (for monitoring and CPU pinning)."""
+        return self._vector_env.worker_pids()
+
+    # -- stepping -----------------------------------------------------------------
+
+    def reset(self) -> VecEnvObs:
+        """Resets every env with the seeds and options set since the last reset.
+
+        A step still pending is finished first and its results dropped (SB3:
+        the pending work is cancelled).
+        """
+        if self.waiting:
+            self._vector_env.step_wait()
+            self.waiting = False
+        seeds = list(self._seeds)
+        groups = _group_options(self._options)
+        reset_infos: List[Dict[str, Any]] = [{} for _ in range(self.num_envs)]
+        obs = None
+        for options, members in groups:
+            if len(groups) == 1:
+                obs, infos = self._vector_env.reset(seed=seeds, options=options or None)
+            else:
+                mask = np.zeros(self.num_envs, dtype=np.bool_)
+                mask[members] = True
+                obs, infos = self._vector_env.reset(
+                    seed=seeds, options={**(options or {}), "reset_mask": mask})
+            for i in members:
+                reset_infos[i] = _unbatch_info(infos, i)
+        self.reset_infos = reset_infos
+        self._reset_seeds()
+        self._reset_options()
+        return obs
+
+    def step_async(self, actions: np.ndarray) -> None:
+        """Sends the actions (one row per env) to the workers."""
+        self._vector_env.step_async(_cast_actions(actions, self.action_space))
+        self.waiting = True
+
+    def step_wait(self) -> VecEnvStepReturn:
+        """Waits for the steps; returns SB3's ``(obs, rewards, dones, infos)``."""
+        try:
+            obs, rewards, terminated, truncated, infos = self._vector_env.step_wait()
+        finally:
+            self.waiting = False
+        dones = terminated | truncated
+        env_infos: List[Dict[str, Any]] = []
+        for i in range(self.num_envs):
+            top = _unbatch_info(infos, i, skip=("final_obs", "final_info"))
+            if dones[i]:
+                info = _unbatch_info(infos.get("final_info", {}), i)
+                self.reset_infos[i] = top
+            else:
+                info = top
+            info["TimeLimit.truncated"] = bool(truncated[i] and not terminated[i])
+            if dones[i]:
+                info["terminal_observation"] = infos["final_obs"][i]
+            env_infos.append(info)
+        return obs, rewards.astype(np.float32), dones, env_infos
+
+    def close(self) -> None:
+        """Ends the workers (bounded in time); closing twice is fine."""
+        if self.closed:
+            return
+        self._vector_env.close()
+        self.waiting = False
+        self.closed = True
+
+    # -- per-env requests ----------------------------------------------------------
+
+    def get_attr(self, attr_name: str, indices: VecEnvIndices = None) -> List[Any]:
+        """Attribute ``attr_name`` of each env (``env.get_wrapper_attr``)."""
+        return self._request("get_attr", indices, attr_name)
+
+    def has_attr(self, attr_name: str) -> bool:
+        """Whether every env has attribute ``attr_name`` (checked in the workers)."""
+        return all(self._request("has_attr", None, attr_name))
+
+    def set_attr(self, attr_name: str, value: Any, indices: VecEnvIndices = None) -> None:
+        """Sets ``attr_name`` to ``value`` on each env (``setattr`` on its outermost wrapper)."""
+        self._request("set_attr", indices, attr_name, value)
+
+    def env_method(self, method_name: str, *method_args: Any, indices: VecEnvIndices = None,
+                   **method_kwargs: Any) -> List[Any]:
+        """Calls ``method_name(*method_args, **method_kwargs)`` of each env."""
+        return self._request("env_method", indices, method_name, method_args, method_kwargs)
+
+    def env_is_wrapped(self, wrapper_class: Type[gym.Wrapper],
+                       indices: VecEnvIndices = None) -> List[bool]:
+        """Whether each env is wrapped with ``wrapper_class`` (SB3's ``is_wrapped``)."""
+        return self._request("is_wrapped", indices, wrapper_class)
+
+    def get_images(self) -> Sequence[Optional[np.ndarray]]:
+        """One frame per env when the envs render ``rgb_array`` (else ``None`` each, with
+        a warning, as SB3 does)."""
+        if self.render_mode != "rgb_array":
+            warnings.warn(f"The render mode is {self.render_mode}, but this method assumes "
+                          f"it is `rgb_array` to obtain images.")
+            return [None] * self.num_envs
+        return list(self._vector_env.render())
+
+    def _request(self, op: str, indices: VecEnvIndices, *args: Any) -> List[Any]:
+        """Runs ``op`` on the envs ``indices`` (in that order, repeats included)."""
+        if isinstance(indices, np.integer):
+            indices = int(indices)
+        targets = [int(i) for i in self._get_indices(indices)]
+        for i in targets:
+            if not 0 <= i < self.num_envs:
+                raise IndexError(f"indices: expected env indices in [0, {self.num_envs}), "
+                                 f"got {i}")
+        per_env = self._vector_env.call(PORT_ATTR, op, targets, *args)
+        taken = {i: iter(results) for i, results in enumerate(per_env)
+                 if results is not NOT_TARGETED}
+        return [next(taken[i]) for i in targets]
+
+
+def _group_options(options: List[Dict[str, Any]]) -> List[tuple]:
+    """Groups env indices by equal reset options: ``[(options, [i, ...]), ...]``."""
+    groups: List[tuple] = []
+    for i, opts in enumerate(options):
+        for group_opts, members in groups:
+            if _same(group_opts, opts):
+                members.append(i)
+                break
+        else:
+            groups.append((opts, [i]))
+    return groups
+
+
+def _same(a: Any, b: Any) -> bool:
+    """``a == b`` for option dicts that may hold arrays."""
+    try:
+        return bool(np.all(a == b)) if not isinstance(a, dict) else (
+            a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a))
+    except (TypeError, ValueError):
+        return a is b
+
+
+def _unbatch_info(infos: Dict[str, Any], i: int, skip: tuple = ()) -> Dict[str, Any]:
+    """Env ``i``'s own info dict from gymnasium's batched info (keys with their ``_key`` mask)."""
+    info: Dict[str, Any] = {}
+    for key, value in infos.items():
+        if key in skip or key.startswith("_"):
+            continue
+        mask = infos.get(f"_{key}")
+        if mask is None or not mask[i]:
+            continue
+        if isinstance(value, dict):
+            info[key] = _unbatch_info(value, i)
+            continue
+        item = value[i]
+        if isinstance(value, np.ndarray) and value.dtype != object:
+            if value.ndim > 1:
+                item = np.copy(item)  # an array value: not a view of the batch
+            elif value.dtype in _PYTHON_SCALAR_DTYPES:
+                item = item.item()
+        info[key] = item
+    return info
+
+
+def _cast_actions(actions: Any, space: spaces.Space) -> Any:
+    """Actions in the dtypes of ``space`` (SB3 passes whatever the policy produced)."""
+    if isinstance(space, spaces.Dict):
+        return {key: _cast_actions(actions[key], sub) for key, sub in space.spaces.items()}
+    if isinstance(space, spaces.Tuple):
+        return tuple(_cast_actions(a, sub) for a, sub in zip(actions, space.spaces))
+    if space.dtype is None:
+        return actions
+    return np.asarray(actions).astype(space.dtype, copy=False)
