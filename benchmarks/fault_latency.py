@@ -13,7 +13,7 @@ FastParallelEnvironment, FastVectorEnv; 3 envs, env 1 fails) it measures, over
   ``timeout`` for the batched ALF envs) until ``EnvTimeoutError``;
 * ``close after hang``: ``close()`` with the default ``CLOSE_*`` constants.
 
-It uses the fault-injecting envs and adapters of ``tests/faults/core.py``.
+It uses the fault-injecting envs and adapters of ``tests/support/faults.py``.
 
 Run (from the repository root):  python benchmarks/fault_latency.py [--repeats 5]
 """
@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from alf_env.environments.fast_parallel_environment import FastParallelEnvironment  # noqa: E402
 from alf_env.environments.parallel_environment import ParallelAlfEnvironment  # noqa: E402
 from alf_env.errors import EnvTimeoutError, WorkerDiedError  # noqa: E402
-from tests.faults.core import (WAIT_TIMEOUT, AlfBatchedFrontEnd, Fault,  # noqa: E402
+from tests.support.faults import (WAIT_TIMEOUT, AlfBatchedFrontEnd, Fault,  # noqa: E402
                                FrontEnd, ProcessFrontEnd, VectorFrontEnd, died_at,
                                kill_later)
 

@@ -4,12 +4,11 @@ import json
 import re
 import subprocess
 import sys
-from pathlib import Path
 from typing import Dict
 
 import pytest
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+from tests.support.paths import REPO_ROOT  # noqa: E402
 
 
 def run_example(name: str, *args: str) -> str:

@@ -5,9 +5,8 @@ Its Python examples are run one by one, each as its own file, by
 """
 
 import re
-from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+from tests.support.paths import REPO_ROOT  # noqa: E402
 README = (REPO_ROOT / "README.md").read_text()
 
 

@@ -64,7 +64,7 @@ def _delays(front_end: str, ending: str) -> dict:
 
 def _make_alf_env(env_id: int = 0, step_delay: float = 0.0, ctor_delay: float = 0.0,
                   close_delay: float = 0.0) -> Any:
-    from tests.alf_test_envs import CountingEnv
+    from tests.support.alf_envs import CountingEnv
 
     class SlowCountingEnv(CountingEnv):
         def _step(self, action):
@@ -252,7 +252,7 @@ def _import(front_end: str) -> None:
         import alf_env.vector  # noqa: F401
     else:
         import alf_env.environments.fast_parallel_environment  # noqa: F401
-        import tests.alf_test_envs  # noqa: F401
+        import tests.support.alf_envs  # noqa: F401
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 
 The ways the parent ends (Ctrl-C, SIGTERM, SIGKILL, no close(), ...) are in
 tests/faults/test_endings.py; a SIGALRM interrupting a hung
-step in tests/environments/test_fast_parallel_environment.py.
+step in tests/front_ends/alf/test_fast_parallel_environment.py.
 """
 
 import functools
@@ -13,8 +13,8 @@ import pytest
 
 from alf_env.environments.fast_parallel_environment import FastParallelEnvironment
 from alf_env.environments.parallel_environment import ParallelAlfEnvironment
-from tests.alf_test_envs import CountingEnv
-from tests.faults.core import (NUM_ENVS, AlfBatchedFrontEnd, BatchedFaultContract,
+from tests.support.alf_envs import CountingEnv
+from tests.support.faults import (NUM_ENVS, AlfBatchedFrontEnd, BatchedFaultContract,
                                FaultyAlfEnv)
 
 

@@ -12,7 +12,7 @@ import pytest
 from alf_env.control_plane import process_environment
 from alf_env.environments.parallel_environment import ParallelAlfEnvironment
 from alf_env.errors import EnvTimeoutError
-from tests.faults.core import (NUM_ENVS, SHORT_POLITE, WAIT_TIMEOUT, AlfBatchedFrontEnd,
+from tests.support.faults import (NUM_ENVS, SHORT_POLITE, WAIT_TIMEOUT, AlfBatchedFrontEnd,
                                BatchedFaultContract, Fault, FaultyAlfEnv)
 
 

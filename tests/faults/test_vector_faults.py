@@ -2,8 +2,8 @@
 
 The ways the parent ends (Ctrl-C, SIGTERM, SIGKILL, no close(), ...) are in
 tests/faults/test_endings.py. More FastVectorEnv faults (async state errors,
-terminate, workers that ignore SIGTERM) are in tests/test_vector.py and
-tests/test_vector_async.py.
+terminate, workers that ignore SIGTERM) are in tests/front_ends/gym/test_vector_env.py and
+tests/front_ends/gym/test_vector_async.py.
 """
 
 import functools
@@ -11,7 +11,7 @@ import functools
 import numpy as np
 
 from alf_env.vector import FastVectorEnv
-from tests.faults.core import NUM_ENVS, BatchedFaultContract, FaultyGymEnv, VectorFrontEnd
+from tests.support.faults import NUM_ENVS, BatchedFaultContract, FaultyGymEnv, VectorFrontEnd
 
 
 class TestFastVectorEnvFaults(BatchedFaultContract):

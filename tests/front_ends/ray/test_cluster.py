@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from alf_env.distributed import ActorDiedError, RayVectorEnv, RestartPolicy
-from tests.vector_envs import assert_tree_equal, info_env
+from tests.support.gym_envs import assert_tree_equal, info_env
 
 PROMPT_SECONDS = 30.0  # node death: Ray's health checks (0.5 s x 3 here) + slack
 # One CPU per actor on nodes of one CPU each: Ray must put one actor on each node.

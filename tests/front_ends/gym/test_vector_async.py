@@ -14,7 +14,7 @@ from gymnasium.vector.utils import batch_space, concatenate, create_empty_array
 
 from alf_env.errors import EnvTimeoutError, WorkerDiedError
 from alf_env.vector import FastVectorEnv
-from tests.vector_envs import FaultyEnv, InfoEnv, JitterEnv, assert_tree_equal
+from tests.support.gym_envs import FaultyEnv, InfoEnv, JitterEnv, assert_tree_equal
 
 MAX_DELAY = 0.004  # seconds an env may sleep per step, so completion order varies
 PROMPT_SECONDS = 10.0

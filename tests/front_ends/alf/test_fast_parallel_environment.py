@@ -19,8 +19,8 @@ from alf_env.environments.random_alf_environment import RandomAlfEnvironment
 from alf_env.errors import WorkerDiedError
 from alf_env.tensor_specs import BoundedTensorSpec, TensorSpec
 from alf_env.workloads import ImageEnv, TrivialEnv
-from tests.alf_test_envs import NUM_ACTIONS, CountingEnv
-from tests.environments.test_parallel_environment import (InProcessReference,
+from tests.support.alf_envs import CountingEnv
+from tests.front_ends.alf.test_parallel_environment import (InProcessReference,
                                                           assert_rows_equal,
                                                           random_actions)
 

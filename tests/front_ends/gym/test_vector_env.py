@@ -9,7 +9,6 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
@@ -23,11 +22,11 @@ from gymnasium.vector.utils import batch_space
 import alf_env.vector
 from alf_env.errors import EnvironmentProcessError, EnvTimeoutError, WorkerDiedError
 from alf_env.vector import FastVectorEnv
-from tests.probe_envs import UnpicklableError
-from tests.vector_envs import (FaultyEnv, InfoEnv, ModulesEnv, SpaceEnv, assert_tree_equal,
+from tests.support.probe_envs import UnpicklableError
+from tests.support.gym_envs import (FaultyEnv, InfoEnv, ModulesEnv, SpaceEnv, assert_tree_equal,
                                info_env)
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+from tests.support.paths import REPO_ROOT  # noqa: E402
 
 MODES = list(AutoresetMode)
 # Generous: only a hang would take this long.

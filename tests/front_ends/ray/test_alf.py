@@ -12,9 +12,9 @@ from alf_env.data_structures import StepType
 from alf_env.distributed import ActorDiedError, RayParallelAlfEnvironment, RestartPolicy
 from alf_env.environments.parallel_environment import ParallelAlfEnvironment
 from alf_env.errors import EnvironmentClosedError, EnvTimeoutError
-from tests.alf_test_envs import CountingEnv
-from tests.distributed.conftest import kill_actor
-from tests.environments.test_fast_parallel_environment import (assert_same_sequences,
+from tests.support.alf_envs import CountingEnv
+from tests.front_ends.ray.conftest import kill_actor
+from tests.front_ends.alf.test_fast_parallel_environment import (assert_same_sequences,
                                                                random_env, run)
 
 PROMPT_SECONDS = 20.0

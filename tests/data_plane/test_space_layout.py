@@ -6,7 +6,7 @@ from gymnasium import spaces
 from gymnasium.vector.utils import concatenate, create_empty_array
 
 from alf_env.data_plane.space_layout import SpaceLayout
-from tests.vector_envs import assert_tree_equal
+from tests.support.gym_envs import assert_tree_equal
 
 NUM_ROWS = 4
 

@@ -5,11 +5,10 @@ import json
 import subprocess
 import sys
 import types
-from pathlib import Path
 
 import pytest
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+from tests.support.paths import REPO_ROOT  # noqa: E402
 
 
 def load_benchmark_script(name: str) -> types.ModuleType:

@@ -6,7 +6,7 @@ come from its seeded RNG. Faults are injected on request (see probe_envs.inject)
 """
 
 import time
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
 import torch
@@ -14,7 +14,7 @@ import torch
 from alf_env.data_structures import StepType, TimeStep
 from alf_env.environments.alf_environment import AlfEnvironment
 from alf_env.tensor_specs import BoundedTensorSpec, TensorSpec
-from tests.probe_envs import inject
+from tests.support.probe_envs import inject
 
 NUM_ACTIONS = 4
 

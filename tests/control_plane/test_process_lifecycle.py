@@ -29,7 +29,7 @@ from alf_env.environments.random_alf_environment import RandomAlfEnvironment
 from alf_env.errors import EnvironmentClosedError
 from alf_env.tensor_specs import BoundedTensorSpec, TensorSpec
 from alf_env.vector import FastVectorEnv
-from tests.faults.core import FaultyAlfEnv, FaultyGymEnv, good_gym_action, wait_all_gone
+from tests.support.faults import FaultyAlfEnv, FaultyGymEnv, good_gym_action, wait_all_gone
 
 NUM_ENVS = 10
 BOUND = 2.0   # seconds to stop every worker of the process (the bound)

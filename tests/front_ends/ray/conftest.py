@@ -4,12 +4,11 @@ processes (which live for the whole module by design)."""
 
 import os
 import time
-from pathlib import Path
 
 import psutil
 import pytest
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+from tests.support.paths import REPO_ROOT  # noqa: E402
 # Ray's own long-lived processes (daemons and pooled idle workers).
 _RAY_DAEMONS = ("gcs_server", "raylet", "ray/autoscaler", "ray/dashboard", "log_monitor",
                 "ray::DashboardAgent", "ray::RuntimeEnvAgent", "ray::IDLE",

@@ -15,7 +15,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from tests.probe_envs import inject
+from tests.support.probe_envs import inject
 
 
 class InfoEnv(gym.Env):
@@ -118,7 +118,7 @@ class SpaceEnv(gym.Env):
 
 
 class FaultyEnv(gym.Env):
-    """A small env that fails as told (``tests.probe_envs.inject``) at a given step.
+    """A small env that fails as told (``tests.support.probe_envs.inject``) at a given step.
 
     Args:
         fault: "raise", "raise_unpicklable", "exit", "sigkill", "segv", "hang" or ""

@@ -45,10 +45,10 @@ from alf_env.environments.alf_wrappers import BatchEnvironmentWrapper
 from alf_env.environments.process_environment import ProcessEnvironment
 from alf_env.errors import EnvironmentProcessError, EnvTimeoutError, WorkerDiedError
 from alf_env.vector import FastVectorEnv
-from tests.alf_test_envs import CountingEnv
-from tests.probe_envs import UnpicklableError, inject
+from tests.support.alf_envs import CountingEnv
+from tests.support.probe_envs import UnpicklableError, inject
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+from tests.support.paths import REPO_ROOT  # noqa: E402
 
 PHASES = ("ctor", "reset", "step", "call", "close")
 RUN_PHASES = ("reset", "step", "call")
@@ -76,7 +76,7 @@ class Fault(NamedTuple):
     """What goes wrong, where, and in which env.
 
     Attributes:
-        kind: a ``tests.probe_envs.inject`` fault ("raise", "raise_unpicklable",
+        kind: a ``tests.support.probe_envs.inject`` fault ("raise", "raise_unpicklable",
             "exit", "sigkill", "segv", "hang"), or a bad observation:
             "obs_shape" (wrong shape), "obs_dtype" (a dtype that does not
             convert), "obs_float64" (one that converts).
@@ -380,7 +380,7 @@ class AlfBatchedFrontEnd(_AlfActions, FrontEnd):
         fns = _env_fns(FaultyAlfEnv, fault, ctor_delays, step_delays)
         if self.cls.__name__ == "FastParallelEnvironment":
             # One env per worker: the contract names the exact env of each fault
-            # (workers of several envs: tests/environments/test_env_group.py).
+            # (workers of several envs: tests/front_ends/alf/test_env_group.py).
             kwargs.setdefault("num_workers", len(fns))
         return self.cls(fns, start_serially=not parallel_start, **kwargs)
 
@@ -473,7 +473,7 @@ class VectorFrontEnd(FrontEnd):
              **kwargs):
         # FastVectorEnv always starts its workers side by side. One env per
         # worker: the contract names the exact env of each fault (a worker of
-        # several envs is tested in tests/test_vector.py).
+        # several envs is tested in tests/front_ends/gym/test_vector_env.py).
         kwargs.setdefault("envs_per_worker", 1)
         return FastVectorEnv(_env_fns(FaultyGymEnv, fault, ctor_delays, step_delays),
                              **kwargs)
@@ -536,7 +536,7 @@ class VectorFrontEnd(FrontEnd):
 
 @contextlib.contextmanager
 def raises_worker_exception(kind: str, env_id: int = VICTIM):
-    """Expects the exception of ``tests.probe_envs.inject(kind)``, as re-raised by
+    """Expects the exception of ``tests.support.probe_envs.inject(kind)``, as re-raised by
     the parent: the original type (or ``EnvironmentProcessError`` when it cannot
     be pickled), the worker's traceback and the env id."""
     if kind == "raise":

@@ -17,7 +17,7 @@ from alf_env.environments.alf_wrappers import BatchEnvironmentWrapper
 from alf_env.environments.fast_parallel_environment import FastParallelEnvironment
 from alf_env.environments.parallel_environment import ParallelAlfEnvironment
 from alf_env.errors import EnvironmentClosedError, WorkerDiedError
-from tests.alf_test_envs import NUM_ACTIONS, CountingEnv
+from tests.support.alf_envs import NUM_ACTIONS, CountingEnv
 
 PROMPT = 5.0
 

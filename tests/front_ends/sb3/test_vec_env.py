@@ -1,6 +1,5 @@
 """alf_env.sb3.FastSubprocVecEnv: SB3's VecEnv contract, value for value against SB3's own."""
 
-import os
 import subprocess
 import sys
 import warnings
@@ -20,9 +19,9 @@ from stable_baselines3.common.vec_env import (DummyVecEnv, SubprocVecEnv, VecChe
                                               VecFrameStack, VecMonitor, VecNormalize)
 
 from alf_env.sb3 import FastSubprocVecEnv
-from tests.vector_envs import InfoEnv, ModulesEnv, assert_tree_equal
+from tests.support.gym_envs import InfoEnv, ModulesEnv, assert_tree_equal
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tests.support.paths import REPO_ROOT  # noqa: E402
 
 
 class ProbeError(RuntimeError):

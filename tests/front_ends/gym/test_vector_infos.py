@@ -4,7 +4,6 @@ SyncVectorEnv returns, and no pipe message per step for numeric infos."""
 
 import functools
 
-import gymnasium as gym
 import numpy as np
 import psutil
 import pytest
@@ -15,9 +14,9 @@ from alf_env.control_plane.affinity import usable_cpus
 from alf_env.vector import FastVectorEnv, plan_workers
 from alf_env.data_plane.info_codec import (PIPE, InfoDecoder, InfoEncoder, InfoLayout, add_info,
                                   signature_of)
-from tests.test_vector import run_both as vector_run_both
-from tests.test_vector_async import Trajectories, stepped_alone
-from tests.vector_envs import InfoEnv, NumericInfoEnv, assert_tree_equal
+from tests.front_ends.gym.test_vector_env import run_both as vector_run_both
+from tests.front_ends.gym.test_vector_async import Trajectories, stepped_alone
+from tests.support.gym_envs import InfoEnv, NumericInfoEnv, assert_tree_equal
 
 MODES = list(AutoresetMode)
 PATTERNS = ["fixed", "come_go", "type_change"]
@@ -40,7 +39,7 @@ def assert_same_info(got, expected, path="info"):
 
 
 def run_both(env_fns, steps, seed=0, **kwargs):
-    """tests.test_vector.run_both, with infos compared type for type."""
+    """tests.front_ends.gym.test_vector_env.run_both, with infos compared type for type."""
     return vector_run_both(env_fns, steps, seed=seed, action_seed=seed,
                            check=assert_same_info, **kwargs)
 

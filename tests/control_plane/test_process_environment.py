@@ -15,7 +15,7 @@ from alf_env.control_plane import process_environment
 from alf_env.environments.process_environment import MessageType, ProcessEnvironment
 from alf_env.errors import (EnvironmentClosedError, EnvironmentProcessError,
                             EnvTimeoutError, WorkerDiedError)
-from tests.probe_envs import NoEnvIdProbe, ProbeEnv, UnpicklableError
+from tests.support.probe_envs import NoEnvIdProbe, ProbeEnv, UnpicklableError
 
 START_METHODS = ["fork", "spawn", "forkserver"]
 # Generous bound for "promptly": the machine is shared and noisy.
@@ -287,7 +287,7 @@ def test_unclosed_env_is_closed_by_the_exit_hook():
 
 @pytest.mark.parametrize("flatten", [False, True])
 def test_step_and_reset_match_in_process_env(make_env, flatten):
-    from tests.alf_test_envs import CountingEnv
+    from tests.support.alf_envs import CountingEnv
     env = make_env(CountingEnv, env_id=3, flatten=flatten)
     local = CountingEnv(env_id=3)
     assert env.time_step_spec() == local.time_step_spec()
@@ -304,7 +304,7 @@ def test_step_and_reset_match_in_process_env(make_env, flatten):
 
 @pytest.mark.parametrize("phase", ["reset", "step"])
 def test_exception_in_reset_or_step_keeps_type_and_traceback(make_env, phase):
-    from tests.alf_test_envs import CountingEnv
+    from tests.support.alf_envs import CountingEnv
     ctor = functools.partial(CountingEnv, fault="raise", fault_phase=phase, fault_step=1)
     env = make_env(ctor, env_id=8)
     with pytest.raises(ValueError, match="injected failure") as info:
