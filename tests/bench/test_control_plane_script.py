@@ -2,7 +2,7 @@
 
 import pytest
 
-from tests.bench.test_doc_tables_script import load_benchmark_script
+from tests.support.scripts import load_benchmark_script
 
 
 @pytest.fixture(scope="module")

@@ -1,22 +1,13 @@
 """benchmarks/doc_tables.py: results.json -> the tables of docs/benchmarks.md."""
 
-import importlib.util
 import json
 import subprocess
 import sys
-import types
 
 import pytest
 
-from tests.support.paths import REPO_ROOT  # noqa: E402
-
-
-def load_benchmark_script(name: str) -> types.ModuleType:
-    """``benchmarks/<name>.py`` as a module (the folder is not a package)."""
-    spec = importlib.util.spec_from_file_location(name, REPO_ROOT / "benchmarks" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from tests.support.paths import REPO_ROOT
+from tests.support.scripts import load_benchmark_script
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,7 @@ from alf_env.environments.parallel_environment import ParallelAlfEnvironment
 from alf_env.environments.random_alf_environment import RandomAlfEnvironment
 from alf_env.errors import WorkerDiedError
 from tests.support.alf_envs import CountingEnv
-from tests.front_ends.alf.test_fast_parallel_environment import (assert_same_sequences,
+from tests.support.alf_runs import (assert_same_sequences,
                                                                cartpole, random_env, run)
 
 

@@ -12,72 +12,14 @@ import pytest
 import torch
 
 from alf_env.environments import suite_gym
-from alf_env.environments.alf_gym_wrapper import AlfGymWrapper
 from alf_env.environments.fast_parallel_environment import FastParallelEnvironment
 from alf_env.environments.parallel_environment import ParallelAlfEnvironment
-from alf_env.environments.random_alf_environment import RandomAlfEnvironment
 from alf_env.errors import WorkerDiedError
-from alf_env.tensor_specs import BoundedTensorSpec, TensorSpec
-from alf_env.workloads import ImageEnv, TrivialEnv
+from alf_env.tensor_specs import TensorSpec
 from tests.support.alf_envs import CountingEnv
-from tests.front_ends.alf.test_parallel_environment import (InProcessReference,
-                                                          assert_rows_equal,
-                                                          random_actions)
-
-
-def random_env(env_id, batch_size=None):
-    obs_spec = {"pos": BoundedTensorSpec((3,), torch.float32, -1, 1),
-                "frame": BoundedTensorSpec((2, 2), torch.uint8, 0, 255)}
-    action_spec = (BoundedTensorSpec((), torch.int64, 0, 3),
-                   BoundedTensorSpec((2,), torch.float32, -1, 1))
-    return RandomAlfEnvironment(obs_spec, action_spec, env_id=env_id,
-                                episode_end_probability=0.1, batch_size=batch_size,
-                                seed=100 + env_id)
-
-
-def trivial_env(env_id):
-    return AlfGymWrapper(TrivialEnv(env_id=env_id), env_id=env_id)
-
-
-def image_env(env_id):
-    return AlfGymWrapper(ImageEnv(env_id=env_id), env_id=env_id)
-
-
-def cartpole(env_id):
-    return suite_gym.load("CartPole-v1", env_id=env_id)
-
-
-def run(cls, ctors, steps, seed=0, **kwargs):
-    """Steps a batched env with seeded random actions; returns every time step."""
-    out = []
-    with cls(ctors, **kwargs) as env:
-        env.seed([7 * i + 1 for i in range(len(ctors))])
-        torch.manual_seed(seed)
-        out.append(env.reset())
-        for _ in range(steps):
-            action = env.action_spec()
-            action = type(action)(s.sample((env.batch_size,)) for s in action) \
-                if isinstance(action, tuple) else action.sample((env.batch_size,))
-            out.append(env.step(action))
-    return out
-
-
-def assert_same_sequences(a, b):
-    assert len(a) == len(b)
-    for t, (x, y) in enumerate(zip(a, b)):
-        for path, (u, v) in zip(*(_paths(x), zip(_leaves(x), _leaves(y)))):
-            assert u.dtype == v.dtype, (t, path)
-            assert torch.equal(u, v), (t, path, u, v)
-
-
-def _leaves(ts):
-    from alf_env import nest
-    return nest.flatten(ts)
-
-
-def _paths(ts):
-    from alf_env import nest
-    return [p for p, _ in nest.flatten_with_path(ts)]
+from tests.support.alf_runs import (InProcessReference, assert_same_sequences, cartpole, image_env,
+                                    assert_rows_equal, random_actions, random_env, run,
+                                    trivial_env)
 
 
 @pytest.mark.parametrize("name,ctor,kwargs", [

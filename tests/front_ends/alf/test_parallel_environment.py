@@ -4,7 +4,6 @@ ParallelAlfEnvironment (pipes) and FastParallelEnvironment (shared memory) are
 both compared value by value to stepping the same envs in this process.
 """
 
-import collections
 import functools
 import time
 
@@ -17,7 +16,8 @@ from alf_env.environments.alf_wrappers import BatchEnvironmentWrapper
 from alf_env.environments.fast_parallel_environment import FastParallelEnvironment
 from alf_env.environments.parallel_environment import ParallelAlfEnvironment
 from alf_env.errors import EnvironmentClosedError, WorkerDiedError
-from tests.support.alf_envs import NUM_ACTIONS, CountingEnv
+from tests.support.alf_envs import CountingEnv
+from tests.support.alf_runs import InProcessReference, assert_rows_equal, random_actions
 
 PROMPT = 5.0
 
@@ -25,60 +25,6 @@ PROMPT = 5.0
 def counting_ctors(n, **kwargs):
     return [functools.partial(CountingEnv, env_id=i, **kwargs) for i in range(n)]
 
-
-def random_actions(num_steps, batch_size, seed=0):
-    rng = np.random.RandomState(seed)
-    return [torch.as_tensor(rng.randint(0, NUM_ACTIONS, batch_size)) for _ in range(num_steps)]
-
-
-class InProcessReference:
-    """Steps the same envs in this process with the documented slot/spare policy."""
-
-    def __init__(self, envs, num_spares=0):
-        self.envs = envs
-        self.num_slots = len(envs) - num_spares
-        self.slot_env = list(range(self.num_slots))
-        self.spares = collections.deque(range(self.num_slots, len(envs)))
-        self.spare_first = {}
-        self.fresh = {}
-
-    def reset(self):
-        outputs = [self.envs[i].reset() for i in self.slot_env]
-        self.spare_first = {i: self.envs[i].reset() for i in self.spares}
-        self.fresh = {}
-        return self._finish(outputs)
-
-    def step(self, action):
-        outputs = []
-        for slot, i in enumerate(self.slot_env):
-            if slot in self.fresh:
-                outputs.append(self.fresh.pop(slot))
-            else:
-                outputs.append(self.envs[i].step(action[slot].numpy()))
-        return self._finish(outputs)
-
-    def _finish(self, outputs):
-        if self.spares:
-            for slot, ts in enumerate(outputs):
-                if ts.step_type == StepType.LAST:
-                    old = self.slot_env[slot]
-                    new = self.spares.popleft()
-                    self.spares.append(old)
-                    self.slot_env[slot] = new
-                    self.fresh[slot] = self.spare_first.pop(new)
-                    self.spare_first[old] = self.envs[old].reset()
-        return outputs
-
-
-def assert_rows_equal(batched, rows):
-    """Compares a batched torch TimeStep with per-row numpy TimeSteps."""
-    for r, ts in enumerate(rows):
-        assert int(batched.step_type[r]) == int(ts.step_type)
-        assert float(batched.reward[r]) == float(ts.reward)
-        assert float(batched.discount[r]) == float(ts.discount)
-        np.testing.assert_array_equal(batched.observation[r].numpy(), ts.observation)
-        assert int(batched.prev_action[r]) == int(ts.prev_action)
-    np.testing.assert_array_equal(batched.env_id.numpy(), np.arange(len(rows)))
 
 
 @pytest.fixture(params=[ParallelAlfEnvironment, FastParallelEnvironment],

@@ -1,7 +1,6 @@
 """FastVectorEnv's asynchronous (EnvPool) mode: async_reset / send / recv, and
 reset / step with batch_size < num_envs."""
 
-import copy
 import functools
 import time
 
@@ -10,11 +9,12 @@ import numpy as np
 import pytest
 from gymnasium.error import AlreadyPendingCallError, NoAsyncCallError
 from gymnasium.vector import AutoresetMode
-from gymnasium.vector.utils import batch_space, concatenate, create_empty_array
+from gymnasium.vector.utils import batch_space
 
 from alf_env.errors import EnvTimeoutError, WorkerDiedError
 from alf_env.vector import FastVectorEnv
 from tests.support.gym_envs import FaultyEnv, InfoEnv, JitterEnv, assert_tree_equal
+from tests.support.gym_runs import Trajectories, stepped_alone
 
 MAX_DELAY = 0.004  # seconds an env may sleep per step, so completion order varies
 PROMPT_SECONDS = 10.0
@@ -24,73 +24,6 @@ RANDOM_BATCH_SIZE = int(np.random.default_rng(7).integers(2, 7))
 
 def jittery_info_env(env_id: int) -> gym.Env:
     return JitterEnv(InfoEnv(env_id), MAX_DELAY, seed=env_id)
-
-
-def row(batched, position):
-    """Row ``position`` of a batched observation (dict / tuple / array)."""
-    if isinstance(batched, dict):
-        return {k: row(v, position) for k, v in batched.items()}
-    if isinstance(batched, tuple):
-        return tuple(row(v, position) for v in batched)
-    return batched[position]
-
-
-def info_row(infos, position):
-    """The info of one env, rebuilt from a batched info with its ``_key`` masks."""
-    out = {}
-    for key, value in infos.items():
-        if key.startswith("_") or key == "env_id":
-            continue
-        if not infos[f"_{key}"][position]:
-            continue
-        out[key] = info_row(value, position) if isinstance(value, dict) else value[position]
-    return out
-
-
-class Trajectories:
-    """Per env: the actions it was sent and the results it returned."""
-
-    def __init__(self, num_envs, action_space, seed):
-        self.results = [[] for _ in range(num_envs)]
-        self.actions = [[] for _ in range(num_envs)]
-        self._spaces = []
-        for i in range(num_envs):
-            space = copy.deepcopy(action_space)
-            space.seed(seed + i)
-            self._spaces.append(space)
-        self._single = action_space
-
-    def record(self, result):
-        obs, rewards, terminated, truncated, infos = result
-        for position, env_id in enumerate(infos["env_id"]):
-            self.results[env_id].append((row(obs, position), rewards[position],
-                                         terminated[position], truncated[position],
-                                         info_row(infos, position)))
-
-    def next_actions(self, env_ids):
-        actions = [self._spaces[i].sample() for i in env_ids]
-        for i, action in zip(env_ids, actions):
-            self.actions[i].append(action)
-        return concatenate(self._single, actions,
-                           create_empty_array(self._single, len(actions), fn=np.zeros))
-
-
-def stepped_alone(env_fn, seed, actions):
-    """One env in a SyncVectorEnv: the results the async mode must reproduce."""
-    results = []
-    ref = gym.vector.SyncVectorEnv([env_fn])
-    try:
-        obs, infos = ref.reset(seed=seed)
-        results.append((row(obs, 0), 0.0, False, False, info_row(infos, 0)))
-        single = ref.single_action_space
-        for action in actions:
-            batch = concatenate(single, [action], create_empty_array(single, 1, fn=np.zeros))
-            obs, reward, terminated, truncated, infos = ref.step(batch)
-            results.append((row(obs, 0), reward[0], terminated[0], truncated[0],
-                            info_row(infos, 0)))
-    finally:
-        ref.close()
-    return results
 
 
 @pytest.mark.parametrize("num_envs, batch_size, envs_per_worker",

@@ -26,7 +26,8 @@ from tests.support.probe_envs import UnpicklableError
 from tests.support.gym_envs import (FaultyEnv, InfoEnv, ModulesEnv, SpaceEnv, assert_tree_equal,
                                info_env)
 
-from tests.support.paths import REPO_ROOT  # noqa: E402
+from tests.support.gym_runs import run_both
+from tests.support.paths import REPO_ROOT
 
 MODES = list(AutoresetMode)
 # Generous: only a hang would take this long.
@@ -35,36 +36,6 @@ PROMPT_SECONDS = 10.0
 
 def cartpole():
     return gym.make("CartPole-v1")
-
-
-def run_both(env_fns, steps, seed=0, autoreset_mode=AutoresetMode.NEXT_STEP,
-             action_seed=1, check=assert_tree_equal, **fast_kwargs):
-    """Steps FastVectorEnv and SyncVectorEnv side by side, asserting equal results.
-
-    In DISABLED mode, envs that ended are reset with a reset_mask. Returns the
-    number of episode ends seen (so tests can check that autoreset happened).
-    ``check(got, expected, path)`` compares each result.
-    """
-    ref = gym.vector.SyncVectorEnv(env_fns, autoreset_mode=autoreset_mode)
-    env = FastVectorEnv(env_fns, autoreset_mode=autoreset_mode, **fast_kwargs)
-    ends = 0
-    try:
-        check(env.reset(seed=seed), ref.reset(seed=seed), "reset")
-        space = ref.action_space
-        space.seed(action_seed)
-        for t in range(steps):
-            if autoreset_mode is AutoresetMode.DISABLED and ref._autoreset_envs.any():
-                options = {"reset_mask": ref._autoreset_envs.copy()}
-                check(env.reset(options=dict(options)), ref.reset(options=options),
-                      f"reset_mask {t}")
-            actions = space.sample()
-            got, expected = env.step(actions), ref.step(actions)
-            check(got, expected, f"step {t}")
-            ends += int(np.sum(expected[2] | expected[3]))
-    finally:
-        env.close()
-        ref.close()
-    return ends
 
 
 @pytest.mark.parametrize("mode", MODES, ids=lambda m: m.name)

@@ -14,8 +14,8 @@ from alf_env.control_plane.affinity import usable_cpus
 from alf_env.vector import FastVectorEnv, plan_workers
 from alf_env.data_plane.info_codec import (PIPE, InfoDecoder, InfoEncoder, InfoLayout, add_info,
                                   signature_of)
-from tests.front_ends.gym.test_vector_env import run_both as vector_run_both
-from tests.front_ends.gym.test_vector_async import Trajectories, stepped_alone
+from tests.support.gym_runs import Trajectories, stepped_alone
+from tests.support.gym_runs import run_both as vector_run_both
 from tests.support.gym_envs import InfoEnv, NumericInfoEnv, assert_tree_equal
 
 MODES = list(AutoresetMode)

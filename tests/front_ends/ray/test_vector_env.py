@@ -18,7 +18,8 @@ from gymnasium.vector import AutoresetMode
 
 from alf_env.distributed import ActorDiedError, RayVectorEnv, RestartPolicy
 from alf_env.errors import EnvTimeoutError, WorkerDiedError
-from tests.front_ends.ray.conftest import KEEP_PIDS, REPO_ROOT, kill_actor
+from tests.support.paths import REPO_ROOT
+from tests.support.ray import KEEP_PIDS, kill_actor
 from tests.support.gym_envs import FaultyEnv, assert_tree_equal, info_env
 
 # Generous: only a hang would take this long.
