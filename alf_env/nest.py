@@ -26,14 +26,26 @@ was expected vs got. Both are ``RuntimeError`` (what ALF's nest raises) and,
 respectively, ``ValueError`` / ``TypeError`` (what gymnasium-style callers
 catch), so ``except RuntimeError``, ``except ValueError`` and ``except
 TypeError`` keep working.
+
+This module holds the walks over whole nests (flatten, pack, compare, map,
+stack) and re-exports the rest of the nest vocabulary, so every nest function
+is reached as ``alf_env.nest.<name>``: the node kinds (:func:`is_nested`,
+:func:`is_namedtuple`) come from :mod:`alf_env.nest_kinds`, the paths
+(:func:`flatten_with_path`) from :mod:`alf_env.nest_paths` and the errors from
+:mod:`alf_env.nest_errors`.
 """
 
-import abc
-import collections.abc
+import collections
 import sys
-from typing import Any, Callable, Dict, Iterator, List, Sequence, Tuple
+from typing import Any, Callable, Iterator, List, Sequence
 
 import numpy as np
+
+from alf_env.nest_errors import NestStructureError, NestTypeError, _Mismatch
+from alf_env.nest_kinds import (_BUILTIN_KINDS, _KINDS, _LEAF, _MAPPING, _SEQUENCE, _kind,
+                                _namedtuple_children, _new_kind, _sorted_keys, _sync_kinds,
+                                is_namedtuple, is_nested)
+from alf_env.nest_paths import flatten_with_path
 
 __all__ = [
     "NestStructureError",
@@ -49,162 +61,6 @@ __all__ = [
     "py_map_structure_with_path",
     "stack",
 ]
-
-_PATH_SEPARATOR = "."
-
-
-class NestStructureError(RuntimeError, ValueError):
-    """Two nests differ in structure (a leaf against a container, lengths, keys).
-
-    Both ``RuntimeError`` (ALF's nest functions raise that) and ``ValueError``
-    (what this module raised before), so callers of either kind catch it.
-    """
-
-
-class NestTypeError(NestStructureError, TypeError):
-    """Two nests have different container types (e.g. a list against a tuple).
-
-    A :class:`NestStructureError` (so also ``RuntimeError`` and ``ValueError``)
-    and a ``TypeError`` (what this module raised before for this case).
-    """
-
-# ----- node kinds ----------------------------------------------------------------
-#
-# Every public function below walks nests node by node, and at each node needs
-# the answer of ``is_nested`` / ``isinstance(x, Mapping)`` / ``is_namedtuple``.
-# Asking ``isinstance`` against ``collections.abc.Mapping`` (an ABC check) at
-# every node dominated the per-step cost of the environments. So the answer
-# is computed once per *type* with exactly those predicates and kept in
-# ``_KINDS``:
-#
-# * ``_LEAF``: not a tuple, list or Mapping;
-# * ``_SEQUENCE``: a list (or subclass), or a tuple (sub)class without
-#   ``_fields``: children in iteration order (what ``enumerate`` gives);
-# * ``_NAMEDTUPLE``: a tuple subclass with ``_fields``: children are
-#   ``zip(type(x)._fields, x)``;
-# * ``_NAMEDTUPLE_PLAIN``: the same, for a class that keeps ``tuple.__iter__``,
-#   so iterating it directly gives the same children as the ``zip`` whenever
-#   ``_fields`` is at least as long as the tuple (checked per node);
-# * ``_MAPPING``: a ``collections.abc.Mapping``: children in sorted key order.
-#
-# Why caching per type is exact: ``isinstance(x, tuple/list)`` depends only on
-# the type's bases, and ``isinstance(x, Mapping)`` on the bases and on ABC
-# registrations; every registration bumps ``abc.get_cache_token()``, and the
-# cache is dropped whenever that token changed (checked once per public call).
-# Types that override ``__class__`` (proxies, mocks) can make ``isinstance``
-# answer per instance, so they are never cached. What is assumed is only what
-# ``abc`` itself assumes: a class does not change its bases, gain or lose
-# ``_fields`` or swap ``__iter__`` after it has been used in a nest.
-_LEAF = 0
-_SEQUENCE = 1
-_NAMEDTUPLE = 2
-_NAMEDTUPLE_PLAIN = 3
-_MAPPING = 4
-
-# Builtin containers: their answers can never change (builtins cannot be
-# re-based, and ``dict`` is a Mapping by a registration that cannot be undone).
-_BUILTIN_KINDS: Dict[type, int] = {tuple: _SEQUENCE, list: _SEQUENCE, dict: _MAPPING}
-_KINDS: Dict[type, int] = dict(_BUILTIN_KINDS)
-# A bound on the cache, so code that creates classes on the fly (namedtuples
-# made per call) cannot make it grow without limit; refilling is cheap.
-_MAX_CACHED_KINDS = 4096
-_get_cache_token = abc.get_cache_token
-_kinds_token = _get_cache_token()
-_Mapping = collections.abc.Mapping
-
-
-def _sync_kinds() -> None:
-    """Drops the kind cache if an ABC registration happened since it was filled."""
-    global _kinds_token
-    token = _get_cache_token()
-    if token != _kinds_token:
-        _KINDS.clear()
-        _KINDS.update(_BUILTIN_KINDS)
-        _kinds_token = token
-
-
-def _lies_about_class(cls: type) -> bool:
-    """Whether instances of ``cls`` may report a ``__class__`` other than ``cls``."""
-    return any("__class__" in vars(base) for base in cls.__mro__[:-1])
-
-
-def _new_kind(value: Any) -> int:
-    """The kind of ``value`` from the original predicates; caches it if safe."""
-    cls = type(value)
-    if isinstance(value, _Mapping):
-        kind = _MAPPING
-    elif isinstance(value, tuple) and hasattr(cls, "_fields"):
-        kind = (_NAMEDTUPLE_PLAIN if issubclass(cls, tuple) and cls.__iter__ is tuple.__iter__
-                else _NAMEDTUPLE)
-    elif isinstance(value, (tuple, list)):
-        kind = _SEQUENCE
-    else:
-        kind = _LEAF
-    if not _lies_about_class(cls):
-        if len(_KINDS) >= _MAX_CACHED_KINDS:
-            _KINDS.clear()
-            _KINDS.update(_BUILTIN_KINDS)
-        _KINDS[cls] = kind
-    return kind
-
-
-def _kind(value: Any) -> int:
-    """The cached kind of ``value`` (see above)."""
-    kind = _KINDS.get(type(value))
-    if kind is None:
-        return _new_kind(value)
-    return kind
-
-
-def _namedtuple_children(value: Any, kind: int) -> Any:
-    """The children of a namedtuple node: what ``zip(_fields, value)`` yields."""
-    fields = type(value)._fields
-    # For a class keeping tuple.__iter__, the zip yields every element exactly
-    # when _fields is at least as long as the tuple itself.
-    if (kind == _NAMEDTUPLE_PLAIN and type(fields) is tuple
-            and len(fields) >= tuple.__len__(value)):
-        return value
-    return [child for _, child in zip(fields, value)]
-
-
-def is_namedtuple(value: Any) -> bool:
-    """Whether ``value`` is an instance of a namedtuple type."""
-    return isinstance(value, tuple) and hasattr(type(value), "_fields")
-
-
-def is_nested(value: Any) -> bool:
-    """Whether ``value`` is a container (tuple, list, namedtuple or mapping)."""
-    _sync_kinds()
-    return _kind(value) != _LEAF
-
-
-def _sorted_keys(mapping: collections.abc.Mapping) -> List[Any]:
-    """Keys of ``mapping`` in sorted order (by ``str`` for unorderable mixes)."""
-    try:
-        return sorted(mapping)
-    except TypeError:
-        return sorted(mapping, key=lambda k: (type(k).__name__, str(k)))
-
-
-def _join(path: str, key: Any) -> str:
-    return f"{path}{_PATH_SEPARATOR}{key}" if path else str(key)
-
-
-def _describe_path(path: str) -> str:
-    return f"path '{path}'" if path else "the root"
-
-
-def _type_name(value: Any) -> str:
-    return type(value).__name__
-
-
-def _describe(value: Any) -> str:
-    """A short description of a node, for error messages."""
-    if isinstance(value, collections.abc.Mapping):
-        return f"{_type_name(value)} with keys {_sorted_keys(value)}"
-    if is_nested(value):
-        return f"{_type_name(value)} of length {len(value)}"
-    return f"leaf of type {_type_name(value)}"
 
 
 def _flatten_into(nest: Any, kind: int, out: List[Any]) -> None:
@@ -245,37 +101,6 @@ def flatten(nest: Any) -> List[Any]:
         return [nest]
     out: List[Any] = []
     _flatten_into(nest, kind, out)
-    return out
-
-
-def _flatten_with_path_into(nest: Any, path: str,
-                            out: List[Tuple[str, Any]]) -> None:
-    kind = _kind(nest)
-    if kind == _LEAF:
-        out.append((path, nest))
-        return
-    if kind == _SEQUENCE:
-        pairs: Any = enumerate(nest)
-    elif kind == _MAPPING:
-        pairs = [(k, nest[k]) for k in _sorted_keys(nest)]
-    else:
-        pairs = list(zip(type(nest)._fields, nest))
-    for key, child in pairs:
-        _flatten_with_path_into(child, _join(path, key), out)
-
-
-def flatten_with_path(nest: Any) -> List[Tuple[str, Any]]:
-    """Returns ``(path, leaf)`` pairs of ``nest``, in the order of :func:`flatten`.
-
-    Args:
-        nest: a nest or a single leaf.
-
-    Returns:
-        A list of ``(dotted_path, leaf)``; the root leaf's path is ``""``.
-    """
-    _sync_kinds()
-    out: List[Tuple[str, Any]] = []
-    _flatten_with_path_into(nest, "", out)
     return out
 
 
@@ -376,40 +201,6 @@ def pack_sequence_as(structure: Any, flat_sequence: Sequence[Any]) -> Any:
     if packed is _NO_LEAF or next(leaves, _NO_LEAF) is not _NO_LEAF:
         raise _leaf_count_error(structure, len(flat))
     return packed
-
-
-class _Mismatch(Exception):
-    """A structure difference found deep in a nest, carrying its path upwards.
-
-    The dotted path is only built (by the caller of the walk) when the nests
-    differ, so equal nests cost no string formatting.
-    """
-
-    def __init__(self, error: type, expected: Any, got: Any, keys: bool = False) -> None:
-        super().__init__()
-        self.error = error
-        self.expected = expected
-        self.got = got
-        self.keys = keys
-        self.reversed_path: List[Any] = []
-
-    def to_error(self) -> Exception:
-        path = ""
-        for key in reversed(self.reversed_path):
-            path = _join(path, key)
-        where = _describe_path(path)
-        a, b = self.expected, self.got
-        if self.keys:
-            a_keys, b_keys = _sorted_keys(a), _sorted_keys(b)
-            missing = [k for k in a_keys if k not in b]
-            extra = [k for k in b_keys if k not in a]
-            return self.error(
-                f"The two nests differ at {where}: expected "
-                f"keys {a_keys}, got keys {b_keys} (missing {missing}, "
-                f"unexpected {extra}).")
-        return self.error(
-            f"The two nests differ at {where}: expected "
-            f"{_describe(a)}, got {_describe(b)}.")
 
 
 def _assert_same_structure(a: Any, b: Any, check_types: bool) -> None:
