@@ -8,13 +8,20 @@ compare by value, hash, pickle, and build torch tensors (``zeros``, ``ones``,
 
 Dtypes may be given as ``torch.dtype``, ``numpy.dtype``, numpy scalar types
 (``np.uint8``) or strings (``"float32"``, ``"torch.int64"``); they are always
-stored as ``torch.dtype``.
+stored as ``torch.dtype``. The dtype conversions live in :mod:`alf_env.dtypes`
+and the bounds' checks and sampling in :mod:`alf_env.spec_bounds`; this module
+re-exports the public dtype functions.
 """
 
 from typing import Any, Iterable, Optional, Sequence, Union
 
 import numpy as np
 import torch
+
+from alf_env.dtypes import (_TORCH_TO_NUMPY, DTypeLike, as_torch_dtype, numpy_dtype_to_torch,
+                            torch_dtype_to_numpy, torch_dtype_to_str)
+from alf_env.spec_bounds import (_TORCH_SEED_LIMIT, _bound_array, _compact, _default_bound,
+                                 _sample_float, _sample_int)
 
 __all__ = [
     "SpecBoundsError",
@@ -26,90 +33,8 @@ __all__ = [
     "as_torch_dtype",
 ]
 
-DTypeLike = Union[torch.dtype, np.dtype, type, str]
 ShapeLike = Union[torch.Size, Sequence[int], int]
 OuterDims = Optional[Iterable[int]]
-
-_TORCH_TO_NUMPY = {
-    torch.bool: np.dtype(np.bool_),
-    torch.uint8: np.dtype(np.uint8),
-    torch.int8: np.dtype(np.int8),
-    torch.int16: np.dtype(np.int16),
-    torch.int32: np.dtype(np.int32),
-    torch.int64: np.dtype(np.int64),
-    torch.float16: np.dtype(np.float16),
-    torch.float32: np.dtype(np.float32),
-    torch.float64: np.dtype(np.float64),
-    torch.complex64: np.dtype(np.complex64),
-    torch.complex128: np.dtype(np.complex128),
-}
-for _name, _np_type in (("uint16", np.uint16), ("uint32", np.uint32),
-                        ("uint64", np.uint64)):
-    if hasattr(torch, _name):
-        _TORCH_TO_NUMPY[getattr(torch, _name)] = np.dtype(_np_type)
-_NUMPY_TO_TORCH = {v: k for k, v in _TORCH_TO_NUMPY.items()}
-
-# Upper limit (exclusive) of the seed drawn from torch's RNG for ``sample()``.
-_TORCH_SEED_LIMIT = 2**62
-
-
-def torch_dtype_to_numpy(dtype: DTypeLike) -> np.dtype:
-    """Returns the numpy dtype equivalent to a torch dtype (or dtype-like).
-
-    Raises:
-        TypeError: if the dtype has no numpy equivalent (e.g. bfloat16).
-    """
-    # A torch dtype (the common case) is its own as_torch_dtype: look it up
-    # directly.
-    np_dtype = _TORCH_TO_NUMPY.get(dtype) if type(dtype) is torch.dtype else None
-    if np_dtype is not None:
-        return np_dtype
-    dtype = as_torch_dtype(dtype)
-    try:
-        return _TORCH_TO_NUMPY[dtype]
-    except KeyError:
-        raise TypeError(f"torch dtype {dtype} has no numpy equivalent; "
-                        f"expected one of {sorted(map(str, _TORCH_TO_NUMPY))}"
-                        ) from None
-
-
-def torch_dtype_to_str(dtype: DTypeLike) -> str:
-    """The name of a dtype without the ``torch.`` prefix, e.g. ``"float32"`` (as ALF's)."""
-    return str(as_torch_dtype(dtype))[len("torch."):]
-
-
-def numpy_dtype_to_torch(dtype: Any) -> torch.dtype:
-    """Returns the torch dtype equivalent to a numpy dtype (or dtype-like).
-
-    Raises:
-        TypeError: if the dtype has no torch equivalent (e.g. strings, objects).
-    """
-    try:
-        np_dtype = np.dtype(dtype)
-    except TypeError as e:
-        raise TypeError(f"{dtype!r} is not a numpy dtype: {e}") from None
-    try:
-        return _NUMPY_TO_TORCH[np_dtype]
-    except KeyError:
-        raise TypeError(f"numpy dtype {np_dtype} has no torch equivalent; "
-                        f"expected one of {sorted(map(str, _NUMPY_TO_TORCH))}"
-                        ) from None
-
-
-def as_torch_dtype(dtype: DTypeLike) -> torch.dtype:
-    """Converts a dtype-like (torch/numpy dtype, numpy type, str) to torch.
-
-    Raises:
-        TypeError: if ``dtype`` does not name a dtype known to torch.
-    """
-    if isinstance(dtype, torch.dtype):
-        return dtype
-    if isinstance(dtype, str):
-        name = dtype[len("torch."):] if dtype.startswith("torch.") else dtype
-        candidate = getattr(torch, name, None)
-        if isinstance(candidate, torch.dtype):
-            return candidate
-    return numpy_dtype_to_torch(dtype)
 
 
 def _as_shape(shape: ShapeLike) -> torch.Size:
@@ -306,54 +231,6 @@ class TensorSpec:
         return TensorSpec, (tuple(self._shape), self._dtype)
 
 
-def _default_bound(dtype: torch.dtype, np_dtype: np.dtype, upper: bool) -> Any:
-    """Default bound: the dtype range for ints/bool, ALF's [0, 1] for floats."""
-    if dtype == torch.bool:
-        return upper
-    if np.issubdtype(np_dtype, np.integer):
-        info = np.iinfo(np_dtype)
-        return info.max if upper else info.min
-    return 1.0 if upper else 0.0
-
-
-def _bound_array(value: Any, name: str, shape: torch.Size,
-                 np_dtype: np.dtype) -> np.ndarray:
-    """Converts a bound to a read-only array of ``np_dtype``.
-
-    A scalar stays a 0-d array (as in ALF); anything else is broadcast to
-    ``shape``.
-    """
-    if torch.is_tensor(value):
-        value = value.detach().cpu().numpy()
-    raw = np.asarray(value)
-    if raw.dtype == object:
-        raise TypeError(f"{name} must be numeric, got {value!r}")
-    if np.issubdtype(np_dtype, np.integer) or np_dtype == np.bool_:
-        if np.issubdtype(raw.dtype, np.floating) and not np.all(np.isfinite(raw)):
-            raise ValueError(f"{name} must be finite for dtype {np_dtype}, got {value!r}")
-        if np.issubdtype(np_dtype, np.integer):
-            info = np.iinfo(np_dtype)
-            as_obj = raw.astype(object) if raw.dtype.kind in "iub" else raw
-            if np.any(as_obj < info.min) or np.any(as_obj > info.max):
-                raise ValueError(
-                    f"{name}={value!r} is outside the range of dtype {np_dtype} "
-                    f"[{info.min}, {info.max}]")
-    elif np.any(np.isnan(raw.astype(np.float64, copy=False))):
-        raise ValueError(f"{name} must not be NaN, got {value!r}")
-    if raw.ndim == 0:
-        arr = np.array(raw.astype(np_dtype))
-        arr.setflags(write=False)
-        return arr
-    try:
-        arr = np.broadcast_to(raw.astype(np_dtype), tuple(shape))
-    except ValueError:
-        raise ValueError(f"{name} with shape {raw.shape} cannot be broadcast to the "
-                         f"spec shape {tuple(shape)}") from None
-    arr = np.array(arr)
-    arr.setflags(write=False)
-    return arr
-
-
 class BoundedTensorSpec(TensorSpec):
     """A :class:`TensorSpec` with inclusive element-wise bounds.
 
@@ -510,50 +387,3 @@ class BoundedTensorSpec(TensorSpec):
     def __reduce__(self):
         return BoundedTensorSpec, (tuple(self._shape), self._dtype,
                                    self._minimum, self._maximum)
-
-
-def _compact(bound: np.ndarray) -> str:
-    """Shows a bound as a scalar when it is uniform."""
-    if bound.size > 0 and np.all(bound == bound.flat[0]):
-        return str(bound.flat[0])
-    return np.array2string(bound, separator=", ")
-
-
-def _sample_int(rng: Any, low: np.ndarray, high: np.ndarray, shape: tuple,
-                np_dtype: np.dtype) -> np.ndarray:
-    """Uniform integers in the inclusive range ``[low, high]``."""
-    out_dtype = np.dtype(np.int64) if np_dtype == np.bool_ else np_dtype
-    # C order matters: RandomState.randint misreads non-C-ordered object arrays.
-    low = np.ascontiguousarray(low, dtype=out_dtype)
-    high = np.ascontiguousarray(high, dtype=out_dtype)
-    if hasattr(rng, "integers"):  # numpy.random.Generator
-        values = rng.integers(low, high, size=shape, dtype=out_dtype, endpoint=True)
-    else:
-        # RandomState's upper bound is exclusive; Python ints avoid overflow
-        # of ``high + 1`` at the dtype's maximum.
-        values = rng.randint(low.astype(object), high.astype(object) + 1,
-                             size=shape, dtype=out_dtype)
-    return np.asarray(values).astype(np_dtype, copy=False)
-
-
-def _sample_float(rng: Any, low: np.ndarray, high: np.ndarray, shape: tuple,
-                  np_dtype: np.dtype) -> np.ndarray:
-    """Finite floats inside ``[low, high]`` (uniform when both are finite)."""
-    low = low.astype(np.float64)
-    high = high.astype(np.float64)
-    low_finite = np.isfinite(low)
-    high_finite = np.isfinite(high)
-    u = rng.uniform(0.0, 1.0, size=shape)
-    # (1-u)*low + u*high never overflows for finite bounds.
-    with np.errstate(invalid="ignore", over="ignore"):
-        values = (1.0 - u) * low + u * high
-    if not (np.all(low_finite) and np.all(high_finite)):
-        normal = rng.standard_normal(size=shape)
-        tail = np.abs(normal)
-        values = np.where(low_finite & ~high_finite, low + tail, values)
-        values = np.where(~low_finite & high_finite, high - tail, values)
-        values = np.where(~low_finite & ~high_finite, normal, values)
-    info = np.finfo(np_dtype)
-    values = np.clip(values, np.maximum(low, float(info.min)),
-                     np.minimum(high, float(info.max)))
-    return np.asarray(values).astype(np_dtype)
