@@ -1,0 +1,207 @@
+"""The package's shape: three parts in layers, no import cycle, small files.
+
+``alf_env`` has a control plane (worker processes and the pipe), a data plane
+(shared memory and the job loop) and front ends (ALF API, gymnasium, SB3, Ray)
+over a shared vocabulary (nest, specs, time steps, errors, the ALF environment
+model). Imports may only point down that stack; re-export modules (the public
+import paths kept for users) sit on top and only import. These tests read the
+source with ``ast``, so an import inside a function counts as well.
+"""
+
+import ast
+import importlib
+import re
+from pathlib import Path
+from typing import Dict, List, Set
+
+import pytest
+
+from tests.support.paths import REPO_ROOT
+
+PACKAGE = REPO_ROOT / "alf_env"
+MAX_LINES = 500
+RE_EXPORT = "Re-export (public import path):"
+
+# Layer of each part: a module may import only from its own layer or lower ones.
+VOCABULARY, CONTROL_PLANE, DATA_PLANE, FRONT_ENDS, TOOLS = range(5)
+LAYER_OF_PREFIX = {
+    "alf_env.control_plane": CONTROL_PLANE,
+    "alf_env.data_plane": DATA_PLANE,
+    "alf_env.front_ends": FRONT_ENDS,
+    "alf_env.bench": TOOLS,
+    "alf_env.__main__": TOOLS,
+}
+LAYER_NAMES = {VOCABULARY: "the shared vocabulary", CONTROL_PLANE: "the control plane",
+               DATA_PLANE: "the data plane", FRONT_ENDS: "the front ends", TOOLS: "the tools"}
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(REPO_ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def source_files() -> Dict[str, Path]:
+    return {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+MODULES = source_files()
+
+
+def is_re_export(name: str) -> bool:
+    doc = ast.get_docstring(ast.parse(MODULES[name].read_text())) or ""
+    return doc.startswith(RE_EXPORT)
+
+
+def layer(name: str) -> int:
+    for prefix, value in LAYER_OF_PREFIX.items():
+        if name == prefix or name.startswith(prefix + "."):
+            return value
+    return VOCABULARY
+
+
+def imports_of(name: str) -> Set[str]:
+    """The alf_env modules that ``name`` imports (anywhere in its source)."""
+    found = set()
+    for node in ast.walk(ast.parse(MODULES[name].read_text())):
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            targets = [f"{node.module}.{alias.name}" for alias in node.names]
+            targets = [t if t in MODULES else node.module for t in targets]
+        else:
+            continue
+        for target in targets:
+            while target and target not in MODULES:  # `import a.b.c` of a package path
+                target = target.rpartition(".")[0]
+            if target and target.startswith("alf_env") and target != name:
+                found.add(target)
+    return found
+
+
+def graph() -> Dict[str, Set[str]]:
+    # Package __init__ modules that only document their folder are left out of
+    # cycles: importing a.b.c runs a/__init__ first, which imports nothing.
+    return {name: imports_of(name) for name in MODULES}
+
+
+def cycles(edges: Dict[str, Set[str]]) -> List[List[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index: Dict[str, int] = {}
+    low: Dict[str, int] = {}
+    stack: List[str] = []
+    on_stack: Set[str] = set()
+    found: List[List[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in edges.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_the_three_parts_are_folders():
+    for part in ("control_plane", "data_plane", "front_ends"):
+        assert (PACKAGE / part / "__init__.py").is_file(), part
+    for front_end in ("alf", "gym", "sb3", "ray"):
+        assert (PACKAGE / "front_ends" / front_end / "__init__.py").is_file(), front_end
+
+
+def test_no_import_cycle():
+    assert cycles(graph()) == []
+
+
+def test_cycle_finder_finds_a_planted_cycle():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_imports_only_point_down_the_layers():
+    wrong = []
+    for name, targets in graph().items():
+        if is_re_export(name):
+            continue  # the public paths sit on top of everything
+        for target in targets:
+            if layer(target) > layer(name):
+                wrong.append(f"{name} ({LAYER_NAMES[layer(name)]}) imports {target} "
+                             f"({LAYER_NAMES[layer(target)]})")
+    assert wrong == []
+
+
+def test_re_export_modules_only_import():
+    re_exports = [name for name in MODULES if is_re_export(name)]
+    assert {"alf_env.vector", "alf_env.sb3",
+            "alf_env.environments.process_environment"} <= set(re_exports)
+    for name in re_exports:
+        body = ast.parse(MODULES[name].read_text()).body[1:]  # after the docstring
+        kinds = {type(node).__name__ for node in body}
+        assert kinds <= {"ImportFrom", "Import", "Assign"}, (name, kinds)
+        for node in body:
+            if isinstance(node, ast.Assign):  # only __all__
+                assert [t.id for t in node.targets] == ["__all__"], name
+
+
+@pytest.mark.parametrize("folder, suffixes", [("alf_env", (".py",)),
+                                              ("csrc", (".cc", ".h"))])
+def test_no_file_is_over_the_limit(folder, suffixes):
+    too_long = {}
+    for path in sorted((REPO_ROOT / folder).rglob("*")):
+        if path.suffix in suffixes:
+            lines = len(path.read_text().splitlines())
+            if lines > MAX_LINES:
+                too_long[str(path.relative_to(REPO_ROOT))] = lines
+    assert too_long == {}
+
+
+def test_every_module_says_what_it_holds():
+    missing = [name for name, path in MODULES.items()
+               if not ast.get_docstring(ast.parse(path.read_text()))]
+    assert missing == []
+
+
+def contract_paths() -> Dict[str, List[str]]:
+    """Public module -> names, from the package table of docs/contract.rst."""
+    text = (REPO_ROOT / "docs" / "contract.rst").read_text()
+    found: Dict[str, List[str]] = {}
+    table = text.split(".. list-table::", 1)[1].split("\n\n")[1]
+    rows = re.split(r"^   \* - ", table, flags=re.M)
+    for row in rows[1:]:
+        module_cell, _, names_cell = row.partition("\n     - ")
+        module = re.match(r"``([\w.]+)``", module_cell)
+        if module and module.group(1).startswith("alf_env."):
+            described = re.sub(r" \([^)]*\)", "", names_cell)  # "(a gymnasium.Env ...)"
+            found[module.group(1)] = re.findall(r"``(\w+)[`(]", described)
+    return found
+
+
+def test_contract_lists_the_public_paths():
+    paths = contract_paths()
+    assert "alf_env.vector" in paths and "alf_env.environments.process_environment" in paths
+    assert "FastVectorEnv" in paths["alf_env.vector"]
+
+
+@pytest.mark.parametrize("module, names", sorted(contract_paths().items()))
+def test_public_paths_of_the_contract_still_import(module, names):
+    imported = importlib.import_module(module)
+    for name in names:
+        assert hasattr(imported, name), f"{module} lost {name}"
