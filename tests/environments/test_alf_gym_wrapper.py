@@ -12,8 +12,8 @@ from gymnasium import spaces
 
 from alf_env import nest
 from alf_env.data_structures import StepType
-from alf_env.environments.alf_gym_wrapper import (AlfGymWrapper, _fetch_info,
-                                                  tensor_spec_from_gym_space)
+from alf_env.environments.alf_gym_wrapper import AlfGymWrapper, tensor_spec_from_gym_space
+from alf_env.environments.gym_env_info import _fetch_info
 from alf_env.errors import EnvironmentClosedError
 from alf_env.tensor_specs import BoundedTensorSpec, TensorSpec
 

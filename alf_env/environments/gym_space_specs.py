@@ -1,0 +1,97 @@
+"""gymnasium spaces as spec nests: :func:`tensor_spec_from_gym_space`.
+
+Spaces become spec nests:
+
+=================  ==========================================================
+gymnasium space    spec
+=================  ==========================================================
+``Box``            ``BoundedTensorSpec(shape, dtype, low, high)``; a floating
+                   ``Box`` gets ``float_dtype`` (float32 by default, as in
+                   ALF: MuJoCo's float64 spaces give float32 specs)
+``Discrete``       ``BoundedTensorSpec((), int64, start, start + n - 1)``
+``MultiDiscrete``  ``BoundedTensorSpec(nvec.shape, dtype, start, start + nvec - 1)``
+``MultiBinary``    ``BoundedTensorSpec(shape, int8, 0, 1)``
+``Dict``           ``dict`` of the sub-specs, in the space's key order (as in
+                   ALF; nest functions still visit dict keys sorted)
+``Tuple``          ``tuple`` of the sub-specs
+=================  ==========================================================
+
+With ``simplify_box_bounds`` (the default, as in ALF) a bound whose elements
+are all equal is kept as a 0-d array (``spec.minimum.shape == ()``).
+
+:class:`~alf_env.environments.alf_gym_wrapper.AlfGymWrapper` makes its
+observation and action specs with it (and re-exports it).
+"""
+
+from typing import Any, Optional
+
+import numpy as np
+from gymnasium import spaces
+
+from alf_env.nest_paths import _join
+from alf_env.tensor_specs import BoundedTensorSpec, numpy_dtype_to_torch
+
+__all__ = ["tensor_spec_from_gym_space"]
+
+
+def _simplified(bound: np.ndarray, simplify: bool) -> np.ndarray:
+    """``bound`` as a 0-d array when ``simplify`` and all its elements are equal."""
+    if simplify and bound.size > 0 and np.all(bound == bound.flat[0]):
+        return np.array(bound.flat[0], dtype=bound.dtype)
+    return bound
+
+
+def tensor_spec_from_gym_space(space: spaces.Space, simplify_box_bounds: bool = True,
+                               float_dtype: Optional[Any] = np.float32, *,
+                               path: str = "") -> Any:
+    """Converts a gymnasium space to a nest of ``BoundedTensorSpec``.
+
+    Args:
+        space: a ``Box``, ``Discrete``, ``MultiDiscrete``, ``MultiBinary``,
+            ``Dict`` or ``Tuple`` space (nested freely).
+        simplify_box_bounds: keep a ``Box`` / ``MultiDiscrete`` bound whose
+            elements are all equal as a 0-d array (as ALF does).
+        float_dtype: the dtype of the specs of floating ``Box`` spaces
+            (float32 by default, as in ALF); ``None`` keeps the space's dtype.
+        path: where ``space`` sits, for error messages.
+
+    Returns:
+        The spec nest (see the module docstring for the mapping).
+
+    Raises:
+        TypeError: for any other kind of space, naming its path.
+    """
+    where = path or "<root>"
+    if isinstance(space, spaces.Box):
+        dtype = space.dtype
+        if float_dtype is not None and np.issubdtype(dtype, np.floating):
+            dtype = np.dtype(float_dtype)
+        with np.errstate(over="ignore"):  # float64 extremes become +-inf
+            low = np.asarray(space.low, dtype=dtype)
+            high = np.asarray(space.high, dtype=dtype)
+        return BoundedTensorSpec(space.shape, dtype,
+                                 _simplified(low, simplify_box_bounds),
+                                 _simplified(high, simplify_box_bounds))
+    if isinstance(space, spaces.Discrete):
+        start = int(space.start)
+        return BoundedTensorSpec((), numpy_dtype_to_torch(space.dtype), start,
+                                 start + int(space.n) - 1)
+    if isinstance(space, spaces.MultiDiscrete):
+        start = np.asarray(space.start, dtype=space.dtype)
+        high = (start + np.asarray(space.nvec) - 1).astype(space.dtype)
+        return BoundedTensorSpec(space.nvec.shape, space.dtype,
+                                 _simplified(start, simplify_box_bounds),
+                                 _simplified(high, simplify_box_bounds))
+    if isinstance(space, spaces.MultiBinary):
+        return BoundedTensorSpec(space.shape, space.dtype, 0, 1)
+    if isinstance(space, spaces.Dict):
+        return {k: tensor_spec_from_gym_space(s, simplify_box_bounds, float_dtype,
+                                              path=_join(path, k))
+                for k, s in space.spaces.items()}
+    if isinstance(space, spaces.Tuple):
+        return tuple(tensor_spec_from_gym_space(s, simplify_box_bounds, float_dtype,
+                                                path=_join(path, i))
+                     for i, s in enumerate(space.spaces))
+    raise TypeError(
+        f"space at {where}: expected Box, Discrete, MultiDiscrete, MultiBinary, "
+        f"Dict or Tuple, got {type(space).__name__} ({space})")
