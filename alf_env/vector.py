@@ -1,6 +1,8 @@
 """Re-export (public import path): FastVectorEnv lives in :mod:`alf_env.front_ends.gym`."""
 
-from alf_env.front_ends.gym.vector_env import (  # noqa: F401
-    ENV_ID_DTYPE, Seeds, AsyncState, FastVectorEnv, plan_workers, make,)
+from alf_env.front_ends.gym.engine import ENV_ID_DTYPE  # noqa: F401
+from alf_env.front_ends.gym.startup import plan_workers  # noqa: F401
+from alf_env.front_ends.gym.state import AsyncState, Seeds  # noqa: F401
+from alf_env.front_ends.gym.vector_env import FastVectorEnv, make  # noqa: F401
 
 __all__ = ['ENV_ID_DTYPE', 'Seeds', 'AsyncState', 'FastVectorEnv', 'plan_workers', 'make']

@@ -1,51 +1,12 @@
 """``FastVectorEnv``: gymnasium's vector API over alf_env's shared-memory workers.
 
-Design
-------
 :class:`FastVectorEnv` is a ``gymnasium.vector.VectorEnv`` that behaves like
 ``AsyncVectorEnv`` (and, value for value, like ``SyncVectorEnv``) and adds an
-EnvPool-style asynchronous mode.
-
-**Processes.** Worker ``w`` is a ``ProcessEnvironment(fast=True)`` hosting an
-:class:`~alf_env.data_plane.gym_rows.EnvGroup` of consecutive envs. By default
-there are as many workers as CPUs this process may use (``num_workers``),
-the envs spread over them as evenly as possible (EnvPool's ``num_threads``);
-``envs_per_worker=1`` gives one process per env. Once every worker is up and the spaces
-are checked, each enters the native job loop with a
-:class:`~alf_env.data_plane.gym_rows.GymRowsHandler`; the pipe is then reached
-through CALL jobs (the doorbell of :class:`~alf_env.data_plane.job_board.JobBoard`).
-
-**Shared memory** (one ``SharedBlock``, one row per env) holds every
-fixed-size datum of the hot path:
-
-* the action fields and the observation fields (see
-  :mod:`alf_env.data_plane.space_layout`: Box, Discrete, MultiDiscrete, MultiBinary,
-  Text, Tuple, Dict and OneOf map to fields);
-* ``reward`` (float64, like gymnasium), ``terminated``, ``truncated``;
-* ``report``: "this env has an entry in its worker's pipe report";
-* ``info`` (``info_bytes`` per env) and ``info_layout``: the fixed-size
-  values of the env's info dict (numbers, numeric arrays) and the id of
-  their layout, learned from what the envs return (see
-  :mod:`alf_env.data_plane.info_codec`): an env whose info keeps its keys and types
-  costs no pipe message.
-
-**The pipe** carries what has no fixed size, only when there is some:
-
-* info values of no fixed size (str, None, nested dicts; in SAME_STEP mode
-  ``final_obs`` and ``final_info`` at an episode's end), the signature of a
-  new info layout (once per layout and worker), and whole infos that do not
-  fit the info area; an empty info costs nothing;
-* observation leaves of spaces with no fixed size (Graph, Sequence, custom
-  spaces): they are pickled every step, so such spaces cost a pipe message
-  per worker per step (about what ``AsyncVectorEnv`` pays for everything);
-* reset arguments other than the default (seeds, options, ``reset_mask``):
-  one pipe call per worker before the RESET job;
-* ``call`` / ``get_attr`` / ``set_attr`` / ``render``, and errors with their
-  worker tracebacks.
-
-A worker sends at most one report per job; the parent reads it as soon as it
-sees the job finish (``ProcessEnvironment.pending_report``), so the pipe
-never gets out of step.
+EnvPool-style asynchronous mode. This module holds its API and :func:`make`;
+mixins hold the rest: :mod:`~alf_env.front_ends.gym.state` (the state
+machine), :mod:`~alf_env.front_ends.gym.startup` (workers, shared rows),
+:mod:`~alf_env.front_ends.gym.engine` (posting jobs, waiting for them) and
+:mod:`~alf_env.front_ends.gym.results` (pipe reports, batched results).
 
 **Autoreset** happens in the workers, per env, exactly as ``SyncVectorEnv``
 does it: NEXT_STEP (the step after an episode's end is a reset that returns
@@ -54,81 +15,46 @@ reward 0 and terminated = truncated = False), SAME_STEP (reset at once;
 ended without resetting it first raises ``AssertionError``, as gymnasium
 does; ``reset(options={"reset_mask": mask})`` resets some envs).
 
-State machine
--------------
-Calls of the gymnasium API are guarded by :class:`AsyncState`::
-
-    DEFAULT --reset_async--> WAITING_RESET --reset_wait--> DEFAULT
-    DEFAULT --step_async---> WAITING_STEP  --step_wait---> DEFAULT
-    DEFAULT --call_async---> WAITING_CALL  --call_wait---> DEFAULT
-
-Any other ``*_async`` while not DEFAULT raises ``AlreadyPendingCallError``; a
-``*_wait`` without its ``*_async`` raises ``NoAsyncCallError``; anything after
-``close()`` raises ``ClosedEnvironmentError``. A ``*_wait`` that times out
-raises :class:`~alf_env.errors.EnvTimeoutError` and keeps its state, so it
-can be called again (nothing is lost; gymnasium instead forgets the call).
-A worker exception returns to DEFAULT and is re-raised with its type and
-worker traceback; a dead worker raises ``WorkerDiedError``, and so does every
-later call but ``close()``.
-
 Asynchronous mode (EnvPool)
 ---------------------------
-Besides the gymnasium state, the env tracks the workers *in flight* (a STEP
-or RESET posted, its result not yet returned). ``async_reset()`` resets every
-env; ``send(actions, env_ids)`` steps the given envs; ``recv()`` returns the
-first ``batch_size`` envs to finish (5-tuple, rows in completion order,
-``info["env_id"]``). With ``batch_size < num_envs``, ``reset()`` is
-``async_reset() + recv()`` (returning ``(obs, info)``) and ``step(actions)``
-is ``send(actions, <ids of the last recv>) + recv()``, and
-``observation_space``/``action_space`` are batched over ``batch_size``. The
-unit of asynchrony is a worker: ``send`` takes whole workers (all
-``envs_per_worker`` envs of each) and ``batch_size`` must be a multiple of
-``envs_per_worker``. In asynchronous mode array leaves are always copies
-(``copy=False`` only matters in the synchronous mode).
+``async_reset()`` resets every env; ``send(actions, env_ids)`` steps the
+given envs; ``recv()`` returns the first ``batch_size`` envs to finish
+(5-tuple, rows in completion order, ``info["env_id"]``). With ``batch_size <
+num_envs``, ``reset()`` is ``async_reset() + recv()`` (returning ``(obs,
+info)``) and ``step(actions)`` is ``send(actions, <ids of the last recv>) +
+recv()``, and ``observation_space``/``action_space`` are batched over
+``batch_size``. The unit of asynchrony is a worker: ``send`` takes whole
+workers (all ``envs_per_worker`` envs of each) and ``batch_size`` must be a
+multiple of ``envs_per_worker``. In asynchronous mode array leaves are always
+copies (``copy=False`` only matters in the synchronous mode).
 """
 
-import enum
 import functools
 from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple, Union
 
 import gymnasium as gym
 import numpy as np
 from absl import logging
-from gymnasium.error import AlreadyPendingCallError, ClosedEnvironmentError, NoAsyncCallError
+from gymnasium.error import AlreadyPendingCallError, NoAsyncCallError
 from gymnasium.vector import AutoresetMode
-from gymnasium.vector.utils import batch_space
 
-from alf_env.control_plane.affinity import WorkerCpus, pin_workers, plan_worker_cpus, usable_cpus
-from alf_env.data_plane.shared_block import SPIN_ADAPTIVE, JobType, SharedBlock
 from alf_env.control_plane import process_environment as pe
-from alf_env.control_plane.process_environment import start_environments
-from alf_env.data_plane.job_board import JobBoard
-from alf_env.data_plane.job_loop import FastLoopSpec
-from alf_env.errors import WorkerDiedError
-from alf_env.data_plane.info_codec import (DEFAULT_INFO_BYTES, InfoDecoder, InfoLayout, Payload,
-                                  signature_of)
-from alf_env.data_plane.space_layout import SpaceLayout
+from alf_env.control_plane.affinity import WorkerCpus, pin_workers, plan_worker_cpus
 from alf_env.data_plane.gym_rows import (RESERVED_CALL_NAMES, RESET_DEFAULT, RESET_STAGED,
-                                   EnvGroup, EnvRows, GymRowsHandler, StagedReset,
-                                   block_fields)
+                                         StagedReset)
+from alf_env.data_plane.info_codec import DEFAULT_INFO_BYTES, Payload
+from alf_env.data_plane.job_board import JobBoard
+from alf_env.data_plane.shared_block import SPIN_ADAPTIVE, JobType, SharedBlock
+from alf_env.front_ends.gym.engine import JobEngine
+from alf_env.front_ends.gym.results import ResultAssembly
+from alf_env.front_ends.gym.startup import (WorkerStartup, check_arguments, declared_infos,
+                                            plan_workers)
+from alf_env.front_ends.gym.state import AsyncState, Seeds, StateChecks
 
-__all__ = ["FastVectorEnv", "AsyncState", "make"]
-
-#: dtype of ``info["env_id"]`` in the asynchronous mode (EnvPool's).
-ENV_ID_DTYPE = np.int32
-
-Seeds = Union[None, int, Sequence[Optional[int]]]
-
-
-class AsyncState(enum.Enum):
-    """Which gymnasium-style call is pending (values as in gymnasium's AsyncState)."""
-    DEFAULT = "default"
-    WAITING_RESET = "reset"
-    WAITING_STEP = "step"
-    WAITING_CALL = "call"
+__all__ = ["FastVectorEnv", "make"]
 
 
-class FastVectorEnv(gym.vector.VectorEnv):
+class FastVectorEnv(StateChecks, WorkerStartup, JobEngine, ResultAssembly, gym.vector.VectorEnv):
     """A gymnasium vector env whose envs run in worker processes, stepped through shared memory.
 
     Args:
@@ -187,9 +113,9 @@ class FastVectorEnv(gym.vector.VectorEnv):
         env_fns = list(env_fns)
         batch_size = len(env_fns) if batch_size is None else int(batch_size)
         autoreset_mode = AutoresetMode(autoreset_mode)
-        _check_arguments(env_fns, batch_size, context, autoreset_mode)
+        check_arguments(env_fns, batch_size, context, autoreset_mode)
         self._bounds = plan_workers(len(env_fns), batch_size, num_workers, envs_per_worker)
-        self._declared_infos, info_bytes = _declared_infos(info_example, info_bytes)
+        self._declared_infos, info_bytes = declared_infos(info_example, info_bytes)
         cpu_plan = plan_worker_cpus(worker_cpus, len(self._bounds))
         self._workers_pinned = cpu_plan is not None
         self.env_fns = env_fns
@@ -233,107 +159,6 @@ class FastVectorEnv(gym.vector.VectorEnv):
         # brings the workers back from the native loop (the board is
         # registered) and closes them with every other worker, all at once.
 
-    # -- construction ------------------------------------------------------------
-
-    def _start_workers(self, context: str) -> None:
-        self._workers = [
-            pe.ProcessEnvironment(
-                functools.partial(EnvGroup, self.env_fns[begin:end]),
-                env_id=begin, hosted_envs=end - begin, fast=True, num_envs=self.num_envs,
-                torch_num_threads_per_env=None, start_method=context,
-                name=f"alf_env-vector-{w}")
-            for w, (begin, end) in enumerate(self._bounds)]
-        start_environments(self._workers, start_serially=False)
-
-    def _check_spaces(self) -> None:
-        promises = [w.call("describe") for w in self._workers]
-        spaces = [pair for p in promises for pair in p()]
-        obs0, act0 = spaces[0]
-        for i, (obs, act) in enumerate(spaces[1:], start=1):
-            for what, mine, first in (("observation", obs, obs0), ("action", act, act0)):
-                if mine != first:
-                    raise RuntimeError(
-                        f"env {i} has {what} space {mine}, but env 0 has {first}; all "
-                        f"envs of a FastVectorEnv must have the same {what} space")
-        self.single_observation_space = obs0
-        self.single_action_space = act0
-        self.observation_space = batch_space(obs0, self.batch_size)
-        self.action_space = batch_space(act0, self.batch_size)
-        metadata, self.render_mode = self._workers[0].call("info")()
-        self.metadata = dict(metadata, autoreset_mode=self.autoreset_mode)
-        self._obs = SpaceLayout(obs0, "obs", "observation")
-        self._act = SpaceLayout(act0, "act", "action")
-        if self._act.num_pipe_leaves:
-            raise ValueError(f"action space {act0}: {list(self._act.pipe_paths)} have no "
-                             f"fixed size; FastVectorEnv moves actions through shared "
-                             f"memory only")
-
-    def _attach_workers(self, spin_us: int) -> None:
-        self._block = SharedBlock(block_fields(self._obs, self._act, self.info_bytes),
-                                  num_rows=self.num_envs, num_workers=self.num_workers)
-        rows = EnvRows(self._block, self._obs, self._act)
-        self._obs_views, self._act_views = rows.obs, rows.act
-        self._reward, self._terminated = rows.reward, rows.terminated
-        self._truncated, self._report = rows.truncated, rows.report
-        info_view = rows.info if rows.info is not None else np.zeros((self.num_envs, 0),
-                                                                     np.uint8)
-        self._info_decoder = InfoDecoder(info_view, rows.info_layout, self._row_worker,
-                                         self.num_workers)
-        for w in range(self.num_workers):
-            for lid, signature in enumerate(self._declared_infos, start=1):
-                self._info_decoder.register(w, lid, signature)
-        controller = self._block.controller(spin_us, workers_pinned=self._workers_pinned)
-        self._board = JobBoard(controller, self._workers, on_ok=self._collect_reports)
-        for w, worker in enumerate(self._workers):
-            controller.set_worker_pid(w, worker.pid)
-            handler = GymRowsHandler(self._bounds[w], self._obs, self._act,
-                                     self.autoreset_mode, self.info_bytes,
-                                     self._declared_infos)
-            worker.start_fast_loop(FastLoopSpec(self._block, w, spin_us, handler,
-                                                self._workers_pinned),
-                                   functools.partial(self._board.serve_pipe, w))
-
-    # -- reports (what workers send on the pipe with a job) ------------------------
-
-    def _collect_reports(self, workers: List[int]) -> Dict[int, BaseException]:
-        """Reads the pipe reports of finished STEP/RESET jobs (JobBoard's on_ok hook).
-
-        Returns:
-            what reading a worker's report raised (e.g. the worker died), by worker.
-        """
-        errors: Dict[int, BaseException] = {}
-        if not self._payloads and not self._report.any():
-            return errors  # the hot path: nobody reported anything
-        promises = {}
-        for worker in workers:
-            job = self._board.job_of(worker)
-            if job is not JobType.STEP and job is not JobType.RESET:
-                continue
-            begin, end = self._bounds[worker]
-            for row in range(begin, end):
-                self._payloads.pop(row, None)
-            if self._report[begin:end].any():
-                # Every report's place on its pipe is taken before any is read,
-                # so an interrupted read leaves no pipe out of step.
-                try:
-                    promises[worker] = self._workers[worker].pending_report()
-                except Exception as exc:  # noqa: BLE001 -- e.g. known to be dead
-                    errors[worker] = exc
-        for worker, promise in promises.items():
-            begin = self._bounds[worker][0]
-            try:
-                report, new_layouts = promise()
-            except Exception as exc:  # noqa: BLE001 -- raised by the board's waits
-                errors[worker] = exc
-                continue
-            for layout_id, signature in new_layouts:
-                self._info_decoder.register(worker, layout_id, signature)
-            for k, (payload, leaves) in report.items():
-                if payload is not None:
-                    self._payloads[begin + k] = payload
-                if leaves:
-                    self._pipe_leaves[begin + k] = leaves
-        return errors
 
     # -- the gymnasium API ----------------------------------------------------------
 
@@ -596,314 +421,6 @@ class FastVectorEnv(gym.vector.VectorEnv):
     def __del__(self) -> None:
         if not getattr(self, "closed", True) and hasattr(self, "_workers"):
             self.close(terminate=True)
-
-    # -- internals ------------------------------------------------------------------
-
-    def _assert_is_running(self) -> None:
-        if self.closed:
-            raise ClosedEnvironmentError(
-                f"Trying to operate on `{type(self).__name__}`, after a call to `close()`.")
-        if self._broken is not None:
-            raise self._broken
-
-    def _assert_state(self, what: str) -> None:
-        if self._state is not AsyncState.DEFAULT:
-            raise AlreadyPendingCallError(
-                f"Calling `{what}` while waiting for a pending call to "
-                f"`{self._state.value}` to complete.", self._state.value)
-
-    def _assert_waiting(self, state: AsyncState, what: str, pair: str) -> None:
-        """Checks that a ``*_wait`` call may run: the env is open and ``pair`` was called."""
-        self._assert_is_running()
-        if self._state is not state:
-            raise NoAsyncCallError(f"Calling `{what}` without any prior call to `{pair}`.",
-                                   state.value)
-
-    def _seed_list(self, seed: Seeds) -> List[Optional[int]]:
-        if seed is None:
-            return [None] * self.num_envs
-        if isinstance(seed, (int, np.integer)):
-            return [int(seed) + i for i in range(self.num_envs)]
-        seeds = list(seed)
-        if len(seeds) != self.num_envs:
-            raise ValueError(f"seed: expected an int or a list of num_envs={self.num_envs} "
-                             f"seeds, got a list of {len(seeds)}")
-        return seeds
-
-    def _check_reset_mask(self, mask: Any) -> np.ndarray:
-        if self.is_async:
-            raise ValueError("options['reset_mask']: the asynchronous mode resets every "
-                             "env; reset_mask needs batch_size == num_envs")
-        if not isinstance(mask, np.ndarray):
-            raise TypeError(f"options['reset_mask']: expected a numpy array, got "
-                            f"{type(mask).__name__}")
-        if mask.shape != (self.num_envs,) or mask.dtype != np.bool_:
-            raise ValueError(f"options['reset_mask']: expected shape ({self.num_envs},) "
-                             f"and dtype bool, got shape {mask.shape} and dtype {mask.dtype}")
-        if not mask.any():
-            raise ValueError("options['reset_mask']: expected at least one True value")
-        return mask
-
-    def _guard(self, fn: Callable[[], Any]) -> Any:
-        """Runs a post or a wait: a dead worker breaks the env; any other error
-        but a timeout (after which waiting again picks the call up) ends the call."""
-        try:
-            return fn()
-        except WorkerDiedError as exc:
-            self._broken = exc
-            self._state = AsyncState.DEFAULT
-            raise
-        except pe.EnvTimeoutError:
-            raise
-        except BaseException:
-            self._state = AsyncState.DEFAULT
-            raise
-
-    def _post(self, workers: Sequence[int], job: Any, arg: int) -> None:
-        self._guard(lambda: self._board.post(workers, job, arg))
-        self._in_flight.update(workers)
-
-    def _settle(self) -> None:
-        """Lets the jobs in flight finish (their results stay for recv()).
-
-        Needed before a pipe request: the doorbell must find the worker idle,
-        or it would wait for the job itself and could raise the job's error
-        with the request already on the pipe.
-        """
-        if self._in_flight:
-            workers = sorted(self._in_flight)
-            self._guard(lambda: self._board.wait_for(workers, "finishing jobs in flight",
-                                                     raise_errors=False))
-
-    def _send(self, actions: Any, env_ids: Optional[Any]) -> None:
-        """Checks ids and actions, writes the actions, posts STEP to their workers.
-
-        ``env_ids=None`` means every env (the synchronous step).
-        """
-        if env_ids is None:
-            ids, rows, workers = self._all_ids, self._all_rows, self._all_workers
-        else:
-            ids = rows = self._check_ids(env_ids)
-            workers = sorted(set(self._row_worker[ids].tolist()))
-        arrays = self._act.encode_batch(actions, len(ids))
-        if self.autoreset_mode is AutoresetMode.DISABLED and self._needs_reset[ids].any():
-            ended = ids[self._needs_reset[ids]].tolist()
-            raise AssertionError(
-                f"envs {ended} ended (terminated or truncated) and autoreset_mode is "
-                f"DISABLED: reset them first, e.g. reset(options={{'reset_mask': mask}})")
-        self._act.write_rows(self._act_views, rows, arrays)
-        self._post(workers, JobType.STEP, 0)
-
-    def _check_ids(self, env_ids: Any) -> np.ndarray:
-        ids = np.asarray(env_ids)
-        if ids.ndim != 1 or (ids.size and not np.issubdtype(ids.dtype, np.integer)):
-            raise ValueError(f"env_ids: expected a 1-d sequence of ints, got "
-                             f"{np.asarray(env_ids).dtype} of shape {ids.shape}")
-        ids = ids.astype(np.int64)
-        if ids.size == 0:
-            raise ValueError("env_ids: expected at least one env id")
-        bad = ids[(ids < 0) | (ids >= self.num_envs)]
-        if bad.size:
-            raise ValueError(f"env_ids: expected ids in [0, {self.num_envs}), got "
-                             f"{bad.tolist()}")
-        if np.unique(ids).size != ids.size:
-            raise ValueError(f"env_ids: each env may be listed once, got {ids.tolist()}")
-        e = self.envs_per_worker
-        workers = set(self._row_worker[ids].tolist())
-        if len(workers) * e != ids.size:
-            raise ValueError(f"env_ids: with envs_per_worker={e} a worker is stepped "
-                             f"whole; list all envs of each worker, got {ids.tolist()}")
-        busy = sorted(self._bounds[w][0] for w in workers if w in self._in_flight)
-        if busy:
-            raise ValueError(f"env_ids: envs {busy} are still in flight (sent, not yet "
-                             f"received); recv() them first")
-        return ids
-
-    def _wait_all(self, during: str, timeout: Optional[float]) -> None:
-        """Waits for every in-flight worker (synchronous mode)."""
-        workers = sorted(self._in_flight)
-        try:
-            self._guard(lambda: self._board.wait_for(workers, during, timeout))
-        except pe.EnvTimeoutError:
-            raise
-        except BaseException:
-            self._in_flight.clear()  # every job finished (or the env is broken)
-            raise
-        self._in_flight.clear()
-        self._state = AsyncState.DEFAULT
-
-    def _drain_in_flight(self) -> None:
-        """Finishes jobs still in flight, dropping their results (before a reset)."""
-        if not self._in_flight:
-            return
-        workers = sorted(self._in_flight)
-        self._in_flight.clear()
-        try:
-            self._guard(lambda: self._board.wait_for(workers, "finishing earlier jobs"))
-        except WorkerDiedError:
-            raise
-        except Exception as exc:  # noqa: BLE001 -- the reset is the recovery
-            logging.warning("FastVectorEnv: a job in flight before the reset raised %r; "
-                            "dropped", exc)
-
-    def _receive(self, timeout: Optional[float]
-                 ) -> Tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict]:
-        """The first ``batch_size`` envs in flight to finish (the EnvPool recv)."""
-        e = self.envs_per_worker  # the asynchronous mode has workers of equal size
-        k = self.batch_size // e
-        if len(self._in_flight) < k:
-            self._state = AsyncState.DEFAULT
-            raise NoAsyncCallError(
-                f"recv() returns {self.batch_size} envs, but only "
-                f"{len(self._in_flight) * e} are in flight; send() or async_reset() first",
-                "recv")
-        workers = self._guard(lambda: self._board.wait_first(self._in_flight, k, "recv",
-                                                             timeout))
-        self._state = AsyncState.DEFAULT
-        errors = self._board.pop_errors(workers)
-        if errors:
-            self._in_flight.difference_update(errors)
-            error = next(iter(errors.values()))
-            if isinstance(error, WorkerDiedError):
-                self._broken = error
-            raise error
-        self._in_flight.difference_update(workers)
-        ids = np.asarray([i for w in workers for i in range(*self._bounds[w])], dtype=np.int64)
-        row_list = ids.tolist()
-        obs = self._obs.read_rows(self._obs_views, ids, row_list, self._pipe_rows(row_list))
-        infos = self._info_decoder.batch(ids, row_list, self._payloads_of(row_list))
-        infos["env_id"] = ids.astype(ENV_ID_DTYPE)
-        terminated, truncated = self._terminated[ids], self._truncated[ids]
-        self._needs_reset[ids] = terminated | truncated
-        self._last_ids = ids
-        return obs, self._reward[ids], terminated, truncated, infos
-
-    def _gather_all(self, info_rows: List[int]) -> Tuple[Any, Dict[str, Any]]:
-        """Observations of every env (synchronous mode) and the infos of ``info_rows``."""
-        rows = self._all_row_list
-        obs = self._obs.read_rows(self._obs_views, self._all_rows, rows,
-                                  self._pipe_rows(rows), self.copy)
-        if len(info_rows) == self.num_envs:
-            infos = self._info_decoder.batch(self._all_rows, rows, self._payloads_of(rows))
-        else:  # some envs were reset (reset_mask): their infos at their own positions
-            infos = self._info_decoder.batch(self._all_rows, rows, self._payloads_of(rows),
-                                             include=info_rows)
-        return obs, infos
-
-    def _payloads_of(self, row_list: List[int]) -> Dict[int, Payload]:
-        """The pipe payloads of the infos of ``row_list`` (most steps: none)."""
-        if not self._payloads:
-            return {}
-        return {row: self._payloads[row] for row in row_list if row in self._payloads}
-
-    def _pipe_rows(self, row_list: List[int]) -> Optional[List[list]]:
-        if not self._obs.num_pipe_leaves:
-            return None
-        return [self._pipe_leaves[row] for row in row_list]
-
-    def _resolve(self, promises: List[Any], timeout: Optional[float],
-                 during: str = "a call") -> List[Any]:
-        """Waits for every promise together (``resolve_all``); a dead worker breaks the env."""
-        try:
-            return pe.resolve_all(promises, timeout, during)
-        except WorkerDiedError as exc:
-            self._broken = exc
-            raise
-
-
-def _check_arguments(env_fns: List[Any], batch_size: int, context: str,
-                     autoreset_mode: AutoresetMode) -> None:
-    """Raises ValueError/TypeError for arguments FastVectorEnv cannot work with."""
-    n, b = len(env_fns), batch_size
-    if n == 0:
-        raise ValueError("env_fns: expected at least one env constructor, got none")
-    for i, fn in enumerate(env_fns):
-        if not callable(fn):
-            raise TypeError(f"env_fns[{i}]: expected a callable returning a "
-                            f"gymnasium.Env, got {type(fn).__name__}")
-    if context not in pe.START_METHODS:
-        raise ValueError(f"context: expected one of {pe.START_METHODS}, got {context!r}")
-    if not 1 <= b <= n:
-        raise ValueError(f"batch_size: expected 1 <= batch_size <= {n} (the number "
-                         f"of envs), got {b}")
-    if b < n and autoreset_mode is AutoresetMode.DISABLED:
-        raise ValueError("autoreset_mode: the asynchronous mode (batch_size < num_envs) "
-                         "resets envs on its own; use NEXT_STEP or SAME_STEP, not DISABLED")
-
-
-def plan_workers(num_envs: int, batch_size: int, num_workers: Optional[int],
-                 envs_per_worker: Optional[int]) -> List[Tuple[int, int]]:
-    """The env rows ``(begin, end)`` of each worker.
-
-    Args:
-        num_envs: number of envs.
-        batch_size: envs per step (fewer than ``num_envs``: asynchronous mode).
-        num_workers: worker processes, or ``None``.
-        envs_per_worker: envs per worker, or ``None``.
-
-    Returns:
-        consecutive, non-empty row ranges covering ``[0, num_envs)``, sizes
-        differing by at most one (the larger first).
-
-    Raises:
-        ValueError: both given, or values that do not fit (naming the argument).
-    """
-    n, b, is_async = num_envs, batch_size, batch_size < num_envs
-    if num_workers is not None and envs_per_worker is not None:
-        if int(num_workers) * int(envs_per_worker) != n:
-            raise ValueError(f"num_workers={num_workers} and envs_per_worker="
-                             f"{envs_per_worker} do not make {n} envs; give one of them")
-    if envs_per_worker is not None:
-        e = int(envs_per_worker)
-        if e < 1 or n % e:
-            raise ValueError(f"envs_per_worker: expected a divisor of the number of envs "
-                             f"({n}), got {envs_per_worker}")
-        num_workers = n // e
-    elif num_workers is not None:
-        if not 1 <= int(num_workers) <= n:
-            raise ValueError(f"num_workers: expected 1 <= num_workers <= {n} (the number "
-                             f"of envs), got {num_workers}")
-        num_workers = int(num_workers)
-        if is_async and n % num_workers:
-            raise ValueError(f"num_workers: the asynchronous mode needs workers of equal "
-                             f"size, so num_workers must divide the number of envs ({n}); "
-                             f"got {num_workers}")
-    else:
-        num_workers = n if is_async else min(n, len(usable_cpus()))
-    base, extra = divmod(n, num_workers)
-    bounds, begin = [], 0
-    for w in range(num_workers):
-        end = begin + base + (w < extra)
-        bounds.append((begin, end))
-        begin = end
-    e = bounds[0][1] - bounds[0][0]
-    if is_async and b % e:
-        raise ValueError(f"batch_size: the unit of asynchrony is a worker of {e} envs, "
-                         f"so batch_size must be a multiple of envs_per_worker={e}; "
-                         f"got {b}")
-    return bounds
-
-
-def _declared_infos(info_example: Union[None, Dict[str, Any], Sequence[Dict[str, Any]]],
-                    info_bytes: int) -> Tuple[List[Any], int]:
-    """The signatures of the declared example infos, and the info area's size to fit them."""
-    info_bytes = int(info_bytes)
-    if info_bytes < 0:
-        raise ValueError(f"info_bytes: expected a size in bytes >= 0, got {info_bytes}")
-    if info_example is None:
-        return [], info_bytes
-    examples = [info_example] if isinstance(info_example, dict) else list(info_example)
-    signatures: List[Any] = []
-    for i, example in enumerate(examples):
-        if not isinstance(example, dict):
-            raise TypeError(f"info_example[{i}]: expected an info dict, got "
-                            f"{type(example).__name__}")
-        signature = signature_of(example)
-        layout = InfoLayout(signature, 1 << 30)
-        if layout.fits and signature not in signatures:
-            signatures.append(signature)
-            info_bytes = max(info_bytes, layout.nbytes)
-    return signatures, info_bytes
 
 
 def make(env_id: Union[str, gym.envs.registration.EnvSpec], num_envs: int = 1, *,

@@ -14,9 +14,9 @@ mode (``batch_size < len(env_fns)``, EnvPool's API): the unit of asynchrony
 is an actor; ``recv()`` returns the first ``batch_size // envs_per_actor``
 actors to finish, with ``info["env_id"]``, while the others keep stepping.
 
-The state machine, the errors and the seeding are FastVectorEnv's (see
-:mod:`alf_env.vector`); actor deaths and restarts are handled by
-:class:`~alf_env.front_ends.ray.engine.ActorGroup`.
+The state machine, the errors and the seeding are FastVectorEnv's (both
+inherit :class:`~alf_env.front_ends.gym.state.StateChecks`); actor deaths and
+restarts are handled by :class:`~alf_env.front_ends.ray.engine.ActorGroup`.
 """
 
 import functools
@@ -37,15 +37,15 @@ from alf_env.front_ends.ray.hosts import GymHost
 from alf_env.front_ends.ray.shares import actors_of, plan_shares
 from alf_env.front_ends.ray.restart import RestartPolicy
 from alf_env.errors import EnvTimeoutError
-from alf_env.front_ends.gym.vector_env import ENV_ID_DTYPE, AsyncState, FastVectorEnv
+from alf_env.front_ends.gym.engine import ENV_ID_DTYPE
+from alf_env.front_ends.gym.state import AsyncState, Seeds, StateChecks
 from alf_env.data_plane.space_layout import SpaceLayout
 
 __all__ = ["RayVectorEnv"]
 
-Seeds = Union[None, int, Sequence[Optional[int]]]
 Step = Tuple[Any, np.ndarray, np.ndarray, np.ndarray, Dict[str, Any]]
 
-class RayVectorEnv(gym.vector.VectorEnv):
+class RayVectorEnv(StateChecks, gym.vector.VectorEnv):
     """A ``gymnasium.vector.VectorEnv`` whose envs run on ``num_actors`` Ray actors.
 
     Connect to a cluster first (``ray.init(address="auto")``); with no Ray
@@ -429,15 +429,6 @@ class RayVectorEnv(gym.vector.VectorEnv):
                 if isinstance(value, Failure):
                     logging.warning("RayVectorEnv: a job in flight before the reset raised "
                                     "%r; dropped", value.to_exception(j))
-
-    # The state machine and the argument checks are FastVectorEnv's (the same
-    # errors, word for word); they read ``closed``, ``_broken``, ``_state``,
-    # ``num_envs`` and ``is_async``.
-    _assert_is_running = FastVectorEnv._assert_is_running
-    _assert_state = FastVectorEnv._assert_state
-    _assert_waiting = FastVectorEnv._assert_waiting
-    _seed_list = FastVectorEnv._seed_list
-    _check_reset_mask = FastVectorEnv._check_reset_mask
 
     @property
     def _broken(self) -> Optional[BaseException]:

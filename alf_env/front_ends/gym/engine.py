@@ -1,0 +1,189 @@
+"""The job engine of ``FastVectorEnv``: posting STEP and RESET jobs and collecting them.
+
+Both modes post jobs to whole workers through the
+:class:`~alf_env.data_plane.job_board.JobBoard` and track the workers *in
+flight* (a STEP or RESET posted, its result not yet returned). The
+synchronous mode waits for all of them (:meth:`JobEngine._wait_all`); the
+asynchronous (EnvPool) mode returns the first ``batch_size`` envs to finish
+(:meth:`JobEngine._receive`, behind ``recv()``), with ``info["env_id"]`` of
+dtype :data:`ENV_ID_DTYPE`, while the others keep stepping. The unit of
+asynchrony is a worker: ``send`` takes whole workers (all ``envs_per_worker``
+envs of each; :meth:`JobEngine._check_ids`).
+
+A dead worker breaks the env (``_broken``: every later call but ``close()``
+raises its ``WorkerDiedError``); any other error but a timeout ends the
+pending call; a timeout keeps it, so waiting again picks it up.
+"""
+
+from typing import Any, Callable, List, Optional, Sequence, Tuple
+
+import numpy as np
+from absl import logging
+from gymnasium.error import NoAsyncCallError
+from gymnasium.vector import AutoresetMode
+
+from alf_env.control_plane import process_environment as pe
+from alf_env.data_plane.shared_block import JobType
+from alf_env.errors import WorkerDiedError
+from alf_env.front_ends.gym.state import AsyncState
+
+__all__ = ["ENV_ID_DTYPE", "JobEngine"]
+
+#: dtype of ``info["env_id"]`` in the asynchronous mode (EnvPool's).
+ENV_ID_DTYPE = np.int32
+
+
+class JobEngine:
+    """Posts jobs, tracks the workers in flight and waits for them (a mixin of
+    ``FastVectorEnv``).
+
+    It reads the env's ``_board``, ``_bounds``, ``_row_worker``, ``_act``,
+    ``_act_views``, ``_obs``, ``_obs_views``, the scalar rows, ``_info_decoder``,
+    ``num_envs``, ``batch_size``, ``envs_per_worker`` and ``autoreset_mode``,
+    and keeps ``_in_flight`` (the workers with an unreceived STEP/RESET),
+    ``_last_ids`` (the env ids of the last ``recv()``), ``_needs_reset``,
+    ``_state`` and ``_broken`` up to date.
+    """
+
+    def _guard(self, fn: Callable[[], Any]) -> Any:
+        """Runs a post or a wait: a dead worker breaks the env; any other error
+        but a timeout (after which waiting again picks the call up) ends the call."""
+        try:
+            return fn()
+        except WorkerDiedError as exc:
+            self._broken = exc
+            self._state = AsyncState.DEFAULT
+            raise
+        except pe.EnvTimeoutError:
+            raise
+        except BaseException:
+            self._state = AsyncState.DEFAULT
+            raise
+
+    def _post(self, workers: Sequence[int], job: Any, arg: int) -> None:
+        self._guard(lambda: self._board.post(workers, job, arg))
+        self._in_flight.update(workers)
+
+    def _settle(self) -> None:
+        """Lets the jobs in flight finish (their results stay for recv()).
+
+        Needed before a pipe request: the doorbell must find the worker idle,
+        or it would wait for the job itself and could raise the job's error
+        with the request already on the pipe.
+        """
+        if self._in_flight:
+            workers = sorted(self._in_flight)
+            self._guard(lambda: self._board.wait_for(workers, "finishing jobs in flight",
+                                                     raise_errors=False))
+
+    def _send(self, actions: Any, env_ids: Optional[Any]) -> None:
+        """Checks ids and actions, writes the actions, posts STEP to their workers.
+
+        ``env_ids=None`` means every env (the synchronous step).
+        """
+        if env_ids is None:
+            ids, rows, workers = self._all_ids, self._all_rows, self._all_workers
+        else:
+            ids = rows = self._check_ids(env_ids)
+            workers = sorted(set(self._row_worker[ids].tolist()))
+        arrays = self._act.encode_batch(actions, len(ids))
+        if self.autoreset_mode is AutoresetMode.DISABLED and self._needs_reset[ids].any():
+            ended = ids[self._needs_reset[ids]].tolist()
+            raise AssertionError(
+                f"envs {ended} ended (terminated or truncated) and autoreset_mode is "
+                f"DISABLED: reset them first, e.g. reset(options={{'reset_mask': mask}})")
+        self._act.write_rows(self._act_views, rows, arrays)
+        self._post(workers, JobType.STEP, 0)
+
+    def _check_ids(self, env_ids: Any) -> np.ndarray:
+        ids = np.asarray(env_ids)
+        if ids.ndim != 1 or (ids.size and not np.issubdtype(ids.dtype, np.integer)):
+            raise ValueError(f"env_ids: expected a 1-d sequence of ints, got "
+                             f"{np.asarray(env_ids).dtype} of shape {ids.shape}")
+        ids = ids.astype(np.int64)
+        if ids.size == 0:
+            raise ValueError("env_ids: expected at least one env id")
+        bad = ids[(ids < 0) | (ids >= self.num_envs)]
+        if bad.size:
+            raise ValueError(f"env_ids: expected ids in [0, {self.num_envs}), got "
+                             f"{bad.tolist()}")
+        if np.unique(ids).size != ids.size:
+            raise ValueError(f"env_ids: each env may be listed once, got {ids.tolist()}")
+        e = self.envs_per_worker
+        workers = set(self._row_worker[ids].tolist())
+        if len(workers) * e != ids.size:
+            raise ValueError(f"env_ids: with envs_per_worker={e} a worker is stepped "
+                             f"whole; list all envs of each worker, got {ids.tolist()}")
+        busy = sorted(self._bounds[w][0] for w in workers if w in self._in_flight)
+        if busy:
+            raise ValueError(f"env_ids: envs {busy} are still in flight (sent, not yet "
+                             f"received); recv() them first")
+        return ids
+
+    def _wait_all(self, during: str, timeout: Optional[float]) -> None:
+        """Waits for every in-flight worker (synchronous mode)."""
+        workers = sorted(self._in_flight)
+        try:
+            self._guard(lambda: self._board.wait_for(workers, during, timeout))
+        except pe.EnvTimeoutError:
+            raise
+        except BaseException:
+            self._in_flight.clear()  # every job finished (or the env is broken)
+            raise
+        self._in_flight.clear()
+        self._state = AsyncState.DEFAULT
+
+    def _drain_in_flight(self) -> None:
+        """Finishes jobs still in flight, dropping their results (before a reset)."""
+        if not self._in_flight:
+            return
+        workers = sorted(self._in_flight)
+        self._in_flight.clear()
+        try:
+            self._guard(lambda: self._board.wait_for(workers, "finishing earlier jobs"))
+        except WorkerDiedError:
+            raise
+        except Exception as exc:  # noqa: BLE001 -- the reset is the recovery
+            logging.warning("FastVectorEnv: a job in flight before the reset raised %r; "
+                            "dropped", exc)
+
+    def _receive(self, timeout: Optional[float]
+                 ) -> Tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict]:
+        """The first ``batch_size`` envs in flight to finish (the EnvPool recv)."""
+        e = self.envs_per_worker  # the asynchronous mode has workers of equal size
+        k = self.batch_size // e
+        if len(self._in_flight) < k:
+            self._state = AsyncState.DEFAULT
+            raise NoAsyncCallError(
+                f"recv() returns {self.batch_size} envs, but only "
+                f"{len(self._in_flight) * e} are in flight; send() or async_reset() first",
+                "recv")
+        workers = self._guard(lambda: self._board.wait_first(self._in_flight, k, "recv",
+                                                             timeout))
+        self._state = AsyncState.DEFAULT
+        errors = self._board.pop_errors(workers)
+        if errors:
+            self._in_flight.difference_update(errors)
+            error = next(iter(errors.values()))
+            if isinstance(error, WorkerDiedError):
+                self._broken = error
+            raise error
+        self._in_flight.difference_update(workers)
+        ids = np.asarray([i for w in workers for i in range(*self._bounds[w])], dtype=np.int64)
+        row_list = ids.tolist()
+        obs = self._obs.read_rows(self._obs_views, ids, row_list, self._pipe_rows(row_list))
+        infos = self._info_decoder.batch(ids, row_list, self._payloads_of(row_list))
+        infos["env_id"] = ids.astype(ENV_ID_DTYPE)
+        terminated, truncated = self._terminated[ids], self._truncated[ids]
+        self._needs_reset[ids] = terminated | truncated
+        self._last_ids = ids
+        return obs, self._reward[ids], terminated, truncated, infos
+
+    def _resolve(self, promises: List[Any], timeout: Optional[float],
+                 during: str = "a call") -> List[Any]:
+        """Waits for every promise together (``resolve_all``); a dead worker breaks the env."""
+        try:
+            return pe.resolve_all(promises, timeout, during)
+        except WorkerDiedError as exc:
+            self._broken = exc
+            raise
