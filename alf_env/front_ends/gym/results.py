@@ -36,10 +36,11 @@ class ResultAssembly:
     ``FastVectorEnv``).
 
     It reads the env's ``_board``, ``_workers``, ``_bounds``, the row views
-    (``_obs_views``, ``_report``), ``_obs``, ``_info_decoder``, ``copy`` and the
-    row indexes of every env (``_all_rows``, ``_all_row_list``), and keeps the
-    pipe parts of the last results in ``_payloads`` (env id -> info payload) and
-    ``_pipe_leaves`` (env id -> its pipe observation leaves).
+    (``_obs_views``, ``_report``), ``_obs``, ``_info_decoder``, ``copy``,
+    ``num_envs`` and the row indexes of every env (``_all_rows``,
+    ``_all_row_list``), and keeps the pipe parts of the last results in
+    ``_payloads`` (env id -> info payload) and ``_pipe_leaves`` (env id -> its
+    pipe observation leaves).
     """
 
     def _collect_reports(self, workers: List[int]) -> Dict[int, BaseException]:
