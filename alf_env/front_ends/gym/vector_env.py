@@ -159,7 +159,6 @@ class FastVectorEnv(StateChecks, WorkerStartup, JobEngine, ResultAssembly, gym.v
         # brings the workers back from the native loop (the board is
         # registered) and closes them with every other worker, all at once.
 
-
     # -- the gymnasium API ----------------------------------------------------------
 
     def reset(self, *, seed: Seeds = None,
