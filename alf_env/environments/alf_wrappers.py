@@ -8,18 +8,16 @@ wrapped env; a subclass overrides what it changes.
 batched environment that steps them one after another in this process.
 """
 
-from typing import Any, Dict, List, Sequence
+from typing import Any, List, Sequence
 
 import numpy as np
 
 from alf_env import nest
 from alf_env.data_structures import TimeStep
 from alf_env.environments.alf_environment import AlfEnvironment, forward_attribute
+from alf_env.environments.members_specs import SPEC_METHODS, MembersSpecs
 
 __all__ = ["AlfEnvironmentBaseWrapper", "BatchEnvironmentWrapper"]
-
-_SPEC_METHODS = ("observation_spec", "action_spec", "reward_spec", "env_info_spec",
-                 "time_step_spec")
 
 
 class AlfEnvironmentBaseWrapper(AlfEnvironment):
@@ -101,33 +99,6 @@ class AlfEnvironmentBaseWrapper(AlfEnvironment):
         self._env.close()
 
 
-class MembersSpecs:
-    """The spec accessors of an env that batches members with identical specs
-    (kept in ``self._specs``, a dict from accessor name to spec)."""
-
-    _specs: Dict[str, Any]
-
-    def observation_spec(self) -> Any:
-        """The members' observation spec."""
-        return self._specs["observation_spec"]
-
-    def action_spec(self) -> Any:
-        """The members' action spec."""
-        return self._specs["action_spec"]
-
-    def reward_spec(self) -> Any:
-        """The members' reward spec."""
-        return self._specs["reward_spec"]
-
-    def env_info_spec(self) -> Any:
-        """The members' env info spec."""
-        return self._specs["env_info_spec"]
-
-    def time_step_spec(self) -> TimeStep:
-        """The members' time step spec."""
-        return self._specs["time_step_spec"]
-
-
 class BatchEnvironmentWrapper(MembersSpecs, AlfEnvironment):
     """Batches n unbatched environments with identical specs.
 
@@ -159,10 +130,10 @@ class BatchEnvironmentWrapper(MembersSpecs, AlfEnvironment):
                 raise ValueError(f"envs[{i}] returns torch tensors; expected numpy "
                                  f"array based environments")
         first = self._envs[0]
-        self._specs = {name: getattr(first, name)() for name in _SPEC_METHODS}
+        self._cache_specs(first)
         for i, env in enumerate(self._envs[1:], start=1):
-            for name, expected in self._specs.items():
-                difference = _spec_difference(expected, getattr(env, name)())
+            for name in SPEC_METHODS:
+                difference = _spec_difference(getattr(self, name)(), getattr(env, name)())
                 if difference:
                     raise ValueError(
                         f"envs[{i}].{name}() differs from envs[0].{name}(): {difference}")

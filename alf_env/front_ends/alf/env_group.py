@@ -28,7 +28,7 @@ import numpy as np
 from alf_env import nest
 from alf_env.data_structures import StepType, TimeStep
 from alf_env.environments.alf_environment import AlfEnvironment
-from alf_env.environments.alf_wrappers import _SPEC_METHODS, MembersSpecs
+from alf_env.environments.members_specs import SPEC_METHODS, MembersSpecs
 from alf_env.control_plane import process_environment as pe
 from alf_env.data_plane.gym_rows import close_each
 
@@ -62,7 +62,7 @@ class EnvGroup(MembersSpecs, AlfEnvironment):
         first = self._members[0]
         self._member_batched = bool(first.batched)
         self._member_rows = first.batch_size if self._member_batched else 1
-        self._specs = {name: getattr(first, name)() for name in _SPEC_METHODS}
+        self._cache_specs(first)
         self._combine = np.concatenate if self._member_batched else np.stack
         # member -> its FIRST time step, from a reset run after its LAST step.
         self._pending_first: Dict[int, TimeStep] = {}
@@ -72,7 +72,7 @@ class EnvGroup(MembersSpecs, AlfEnvironment):
     def _check_members(self) -> None:
         first = self._members[0]
         for j, env in enumerate(self._members[1:], start=1):
-            for name in ("batched", "batch_size") + _SPEC_METHODS:
+            for name in ("batched", "batch_size") + SPEC_METHODS:
                 expected, got = getattr(first, name), getattr(env, name)
                 expected = expected() if callable(expected) else expected
                 got = got() if callable(got) else got

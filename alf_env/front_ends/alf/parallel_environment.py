@@ -43,6 +43,7 @@ from alf_env import nest
 from alf_env.control_plane.affinity import WorkerCpus, pin_workers, plan_worker_cpus
 from alf_env.data_structures import StepType, TimeStep
 from alf_env.environments.alf_environment import AlfEnvironment
+from alf_env.environments.members_specs import MembersSpecs
 from alf_env.control_plane.leaf_codec import StepCodecs
 from alf_env.control_plane.process_environment import (ProcessEnvironment, close_all,
                                                       resolve_all, start_environments)
@@ -119,7 +120,7 @@ class SlotScheduler:
         return old, new
 
 
-class ParallelAlfEnvironment(AlfEnvironment):
+class ParallelAlfEnvironment(MembersSpecs, AlfEnvironment):
     """Batches environments that run in worker processes, over pipes.
 
     Args:
@@ -215,11 +216,7 @@ class ParallelAlfEnvironment(AlfEnvironment):
             # one LAST per row, and blocking mode waits for each env anyway.
             self._background_resets = not (num_spare_envs_for_reload
                                            or self._env_batched or blocking)
-            self._observation_spec = first.observation_spec()
-            self._action_spec = first.action_spec()
-            self._reward_spec = first.reward_spec()
-            self._env_info_spec = first.env_info_spec()
-            self._time_step_spec = first.time_step_spec()
+            self._cache_specs(first)
         except BaseException:
             self.close()
             raise
@@ -266,21 +263,6 @@ class ParallelAlfEnvironment(AlfEnvironment):
     def worker_pids(self) -> List[int]:
         """Pids of every worker process, spares included."""
         return [env.pid for env in self._envs]
-
-    def observation_spec(self) -> Any:
-        return self._observation_spec
-
-    def action_spec(self) -> Any:
-        return self._action_spec
-
-    def reward_spec(self) -> Any:
-        return self._reward_spec
-
-    def env_info_spec(self) -> Any:
-        return self._env_info_spec
-
-    def time_step_spec(self) -> Any:
-        return self._time_step_spec
 
     @property
     def timeout(self) -> Optional[float]:

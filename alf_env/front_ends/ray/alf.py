@@ -26,12 +26,14 @@ from alf_env.front_ends.ray.hosts import AlfHost
 from alf_env.front_ends.ray.shares import plan_shares
 from alf_env.front_ends.ray.restart import RestartPolicy
 from alf_env.environments.alf_environment import AlfEnvironment
+from alf_env.environments.members_specs import MembersSpecs
 from alf_env.control_plane.spec_checks import ActionChecker
 from alf_env.errors import EnvTimeoutError
 
 __all__ = ["RayParallelAlfEnvironment"]
 
-class RayParallelAlfEnvironment(AlfEnvironment):
+
+class RayParallelAlfEnvironment(MembersSpecs, AlfEnvironment):
     """Batched ALF environment whose envs run on ``num_actors`` Ray actors.
 
     Args:
@@ -85,21 +87,6 @@ class RayParallelAlfEnvironment(AlfEnvironment):
     @property
     def batch_size(self) -> int:
         return self._batch_size
-
-    def observation_spec(self) -> Any:
-        return self._observation_spec
-
-    def action_spec(self) -> Any:
-        return self._action_spec
-
-    def reward_spec(self) -> Any:
-        return self._reward_spec
-
-    def env_info_spec(self) -> Any:
-        return self._env_info_spec
-
-    def time_step_spec(self) -> Any:
-        return self._time_step_spec
 
     def seed(self, seeds: Sequence[int]) -> None:
         """Seeds env ``i`` with ``seeds[i]`` (one seed per env)."""
