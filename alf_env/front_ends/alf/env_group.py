@@ -29,7 +29,9 @@ from alf_env import nest
 from alf_env.data_structures import StepType, TimeStep
 from alf_env.environments.alf_environment import AlfEnvironment
 from alf_env.environments.members_specs import SPEC_METHODS, MembersSpecs
-from alf_env.control_plane import process_environment as pe
+from alf_env.control_plane.process_environment import ProcessEnvironment
+from alf_env.control_plane.remote import RemoteMethod
+from alf_env.control_plane.worker import _construct
 from alf_env.data_plane.gym_rows import close_each
 
 
@@ -54,7 +56,7 @@ class EnvGroup(MembersSpecs, AlfEnvironment):
         self._members: List[AlfEnvironment] = []
         try:
             for j, ctor in enumerate(env_constructors):
-                self._members.append(pe._construct(ctor, first_id + j))
+                self._members.append(_construct(ctor, first_id + j))
             self._check_members()
         except BaseException:
             self._close()
@@ -193,7 +195,7 @@ class EnvGroup(MembersSpecs, AlfEnvironment):
     def member_access(self, j: int, name: str) -> Any:
         """Attribute ``name`` of member ``j`` (a method: a ``RemoteMethod`` marker)."""
         value = getattr(self._members[j], name)
-        return pe.RemoteMethod(name) if callable(value) else value
+        return RemoteMethod(name) if callable(value) else value
 
     def sync_progress(self, progress: Any = None) -> None:
         """Forwards ``progress`` to every member that defines ``sync_progress``."""
@@ -220,7 +222,7 @@ class MemberProxy:
         env_id: the member's env id.
     """
 
-    def __init__(self, group: "pe.ProcessEnvironment", index: int, env_id: int) -> None:
+    def __init__(self, group: "ProcessEnvironment", index: int, env_id: int) -> None:
         self._group = group
         self._index = index
         self.env_id = env_id
@@ -242,7 +244,7 @@ class MemberProxy:
         if (name.startswith("__") and name.endswith("__")) or "_group" not in self.__dict__:
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
         value = self._group.call("member_access", self._index, name)()
-        if isinstance(value, pe.RemoteMethod):
+        if isinstance(value, RemoteMethod):
             return functools.partial(self._call_blocking, value.name)
         return value
 

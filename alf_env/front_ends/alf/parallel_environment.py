@@ -45,8 +45,9 @@ from alf_env.data_structures import StepType, TimeStep
 from alf_env.environments.alf_environment import AlfEnvironment
 from alf_env.environments.members_specs import MembersSpecs
 from alf_env.control_plane.leaf_codec import StepCodecs
-from alf_env.control_plane.process_environment import (ProcessEnvironment, close_all,
-                                                      resolve_all, start_environments)
+from alf_env.control_plane.channel import resolve_all
+from alf_env.control_plane.group import close_all, start_environments
+from alf_env.control_plane.process_environment import ProcessEnvironment
 from alf_env.control_plane.spec_checks import ActionChecker
 from alf_env.errors import EnvironmentProcessError, EnvTimeoutError, WorkerDiedError
 
