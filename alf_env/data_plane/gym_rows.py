@@ -37,7 +37,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import gymnasium as gym
 import numpy as np
 
-from alf_env.control_plane import process_environment as pe
+from alf_env.control_plane.protocol import MessageType
 from alf_env.data_plane.info_codec import InfoEncoder, Signature
 from alf_env.data_plane.space_layout import FieldSpec, SpaceLayout
 
@@ -305,7 +305,7 @@ class GymRowsHandler:
         if not report:
             return
         new_layouts, self._new_layouts = self._new_layouts, []
-        data = ForkingPickler.dumps((pe.MessageType.RESULT, (report, new_layouts)))
+        data = ForkingPickler.dumps((MessageType.RESULT, (report, new_layouts)))
         if len(data) <= INLINE_REPORT_BYTES:
             self._conn.send_bytes(data)
             return

@@ -27,7 +27,10 @@ import numpy as np
 from absl import logging
 
 from alf_env.data_plane.shared_block import JobType, WaitStatus
-from alf_env.control_plane import process_environment as pe
+from alf_env.control_plane import shutdown
+from alf_env.control_plane.group import close_all
+from alf_env.control_plane.process_environment import ProcessEnvironment
+from alf_env.errors import EnvTimeoutError, WorkerDiedError
 
 
 # on_ok(workers): called with the workers whose jobs just finished OK (see
@@ -48,7 +51,7 @@ class JobBoard:
             :meth:`post` (for a job still running) and :meth:`serve_pipe`.
     """
 
-    def __init__(self, controller: Any, envs: Sequence[pe.ProcessEnvironment],
+    def __init__(self, controller: Any, envs: Sequence[ProcessEnvironment],
                  on_ok: Optional[OkHook] = None, timeout: Optional[float] = None) -> None:
         self.controller = controller
         self.envs = envs
@@ -60,7 +63,7 @@ class JobBoard:
         self._errors: Dict[int, BaseException] = {}  # what their failed jobs raised
         self._jobs: Dict[int, Any] = {}  # the last job posted to each worker
         # At exit (or SIGTERM), workers still in the loop are brought back first.
-        pe.register_board(self)
+        shutdown.register_board(self)
 
     # -- posting ---------------------------------------------------------------
 
@@ -157,7 +160,7 @@ class JobBoard:
         if finished:
             self._on_finished(finished, ids)
         if status == WaitStatus.TIMEOUT:
-            raise pe.EnvTimeoutError(
+            raise EnvTimeoutError(
                 f"envs {pending()} did not finish {during} within {timeout:.3g} s")
         return finished
 
@@ -222,7 +225,7 @@ class JobBoard:
             timeout: seconds for all workers together (default
                 ``CLOSE_POLITE_TIMEOUT``); never raises.
         """
-        total = pe.CLOSE_POLITE_TIMEOUT if timeout is None else timeout
+        total = shutdown.CLOSE_POLITE_TIMEOUT if timeout is None else timeout
         deadline = time.monotonic() + total
         waiting = {i for i, env in enumerate(self.envs) if env.in_fast_loop}
         closing: Set[int] = set()  # CLOSE posted, not yet finished
@@ -239,9 +242,9 @@ class JobBoard:
                 try:
                     finished = self._wait_some(1, "closing", deadline, total,
                                                lambda: sorted(waiting))
-                except pe.EnvTimeoutError:
+                except EnvTimeoutError:
                     break
-                except pe.WorkerDiedError:
+                except WorkerDiedError:
                     finished = []  # _wait_some abandoned its job and marked it dead
                 for i in finished:
                     if i in closing:
@@ -259,4 +262,4 @@ class JobBoard:
             for env in stuck:
                 env.stop_fast_loop()
             # Stuck in a job: asking politely on the pipe is pointless.
-            pe.close_all(stuck, polite_timeout=0.0)
+            close_all(stuck, polite_timeout=0.0)

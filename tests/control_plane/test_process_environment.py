@@ -11,7 +11,7 @@ import numpy as np
 import psutil
 import pytest
 
-from alf_env.control_plane import process_environment
+from alf_env.control_plane import shutdown
 from alf_env.environments.process_environment import MessageType, ProcessEnvironment
 from alf_env.errors import (EnvironmentClosedError, EnvironmentProcessError,
                             EnvTimeoutError, WorkerDiedError)
@@ -250,14 +250,14 @@ def test_timeout_on_a_hung_call(make_env):
 
 
 def test_close_of_a_hung_worker_is_bounded(make_env, monkeypatch):
-    monkeypatch.setattr(process_environment, "CLOSE_POLITE_TIMEOUT", 0.5)
+    monkeypatch.setattr(shutdown, "CLOSE_POLITE_TIMEOUT", 0.5)
     env = make_env(fault="hang")
     env.call("fail")
     pid = env.pid
     begin = time.monotonic()
     env.close()
-    bound = 0.5 + process_environment.CLOSE_TERMINATE_TIMEOUT + \
-        process_environment.CLOSE_KILL_TIMEOUT
+    bound = 0.5 + shutdown.CLOSE_TERMINATE_TIMEOUT + \
+        shutdown.CLOSE_KILL_TIMEOUT
     assert time.monotonic() - begin < bound + 1.0
     assert not psutil.pid_exists(pid)
 
@@ -276,7 +276,7 @@ def test_unclosed_env_is_closed_by_the_exit_hook():
     env = ProcessEnvironment(ProbeEnv)
     env.start()
     pid = env.pid
-    process_environment.shutdown()  # what the interpreter runs at exit
+    shutdown.shutdown()  # what the interpreter runs at exit
     assert not psutil.pid_exists(pid)
     with pytest.raises(EnvironmentClosedError):
         env.call("add", 1, 1)

@@ -21,7 +21,8 @@ import psutil
 import pytest
 import torch
 
-from alf_env.control_plane import process_environment as pe
+from alf_env.control_plane import shutdown
+from alf_env.control_plane.group import close_all, start_environments
 from alf_env.environments.fast_parallel_environment import FastParallelEnvironment
 from alf_env.environments.parallel_environment import ParallelAlfEnvironment
 from alf_env.environments.process_environment import ProcessEnvironment
@@ -67,13 +68,13 @@ def test_shutdown_stops_every_live_worker_of_every_front_end_at_once():
     vec.step_async(good_gym_action())  # a job in flight: brought back first
     pids = ([env.pid for env in pe_envs] + par.worker_pids() + fast.worker_pids()
             + vec.worker_pids())
-    registered = {env.pid for env in pe._registry.envs.values()}
+    registered = {env.pid for env in shutdown._registry.envs.values()}
     begin = time.monotonic()
-    pe.shutdown()
+    shutdown.shutdown()
     assert time.monotonic() - begin < BOUND + SLACK
     assert set(pids) <= registered
     assert wait_all_gone(pids, timeout=0.5)
-    assert not pe._registry.envs
+    assert not shutdown._registry.envs
     with pytest.raises(EnvironmentClosedError):
         pe_envs[0].reset()
     with pytest.raises(EnvironmentClosedError):
@@ -110,7 +111,7 @@ def test_shutdown_needs_no_thread_and_no_import(monkeypatch):
     with monkeypatch.context() as patch:
         patch.setattr(builtins, "__import__", watched_import)
         patch.setattr(threading.Thread, "start", no_thread)
-        pe.shutdown()
+        shutdown.shutdown()
     assert (imported, threads) == ([], [])
     assert wait_all_gone(pids, timeout=0.5)
     for env in (par, fast, vec):
@@ -120,9 +121,9 @@ def test_shutdown_needs_no_thread_and_no_import(monkeypatch):
 def test_a_closed_env_leaves_the_registry_and_can_be_collected():
     env = ProcessEnvironment(FaultyAlfEnv, env_id=0)
     env.start()
-    assert pe._registry.envs[id(env)] is env
+    assert shutdown._registry.envs[id(env)] is env
     env.close()
-    assert id(env) not in pe._registry.envs
+    assert id(env) not in shutdown._registry.envs
 
 
 def test_an_env_dropped_without_close_is_still_closed_by_shutdown():
@@ -131,28 +132,28 @@ def test_an_env_dropped_without_close_is_still_closed_by_shutdown():
     pid = env.pid
     del env  # the registry keeps its process and pipe
     assert psutil.pid_exists(pid)
-    pe.shutdown()
+    shutdown.shutdown()
     assert wait_all_gone([pid], timeout=0.5)
 
 
 def test_close_all_stops_workers_together_not_one_after_another(monkeypatch):
     # Each worker's close takes 30 s: with a 0.5 s polite wait for all of them
     # together, 10 workers take about 0.5 s plus SIGTERM, not 10 times that.
-    monkeypatch.setattr(pe, "CLOSE_POLITE_TIMEOUT", 0.5)
+    monkeypatch.setattr(shutdown, "CLOSE_POLITE_TIMEOUT", 0.5)
     envs = [ProcessEnvironment(functools.partial(SlowClose, env_id=i), env_id=i)
             for i in range(NUM_ENVS)]
-    pe.start_environments(envs, start_serially=False)
+    start_environments(envs, start_serially=False)
     pids = [env.pid for env in envs]
     begin = time.monotonic()
-    pe.close_all(envs)
-    assert time.monotonic() - begin < 0.5 + pe.CLOSE_TERMINATE_TIMEOUT + SLACK
+    close_all(envs)
+    assert time.monotonic() - begin < 0.5 + shutdown.CLOSE_TERMINATE_TIMEOUT + SLACK
     assert wait_all_gone(pids, timeout=0.5)
 
 
 def test_ctrl_c_during_close_all_kills_the_workers_and_is_raised():
     envs = [ProcessEnvironment(functools.partial(SlowClose, env_id=i), env_id=i)
             for i in range(3)]
-    pe.start_environments(envs, start_serially=False)
+    start_environments(envs, start_serially=False)
     pids = [env.pid for env in envs]
 
     def interrupt(*_):
@@ -163,13 +164,13 @@ def test_ctrl_c_during_close_all_kills_the_workers_and_is_raised():
     begin = time.monotonic()
     try:
         with pytest.raises(KeyboardInterrupt):
-            pe.close_all(envs)
+            close_all(envs)
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
     assert time.monotonic() - begin < 0.3 + SLACK
     assert wait_all_gone(pids, timeout=0.5)
-    assert not any(id(env) in pe._registry.envs for env in envs)
+    assert not any(id(env) in shutdown._registry.envs for env in envs)
 
 
 # -- attribute forwarding --------------------------------------------------------------

@@ -9,7 +9,7 @@ import functools
 import numpy as np
 import pytest
 
-from alf_env.control_plane import process_environment
+from alf_env.control_plane import shutdown
 from alf_env.environments.parallel_environment import ParallelAlfEnvironment
 from alf_env.errors import EnvTimeoutError
 from tests.support.faults import (NUM_ENVS, SHORT_POLITE, WAIT_TIMEOUT, AlfBatchedFrontEnd,
@@ -27,7 +27,7 @@ def test_timeout_must_be_positive(value):
 
 
 def test_blocking_mode_times_out_too(monkeypatch):
-    monkeypatch.setattr(process_environment, "CLOSE_POLITE_TIMEOUT", SHORT_POLITE)
+    monkeypatch.setattr(shutdown, "CLOSE_POLITE_TIMEOUT", SHORT_POLITE)
     ctors = [functools.partial(FaultyAlfEnv, env_id=i, fault=Fault("hang", "step"))
              for i in range(NUM_ENVS)]
     with ParallelAlfEnvironment(ctors, blocking=True, timeout=WAIT_TIMEOUT) as env:

@@ -40,7 +40,7 @@ import pytest
 import torch
 from gymnasium import spaces
 
-from alf_env.control_plane import process_environment
+from alf_env.control_plane import shutdown
 from alf_env.environments.alf_wrappers import BatchEnvironmentWrapper
 from alf_env.environments.process_environment import ProcessEnvironment
 from alf_env.errors import EnvironmentProcessError, EnvTimeoutError, WorkerDiedError
@@ -601,8 +601,8 @@ def kill_leftovers(pids: List[int]) -> None:
 
 def close_bound() -> float:
     """What ``ProcessEnvironment.close()`` documents as its bound."""
-    return (process_environment.CLOSE_POLITE_TIMEOUT + process_environment.CLOSE_TERMINATE_TIMEOUT
-            + process_environment.CLOSE_KILL_TIMEOUT)
+    return (shutdown.CLOSE_POLITE_TIMEOUT + shutdown.CLOSE_TERMINATE_TIMEOUT
+            + shutdown.CLOSE_KILL_TIMEOUT)
 
 
 def timed_close(frontend: FrontEnd, env: Any) -> float:
@@ -631,7 +631,7 @@ class FaultContract:
     @pytest.fixture
     def short_close(self, monkeypatch) -> float:
         """Makes closing a stuck worker quick; returns the bound of ``close()``."""
-        monkeypatch.setattr(process_environment, "CLOSE_POLITE_TIMEOUT", SHORT_POLITE)
+        monkeypatch.setattr(shutdown, "CLOSE_POLITE_TIMEOUT", SHORT_POLITE)
         return close_bound()
 
     # 1. worker exceptions ------------------------------------------------------------

@@ -52,7 +52,8 @@ from alf_env.control_plane.affinity import WorkerCpus, usable_cpus
 from alf_env.data_structures import StepType, TimeStep
 from alf_env.front_ends.alf.env_group import EnvGroup, MemberProxy
 from alf_env.data_plane.job_board import JobBoard
-from alf_env.data_plane.job_loop import AlfRowsHandler, FastLoopSpec
+from alf_env.data_plane.alf_rows import AlfRowsHandler
+from alf_env.data_plane.job_loop import FastLoopSpec
 from alf_env.front_ends.alf.parallel_environment import ParallelAlfEnvironment
 
 try:

@@ -22,9 +22,9 @@ from absl import logging
 from gymnasium.error import NoAsyncCallError
 from gymnasium.vector import AutoresetMode
 
-from alf_env.control_plane import process_environment as pe
+from alf_env.control_plane.channel import resolve_all
 from alf_env.data_plane.shared_block import JobType
-from alf_env.errors import WorkerDiedError
+from alf_env.errors import EnvTimeoutError, WorkerDiedError
 from alf_env.front_ends.gym.state import AsyncState
 
 __all__ = ["ENV_ID_DTYPE", "JobEngine"]
@@ -54,7 +54,7 @@ class JobEngine:
             self._broken = exc
             self._state = AsyncState.DEFAULT
             raise
-        except pe.EnvTimeoutError:
+        except EnvTimeoutError:
             raise
         except BaseException:
             self._state = AsyncState.DEFAULT
@@ -125,7 +125,7 @@ class JobEngine:
         workers = sorted(self._in_flight)
         try:
             self._guard(lambda: self._board.wait_for(workers, during, timeout))
-        except pe.EnvTimeoutError:
+        except EnvTimeoutError:
             raise
         except BaseException:
             self._in_flight.clear()  # every job finished (or the env is broken)
@@ -183,7 +183,7 @@ class JobEngine:
                  during: str = "a call") -> List[Any]:
         """Waits for every promise together (``resolve_all``); a dead worker breaks the env."""
         try:
-            return pe.resolve_all(promises, timeout, during)
+            return resolve_all(promises, timeout, during)
         except WorkerDiedError as exc:
             self._broken = exc
             raise

@@ -36,9 +36,10 @@ import numpy as np
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 
-from alf_env.control_plane import process_environment as pe
 from alf_env.control_plane.affinity import usable_cpus
-from alf_env.control_plane.process_environment import start_environments
+from alf_env.control_plane.group import start_environments
+from alf_env.control_plane.process_environment import ProcessEnvironment
+from alf_env.control_plane.protocol import START_METHODS
 from alf_env.data_plane.gym_rows import EnvGroup, EnvRows, GymRowsHandler, block_fields
 from alf_env.data_plane.info_codec import InfoDecoder, InfoLayout, signature_of
 from alf_env.data_plane.job_board import JobBoard
@@ -59,8 +60,8 @@ def check_arguments(env_fns: List[Any], batch_size: int, context: str,
         if not callable(fn):
             raise TypeError(f"env_fns[{i}]: expected a callable returning a "
                             f"gymnasium.Env, got {type(fn).__name__}")
-    if context not in pe.START_METHODS:
-        raise ValueError(f"context: expected one of {pe.START_METHODS}, got {context!r}")
+    if context not in START_METHODS:
+        raise ValueError(f"context: expected one of {START_METHODS}, got {context!r}")
     if not 1 <= b <= n:
         raise ValueError(f"batch_size: expected 1 <= batch_size <= {n} (the number "
                          f"of envs), got {b}")
@@ -158,7 +159,7 @@ class WorkerStartup:
 
     def _start_workers(self, context: str) -> None:
         self._workers = [
-            pe.ProcessEnvironment(
+            ProcessEnvironment(
                 functools.partial(EnvGroup, self.env_fns[begin:end]),
                 env_id=begin, hosted_envs=end - begin, fast=True, num_envs=self.num_envs,
                 torch_num_threads_per_env=None, start_method=context,

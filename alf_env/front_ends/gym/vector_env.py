@@ -38,13 +38,15 @@ from absl import logging
 from gymnasium.error import AlreadyPendingCallError, NoAsyncCallError
 from gymnasium.vector import AutoresetMode
 
-from alf_env.control_plane import process_environment as pe
+from alf_env.control_plane.group import close_all
+from alf_env.control_plane.process_environment import ProcessEnvironment
 from alf_env.control_plane.affinity import WorkerCpus, pin_workers, plan_worker_cpus
 from alf_env.data_plane.gym_rows import (RESERVED_CALL_NAMES, RESET_DEFAULT, RESET_STAGED,
                                          StagedReset)
 from alf_env.data_plane.info_codec import DEFAULT_INFO_BYTES, Payload
 from alf_env.data_plane.job_board import JobBoard
 from alf_env.data_plane.shared_block import SPIN_ADAPTIVE, JobType, SharedBlock
+from alf_env.errors import EnvTimeoutError
 from alf_env.front_ends.gym.engine import JobEngine
 from alf_env.front_ends.gym.results import ResultAssembly
 from alf_env.front_ends.gym.startup import (WorkerStartup, check_arguments, declared_infos,
@@ -128,7 +130,7 @@ class FastVectorEnv(StateChecks, WorkerStartup, JobEngine, ResultAssembly, gym.v
         self.info_bytes = info_bytes
         self.copy = copy
         self.autoreset_mode = autoreset_mode
-        self._workers: List[pe.ProcessEnvironment] = []
+        self._workers: List[ProcessEnvironment] = []
         self._board: Optional[JobBoard] = None
         self._block: Optional[SharedBlock] = None
         self._state = AsyncState.DEFAULT
@@ -299,7 +301,7 @@ class FastVectorEnv(StateChecks, WorkerStartup, JobEngine, ResultAssembly, gym.v
         self._assert_waiting(AsyncState.WAITING_CALL, "call_wait", "call_async")
         try:
             groups = self._resolve(self._pending_calls, timeout, "call")
-        except pe.EnvTimeoutError:
+        except EnvTimeoutError:
             raise  # nothing was used up: the call stays pending
         except BaseException:
             self._pending_calls = []
@@ -403,7 +405,7 @@ class FastVectorEnv(StateChecks, WorkerStartup, JobEngine, ResultAssembly, gym.v
         self._state = AsyncState.DEFAULT
         if self._board is not None and not terminate:
             self._board.release(timeout)
-        pe.close_all(self._workers, polite_timeout=0.0 if terminate else None)
+        close_all(self._workers, polite_timeout=0.0 if terminate else None)
         if self._block is not None:
             self._block.close()
         self._board = None

@@ -11,7 +11,7 @@ import os
 import socket
 from typing import Any, Callable, Dict, List, Optional
 
-from alf_env.control_plane.process_environment import RemoteException
+from alf_env.control_plane.remote import RemoteException
 from alf_env.errors import EnvironmentProcessError, WorkerDiedError
 
 

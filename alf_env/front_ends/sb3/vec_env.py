@@ -61,7 +61,7 @@ except ImportError as exc:  # the optional extra is missing
 
 from alf_env.control_plane.affinity import WorkerCpus
 from alf_env.data_plane.shared_block import SPIN_ADAPTIVE
-from alf_env.control_plane.process_environment import START_METHODS
+from alf_env.control_plane.protocol import START_METHODS
 from alf_env.front_ends.sb3.worker import NOT_TARGETED, PORT_ATTR, build_env
 from alf_env.front_ends.gym.vector_env import FastVectorEnv
 

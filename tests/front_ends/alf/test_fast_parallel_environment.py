@@ -113,8 +113,8 @@ def _interrupt(*_):
 
 
 def test_signal_interrupts_a_hung_step_and_close_is_bounded(monkeypatch):
-    from alf_env.control_plane import process_environment
-    monkeypatch.setattr(process_environment, "CLOSE_POLITE_TIMEOUT", 0.5)
+    from alf_env.control_plane import shutdown
+    monkeypatch.setattr(shutdown, "CLOSE_POLITE_TIMEOUT", 0.5)
     ctors = [functools.partial(CountingEnv, env_id=i) for i in range(2)]
     ctors[1] = functools.partial(CountingEnv, env_id=1, fault="hang", fault_phase="step",
                                  fault_step=1)
@@ -133,8 +133,8 @@ def test_signal_interrupts_a_hung_step_and_close_is_bounded(monkeypatch):
         begin = time.monotonic()
         env.close()
         closed_in = time.monotonic() - begin
-    bound = 0.5 + process_environment.CLOSE_TERMINATE_TIMEOUT + \
-        process_environment.CLOSE_KILL_TIMEOUT
+    bound = 0.5 + shutdown.CLOSE_TERMINATE_TIMEOUT + \
+        shutdown.CLOSE_KILL_TIMEOUT
     assert closed_in < bound + 1.0
 
 

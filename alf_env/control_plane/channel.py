@@ -1,0 +1,314 @@
+"""The parent's end of a worker's pipe: requests, the promises of their answers.
+
+Every request is answered by exactly one ``RESULT`` or ``EXCEPTION``, in order,
+so many calls can be in flight: each returns a promise (:class:`_Promise`)
+that, when called, receives answers until its own has arrived (earlier answers
+are kept for their promises). A promise that is dropped unused gives up its
+answer.
+
+Waiting never hangs on a dead worker: the parent waits on the pipe *and* the
+process sentinel, so a worker that dies (crash, signal, ``os._exit``) turns into
+:class:`~alf_env.errors.WorkerDiedError` naming the env id and the exit code or
+signal. :func:`resolve_all` waits for the promises of many workers together
+(one deadline, a death raised at once, an exception raised once all have
+answered).
+
+While the worker serves a native loop (``FastParallelEnvironment``,
+``FastVectorEnv``), each pipe request rings a doorbell that makes the worker
+read it (:meth:`WorkerChannel.start_fast_loop`).
+"""
+
+import multiprocessing.connection
+import select
+import time
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
+
+from alf_env.control_plane.protocol import (_DEATH_GRACE, _PLAIN_MESSAGES, MessageType,
+                                            _plain_dumps, _State)
+from alf_env.control_plane.shutdown import CLOSE_KILL_TIMEOUT
+from alf_env.errors import (EnvironmentClosedError, EnvironmentProcessError,
+                            EnvTimeoutError, WorkerDiedError)
+
+
+class _Promise:
+    """The pending answer of one request; call it to wait for the value."""
+
+    def __init__(self, env: "WorkerChannel", seq: int,
+                 transform: Optional[Callable[[Any], Any]] = None) -> None:
+        self._env = env
+        self._seq = seq
+        self._transform = transform
+
+    def __call__(self, timeout: Optional[float] = None) -> Any:
+        """Waits for the answer.
+
+        Args:
+            timeout: seconds to wait at most (``None``: no limit).
+        Returns:
+            the value the worker sent.
+        Raises:
+            EnvTimeoutError: ``timeout`` passed first.
+            WorkerDiedError: the worker died before answering.
+            Exception: what the worker raised (see :class:`RemoteException`).
+        """
+        value = self._env._await(self._seq, timeout)
+        return self._transform(value) if self._transform else value
+
+    def __del__(self) -> None:
+        # Dropped unused (e.g. the pending reset of a spare at a new reset()):
+        # its answer must not be kept forever.
+        try:
+            self._env._abandon(self._seq)
+        except Exception:  # noqa: BLE001 -- e.g. at interpreter shutdown
+            pass
+
+
+class WorkerChannel:
+    """The requests and answers of one worker's pipe (a base of ``ProcessEnvironment``).
+
+    Numbers the requests, keeps each answer for its promise, watches the
+    worker's sentinel while waiting, and rings the doorbell of a worker in a
+    native loop. The subclass sets the attributes below in its constructor
+    and provides ``wait_start()`` (:meth:`_check_usable` waits for a worker
+    still starting).
+    """
+
+    _env_id: Optional[int]
+    _hosted_env_ids: Optional[List[int]]
+    _fast: bool
+    _state: _State
+    _conn: Optional[multiprocessing.connection.Connection]
+    _process: Optional[multiprocessing.process.BaseProcess]
+    _poller: Any  # select.poll() of the pipe and the sentinel
+    _death: Optional[WorkerDiedError]
+    _next_seq: int
+    _received_seq: int
+    _answers: Dict[int, Tuple[MessageType, Any]]
+    _abandoned: Set[int]
+    _doorbell: Optional[Callable[[], None]]
+
+    # -- native loop (FastParallelEnvironment) --------------------------------
+
+    def start_fast_loop(self, spec: Any, doorbell: Callable[[], None]) -> None:
+        """Moves the worker into the native shared-memory loop.
+
+        Args:
+            spec: a ``FastLoopSpec`` (shared block, worker index, rows, spin).
+            doorbell: called after each later pipe request; it must make the
+                worker serve that request (post a CALL job and wait for it).
+        Raises:
+            ValueError: this env was not created with ``fast=True``.
+        """
+        if not self._fast:
+            raise ValueError(f"env {self._env_id}: start_fast_loop() needs an env "
+                             f"created with fast=True")
+        self._request(MessageType.FAST_LOOP, spec)()
+        self._doorbell = doorbell
+
+    @property
+    def in_fast_loop(self) -> bool:
+        """Whether the worker is serving the native loop (and is usable)."""
+        return self._doorbell is not None and self._state is _State.RUNNING
+
+    def stop_fast_loop(self) -> None:
+        """Forgets the doorbell once the worker has left the native loop."""
+        self._doorbell = None
+
+    def pending_report(self) -> _Promise:
+        """A promise of a message the worker sends unasked (a fast-path error).
+
+        The worker answers requests in order, so the report is the answer
+        after every request sent so far.
+        """
+        self._check_usable()
+        return _Promise(self, self._take_seq())
+
+    def mark_died(self, during: str) -> Exception:
+        """Records that the worker died (seen by another channel); returns the error.
+
+        ``EnvironmentClosedError`` if the env was closed meanwhile (e.g. by
+        :func:`~alf_env.control_plane.shutdown.shutdown`).
+        """
+        if self._state is _State.CLOSED:
+            return EnvironmentClosedError(
+                f"env {self._env_id} is closed; create a new environment")
+        if self._death is None:
+            return self._died(during)
+        return self._death
+
+    # -- requests and answers ------------------------------------------------
+
+    def _check_usable(self) -> None:
+        if self._state is _State.RUNNING:
+            return
+        if self._state is _State.DEAD:
+            raise self._death
+        if self._state is _State.CLOSED:
+            raise EnvironmentClosedError(
+                f"env {self._env_id} is closed; create a new environment")
+        if self._state is _State.STARTING:
+            self.wait_start()
+            return
+        raise RuntimeError(f"env {self._env_id} is not started; call start() first")
+
+    def _request(self, msg_type: MessageType, payload: Any,
+                 transform: Optional[Callable[[Any], Any]] = None) -> _Promise:
+        self._check_usable()
+        try:
+            if msg_type in _PLAIN_MESSAGES:
+                self._conn.send_bytes(_plain_dumps((msg_type, payload)))
+            else:
+                self._conn.send((msg_type, payload))
+        except (BrokenPipeError, ConnectionResetError):
+            raise self._died("sending a request") from None
+        if self._doorbell is not None:
+            # The answer's place among the worker's messages is known only
+            # once the doorbell has collected the worker's earlier jobs (a
+            # failed one sends its report first, which takes the next place).
+            try:
+                self._doorbell()
+            except BaseException:
+                self._abandon(self._take_seq())
+                raise
+        return _Promise(self, self._take_seq(), transform)
+
+    def _take_seq(self) -> int:
+        """The sequence number of the next answer (request or report) to expect."""
+        seq = self._next_seq
+        self._next_seq += 1
+        return seq
+
+    def _abandon(self, seq: int) -> None:
+        """Forgets the answer of request ``seq``: its promise was dropped unused."""
+        if seq in self._answers:
+            del self._answers[seq]
+        elif seq >= self._received_seq and self._state is not _State.CLOSED:
+            self._abandoned.add(seq)
+
+    def _await(self, seq: int, timeout: Optional[float]) -> Any:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while seq not in self._answers:
+            self._check_usable()
+            if seq < self._received_seq:
+                raise RuntimeError(f"env {self._env_id}: this promise was already "
+                                   f"fulfilled; a promise can be called once")
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            self._receive_one(remaining, during="a call")
+        msg_type, payload = self._answers.pop(seq)
+        if msg_type is MessageType.RESULT:
+            return payload
+        if msg_type is MessageType.EXCEPTION:
+            raise payload.to_exception()
+        raise EnvironmentProcessError(
+            f"env {self._env_id}: expected RESULT or EXCEPTION from the worker, "
+            f"got {msg_type}", self._env_id)
+
+    def _has_answer(self, seq: int) -> bool:
+        """Whether the answer of request ``seq`` was received (or already taken)."""
+        return seq < self._received_seq
+
+    def _receive_one(self, timeout: Optional[float], during: str) -> None:
+        """Receives the next answer and keeps it for its promise (if still wanted)."""
+        answer = self._recv(timeout, during)
+        seq = self._received_seq
+        self._received_seq += 1
+        if self._abandoned and seq in self._abandoned:
+            self._abandoned.discard(seq)
+            return
+        self._answers[seq] = answer
+
+    def _recv(self, timeout: Optional[float], during: str) -> Tuple[MessageType, Any]:
+        """Receives one message, watching the worker's sentinel meanwhile."""
+        # One poll object per env (built at start): cheaper than
+        # multiprocessing.connection.wait, which builds a selector per call.
+        timeout_ms = None if timeout is None else int(timeout * 1000)
+        ready = {fd for fd, _ in self._poller.poll(timeout_ms)}
+        if not ready:
+            raise EnvTimeoutError(
+                f"env {self._env_id}: no answer from the worker within "
+                f"{timeout:.3g} s during {during}")
+        if self._conn.fileno() not in ready and not self._conn.poll(_DEATH_GRACE):
+            raise self._died(during)
+        try:
+            return self._conn.recv()
+        except (EOFError, OSError):
+            raise self._died(during) from None
+
+    def _died(self, during: str) -> WorkerDiedError:
+        """Records that the worker is gone and returns the error to raise."""
+        self._process.join(CLOSE_KILL_TIMEOUT)
+        self._death = WorkerDiedError(self._env_id, self._process.exitcode, during,
+                                      env_ids=self._hosted_env_ids)
+        self._state = _State.DEAD
+        return self._death
+
+
+def resolve_all(promises: Sequence[Callable[..., Any]], timeout: Optional[float] = None,
+                during: str = "a call") -> List[Any]:
+    """Waits for several promises (of one env or many) together; returns their values.
+
+    All the workers involved are watched at once, so:
+
+    * a worker that dies raises :class:`WorkerDiedError` as soon as it is
+      seen, however long the others still take;
+    * ``timeout`` bounds the whole wait; when it passes,
+      :class:`EnvTimeoutError` (naming the envs still busy) is raised and no
+      promise is used up: calling again with the same promises waits on;
+    * an exception raised in a worker is re-raised (the first one, in the
+      order of ``promises``) only once every promise has its answer, so all
+      the workers are idle again and every pipe is in step.
+
+    Args:
+        promises: promises of ``ProcessEnvironment`` requests; other callables
+            (e.g. values known already) are simply called.
+        timeout: seconds for all of them together (``None``: no limit).
+        during: what is awaited, for error messages (e.g. ``"step"``).
+
+    Returns:
+        the values, in the order of ``promises``.
+    """
+    deadline = None if timeout is None else time.monotonic() + timeout
+    waiting = [p for p in promises if isinstance(p, _Promise)]
+    poller = select.poll()
+    registered: Dict[int, WorkerChannel] = {}
+    while True:
+        busy: Dict[int, WorkerChannel] = {}
+        for promise in waiting:
+            env = promise._env
+            if not env._has_answer(promise._seq):
+                env._check_usable()
+                busy[id(env)] = env
+        if not busy:
+            break
+        for key in [k for k in registered if k not in busy]:
+            env = registered.pop(key)
+            poller.unregister(env._conn.fileno())
+            poller.unregister(env._process.sentinel)
+        by_fd: Dict[int, WorkerChannel] = {}
+        for key, env in busy.items():
+            if key not in registered:
+                registered[key] = env
+                poller.register(env._conn.fileno(), select.POLLIN)
+                poller.register(env._process.sentinel, select.POLLIN)
+            by_fd[env._conn.fileno()] = env
+            by_fd[env._process.sentinel] = env
+        remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+        ready = poller.poll(None if remaining is None else int(remaining * 1000))
+        if not ready:
+            ids = sorted(env.env_id for env in busy.values())
+            raise EnvTimeoutError(f"envs {ids} gave no answer within {timeout:.3g} s "
+                                  f"during {during}")
+        for env in {id(by_fd[fd]): by_fd[fd] for fd, _ in ready}.values():
+            env._receive_one(0.0, during)
+    values, first_error = [], None
+    for promise in promises:
+        try:
+            values.append(promise())
+        except WorkerDiedError:
+            raise
+        except Exception as exc:  # noqa: BLE001 -- raised once all have answered
+            first_error = exc if first_error is None else first_error
+            values.append(None)
+    if first_error is not None:
+        raise first_error
+    return values

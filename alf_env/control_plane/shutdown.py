@@ -1,0 +1,289 @@
+"""Shutdown: the registry of live workers, the exit hooks, and the bounded stop of many.
+
+Every started, unclosed worker is in one registry, and one ``atexit`` hook
+(installed at the first ``start()``) stops them however the script ends (end
+of the script without ``close()``, ``del env``, an exception, ``sys.exit()``,
+Ctrl-C): :func:`shutdown` first brings the workers of the shared-memory front
+ends back from their native loop (:func:`register_board`), then
+:func:`stop_all` sends CLOSE to every worker at once, waits for all of them
+together under one deadline (``EXIT_POLITE_TIMEOUT``), SIGTERMs the ones still
+running, then SIGKILLs, and reaps every one. No thread, thread pool or import
+is needed. ``ProcessEnvironment.close()`` and
+:func:`~alf_env.control_plane.group.close_all` use the same :func:`stop_all`
+(with ``CLOSE_POLITE_TIMEOUT``); it is bounded (``CLOSE_*`` below) and logs
+what the env's own ``close()`` raised. At the first ``start()`` in the main
+thread a SIGTERM handler is installed, unless the program has its own:
+SIGTERM then raises ``SystemExit(143)`` (``128 + SIGTERM``, what a shell
+reports for a process ended by SIGTERM), so ``finally`` blocks and ``atexit``
+hooks run and the workers are closed like at a normal exit. Workers restore
+the default SIGTERM action (see :mod:`alf_env.control_plane.watchdog`).
+
+The timeouts below are read when a stop runs: set them on this module.
+"""
+
+import atexit
+import multiprocessing.util  # noqa: F401 -- its exit hook must be registered before ours
+import os
+import select
+import signal
+import threading
+import time
+import weakref
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from absl import logging
+
+from alf_env.control_plane.protocol import _DEATH_GRACE, MessageType
+from alf_env.errors import EnvironmentProcessError, describe_exit
+
+
+# Seconds the parent waits for a worker to exit after asking it politely, then
+# after SIGTERM, then after SIGKILL. Their sum bounds ``close()``.
+CLOSE_POLITE_TIMEOUT = 5.0
+CLOSE_TERMINATE_TIMEOUT = 1.0
+CLOSE_KILL_TIMEOUT = 1.0
+
+# When the program exits (or gets SIGTERM) with workers still running, they
+# get this long, all together, to close their envs and exit; then SIGTERM and
+# SIGKILL, each followed by the wait below. Close explicitly for a longer
+# polite wait (CLOSE_POLITE_TIMEOUT).
+EXIT_POLITE_TIMEOUT = 1.0
+EXIT_TERMINATE_TIMEOUT = 0.25
+EXIT_KILL_TIMEOUT = 0.25
+
+# The exit status after SIGTERM (see the module doc).
+SIGTERM_EXIT_CODE = 128 + signal.SIGTERM
+
+# What the registry holds and stop_all() ends: ProcessEnvironment objects
+# (alf_env.control_plane.process_environment imports this module).
+Worker = Any
+
+
+class _Registry:
+    """The started, unclosed workers of this process and the boards that drive
+    some of them (see the module doc).
+
+    Workers are held strongly: one dropped without ``close()`` (``del env``,
+    or its front end garbage-collected) still has its process and pipe, so it
+    is closed at exit like the others. ``close()`` removes it.
+    """
+
+    def __init__(self) -> None:
+        self.envs: Dict[int, Worker] = {}
+        self.boards: "weakref.WeakSet[Any]" = weakref.WeakSet()
+        self.hooks_installed = False
+        self.exiting = False  # shutdown() runs: exit-time bounds, SIGTERM ignored
+        self.pid = os.getpid()  # the process whose workers these are
+
+
+_registry = _Registry()
+
+
+def register_board(board: Any) -> None:
+    """Lets :func:`shutdown` bring a board's workers back from the native loop.
+
+    Args:
+        board: an object with ``release(timeout)`` (a ``fast_jobs.JobBoard``);
+            held weakly.
+    """
+    _registry.boards.add(board)
+
+
+def _install_hooks() -> None:
+    """Installs the exit hook and (main thread, no handler of the program's own)
+    the SIGTERM handler, once."""
+    if _registry.hooks_installed:
+        return
+    _registry.hooks_installed = True
+    # Registered after multiprocessing's own exit hook (imported above), so it
+    # runs first (atexit is LIFO): workers are closed, not just terminated.
+    atexit.register(_at_exit)
+    if (threading.current_thread() is threading.main_thread()
+            and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL):
+        _registry.pid = os.getpid()
+        signal.signal(signal.SIGTERM, _on_sigterm)
+
+
+def _at_exit() -> None:
+    shutdown()
+    _registry.exiting = True  # from now on a SIGTERM has nothing left to do
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    """SIGTERM: exit like ``sys.exit(SIGTERM_EXIT_CODE)`` (``finally`` and atexit run)."""
+    if os.getpid() != _registry.pid:
+        # A forked worker that has not yet restored the default action
+        # (worker_signals): end as the default action would.
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
+        return
+    if _registry.exiting:
+        return  # already shutting down: let it finish
+    raise SystemExit(SIGTERM_EXIT_CODE)
+
+
+def shutdown(polite_timeout: Optional[float] = None) -> None:
+    """Stops every worker of this process still running, all at once.
+
+    What the exit hook (and so SIGTERM) runs; safe to call at any time (later
+    uses of the closed envs raise ``EnvironmentClosedError``). Workers in a
+    native loop are brought back first (each board all at once), then every
+    worker gets CLOSE and all are waited for together; stragglers are
+    terminated, then killed, and every worker is reaped.
+
+    Args:
+        polite_timeout: seconds for all of that together before SIGTERM
+            (default ``EXIT_POLITE_TIMEOUT``).
+    """
+    if polite_timeout is None:
+        polite_timeout = EXIT_POLITE_TIMEOUT
+    deadline = time.monotonic() + polite_timeout
+    _registry.exiting = True
+    try:
+        for board in list(_registry.boards):
+            board.release(max(0.0, deadline - time.monotonic()))
+        stop_all(list(_registry.envs.values()), max(0.0, deadline - time.monotonic()))
+    finally:
+        _registry.exiting = False
+
+
+def _escalation_timeouts() -> Tuple[float, float]:
+    """Seconds to wait after SIGTERM, then after SIGKILL (shorter at exit)."""
+    if _registry.exiting:
+        return EXIT_TERMINATE_TIMEOUT, EXIT_KILL_TIMEOUT
+    return CLOSE_TERMINATE_TIMEOUT, CLOSE_KILL_TIMEOUT
+
+
+class _Stopping:
+    """One worker that :func:`stop_all` is ending."""
+
+    def __init__(self, env: Worker, polite: bool) -> None:
+        self.env = env
+        self.process = env._process
+        self.conn = env._conn
+        self.polite = polite
+        # Answers still to read: every request's, then CLOSE's (its failure is logged).
+        self.next_seq = env._received_seq
+        self.close_seq = env._next_seq if polite else -1
+        self.reading = polite
+        self.exited = self.process.exitcode is not None
+
+    def read(self) -> None:
+        """Reads what the worker sent (without blocking); logs a failed close()."""
+        conn = self.conn
+        try:
+            while self.reading and conn.poll(0):
+                msg_type, payload = conn.recv()
+                if self.next_seq == self.close_seq and msg_type is MessageType.EXCEPTION:
+                    error = payload.to_exception()
+                    if isinstance(error.__cause__, EnvironmentProcessError):
+                        error = error.__cause__  # its message has the worker traceback
+                    logging.warning("env %s: close() raised in the worker: %s",
+                                    self.env._env_id, error)
+                self.next_seq += 1
+                self.reading = self.next_seq <= self.close_seq
+        except (EOFError, OSError):
+            self.reading = False
+
+    def on_exit(self) -> None:
+        """The worker's sentinel fired: reap it and read its last words."""
+        self.process.join(_DEATH_GRACE)
+        self.exited = self.process.exitcode is not None
+        if self.reading:
+            self.read()
+        if self.polite and self.process.exitcode:
+            logging.warning("env %s: the worker died while closing: %s",
+                            self.env._env_id, describe_exit(self.process.exitcode))
+
+
+def _wait_for_exits(stopping: "List[_Stopping]", deadline: float) -> None:
+    """Waits until every worker of ``stopping`` exited or ``deadline`` passed,
+    reading their pipes meanwhile (so none blocks on a full pipe)."""
+    poller = select.poll()
+    by_fd: Dict[int, Tuple[_Stopping, bool]] = {}
+    for s in stopping:
+        if s.exited:
+            continue
+        poller.register(s.process.sentinel, select.POLLIN)
+        by_fd[s.process.sentinel] = (s, True)
+        if s.reading:
+            poller.register(s.conn.fileno(), select.POLLIN)
+            by_fd[s.conn.fileno()] = (s, False)
+    while any(not s.exited for s in stopping):
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return
+        for fd, _ in poller.poll(int(remaining * 1000) + 1):
+            if fd not in by_fd:
+                continue  # a pipe dropped while handling an earlier event
+            s, is_sentinel = by_fd[fd]
+            if is_sentinel:
+                poller.unregister(fd)
+                s.on_exit()
+            elif s.reading:
+                s.read()
+            conn_fd = s.conn.fileno()
+            if not s.reading and conn_fd in by_fd:
+                poller.unregister(conn_fd)
+                del by_fd[conn_fd]
+
+
+def stop_all(envs: Sequence[Worker], polite_timeout: Optional[float] = None
+             ) -> None:
+    """Closes ``envs`` all at once, with one deadline; never raises because of them.
+
+    Every running worker is sent CLOSE first (a worker in a native loop, or
+    one not yet started, is terminated instead: it would not read it), then
+    all are waited for together for ``polite_timeout`` s; those still running
+    get SIGTERM, then SIGKILL, each followed by one wait for all. Every
+    worker is reaped. So ``n`` workers take about as long as the slowest one,
+    and at most ``polite_timeout + CLOSE_TERMINATE_TIMEOUT +
+    CLOSE_KILL_TIMEOUT`` (the ``EXIT_*`` bounds at exit). Interrupted (e.g. by
+    Ctrl-C), it kills the workers still running at once, reaps them and
+    re-raises.
+
+    Args:
+        envs: the workers; closed ones and ones never started are skipped.
+        polite_timeout: seconds to let them close their envs (default
+            ``CLOSE_POLITE_TIMEOUT``).
+    """
+    if polite_timeout is None:
+        polite_timeout = CLOSE_POLITE_TIMEOUT
+    deadline = time.monotonic() + polite_timeout
+    stopping: List[_Stopping] = []
+    try:
+        for env in envs:
+            s = env._begin_close()
+            if s is not None:
+                stopping.append(s)
+        if not stopping:
+            return
+        _wait_for_exits(stopping, deadline)
+        late = [s for s in stopping if not s.exited]
+        if not late:
+            return
+        # At exit nobody can act on it (and a busy machine is reason enough).
+        log = logging.info if _registry.exiting else logging.warning
+        for s in late:
+            if s.polite and polite_timeout > 0:
+                log("env %s: the worker (pid %s) did not exit within %.1f s; "
+                    "terminating it", s.env._env_id, s.process.pid, polite_timeout)
+            s.polite = False  # its death is expected now
+            s.process.terminate()
+        terminate_wait, kill_wait = _escalation_timeouts()
+        _wait_for_exits(late, time.monotonic() + terminate_wait)
+        late = [s for s in late if not s.exited]
+        for s in late:
+            s.process.kill()
+        _wait_for_exits(late, time.monotonic() + kill_wait)
+    except BaseException:
+        # Interrupted: end the rest now rather than leave them behind.
+        for s in stopping:
+            if not s.exited:
+                s.polite = False
+                s.process.kill()
+        _wait_for_exits(stopping, time.monotonic() + CLOSE_KILL_TIMEOUT)
+        raise
+    finally:
+        for s in stopping:
+            s.env._end_close(s)

@@ -1,0 +1,261 @@
+"""The worker process: construct the env, then answer the parent's requests.
+
+:func:`_worker_main` is the entry point of every worker process: it sets up
+the worker's signals and parent watchdog (:mod:`alf_env.control_plane.watchdog`),
+constructs the env and then serves the pipe (:func:`serve`), one request at a
+time (:func:`handle_message`), until ``CLOSE`` or until the pipe closes. A
+``FAST_LOOP`` request hands the worker to the loop its payload runs
+(:class:`FastLoopEntry`; the data plane's ``FastLoopSpec``), which comes back
+here for the pipe requests it is told about.
+
+For an ``AlfEnvironment`` the worker checks actions and time steps against the
+env's specs (:mod:`alf_env.control_plane.spec_checks`), so a mismatch is a
+``ValueError`` naming the field, raised where it happens.
+"""
+
+import inspect
+import multiprocessing.connection
+import multiprocessing.util
+import os
+import sys
+from typing import Any, Callable, Optional, Protocol
+
+import cloudpickle
+from absl import logging
+
+from alf_env import nest
+from alf_env.control_plane.protocol import SYNC_PROGRESS_CALL, MessageType, _plain_dumps
+from alf_env.control_plane.remote import RemoteException, RemoteMethod
+from alf_env.control_plane.watchdog import start_parent_watchdog, worker_signals
+
+
+class FastLoopEntry(Protocol):
+    """The payload of ``FAST_LOOP``: the loop the worker enters (a ``FastLoopSpec``).
+
+    The worker calls :meth:`run` and knows nothing else of the loop; the data
+    plane (``alf_env.data_plane.job_loop``) defines it.
+    """
+
+    def run(self, conn: multiprocessing.connection.Connection, proxy: "_WorkerEnvProxy",
+            env_id: Optional[int]) -> bool:
+        """Serves the loop; returns whether to keep serving the pipe afterwards."""
+
+
+def _construct(env_constructor: Callable[..., Any], env_id: Optional[int]) -> Any:
+    """Calls ``env_constructor``, passing ``env_id`` when it accepts one."""
+    try:
+        params = inspect.signature(env_constructor).parameters
+    except (TypeError, ValueError):
+        params = {}
+    accepts = "env_id" in params or any(
+        p.kind == inspect.Parameter.VAR_KEYWORD for p in params.values())
+    return env_constructor(env_id=env_id) if accepts else env_constructor()
+
+
+def forward_progress(env: Any, progress: Any) -> bool:
+    """Calls ``env.sync_progress(progress)`` if ``env`` defines it; returns whether it did."""
+    sync = getattr(env, "sync_progress", None)
+    if not callable(sync):
+        return False
+    sync(progress)
+    return True
+
+
+class _WorkerEnvProxy:
+    """What the worker calls: the env, plus packing/unpacking in flatten mode.
+
+    For an ``AlfEnvironment`` it also checks, around ``step`` and ``reset``,
+    the action it receives and the time step the env returns against the
+    env's specs (see :mod:`alf_env.control_plane.spec_checks`): a mismatch
+    raises ``ValueError`` naming the field, before the env is touched for an
+    action, instead of a confusing error (or silently wrong data) later.
+    """
+
+    def __init__(self, env: Any, flatten: bool, env_id: Optional[int] = None) -> None:
+        self.env = env
+        self.flatten = flatten
+        self.env_id = env_id
+        self._guard: Any = None
+        self._guard_built = False
+        self._codecs: Any = None
+
+    def access(self, name: str) -> Any:
+        """Reads an attribute; a method is answered by a marker to call it remotely."""
+        value = getattr(self.env, name)
+        if inspect.ismethod(value) or inspect.isbuiltin(value):
+            return RemoteMethod(name)
+        return value
+
+    def call(self, name: str, args: tuple, kwargs: dict) -> Any:
+        if name == SYNC_PROGRESS_CALL:
+            return forward_progress(self.env, *args, **kwargs)
+        guard = self.guard() if name in ("step", "reset") else None
+        if name == "step" and len(args) == 1 and not kwargs:
+            (action,) = args
+            if guard is not None:
+                guard.action.check(action, flattened=self.flatten)
+            if self.flatten:
+                args = (nest.pack_sequence_as(self.env.action_spec(), action),)
+        result = getattr(self.env, name)(*args, **kwargs)
+        if name == "step" or name == "reset":
+            if guard is not None:
+                checked = guard.time_step
+                return checked.flat(result) if self.flatten else checked(result)
+            if self.flatten:
+                return nest.flatten(result)
+        return result
+
+    def step_packed(self, record: bytes) -> bytes:
+        """Steps with a packed action; returns the packed, checked time step."""
+        codecs = self._codecs or self._build_codecs()
+        return self._pack(self.env.step(codecs.unpack_action(record)))
+
+    def reset_packed(self) -> bytes:
+        """Resets; returns the packed, checked time step."""
+        if self._codecs is None:
+            self._build_codecs()
+        return self._pack(self.env.reset())
+
+    def _pack(self, time_step: Any) -> bytes:
+        codec = self._codecs.time_step
+        record = codec.encode_exact(self._codecs.flatten_time_step(time_step))
+        if record is not None:
+            return record  # every leaf has the spec's exact shape and dtype
+        guard = self.guard()  # names what does not fit, casts what may be cast
+        leaves = guard.time_step.flat(time_step) if guard is not None else nest.flatten(
+            time_step)
+        return codec.encode(leaves)
+
+    def _build_codecs(self) -> Any:
+        """The ``StepCodecs`` of the packed messages."""
+        from alf_env.control_plane.leaf_codec import StepCodecs
+        env = self.env
+        self._codecs = StepCodecs(env.action_spec(), env.time_step_spec(),
+                                  env.batch_size if env.batched else 0)
+        return self._codecs
+
+    def guard(self) -> Any:
+        """The env's spec guard (built at the first step/reset), or ``None``."""
+        if not self._guard_built:
+            from alf_env.control_plane.spec_checks import WorkerSpecGuard
+            self._guard = WorkerSpecGuard.for_env(self.env, self.env_id)
+            self._guard_built = True
+        return self._guard
+
+
+def _worker_main(conn: multiprocessing.connection.Connection,
+                 env_constructor: Any, env_id: Optional[int], flatten: bool,
+                 torch_num_threads: Optional[int], parent_pid: int,
+                 pickled: bool) -> None:
+    """Entry point of a worker process: construct the env, then serve calls."""
+    worker_signals()
+    start_parent_watchdog(parent_pid)
+    if torch_num_threads is not None:
+        import torch
+        torch.set_num_threads(torch_num_threads)
+    try:
+        if pickled:
+            env_constructor = cloudpickle.loads(env_constructor)
+        env = _construct(env_constructor, env_id)
+    except BaseException as exc:  # noqa: BLE001 -- reported to the parent
+        conn.send((MessageType.EXCEPTION, RemoteException(exc, env_id, "construction")))
+        conn.close()
+        return
+    conn.send((MessageType.READY, None))
+    proxy = _WorkerEnvProxy(env, flatten, env_id)
+    try:
+        serve(conn, proxy, env_id)
+    finally:
+        conn.close()
+    _exit_worker()
+
+
+def _exit_worker() -> None:
+    """Ends a worker whose env is closed, skipping the interpreter's teardown.
+
+    Does what ``multiprocessing`` does when a worker's target returns (its
+    exit function, flushing the standard streams), then ``os._exit(0)`` as a
+    ``fork`` worker does anyway. A ``spawn`` or ``forkserver`` worker would
+    otherwise tear its interpreter down, which takes hundreds of
+    milliseconds of CPU with torch loaded: n workers closing at once on a few
+    cores took seconds.
+    """
+    multiprocessing.util._exit_function()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (AttributeError, OSError, ValueError):
+            pass
+    os._exit(0)
+
+
+def serve(conn: multiprocessing.connection.Connection, proxy: _WorkerEnvProxy,
+          env_id: Optional[int]) -> None:
+    """Answers requests on ``conn`` until ``CLOSE`` or until the pipe closes."""
+    while True:
+        try:
+            msg_type, payload = conn.recv()
+        except (EOFError, OSError):
+            # The parent closed its end (or died): nothing left to serve.
+            _close_quietly(proxy.env, env_id)
+            return
+        if not handle_message(conn, proxy, env_id, msg_type, payload):
+            return
+
+
+def handle_message(conn: multiprocessing.connection.Connection,
+                   proxy: _WorkerEnvProxy, env_id: Optional[int],
+                   msg_type: MessageType, payload: Any) -> bool:
+    """Handles one request; returns False when the worker should exit."""
+    if msg_type is MessageType.ACCESS:
+        _answer(conn, env_id, f"access to {payload!r}",
+                lambda: proxy.access(payload))
+        return True
+    if msg_type is MessageType.CALL:
+        name, args, kwargs = payload
+        _answer(conn, env_id, name, lambda: proxy.call(name, args, kwargs))
+        return True
+    if msg_type is MessageType.CLOSE:
+        _answer(conn, env_id, "close", proxy.env.close)
+        return False
+    if msg_type is MessageType.STEP_PACKED:
+        _answer(conn, env_id, "step", lambda: proxy.step_packed(payload), plain=True)
+        return True
+    if msg_type is MessageType.RESET_PACKED:
+        _answer(conn, env_id, "reset", proxy.reset_packed, plain=True)
+        return True
+    if msg_type is MessageType.FAST_LOOP:
+        return payload.run(conn, proxy, env_id)  # a FastLoopEntry
+    if msg_type in (MessageType.READY, MessageType.RESULT, MessageType.EXCEPTION):
+        raise ValueError(f"env {env_id} worker: {msg_type} is sent by workers, "
+                         f"not to them")
+    raise ValueError(f"env {env_id} worker: unknown message type {msg_type!r}")
+
+
+def _answer(conn: multiprocessing.connection.Connection, env_id: Optional[int],
+            during: str, fn: Callable[[], Any], plain: bool = False) -> None:
+    """Runs ``fn`` and sends its value as RESULT, or what it raised as EXCEPTION.
+
+    ``plain``: the value is ``bytes`` (a packed record), pickled without
+    ``multiprocessing``'s reducers (see ``protocol._PLAIN_MESSAGES``).
+    """
+    try:
+        value = fn()
+    except Exception as exc:  # noqa: BLE001 -- reported to the parent
+        conn.send((MessageType.EXCEPTION, RemoteException(exc, env_id, during)))
+        return
+    if plain:
+        conn.send_bytes(_plain_dumps((MessageType.RESULT, value)))
+        return
+    try:
+        conn.send((MessageType.RESULT, value))
+    except Exception as exc:  # noqa: BLE001 -- e.g. an unpicklable result
+        conn.send((MessageType.EXCEPTION, RemoteException(
+            exc, env_id, f"sending the result of {during}")))
+
+
+def _close_quietly(env: Any, env_id: Optional[int]) -> None:
+    try:
+        env.close()
+    except Exception:  # noqa: BLE001 -- the parent is gone; nobody to tell
+        logging.exception("env %s: close() raised while shutting down", env_id)

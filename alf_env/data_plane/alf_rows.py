@@ -1,0 +1,135 @@
+"""The job handler of FastParallelEnvironment's workers: ALF time steps in shared rows.
+
+:class:`AlfRowsHandler` is the :class:`~alf_env.data_plane.job_loop.JobHandler`
+(and its factory) that a ``FastParallelEnvironment`` worker runs in the job
+loop: a STEP job reads the worker's action rows, steps its env (or each member
+of an ``EnvGroup``) and writes the time steps into its rows; a RESET job
+resets and writes. :class:`_Rows` moves nests in and out of one worker's rows,
+checking each leaf against the spec (shape, and a dtype that converts under
+numpy's ``"same_kind"`` rule) as it writes.
+"""
+
+from typing import Any, List, Tuple
+
+import numpy as np
+
+from alf_env import nest
+from alf_env._penv import _copy_leaves
+from alf_env.control_plane.leaf_codec import compile_nest
+from alf_env.control_plane.spec_checks import time_step_count_error, time_step_leaf_error
+
+
+class _Rows:
+    """This worker's rows of a list of fields, and how to move nests in/out."""
+
+    def __init__(self, block: Any, names: Tuple[str, ...], rows: Tuple[int, int],
+                 paths: List[str], batched: bool, spec: Any) -> None:
+        begin, end = rows
+        views = [block.views[name][begin:end] for name in names]
+        # An unbatched env owns one row and sees it without the batch dim
+        # (`v[0, ...]` stays a writable view, also for scalar fields).
+        self.views = views if batched else [v[0, ...] for v in views]
+        self.paths = paths
+        self._casts: dict = {}
+        # Flattening and packing compiled for the spec (a TimeStep field by field).
+        self._flatten, self._pack = compile_nest(spec)
+
+    def read(self) -> Any:
+        # Copies: the env may keep the action; the parent reuses the rows.
+        return self._pack([np.array(v) for v in self.views])
+
+    def write(self, value: Any, env_id: Any) -> None:
+        leaves = self._flatten(value)
+        views = self.views
+        if len(leaves) != len(views):
+            raise time_step_count_error(env_id, len(leaves), self.paths)
+        # Exact arrays (the common case) in one native call; from the first
+        # leaf that needs a cast or is wrong, the checking path below.
+        done = _copy_leaves(views, leaves)
+        if done == len(views):
+            return
+        for path, view, leaf in zip(self.paths[done:], views[done:], leaves[done:]):
+            array = leaf if type(leaf) is np.ndarray else np.asarray(leaf)
+            if array.shape != view.shape or (
+                    array.dtype != view.dtype and not self._converts(array.dtype, view.dtype)):
+                raise time_step_leaf_error(env_id, path, array.shape, array.dtype,
+                                           view.shape, view.dtype)
+            # Plain assignment: cheaper than np.copyto, and the dtype was checked.
+            view[...] = array
+
+    def _converts(self, source: np.dtype, target: np.dtype) -> bool:
+        """numpy's "same_kind" rule, cached (it is slow and asked every step)."""
+        key = (source, target)
+        if key not in self._casts:
+            self._casts[key] = np.can_cast(source, target, casting="same_kind")
+        return self._casts[key]
+
+
+class AlfRowsHandler:
+    """The job handler (and its factory) of FastParallelEnvironment's workers.
+
+    Args:
+        rows: ``(begin, end)``: the rows this worker owns in every field.
+        action_fields: block field names of the flattened action spec.
+        time_step_fields: block field names of the flattened time step spec.
+    """
+
+    def __init__(self, rows: Tuple[int, int], action_fields: Tuple[str, ...],
+                 time_step_fields: Tuple[str, ...]) -> None:
+        self.rows = rows
+        self.action_fields = action_fields
+        self.time_step_fields = time_step_fields
+
+    def __call__(self, env: Any, block: Any, conn: Any, env_id: Any) -> "AlfRowsHandler":
+        """Binds to the worker's env and the shared block (in the worker)."""
+        batched = bool(env.batched)
+        self._env = env
+        self._env_id = env_id
+        self._action_spec = action_spec = env.action_spec()
+        time_step_spec = env.time_step_spec()
+        action_paths = [p for p, _ in nest.flatten_with_path(action_spec)]
+        time_step_paths = [p for p, _ in nest.flatten_with_path(time_step_spec)]
+
+        def rows_of(rows: Tuple[int, int], batched_rows: bool) -> Tuple[_Rows, _Rows]:
+            return (_Rows(block, self.action_fields, rows, action_paths, batched_rows,
+                          action_spec),
+                    _Rows(block, self.time_step_fields, rows, time_step_paths, batched_rows,
+                          time_step_spec))
+
+        self._actions, self._outputs = rows_of(self.rows, batched)
+        # An EnvGroup resets its members that ended once the step is reported.
+        reset_ended = getattr(env, "reset_ended", None)
+        if callable(reset_ended):
+            self.after_step = reset_ended
+
+        if callable(getattr(env, "step_member", None)):  # an env_group.EnvGroup
+            # (not imported here: it needs torch, which FastVectorEnv's workers never load)
+            # Each member reads and writes its own rows: no slicing, no batching.
+            begin, end = self.rows
+            n = len(env.members)
+            per = (end - begin) // n
+            member_batched = per > 1 or bool(env.members[0].batched)
+            self._members = [
+                rows_of((begin + j * per, begin + (j + 1) * per), member_batched)
+                + ((env_id or 0) + j,)
+                for j in range(n)]
+            self.step, self.reset = self._step_members, self._reset_members
+        return self
+
+    def step(self, arg: int) -> None:
+        self._outputs.write(self._env.step(self._actions.read()), self._env_id)
+
+    def reset(self, arg: int) -> None:
+        self._outputs.write(self._env.reset(), self._env_id)
+
+    def _step_members(self, arg: int) -> None:
+        group = self._env
+        group.begin_job()
+        for j, (actions, outputs, env_id) in enumerate(self._members):
+            outputs.write(group.step_member(j, actions.read()), env_id)
+
+    def _reset_members(self, arg: int) -> None:
+        group = self._env
+        group.begin_job()
+        for j, (_, outputs, env_id) in enumerate(self._members):
+            outputs.write(group.reset_member(j), env_id)
