@@ -38,9 +38,9 @@ from absl import logging
 from gymnasium.error import AlreadyPendingCallError, NoAsyncCallError
 from gymnasium.vector import AutoresetMode
 
+from alf_env.control_plane.affinity import WorkerCpus, pin_workers, plan_worker_cpus
 from alf_env.control_plane.group import close_all
 from alf_env.control_plane.process_environment import ProcessEnvironment
-from alf_env.control_plane.affinity import WorkerCpus, pin_workers, plan_worker_cpus
 from alf_env.data_plane.gym_rows import (RESERVED_CALL_NAMES, RESET_DEFAULT, RESET_STAGED,
                                          StagedReset)
 from alf_env.data_plane.info_codec import DEFAULT_INFO_BYTES, Payload
