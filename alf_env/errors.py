@@ -2,7 +2,7 @@
 
 Worker failures travel home whole: the error names the env id, carries the
 worker's traceback text, and keeps the original exception type when it can be
-pickled (see :func:`alf_env.control_plane.process_environment`).
+pickled (see :class:`alf_env.control_plane.remote.RemoteException`).
 """
 
 import multiprocessing

@@ -50,7 +50,7 @@ def _shape_and_dtype(leaf: Any) -> Tuple[tuple, np.dtype]:
     if isinstance(leaf, np.generic):
         return (), leaf.dtype
     if type(leaf).__module__ == "torch" and hasattr(leaf, "dtype"):
-        from alf_env.tensor_specs import torch_dtype_to_numpy
+        from alf_env.dtypes import torch_dtype_to_numpy
         return tuple(leaf.shape), torch_dtype_to_numpy(leaf.dtype)
     array = np.asarray(leaf)
     return array.shape, array.dtype

@@ -18,7 +18,7 @@ import multiprocessing.connection
 import multiprocessing.util
 import os
 import sys
-from typing import Any, Callable, Optional, Protocol
+from typing import Any, Callable, Optional, Protocol, Sequence
 
 import cloudpickle
 from absl import logging
@@ -259,3 +259,15 @@ def _close_quietly(env: Any, env_id: Optional[int]) -> None:
         env.close()
     except Exception:  # noqa: BLE001 -- the parent is gone; nobody to tell
         logging.exception("env %s: close() raised while shutting down", env_id)
+
+
+def close_each(envs: Sequence[Any]) -> None:
+    """Closes every env of ``envs``, even if one raises; then raises the first error."""
+    first_error = None
+    for env in envs:
+        try:
+            env.close()
+        except Exception as exc:  # noqa: BLE001 -- re-raised after the others
+            first_error = first_error or exc
+    if first_error is not None:
+        raise first_error

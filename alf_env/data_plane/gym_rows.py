@@ -38,6 +38,7 @@ import gymnasium as gym
 import numpy as np
 
 from alf_env.control_plane.protocol import MessageType
+from alf_env.control_plane.worker import close_each
 from alf_env.data_plane.info_codec import InfoEncoder, Signature
 from alf_env.data_plane.space_layout import FieldSpec, SpaceLayout
 
@@ -157,18 +158,6 @@ class EnvGroup:
     def close(self) -> None:
         """Closes every env (all of them, even if one raises; the first error wins)."""
         close_each(self.envs)
-
-
-def close_each(envs: Sequence[Any]) -> None:
-    """Closes every env of ``envs``, even if one raises; then raises the first error."""
-    first_error = None
-    for env in envs:
-        try:
-            env.close()
-        except Exception as exc:  # noqa: BLE001 -- re-raised after the others
-            first_error = first_error or exc
-    if first_error is not None:
-        raise first_error
 
 
 class GymRowsHandler:

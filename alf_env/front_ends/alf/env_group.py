@@ -31,8 +31,7 @@ from alf_env.environments.alf_environment import AlfEnvironment
 from alf_env.environments.members_specs import SPEC_METHODS, MembersSpecs
 from alf_env.control_plane.process_environment import ProcessEnvironment
 from alf_env.control_plane.remote import RemoteMethod
-from alf_env.control_plane.worker import _construct
-from alf_env.data_plane.gym_rows import close_each
+from alf_env.control_plane.worker import _construct, close_each
 
 
 

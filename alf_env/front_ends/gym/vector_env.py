@@ -29,7 +29,6 @@ multiple of ``envs_per_worker``. In asynchronous mode array leaves are always
 copies (``copy=False`` only matters in the synchronous mode).
 """
 
-import functools
 from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple, Union
 
 import gymnasium as gym
@@ -157,7 +156,7 @@ class FastVectorEnv(StateChecks, WorkerStartup, JobEngine, ResultAssembly, gym.v
         except BaseException:
             self.close(terminate=True)
             raise
-        # Not closed by the program: the exit hook of process_environment
+        # Not closed by the program: the exit hook of control_plane.shutdown
         # brings the workers back from the native loop (the board is
         # registered) and closes them with every other worker, all at once.
 
@@ -422,29 +421,3 @@ class FastVectorEnv(StateChecks, WorkerStartup, JobEngine, ResultAssembly, gym.v
     def __del__(self) -> None:
         if not getattr(self, "closed", True) and hasattr(self, "_workers"):
             self.close(terminate=True)
-
-
-def make(env_id: Union[str, gym.envs.registration.EnvSpec], num_envs: int = 1, *,
-         vector_kwargs: Optional[Dict[str, Any]] = None,
-         wrappers: Optional[Sequence[Callable[[gym.Env], gym.Wrapper]]] = None,
-         **kwargs: Any) -> FastVectorEnv:
-    """Builds a :class:`FastVectorEnv` of ``num_envs`` copies of a registered env.
-
-    Like ``gymnasium.make_vec``: ``kwargs`` go to ``gymnasium.make``,
-    ``wrappers`` wrap each env, ``vector_kwargs`` go to :class:`FastVectorEnv`.
-    """
-    env_fn = functools.partial(_make_one, env_id, tuple(wrappers or ()), kwargs)
-    env = FastVectorEnv([env_fn] * num_envs, **(vector_kwargs or {}))
-    try:
-        env.spec = gym.spec(env_id) if isinstance(env_id, str) else env_id
-    except gym.error.Error:  # e.g. "module:Env-v0" registered in the workers only
-        env.spec = None
-    return env
-
-
-def _make_one(env_id: Any, wrappers: Tuple[Callable[[gym.Env], gym.Wrapper], ...],
-              kwargs: Dict[str, Any]) -> gym.Env:
-    env = gym.make(env_id, **kwargs)
-    for wrapper in wrappers:
-        env = wrapper(env)
-    return env
