@@ -1,7 +1,7 @@
 // pybind11 module alf_env._penv: the native shared-memory engine.
 //
 // The surface is small on purpose; the friendly API lives in
-// alf_env/_shared.py. Every call that can block releases the GIL and, while
+// alf_env/data_plane/shared_block.py. Every call that can block releases the GIL and, while
 // blocked, checks for pending Python signals after each sleep slice (so
 // Ctrl-C interrupts a wait within ~50 ms without losing completions).
 #include <pybind11/numpy.h>
@@ -85,7 +85,7 @@ const char* futex_result_name(FutexWaitResult result) {
 PYBIND11_MODULE(_penv, m) {
   m.doc() =
       "Native shared-memory engine of alf_env: memfd regions, block layout, "
-      "lock-free job slots with futex waits. See alf_env/_shared.py.";
+      "lock-free job slots with futex waits. See alf_env/data_plane/shared_block.py.";
   m.attr("__version__") = kEngineVersion;
   m.attr("LAYOUT_VERSION") = kLayoutVersion;
   m.attr("CACHE_LINE_SIZE") = kCacheLineSize;

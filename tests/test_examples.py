@@ -8,7 +8,7 @@ from typing import Dict
 
 import pytest
 
-from tests.support.paths import REPO_ROOT  # noqa: E402
+from tests.support.paths import REPO_ROOT
 
 
 def run_example(name: str, *args: str) -> str:

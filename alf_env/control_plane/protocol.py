@@ -4,23 +4,31 @@ The parent (:class:`~alf_env.control_plane.process_environment.ProcessEnvironmen
 and the worker (:func:`~alf_env.control_plane.worker.serve`) exchange
 ``(MessageType, payload)`` tuples over a ``multiprocessing`` pipe:
 
-=============  ===========  ====================================================
-message        sender       payload / meaning
-=============  ===========  ====================================================
-``READY``      worker       ``None``: the env was constructed; calls may follow.
-``ACCESS``     parent       attribute name: read ``getattr(env, name)``.
-``CALL``       parent       ``(name, args, kwargs)``: call ``env.name(...)``.
-``RESULT``     worker       the value of the last ``ACCESS`` / ``CALL`` / ``CLOSE``.
-``EXCEPTION``  worker       a :class:`~alf_env.control_plane.remote.RemoteException`:
-                            what went wrong, whole.
-``CLOSE``      parent       ``None``: close the env, answer ``RESULT`` and exit.
-``FAST_LOOP``  parent       a ``FastLoopSpec`` (see
-                            :class:`~alf_env.control_plane.worker.FastLoopEntry`):
-                            attach to the shared region, answer ``RESULT``, then
-                            serve step/reset jobs from the native job slot until
-                            it says CLOSE; pipe requests are then served when
-                            the slot says CALL.
-=============  ===========  ====================================================
+================  ======  ====================================================
+message           sender  payload / meaning
+================  ======  ====================================================
+``READY``         worker  ``None``: the env was constructed; calls may follow.
+``ACCESS``        parent  attribute name: read ``getattr(env, name)``.
+``CALL``          parent  ``(name, args, kwargs)``: call ``env.name(...)``.
+``RESULT``        worker  the answer to the request before it (any message the
+                          parent sends); in the native loop also a
+                          ``FastVectorEnv`` worker's report of a finished job
+                          (infos and final observations that did not fit the
+                          rows), which the front end reads after the job.
+``EXCEPTION``     worker  a :class:`~alf_env.control_plane.remote.RemoteException`:
+                          what went wrong, whole.
+``CLOSE``         parent  ``None``: close the env, answer ``RESULT`` and exit.
+``FAST_LOOP``     parent  a ``FastLoopSpec`` (see
+                          :class:`~alf_env.control_plane.worker.FastLoopEntry`):
+                          attach to the shared region, answer ``RESULT``, then
+                          serve step/reset jobs from the native job slot until
+                          it says CLOSE; pipe requests are then served when
+                          the slot says CALL.
+``STEP_PACKED``   parent  the action as one packed record
+                          (:mod:`~alf_env.control_plane.leaf_codec`): step;
+                          answered by ``RESULT`` with a packed time step.
+``RESET_PACKED``  parent  ``None``: reset; answered like ``STEP_PACKED``.
+================  ======  ====================================================
 
 Every request is answered by exactly one ``RESULT`` or ``EXCEPTION``, in order
 (see :mod:`alf_env.control_plane.channel` for how the parent matches answers

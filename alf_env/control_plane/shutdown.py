@@ -83,7 +83,7 @@ def register_board(board: Any) -> None:
     """Lets :func:`shutdown` bring a board's workers back from the native loop.
 
     Args:
-        board: an object with ``release(timeout)`` (a ``fast_jobs.JobBoard``);
+        board: an object with ``release(timeout)`` (a ``data_plane.job_board.JobBoard``);
             held weakly.
     """
     _registry.boards.add(board)

@@ -18,7 +18,7 @@ from alf_env import bench
 from alf_env.bench import cli
 from alf_env.bench import workloads as bench_workloads
 
-from tests.support.paths import REPO_ROOT  # noqa: E402
+from tests.support.paths import REPO_ROOT
 HAS_SB3 = importlib.util.find_spec("stable_baselines3") is not None
 BACKENDS = ["fast", "gym_sync", "gym_async", "sb3_subproc", "ceiling", "envpool"]
 WORKLOADS = ["W1", "CartPole-v1"]

@@ -1,4 +1,4 @@
-"""Tests of the ``worker_cpus`` option (alf_env/_affinity.py) on every backend."""
+"""Tests of the ``worker_cpus`` option (alf_env/control_plane/affinity.py) on every backend."""
 
 import functools
 import os

@@ -48,7 +48,7 @@ from alf_env.vector import FastVectorEnv
 from tests.support.alf_envs import CountingEnv
 from tests.support.probe_envs import UnpicklableError, inject
 
-from tests.support.paths import REPO_ROOT  # noqa: E402
+from tests.support.paths import REPO_ROOT
 
 PHASES = ("ctor", "reset", "step", "call", "close")
 RUN_PHASES = ("reset", "step", "call")

@@ -207,7 +207,7 @@ class FastParallelEnvironment(ParallelAlfEnvironment):
             env.start_fast_loop(spec, functools.partial(self._board.serve_pipe, i))
         self._update_slot_rows()
 
-    # -- jobs (see fast_jobs.JobBoard) --------------------------------------
+    # -- jobs (see data_plane.job_board.JobBoard) ---------------------------
 
     def _post(self, workers: Iterable[int], job: Any) -> None:
         """Posts ``job`` to ``workers``, first finishing any job they still run."""

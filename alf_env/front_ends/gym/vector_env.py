@@ -2,7 +2,8 @@
 
 :class:`FastVectorEnv` is a ``gymnasium.vector.VectorEnv`` that behaves like
 ``AsyncVectorEnv`` (and, value for value, like ``SyncVectorEnv``) and adds an
-EnvPool-style asynchronous mode. This module holds its API and :func:`make`;
+EnvPool-style asynchronous mode. This module holds its API (:func:`make` is in
+:mod:`~alf_env.front_ends.gym.make`);
 mixins hold the rest: :mod:`~alf_env.front_ends.gym.state` (the state
 machine), :mod:`~alf_env.front_ends.gym.startup` (workers, shared rows),
 :mod:`~alf_env.front_ends.gym.engine` (posting jobs, waiting for them) and
@@ -52,7 +53,7 @@ from alf_env.front_ends.gym.startup import (WorkerStartup, check_arguments, decl
                                             plan_workers)
 from alf_env.front_ends.gym.state import AsyncState, Seeds, StateChecks
 
-__all__ = ["FastVectorEnv", "make"]
+__all__ = ["FastVectorEnv"]
 
 
 class FastVectorEnv(StateChecks, WorkerStartup, JobEngine, ResultAssembly, gym.vector.VectorEnv):

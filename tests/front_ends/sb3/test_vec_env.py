@@ -21,7 +21,7 @@ from stable_baselines3.common.vec_env import (DummyVecEnv, SubprocVecEnv, VecChe
 from alf_env.sb3 import FastSubprocVecEnv
 from tests.support.gym_envs import InfoEnv, ModulesEnv, assert_tree_equal
 
-from tests.support.paths import REPO_ROOT  # noqa: E402
+from tests.support.paths import REPO_ROOT
 
 
 class ProbeError(RuntimeError):
