@@ -3,14 +3,15 @@
 An environment that batches member environments with identical specs
 (``BatchEnvironmentWrapper``, ``EnvGroup``, ``ParallelAlfEnvironment`` and
 ``FastParallelEnvironment``, ``RayParallelAlfEnvironment``) asks one member
-for its specs when it is made and answers the five spec accessors from them.
+for its specs when it is made and answers the five spec accessors from them;
+:func:`check_same_specs` names the first member whose specs differ.
 """
 
-from typing import Any
+from typing import Any, Sequence
 
 from alf_env.data_structures import TimeStep
 
-__all__ = ["SPEC_METHODS", "MembersSpecs"]
+__all__ = ["SPEC_METHODS", "MembersSpecs", "check_same_specs"]
 
 # The spec accessors of an AlfEnvironment, in the order they are asked.
 SPEC_METHODS = ("observation_spec", "action_spec", "reward_spec", "env_info_spec",
@@ -63,3 +64,26 @@ class MembersSpecs:
     def time_step_spec(self) -> TimeStep:
         """The members' time step spec."""
         return self._time_step_spec
+
+
+def check_same_specs(members: Sequence[Any], names: Sequence[str], label: str) -> None:
+    """Raises ``ValueError`` naming the first member whose specs differ from member 0's.
+
+    Args:
+        members: envs (or ``ProcessEnvironment``s) meant to form one batch.
+        names: the accessors (called) and properties (read) to compare.
+        label: what a member is called in the error, e.g. ``"env"``.
+    """
+    first = members[0]
+    for i, member in enumerate(members[1:], start=1):
+        for name in names:
+            expected, got = _spec_attr(first, name), _spec_attr(member, name)
+            if expected != got:
+                raise ValueError(
+                    f"{label} {i}: {name} is {got!r}, but {label} 0 has {expected!r}; "
+                    f"all envs of one batch must have identical specs")
+
+
+def _spec_attr(member: Any, name: str) -> Any:
+    value = getattr(member, name)
+    return value() if callable(value) else value

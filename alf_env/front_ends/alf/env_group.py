@@ -28,7 +28,7 @@ import numpy as np
 from alf_env import nest
 from alf_env.data_structures import StepType, TimeStep
 from alf_env.environments.alf_environment import AlfEnvironment
-from alf_env.environments.members_specs import SPEC_METHODS, MembersSpecs
+from alf_env.environments.members_specs import SPEC_METHODS, MembersSpecs, check_same_specs
 from alf_env.control_plane.process_environment import ProcessEnvironment
 from alf_env.control_plane.remote import RemoteMethod
 from alf_env.control_plane.worker import _construct, close_each
@@ -71,16 +71,8 @@ class EnvGroup(MembersSpecs, AlfEnvironment):
         self._deferred_error: Optional[BaseException] = None
 
     def _check_members(self) -> None:
-        first = self._members[0]
-        for j, env in enumerate(self._members[1:], start=1):
-            for name in ("batched", "batch_size") + SPEC_METHODS:
-                expected, got = getattr(first, name), getattr(env, name)
-                expected = expected() if callable(expected) else expected
-                got = got() if callable(got) else got
-                if expected != got:
-                    raise ValueError(f"env group member {j}: {name} is {got!r}, but "
-                                     f"member 0 has {expected!r}; all envs of one "
-                                     f"batch must have identical specs")
+        check_same_specs(self._members, ("batched", "batch_size") + SPEC_METHODS,
+                         "env group member")
 
     @property
     def members(self) -> List[AlfEnvironment]:

@@ -43,6 +43,7 @@ from alf_env import nest
 from alf_env.control_plane.affinity import WorkerCpus, pin_workers, plan_worker_cpus
 from alf_env.data_structures import StepType, TimeStep
 from alf_env.environments.alf_environment import AlfEnvironment
+from alf_env.environments import members_specs
 from alf_env.environments.members_specs import MembersSpecs
 from alf_env.control_plane.leaf_codec import StepCodecs
 from alf_env.control_plane.channel import resolve_all
@@ -52,23 +53,14 @@ from alf_env.control_plane.spec_checks import ActionChecker
 from alf_env.errors import EnvironmentProcessError, EnvTimeoutError, WorkerDiedError
 
 
+# What the workers' envs must agree on (their time step specs follow from these).
+_SAME_SPECS = ("observation_spec", "action_spec", "reward_spec", "env_info_spec",
+               "batched", "batch_size")
+
+
 def check_same_specs(envs: Sequence[ProcessEnvironment]) -> None:
     """Raises ``ValueError`` naming the first env whose specs differ from env 0's."""
-    names = ("observation_spec", "action_spec", "reward_spec", "env_info_spec",
-             "batched", "batch_size")
-    first = envs[0]
-    for i, env in enumerate(envs[1:], start=1):
-        for name in names:
-            expected, got = _spec_attr(first, name), _spec_attr(env, name)
-            if expected != got:
-                raise ValueError(
-                    f"env {i}: {name} is {got!r}, but env 0 has {expected!r}; all "
-                    f"envs of one batch must have identical specs")
-
-
-def _spec_attr(env: ProcessEnvironment, name: str) -> Any:
-    value = getattr(env, name)
-    return value() if callable(value) else value
+    members_specs.check_same_specs(envs, _SAME_SPECS, "env")
 
 
 class _Resolved:

@@ -176,3 +176,21 @@ def test_a_failed_member_reset_is_raised_by_the_next_step():
         assert "raised by env 11 during reset" in "".join(info.value.__notes__)
     finally:
         group.close()
+
+
+def test_members_with_other_specs_are_named_and_closed():
+    closed = []
+
+    class OtherSpec(CountingEnv):
+        def observation_spec(self):
+            from alf_env.tensor_specs import TensorSpec
+            return TensorSpec((5,))
+
+        def close(self):
+            closed.append(self)
+            super().close()
+
+    with pytest.raises(ValueError, match=r"env group member 2: observation_spec is .*, but "
+                                         r"env group member 0 has .*identical specs"):
+        EnvGroup([CountingEnv, CountingEnv, OtherSpec], 0)
+    assert len(closed) == 1
