@@ -21,8 +21,9 @@ from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 #: Columns of the tables, in order (backends that were not run are left out;
 #: a skipped or failed one shows "–").
-COLUMNS = ("fast", "fast_1pw", "fast_spread", "fast_vector", "fast_vector_1pw",
-           "fast_vector_epw4", "fast_vector_spread", "fast_vector_async", "parallel",
+COLUMNS = ("fast", "fast_1pw", "fast_spread", "fast_os", "fast_vector", "fast_vector_1pw",
+           "fast_vector_epw4", "fast_vector_spread", "fast_vector_os", "fast_vector_async",
+           "parallel",
            "sb3_alf", "ray_vector", "gym_async", "gym_sync", "sb3_subproc", "single",
            "ceiling", "envpool")
 #: The reference rows every backend is compared with.

@@ -18,11 +18,15 @@ The unsuffixed alf_env backends use the classes' default arguments:
                         worker process; skipped while the class has no
                         ``num_workers`` argument).
 ``fast_spread``         ``fast`` with ``worker_cpus="spread"``.
+``fast_os``             ``fast`` with ``worker_cpus=None`` (the OS places the
+                        workers; the default ``"auto"`` spreads them when they
+                        step in lockstep and cover every CPU).
 ``fast_vector``         ``alf_env.vector.FastVectorEnv`` (gymnasium API, shared
                         memory; a drop-in for ``AsyncVectorEnv``).
 ``fast_vector_1pw``     ``fast_vector`` with ``num_workers=num_envs``.
 ``fast_vector_epw4``    ``FastVectorEnv(envs_per_worker=4)``.
 ``fast_vector_spread``  ``fast_vector`` with ``worker_cpus="spread"``.
+``fast_vector_os``      ``fast_vector`` with ``worker_cpus=None``.
 ``fast_vector_async``   ``FastVectorEnv(batch_size=num_envs // 2)``: EnvPool-style,
                         each step returns the first half of the envs to finish.
 ``parallel``            ``ParallelAlfEnvironment`` (ALF API, pipes).

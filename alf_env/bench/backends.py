@@ -224,6 +224,8 @@ BACKENDS: Dict[str, Backend] = {
                         "FastParallelEnvironment, num_workers=num_envs"),
     "fast_spread": Backend(functools.partial(_alf_runner, *_FPE, worker_cpus="spread"),
                            'FastParallelEnvironment, worker_cpus="spread"'),
+    "fast_os": Backend(functools.partial(_alf_runner, *_FPE, worker_cpus=None),
+                       "FastParallelEnvironment, worker_cpus=None (the OS places workers)"),
     "fast_vector": Backend(_fast_vector_runner, "FastVectorEnv"),
     "fast_vector_1pw": Backend(
         functools.partial(_fast_vector_runner, num_workers=_one_per_worker),
@@ -234,6 +236,8 @@ BACKENDS: Dict[str, Backend] = {
     "fast_vector_spread": Backend(
         functools.partial(_fast_vector_runner, worker_cpus="spread"),
         'FastVectorEnv, worker_cpus="spread"'),
+    "fast_vector_os": Backend(functools.partial(_fast_vector_runner, worker_cpus=None),
+                              "FastVectorEnv, worker_cpus=None (the OS places workers)"),
     "fast_vector_async": Backend(functools.partial(_fast_vector_runner, async_mode=True),
                                  "FastVectorEnv, batch_size=n/2 (EnvPool-style)"),
     "parallel": Backend(functools.partial(_alf_runner, *_PAE),

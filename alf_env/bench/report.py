@@ -17,7 +17,7 @@ RATIOS = (("fast", "gym_async"), ("fast", "single"), ("fast_spread", "single"),
           ("fast_vector_spread", "single"), ("fast_vector_epw4", "gym_sync"),
           ("fast_vector_async", "fast_vector"), ("fast_vector", "ceiling"),
           ("fast_vector", "envpool"), ("fast_vector", "gym_sync"), ("fast", "fast_vector"),
-          ("parallel", "gym_async"))
+          ("parallel", "gym_async"), ("fast_vector", "fast_vector_os"), ("fast", "fast_os"))
 
 
 def paired_ratios(results: Sequence[CaseResult], num: str, den: str) -> List[float]:

@@ -1,12 +1,27 @@
 """Placing worker processes on CPUs (the ``worker_cpus`` option).
 
-By default the OS places the workers. When more workers than cores step
-CPU-bound envs in lockstep, it sometimes leaves three busy workers on one
-core and one on the other for a whole batched step (Linux does not migrate a
-task that ran in the last ~0.5 ms), and that step takes 1.5x as long.
-Pinning worker ``i`` to CPU ``cpus[i % len(cpus)]`` spreads them evenly; see
-``docs/benchmarks.md`` (W3, 4 envs on 2 cores). The price: a pinned worker
-cannot move away from a core that something else keeps busy.
+Left to itself, the OS sometimes places workers that step CPU-bound envs in
+lockstep badly: with a spinning trainer there is one more runnable process
+than cores, and the kernel's balancer may leave two busy workers on one core
+and none on the other for a whole batched step (Linux does not migrate a
+task that ran in the last ~0.5 ms), and that step takes up to twice as long.
+Pinning worker ``i`` to CPU ``cpus[i % len(cpus)]`` (``"spread"``) places
+them evenly. The price: a pinned worker cannot move away from a core that
+something else keeps busy.
+
+``"auto"`` (the default of the shared-memory front ends) spreads the workers
+when both hold:
+
+* the workers step in lockstep (a synchronous ``FastVectorEnv``, a
+  ``FastParallelEnvironment`` without spares): in the asynchronous (EnvPool)
+  mode the first workers to finish make the batch, and pinning cost 2-8%
+  there (docs/benchmarks.md, "Worker placement");
+* there are at least as many workers as CPUs this process may use, so every
+  CPU gets a worker (or the same number of workers, +-1). Several trainings
+  that each spread this way still load every core alike; with fewer workers
+  than CPUs they would all pile onto the first CPUs, so the OS places them.
+
+Otherwise it leaves the placement to the OS, as ``None`` does.
 """
 
 import os
@@ -15,6 +30,7 @@ from typing import List, Optional, Sequence, Union
 WorkerCpus = Union[None, str, Sequence[int]]
 
 SPREAD = "spread"
+AUTO = "auto"
 
 
 def usable_cpus() -> List[int]:
@@ -22,15 +38,20 @@ def usable_cpus() -> List[int]:
     return sorted(os.sched_getaffinity(0))
 
 
-def plan_worker_cpus(worker_cpus: WorkerCpus, num_workers: int) -> Optional[List[int]]:
+def plan_worker_cpus(worker_cpus: WorkerCpus, num_workers: int,
+                     lockstep: bool = False) -> Optional[List[int]]:
     """Checks ``worker_cpus`` and returns the CPU of each worker (``None``: OS decides).
 
     Args:
         worker_cpus: ``None`` (the OS places the workers), ``"spread"``
             (worker ``i`` on the ``i % n``-th of the ``n`` CPUs this process
-            may use) or a sequence of CPU ids (worker ``i`` on
+            may use), ``"auto"`` (``"spread"`` when ``lockstep`` and
+            ``num_workers >= n >= 2``, else ``None``; see the module
+            docstring) or a sequence of CPU ids (worker ``i`` on
             ``worker_cpus[i % len(worker_cpus)]``).
         num_workers: how many worker processes there will be.
+        lockstep: whether every step waits for all the workers (shared-memory
+            front ends in their synchronous mode); only ``"auto"`` reads it.
 
     Raises:
         ValueError: naming ``worker_cpus`` and what it expected.
@@ -39,16 +60,19 @@ def plan_worker_cpus(worker_cpus: WorkerCpus, num_workers: int) -> Optional[List
         return None
     allowed = usable_cpus()
     if isinstance(worker_cpus, str):
-        if worker_cpus != SPREAD:
-            raise ValueError(f"worker_cpus: expected None, {SPREAD!r} or a sequence of CPU "
-                             f"ids, got the string {worker_cpus!r}")
+        if worker_cpus == AUTO:
+            if not (lockstep and num_workers >= len(allowed) >= 2):
+                return None
+        elif worker_cpus != SPREAD:
+            raise ValueError(f"worker_cpus: expected None, {AUTO!r}, {SPREAD!r} or a sequence "
+                             f"of CPU ids, got the string {worker_cpus!r}")
         cpus = allowed
     else:
         try:
             cpus = list(worker_cpus)
         except TypeError:
-            raise ValueError(f"worker_cpus: expected None, {SPREAD!r} or a sequence of CPU "
-                             f"ids, got {worker_cpus!r}") from None
+            raise ValueError(f"worker_cpus: expected None, {AUTO!r}, {SPREAD!r} or a sequence "
+                             f"of CPU ids, got {worker_cpus!r}") from None
         if not cpus:
             raise ValueError("worker_cpus: expected at least one CPU id, got an empty "
                              "sequence; pass None to let the OS place the workers")

@@ -21,12 +21,14 @@ class RecordingVectorEnv(gym.vector.SyncVectorEnv):
     calls: List[Dict[str, Any]] = []
 
     def __init__(self, env_fns, *, batch_size=None, envs_per_worker=1, num_workers=None,
-                 worker_cpus=None, num_actors=None):
+                 worker_cpus="auto", num_actors=None):
         kwargs = dict(batch_size=batch_size, envs_per_worker=envs_per_worker,
                       num_workers=num_workers, worker_cpus=worker_cpus,
                       num_actors=num_actors)
+        defaults = {("envs_per_worker", 1), ("worker_cpus", "auto")}
         RecordingVectorEnv.calls.append({k: v for k, v in kwargs.items()
-                                         if v is not None and (k, v) != ("envs_per_worker", 1)})
+                                         if (k, v) not in defaults
+                                         and (v is not None or k == "worker_cpus")})
         super().__init__(env_fns)
 
 
@@ -43,6 +45,7 @@ def recording(monkeypatch):
     ("fast_vector_1pw", {"num_workers": 4}),
     ("fast_vector_epw4", {"envs_per_worker": 4}),
     ("fast_vector_spread", {"worker_cpus": "spread"}),
+    ("fast_vector_os", {"worker_cpus": None}),
     ("fast_vector_async", {"batch_size": 2}),
 ])
 def test_fast_vector_backends_pass_only_their_own_arguments(recording, backend, kwargs):

@@ -6,6 +6,7 @@ import os
 import psutil
 import pytest
 
+from alf_env.control_plane import affinity
 from alf_env.control_plane.affinity import pin_workers, plan_worker_cpus, usable_cpus
 from alf_env.environments.alf_gym_wrapper import AlfGymWrapper
 from alf_env.environments.fast_parallel_environment import FastParallelEnvironment
@@ -49,9 +50,9 @@ def test_plan_spread_and_lists():
 
 
 @pytest.mark.parametrize("value, message", [
-    ("everywhere", r"worker_cpus: expected None, 'spread' or a sequence of CPU ids, got "
-                   r"the string 'everywhere'"),
-    (3, r"worker_cpus: expected None, 'spread' or a sequence of CPU ids, got 3"),
+    ("everywhere", r"worker_cpus: expected None, 'auto', 'spread' or a sequence of CPU ids, "
+                   r"got the string 'everywhere'"),
+    (3, r"worker_cpus: expected None, 'auto', 'spread' or a sequence of CPU ids, got 3"),
     ([], r"worker_cpus: expected at least one CPU id, got an empty sequence"),
     ([0.5], r"worker_cpus: expected integer CPU ids, got 0.5"),
     ([True], r"worker_cpus: expected integer CPU ids, got True"),
@@ -79,11 +80,60 @@ def test_spread_pins_each_worker_round_robin(backend):
         env.close()
 
 
-@pytest.mark.parametrize("backend", sorted(BACKENDS))
-def test_default_leaves_placement_to_the_os(backend):
-    env = BACKENDS[backend](2)
+@pytest.mark.parametrize("cpus, num_workers, lockstep, spread", [
+    ([0, 1], 2, True, True),        # a worker per CPU, in lockstep
+    ([0, 1], 8, True, True),        # more workers than CPUs
+    ([0, 1, 2, 3], 3, True, False),  # fewer workers than CPUs: several trainings would pile up
+    ([0, 1], 2, False, False),      # not in lockstep (asynchronous mode, spares, pipes)
+    ([5], 4, True, False),          # one CPU: nothing to spread over
+])
+def test_auto_spreads_lockstep_workers_that_cover_every_cpu(monkeypatch, cpus, num_workers,
+                                                            lockstep, spread):
+    monkeypatch.setattr(affinity, "usable_cpus", lambda: list(cpus))
+    expected = [cpus[i % len(cpus)] for i in range(num_workers)] if spread else None
+    assert plan_worker_cpus("auto", num_workers, lockstep=lockstep) == expected
+
+
+def _placement(env):
+    """'spread' if each worker is pinned round robin, 'os' if none is pinned."""
+    cpus = _worker_cpus(env)
+    if cpus == [{CPUS[i % len(CPUS)]} for i in range(len(cpus))] and len(CPUS) > 1:
+        return "spread"
+    assert cpus == [set(CPUS)] * len(cpus), cpus
+    return "os"
+
+
+SPREAD_BY_DEFAULT = "spread" if len(CPUS) > 1 else "os"
+
+
+@pytest.mark.parametrize("backend, kwargs, expected", [
+    ("vector", {}, SPREAD_BY_DEFAULT),                     # synchronous, a worker per CPU
+    ("fast", {}, SPREAD_BY_DEFAULT),                       # no spares, a worker per CPU
+    ("parallel", {}, "os"),                                # the pipe path
+    ("vector", {"worker_cpus": None}, "os"),
+    ("fast", {"worker_cpus": None}, "os"),
+    ("vector", {"batch_size": 1}, "os"),                   # the asynchronous mode
+    ("fast", {"num_spare_envs_for_reload": 1}, "os"),      # spares
+    ("parallel", {"worker_cpus": "auto"}, "os"),           # auto means None on pipes
+])
+def test_default_placement(backend, kwargs, expected):
+    num_envs = len(CPUS) + (1 if "num_spare_envs_for_reload" in kwargs else 0)
+    if kwargs.get("batch_size") == 1:
+        num_envs = max(2, len(CPUS))  # the asynchronous mode needs more envs than the batch
+    env = BACKENDS[backend](num_envs, **kwargs)
     try:
-        assert _worker_cpus(env) == [set(CPUS)] * 2
+        assert _placement(env) == expected
+        env.reset()
+    finally:
+        env.close()
+
+
+def test_auto_leaves_fewer_workers_than_cpus_to_the_os(monkeypatch):
+    # Pretend the machine has one CPU more than the workers: the OS places them.
+    monkeypatch.setattr(affinity, "usable_cpus", lambda: CPUS + [max(CPUS) + 1])
+    env = _vector_backend(len(CPUS))
+    try:
+        assert _worker_cpus(env) == [set(CPUS)] * len(CPUS)
     finally:
         env.close()
 
@@ -105,7 +155,8 @@ def test_bad_value_raises_before_any_worker_starts(backend):
 
 
 @pytest.mark.parametrize("backend", ["fast", "vector"])
-@pytest.mark.parametrize("worker_cpus, cap_us", [(None, 2000), ("spread", 5000)])
+@pytest.mark.parametrize("worker_cpus, cap_us", [
+    (None, 2000), ("spread", 5000), ("auto", 5000 if len(CPUS) > 1 else 2000)])
 def test_pinned_workers_let_the_trainer_spin_longer(backend, worker_cpus, cap_us):
     # As many workers as CPUs: oversubscribed (the trainer makes one more), so
     # spinning only yields; pinned workers raise the adaptive cap (see

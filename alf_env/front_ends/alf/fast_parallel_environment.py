@@ -48,7 +48,7 @@ import numpy as np
 import torch
 
 from alf_env import nest
-from alf_env.control_plane.affinity import WorkerCpus, usable_cpus
+from alf_env.control_plane.affinity import AUTO, WorkerCpus, usable_cpus
 from alf_env.data_structures import StepType, TimeStep
 from alf_env.front_ends.alf.env_group import EnvGroup, MemberProxy
 from alf_env.data_plane.job_board import JobBoard
@@ -72,7 +72,10 @@ class FastParallelEnvironment(ParallelAlfEnvironment):
         env_constructors: as for ``ParallelAlfEnvironment``; so are
             ``start_serially``, ``blocking``, ``flatten``,
             ``num_spare_envs_for_reload``, ``torch_num_threads_per_env``,
-            ``start_method`` and ``worker_cpus``.
+            ``start_method`` and ``worker_cpus``, whose default here is
+            ``"auto"``: the workers are spread over the CPUs (``"spread"``)
+            when there are no spares and at least as many workers as usable
+            CPUs; ``None`` leaves their placement to the OS.
         zero_copy: return tensors that view the shared rows instead of copies
             (valid until the next step; needs no spares, and turns off the
             background resets, which would overwrite a LAST row the caller
@@ -101,7 +104,7 @@ class FastParallelEnvironment(ParallelAlfEnvironment):
                  torch_num_threads_per_env: Optional[int] = 1,
                  start_method: str = "fork", *, zero_copy: bool = False,
                  spin_us: int = -1, timeout: Optional[float] = None,
-                 worker_cpus: WorkerCpus = None, num_workers: Optional[int] = None) -> None:
+                 worker_cpus: WorkerCpus = AUTO, num_workers: Optional[int] = None) -> None:
         if zero_copy and num_spare_envs_for_reload:
             raise ValueError("zero_copy: views need each slot to keep its env; got "
                              f"num_spare_envs_for_reload={num_spare_envs_for_reload}; "

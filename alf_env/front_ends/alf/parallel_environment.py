@@ -128,11 +128,14 @@ class ParallelAlfEnvironment(MembersSpecs, AlfEnvironment):
             replace an env whose episode ended (see module doc).
         torch_num_threads_per_env: ``torch.set_num_threads`` in each worker.
         start_method: ``"fork"``, ``"spawn"`` or ``"forkserver"``.
-        worker_cpus: where the worker processes run: ``None`` (the OS
-            decides), ``"spread"`` (worker ``i`` pinned to the ``i % n``-th
+        worker_cpus: where the worker processes run: ``None`` (default: the
+            OS decides), ``"spread"`` (worker ``i`` pinned to the ``i % n``-th
             of the ``n`` CPUs this process may use) or a sequence of CPU ids
             (worker ``i`` pinned to ``worker_cpus[i % len(worker_cpus)]``).
-            Spreading helps CPU-bound envs when workers outnumber cores.
+            ``"auto"`` spreads the workers of a ``FastParallelEnvironment``
+            without spares when they are at least as many as the usable CPUs
+            (its default); on the pipe path here it means ``None``, which
+            measured faster (docs/benchmarks.md, "Worker placement").
         timeout: seconds that each ``reset()``, ``step()`` and call
             (``seed``, ``render``, ``call_envs_with_same_args``) may wait for
             the workers (``None``: no limit; starting is not limited). When
@@ -180,7 +183,8 @@ class ParallelAlfEnvironment(MembersSpecs, AlfEnvironment):
             raise ValueError(
                 f"num_spare_envs_for_reload: expected 0 <= value < {num_envs} (the "
                 f"number of env_constructors), got {num_spare_envs_for_reload}")
-        cpu_plan = plan_worker_cpus(worker_cpus, num_envs)
+        cpu_plan = plan_worker_cpus(worker_cpus, num_envs,
+                                    lockstep=self._FAST and not num_spare_envs_for_reload)
         self._workers_pinned = cpu_plan is not None
         self._blocking = blocking
         self._envs = [

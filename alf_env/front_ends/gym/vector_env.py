@@ -38,7 +38,7 @@ from absl import logging
 from gymnasium.error import AlreadyPendingCallError, NoAsyncCallError
 from gymnasium.vector import AutoresetMode
 
-from alf_env.control_plane.affinity import WorkerCpus, pin_workers, plan_worker_cpus
+from alf_env.control_plane.affinity import AUTO, WorkerCpus, pin_workers, plan_worker_cpus
 from alf_env.control_plane.group import close_all
 from alf_env.control_plane.process_environment import ProcessEnvironment
 from alf_env.data_plane.gym_rows import (RESERVED_CALL_NAMES, RESET_DEFAULT, RESET_STAGED,
@@ -81,11 +81,13 @@ class FastVectorEnv(StateChecks, WorkerStartup, JobEngine, ResultAssembly, gym.v
         autoreset_mode: a ``gymnasium.vector.AutoresetMode`` (or its value);
             the asynchronous mode supports NEXT_STEP and SAME_STEP.
         spin_us: how long waiters spin before sleeping (-1 adaptive, 0 never).
-        worker_cpus: where the worker processes run: ``None`` (the OS
+        worker_cpus: where the worker processes run: ``"auto"`` (default:
+            ``"spread"`` in the synchronous mode when there are at least as
+            many workers as usable CPUs, else ``None``), ``None`` (the OS
             decides), ``"spread"`` (worker ``i`` pinned to the ``i % n``-th
             of the ``n`` CPUs this process may use) or a sequence of CPU ids
             (worker ``i`` pinned to ``worker_cpus[i % len(worker_cpus)]``).
-            Spreading helps CPU-bound envs when workers outnumber cores.
+            Spreading helps CPU-bound envs stepped in lockstep.
         info_bytes: bytes of shared memory per env for the fixed-size values
             of its info dict (numbers and numeric arrays); infos (or values)
             that do not fit travel on the pipe. ``0`` sends every info on the
@@ -108,7 +110,7 @@ class FastVectorEnv(StateChecks, WorkerStartup, JobEngine, ResultAssembly, gym.v
                  envs_per_worker: Optional[int] = None,
                  copy: bool = True, context: str = "fork",
                  autoreset_mode: Union[AutoresetMode, str] = AutoresetMode.NEXT_STEP,
-                 spin_us: int = SPIN_ADAPTIVE, worker_cpus: WorkerCpus = None,
+                 spin_us: int = SPIN_ADAPTIVE, worker_cpus: WorkerCpus = AUTO,
                  info_bytes: int = DEFAULT_INFO_BYTES,
                  info_example: Union[None, Dict[str, Any], Sequence[Dict[str, Any]]] = None
                  ) -> None:
@@ -118,7 +120,8 @@ class FastVectorEnv(StateChecks, WorkerStartup, JobEngine, ResultAssembly, gym.v
         check_arguments(env_fns, batch_size, context, autoreset_mode)
         self._bounds = plan_workers(len(env_fns), batch_size, num_workers, envs_per_worker)
         self._declared_infos, info_bytes = declared_infos(info_example, info_bytes)
-        cpu_plan = plan_worker_cpus(worker_cpus, len(self._bounds))
+        cpu_plan = plan_worker_cpus(worker_cpus, len(self._bounds),
+                                    lockstep=batch_size == len(env_fns))
         self._workers_pinned = cpu_plan is not None
         self.env_fns = env_fns
         self.num_envs = len(env_fns)

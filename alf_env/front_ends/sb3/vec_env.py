@@ -59,7 +59,7 @@ except ImportError as exc:  # the optional extra is missing
     raise ImportError(f"alf_env.sb3 needs stable-baselines3 ({exc}); install it with "
                       f"pip install 'alf_env[sb3]'", name=exc.name) from exc
 
-from alf_env.control_plane.affinity import WorkerCpus
+from alf_env.control_plane.affinity import AUTO, WorkerCpus
 from alf_env.data_plane.shared_block import SPIN_ADAPTIVE
 from alf_env.control_plane.protocol import START_METHODS
 from alf_env.front_ends.sb3.worker import NOT_TARGETED, PORT_ATTR, build_env
@@ -93,8 +93,8 @@ class FastSubprocVecEnv(VecEnv):
             ``SubprocVecEnv``. Give ``num_workers`` or ``envs_per_worker``,
             not both.
         spin_us: how long waiters spin before sleeping (-1 adaptive, 0 never).
-        worker_cpus: ``None``, ``"spread"`` or CPU ids to pin the workers to
-            (see :class:`~alf_env.vector.FastVectorEnv`).
+        worker_cpus: ``"auto"`` (default), ``None``, ``"spread"`` or CPU ids
+            to pin the workers to (see :class:`~alf_env.vector.FastVectorEnv`).
 
     Raises:
         ValueError: bad arguments (naming the argument).
@@ -104,7 +104,7 @@ class FastSubprocVecEnv(VecEnv):
     def __init__(self, env_fns: Sequence[Callable[[], gym.Env]],
                  start_method: Optional[str] = None, *, num_workers: Optional[int] = None,
                  envs_per_worker: Optional[int] = None, spin_us: int = SPIN_ADAPTIVE,
-                 worker_cpus: WorkerCpus = None) -> None:
+                 worker_cpus: WorkerCpus = AUTO) -> None:
         env_fns = list(env_fns)
         if start_method is None:
             start_method = ("forkserver" if "forkserver" in mp.get_all_start_methods()
