@@ -6,6 +6,9 @@ import time
 import psutil
 import pytest
 
+# The shared test suites and helpers in tests/support assert too: show what failed.
+pytest.register_assert_rewrite("tests.support")
+
 # Helper processes multiprocessing keeps for the whole session by design.
 _SESSION_HELPERS = ("multiprocessing.forkserver", "multiprocessing.resource_tracker")
 _GRACE_SECONDS = 3.0

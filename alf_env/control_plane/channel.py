@@ -23,8 +23,8 @@ import select
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
-from alf_env.control_plane.protocol import (_DEATH_GRACE, _PLAIN_MESSAGES, MessageType,
-                                            _plain_dumps, _State)
+from alf_env.control_plane.protocol import (_DEATH_GRACE, RAW_REQUESTS, MessageType, _State,
+                                            recv_message, send_raw)
 from alf_env.control_plane.shutdown import CLOSE_KILL_TIMEOUT
 from alf_env.errors import (EnvironmentClosedError, EnvironmentProcessError,
                             EnvTimeoutError, WorkerDiedError)
@@ -155,8 +155,8 @@ class WorkerChannel:
                  transform: Optional[Callable[[Any], Any]] = None) -> _Promise:
         self._check_usable()
         try:
-            if msg_type in _PLAIN_MESSAGES:
-                self._conn.send_bytes(_plain_dumps((msg_type, payload)))
+            if msg_type in RAW_REQUESTS:
+                send_raw(self._conn, msg_type, payload or b"")
             else:
                 self._conn.send((msg_type, payload))
         except (BrokenPipeError, ConnectionResetError):
@@ -230,7 +230,7 @@ class WorkerChannel:
         if self._conn.fileno() not in ready and not self._conn.poll(_DEATH_GRACE):
             raise self._died(during)
         try:
-            return self._conn.recv()
+            return recv_message(self._conn)
         except (EOFError, OSError):
             raise self._died(during) from None
 

@@ -168,6 +168,10 @@ def compile_nest(spec: Any) -> Tuple[Callable[[Any], List[Any]], Callable[[List[
     return flatten, pack
 
 
+# Leaves that pack_action turns into 0-d arrays (see there).
+_SCALARS = (np.generic, bool, int, float)
+
+
 class StepCodecs:
     """The packed action and time step of one env (both sides of its pipe).
 
@@ -188,13 +192,26 @@ class StepCodecs:
     def pack_action(self, action: Any) -> Optional[bytes]:
         """The record of ``action`` if it has the spec's structure and every leaf is
         an array of exactly the spec's shape and dtype, else ``None`` (then the
-        worker checks it the slow way, and names what is wrong)."""
+        worker checks it the slow way, and names what is wrong).
+
+        A scalar leaf -- a numpy scalar such as ``np.int64(1)``, or a Python
+        ``bool``/``int``/``float`` -- counts as the 0-d array ``np.asarray``
+        makes of it (``1`` is int64, ``1.0`` float64), so it is exact only
+        where the spec has that dtype and shape ``()``.
+        """
         if nest.is_nested(self.action_spec):
             try:
                 nest.assert_same_structure(action, self.action_spec)
             except (ValueError, TypeError):
                 return None
-        return self.action.encode_exact(self._flatten_action(action))
+        leaves = self._flatten_action(action)
+        for i, leaf in enumerate(leaves):
+            if isinstance(leaf, _SCALARS):
+                try:
+                    leaves[i] = np.asarray(leaf)
+                except OverflowError:  # an int beyond int64: the worker names it
+                    return None
+        return self.action.encode_exact(leaves)
 
     def unpack_action(self, record: bytes) -> Any:
         """The action nest of a record."""

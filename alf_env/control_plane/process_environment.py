@@ -280,7 +280,7 @@ class ProcessEnvironment(WorkerChannel):
         """Resets the env; returns the first time step, or a promise of it."""
         codecs = self._step_codecs()
         if codecs is not None:
-            promise = self._request(MessageType.RESET_PACKED, None,
+            promise = self._request(MessageType.RESET_PACKED, b"",
                                     transform=codecs.unpack_time_step)
         else:
             promise = self._request(
@@ -317,7 +317,7 @@ class ProcessEnvironment(WorkerChannel):
 
     def reset_packed(self, blocking: bool = True) -> Any:
         """Resets; the answer is the packed time step (see :meth:`step_packed`)."""
-        promise = self._request(MessageType.RESET_PACKED, None)
+        promise = self._request(MessageType.RESET_PACKED, b"")
         return promise() if blocking else promise
 
     def render(self, mode: str = "rgb_array") -> Any:

@@ -24,7 +24,8 @@ import cloudpickle
 from absl import logging
 
 from alf_env import nest
-from alf_env.control_plane.protocol import SYNC_PROGRESS_CALL, MessageType, _plain_dumps
+from alf_env.control_plane.protocol import (SYNC_PROGRESS_CALL, MessageType, recv_message,
+                                            send_raw)
 from alf_env.control_plane.remote import RemoteException, RemoteMethod
 from alf_env.control_plane.watchdog import start_parent_watchdog, worker_signals
 
@@ -194,7 +195,7 @@ def serve(conn: multiprocessing.connection.Connection, proxy: _WorkerEnvProxy,
     """Answers requests on ``conn`` until ``CLOSE`` or until the pipe closes."""
     while True:
         try:
-            msg_type, payload = conn.recv()
+            msg_type, payload = recv_message(conn)
         except (EOFError, OSError):
             # The parent closed its end (or died): nothing left to serve.
             _close_quietly(proxy.env, env_id)
@@ -236,8 +237,8 @@ def _answer(conn: multiprocessing.connection.Connection, env_id: Optional[int],
             during: str, fn: Callable[[], Any], plain: bool = False) -> None:
     """Runs ``fn`` and sends its value as RESULT, or what it raised as EXCEPTION.
 
-    ``plain``: the value is ``bytes`` (a packed record), pickled without
-    ``multiprocessing``'s reducers (see ``protocol._PLAIN_MESSAGES``).
+    ``plain``: the value is ``bytes`` (a packed record), sent as a raw frame
+    (see :mod:`~alf_env.control_plane.protocol`).
     """
     try:
         value = fn()
@@ -245,7 +246,7 @@ def _answer(conn: multiprocessing.connection.Connection, env_id: Optional[int],
         conn.send((MessageType.EXCEPTION, RemoteException(exc, env_id, during)))
         return
     if plain:
-        conn.send_bytes(_plain_dumps((MessageType.RESULT, value)))
+        send_raw(conn, MessageType.RESULT, value)
         return
     try:
         conn.send((MessageType.RESULT, value))

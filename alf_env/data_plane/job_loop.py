@@ -23,7 +23,7 @@ the pipe.
 from typing import Any, Callable, NamedTuple, Protocol
 
 from alf_env import _penv
-from alf_env.control_plane.protocol import MessageType
+from alf_env.control_plane.protocol import MessageType, recv_message
 from alf_env.control_plane.remote import RemoteException
 from alf_env.control_plane.worker import _WorkerEnvProxy, handle_message
 
@@ -120,7 +120,7 @@ def run_fast_loop(conn: Any, proxy: _WorkerEnvProxy, env_id: Any,
             else:
                 finish(ok)
         elif job == call:
-            msg_type, payload = conn.recv()
+            msg_type, payload = recv_message(conn)
             # Finished before answering: the parent reads the answer only
             # after it has seen the job finish, and an answer larger than the
             # pipe's buffer would otherwise block both sides for ever. (The

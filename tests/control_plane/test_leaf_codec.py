@@ -64,20 +64,35 @@ def test_process_environment_steps_exact_actions_as_packed_records():
     from alf_env.environments.process_environment import ProcessEnvironment
     from alf_env.environments.random_alf_environment import RandomAlfEnvironment
 
-    reference = suite_gym.load("CartPole-v1")
+    from alf_env.control_plane.protocol import MessageType
+
+    reference = suite_gym.load("CartPole-v1")  # action spec: int64, shape ()
     reference.seed(3)
     env = ProcessEnvironment(lambda: suite_gym.load("CartPole-v1"))
     env.start()
+    sent = []
+    request = env._request
+    env._request = lambda msg_type, *args, **kwargs: (sent.append(msg_type),
+                                                      request(msg_type, *args, **kwargs))[1]
     try:
         env.seed(3)
-        for got, want in ((env.reset(), reference.reset()),
-                          (env.step(np.array(1)), reference.step(np.array(1))),
-                          (env.step(1), reference.step(1)),            # not exact: CALL
-                          (env.step(torch.tensor(0)), reference.step(0))):
+        env._step_codecs()  # reads the specs (ACCESS / CALL) once
+        sent.clear()
+        packed, call = MessageType.STEP_PACKED, MessageType.CALL
+        for got, want, how in ((env.reset(), reference.reset(), MessageType.RESET_PACKED),
+                               (env.step(np.array(1)), reference.step(np.array(1)), packed),
+                               (env.step(np.int64(0)), reference.step(0), packed),
+                               (env.step(1), reference.step(1), packed),  # np.asarray: int64
+                               (env.step(np.int32(1)), reference.step(1), call),  # cast: CALL
+                               (env.step(True), reference.step(1), call),
+                               (env.step(torch.tensor(0)), reference.step(0), call)):
+            assert sent.pop(0) is how
             assert type(got) is type(want)
             for a, b in zip(got[:6], want[:6]):
                 assert isinstance(a, np.ndarray) and a.dtype == b.dtype and a.shape == b.shape
                 np.testing.assert_array_equal(a, b)
+        # An int beyond int64 is not packed: it goes to the worker's checks.
+        assert env._step_codecs().pack_action(2 ** 70) is None
     finally:
         env.close()
     spec = TensorSpec((2,), torch.float32)
