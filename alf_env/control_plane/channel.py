@@ -209,7 +209,18 @@ class WorkerChannel:
 
     def _receive_one(self, timeout: Optional[float], during: str) -> None:
         """Receives the next answer and keeps it for its promise (if still wanted)."""
-        answer = self._recv(timeout, during)
+        self._keep(self._recv(timeout, during))
+
+    def _receive_ready(self, during: str) -> None:
+        """Like :meth:`_receive_one` when the pipe is known to be readable (polled)."""
+        try:
+            answer = recv_message(self._conn)
+        except (EOFError, OSError):
+            raise self._died(during) from None
+        self._keep(answer)
+
+    def _keep(self, answer: Tuple[MessageType, Any]) -> None:
+        """Files the next answer under its sequence number (drops an abandoned one)."""
         seq = self._received_seq
         self._received_seq += 1
         if self._abandoned and seq in self._abandoned:
@@ -268,38 +279,15 @@ def resolve_all(promises: Sequence[Callable[..., Any]], timeout: Optional[float]
         the values, in the order of ``promises``.
     """
     deadline = None if timeout is None else time.monotonic() + timeout
-    waiting = [p for p in promises if isinstance(p, _Promise)]
-    poller = select.poll()
-    registered: Dict[int, WorkerChannel] = {}
-    while True:
-        busy: Dict[int, WorkerChannel] = {}
-        for promise in waiting:
+    # The last answer each busy worker owes (answers come in order).
+    last_seq: Dict[WorkerChannel, int] = {}
+    for promise in promises:
+        if isinstance(promise, _Promise) and not promise._env._has_answer(promise._seq):
             env = promise._env
-            if not env._has_answer(promise._seq):
-                env._check_usable()
-                busy[id(env)] = env
-        if not busy:
-            break
-        for key in [k for k in registered if k not in busy]:
-            env = registered.pop(key)
-            poller.unregister(env._conn.fileno())
-            poller.unregister(env._process.sentinel)
-        by_fd: Dict[int, WorkerChannel] = {}
-        for key, env in busy.items():
-            if key not in registered:
-                registered[key] = env
-                poller.register(env._conn.fileno(), select.POLLIN)
-                poller.register(env._process.sentinel, select.POLLIN)
-            by_fd[env._conn.fileno()] = env
-            by_fd[env._process.sentinel] = env
-        remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
-        ready = poller.poll(None if remaining is None else int(remaining * 1000))
-        if not ready:
-            ids = sorted(env.env_id for env in busy.values())
-            raise EnvTimeoutError(f"envs {ids} gave no answer within {timeout:.3g} s "
-                                  f"during {during}")
-        for env in {id(by_fd[fd]): by_fd[fd] for fd, _ in ready}.values():
-            env._receive_one(0.0, during)
+            env._check_usable()
+            last_seq[env] = max(promise._seq, last_seq.get(env, -1))
+    if last_seq:
+        _receive_until(last_seq, deadline, timeout, during)
     values, first_error = [], None
     for promise in promises:
         try:
@@ -312,3 +300,41 @@ def resolve_all(promises: Sequence[Callable[..., Any]], timeout: Optional[float]
     if first_error is not None:
         raise first_error
     return values
+
+
+def _receive_until(last_seq: Dict[WorkerChannel, int], deadline: Optional[float],
+                   timeout: Optional[float], during: str) -> None:
+    """Receives answers until each worker in ``last_seq`` has sent answer ``last_seq[env]``.
+
+    One poll set of every pipe and sentinel; a worker leaves it once it has
+    answered everything it owes. A readable pipe is read without polling it
+    again; a sentinel that fires goes through the worker's own check (data it
+    wrote before it died is read first).
+    """
+    poller = select.poll()
+    by_fd: Dict[int, Tuple[WorkerChannel, bool]] = {}  # fd -> (env, is its pipe)
+    for env in last_seq:
+        for fd, is_pipe in ((env._conn.fileno(), True), (env._process.sentinel, False)):
+            poller.register(fd, select.POLLIN)
+            by_fd[fd] = (env, is_pipe)
+    while last_seq:
+        remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+        ready = poller.poll(None if remaining is None else int(remaining * 1000))
+        if not ready:
+            ids = sorted(env.env_id for env in last_seq)
+            raise EnvTimeoutError(f"envs {ids} gave no answer within {timeout:.3g} s "
+                                  f"during {during}")
+        served = set()
+        for fd, _ in ready:
+            env, is_pipe = by_fd[fd]
+            if env in served or env not in last_seq:
+                continue
+            served.add(env)
+            if is_pipe:
+                env._receive_ready(during)
+            else:
+                env._receive_one(0.0, during)
+            if env._has_answer(last_seq[env]):
+                del last_seq[env]
+                poller.unregister(env._conn.fileno())
+                poller.unregister(env._process.sentinel)
