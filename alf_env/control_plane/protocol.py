@@ -46,7 +46,9 @@ the same ``(MessageType, bytes)`` pair a pickled one would give.
 """
 
 import enum
+import os
 import pickle
+import struct
 from multiprocessing.connection import Connection
 from multiprocessing.reduction import ForkingPickler
 from typing import Any, Tuple
@@ -79,13 +81,28 @@ RAW_REQUESTS = frozenset([MessageType.STEP_PACKED, MessageType.RESET_PACKED])
 _PICKLE_FIRST_BYTE = pickle.PROTO[0]
 assert all(0 < t.value < _PICKLE_FIRST_BYTE for t in MessageType), \
     "a MessageType value must fit below the pickle PROTO opcode to tag a raw frame"
-_RAW_HEADER = {t: bytes((t.value,)) for t in MessageType}
 _BY_FIRST_BYTE = {t.value: t for t in MessageType}
+# Connection's framing: a 4-byte big-endian length, then the message.
+_LENGTH_AND_TAG = struct.Struct("!iB")
+_MAX_FRAME = 0x7fffffff  # longer messages get Connection's 12-byte header
 
 
 def send_raw(conn: Connection, msg_type: MessageType, record: bytes = b"") -> None:
-    """Sends ``(msg_type, record)`` as a raw frame (no pickling)."""
-    conn.send_bytes(_RAW_HEADER[msg_type] + record)
+    """Sends ``(msg_type, record)`` as a raw frame (no pickling), in one write.
+
+    ``Connection.send_bytes`` writes a message over 16 KiB as two writes
+    (length, then data), and the first wakes the reader for only 4 bytes; a
+    frame is written whole here, with the same framing, so
+    ``Connection.recv_bytes`` reads it.
+    """
+    size = len(record) + 1
+    if size > _MAX_FRAME:
+        conn.send_bytes(bytes((msg_type.value,)) + record)
+        return
+    frame = memoryview(_LENGTH_AND_TAG.pack(size, msg_type.value) + record)
+    fd = conn.fileno()  # OSError if the connection was closed, as send_bytes
+    while frame:
+        frame = frame[os.write(fd, frame):]
 
 
 def recv_message(conn: Connection) -> Tuple[MessageType, Any]:

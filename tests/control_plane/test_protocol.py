@@ -69,3 +69,32 @@ def test_a_closed_pipe_raises_what_connection_recv_raises(pipe):
     a.close()
     with pytest.raises(EOFError):
         recv_message(b)
+
+
+def test_a_large_frame_goes_in_one_write_and_partial_writes_are_resumed(pipe, monkeypatch):
+    from alf_env.control_plane import protocol
+
+    a, b = pipe
+    record = bytes(range(256)) * 100  # 25.6 KiB: Connection.send_bytes would write twice
+    writes = []
+    real_write = protocol.os.write
+    monkeypatch.setattr(protocol.os, "write",
+                        lambda fd, data: writes.append(len(data)) or real_write(fd, data))
+    send_raw(a, MessageType.RESULT, record)
+    assert writes == [4 + 1 + len(record)]
+    assert recv_message(b) == (MessageType.RESULT, record)
+    # A write that takes only part of the frame (e.g. interrupted by a signal).
+    writes.clear()
+    monkeypatch.setattr(protocol.os, "write",
+                        lambda fd, data: writes.append(len(data)) or real_write(fd, data[:1000]))
+    send_raw(a, MessageType.RESULT, record)
+    assert len(writes) == 26 and writes[0] == 4 + 1 + len(record)
+    assert recv_message(b) == (MessageType.RESULT, record)
+
+
+def test_sending_on_a_closed_connection_raises_like_connection_send(pipe):
+    a, b = pipe
+    a.close()
+    with pytest.raises(OSError):
+        send_raw(a, MessageType.STEP_PACKED, b"x")
+    b.close()
