@@ -291,6 +291,13 @@ class InfoDecoder:
         self._layouts: List[Optional[InfoLayout]] = [None]
         self._records: List[Optional[np.ndarray]] = [None]
         self._pure: List[bool] = [False]  # layout without pipe values
+        # Per layout, its fixed-size keys grouped by (dtype, shape):
+        # [(dtype, shape, [(key, field name)])] (see _batch_shared).
+        self._groups: List[list] = [[]]
+        # A slice of rows and their ``info_layout`` values (bytes) -> the global
+        # id of the one pure layout all its envs have, 0 for "no env has an
+        # info", -1 for anything else. Cleared when a layout is registered.
+        self._whole_batch: Dict[tuple, int] = {}
 
     def register(self, worker: int, lid: int, signature: Signature) -> None:
         """Learns that worker ``worker`` numbers ``signature`` as ``lid``."""
@@ -302,7 +309,47 @@ class InfoDecoder:
             self._layouts.append(layout)
             self._records.append(self._info.view(layout.dtype)[:, 0])
             self._pure.append(not layout.pipe)
+            groups: Dict[Tuple[str, tuple], list] = {}
+            for _, key, name, kind in layout.shm:
+                groups.setdefault((kind[1], kind[2]), []).append((key, name))
+            self._groups.append([(np.dtype(d), shape, fields)
+                                 for (d, shape), fields in groups.items()])
         self._table[worker, lid] = gid
+        self._whole_batch.clear()
+
+    def _shared_layout(self, rows: Union[slice, np.ndarray], lids: np.ndarray) -> int:
+        """What the envs of ``rows`` have: the global id of the one pure layout
+        they all share, 0 if none has an info, -1 otherwise."""
+        if not lids.any():
+            return 0
+        gids = self._table[self._row_worker[rows], lids]
+        gid = int(gids[0])
+        return gid if gid and self._pure[gid] and (gids == gid).all() else -1
+
+    def _batch_shared(self, gid: int, rows: Union[slice, np.ndarray],
+                      n: int) -> Dict[str, Any]:
+        """The batched info of ``n`` envs that all have pure layout ``gid``: each
+        key's rows, and an all-True mask, in the layout's key order.
+
+        The keys of one (dtype, shape) are copied into one new array, a row
+        per key, and the masks are the rows of one new array: each value is
+        a C-contiguous array of its own rows (fewer allocations than an array
+        per key).
+        """
+        records = self._records[gid][rows]
+        layout = self._layouts[gid]
+        columns: Dict[Any, np.ndarray] = {}
+        for dtype, shape, fields in self._groups[gid]:
+            block = np.empty((len(fields), n) + shape, dtype)
+            for i, (key, name) in enumerate(fields):
+                block[i] = records[name]
+                columns[key] = block[i]
+        masks = np.ones((len(layout.shm), n), dtype=np.bool_)
+        infos: Dict[str, Any] = {}
+        for i, (_, key, _, _) in enumerate(layout.shm):
+            infos[key] = columns[key]
+            infos[f"_{key}"] = masks[i]
+        return infos
 
     def batch(self, rows: Union[slice, np.ndarray], row_list: List[int],
               payloads: Dict[int, Payload],
@@ -318,17 +365,22 @@ class InfoDecoder:
         n = len(row_list)
         infos: Dict[str, Any] = {}
         lids = self._lid[rows]
-        if not payloads and not lids.any():
+        if not payloads and include is None:
+            # The common steps: no env has an info, or all share one pure layout.
+            if isinstance(rows, slice):  # e.g. the whole batch: remember what its rows say
+                seen = (rows.start, rows.stop, rows.step, lids.tobytes())
+                gid = self._whole_batch.get(seen)
+                if gid is None:
+                    gid = self._whole_batch[seen] = self._shared_layout(rows, lids)
+            else:
+                gid = self._shared_layout(rows, lids)
+            if gid == 0:
+                return infos
+            if gid > 0:
+                return self._batch_shared(gid, rows, n)
+        elif not payloads and not lids.any():
             return infos  # no env returned an info
         gids = self._table[self._row_worker[rows], lids]
-        gid = int(gids[0])
-        if (include is None and gid and self._pure[gid] and not payloads
-                and (gids == gid).all()):
-            records = self._records[gid][rows]
-            for _, key, name, _ in self._layouts[gid].shm:
-                infos[key] = np.ascontiguousarray(records[name])
-                infos[f"_{key}"] = np.ones(n, dtype=np.bool_)
-            return infos
         included = None if include is None else set(include)
         for position, row in enumerate(row_list):
             if included is not None and row not in included:

@@ -202,6 +202,32 @@ def test_codec_pure_layout_batch_is_the_fast_path_with_gymnasium_dtypes():
     assert got["ok"].dtype == np.bool_ and got["x"].flags.c_contiguous
 
 
+def test_codec_shared_layout_batch_gives_independent_contiguous_arrays_each_step():
+    area, lids, encoder, decoder = make_codec(rows=3)
+    infos = [{"x": float(i), "y": np.float64(i / 2), "k": i, "v": np.full(2, i, np.int16)}
+             for i in range(3)]
+    assert encode_rows(area, lids, encoder, decoder, infos) == {}
+    first = decoder.batch(slice(0, 3), [0, 1, 2], {})
+    assert_same_info(first, batch_of(infos))
+    assert list(first) == list(batch_of(infos))  # gymnasium's key order, masks after keys
+    for value in first.values():
+        assert value.flags.c_contiguous and value.flags.writeable
+    first["x"][0] = 99.0  # a caller's write stays in that array
+    first["_x"][1] = False
+    assert first["y"][0] == 0.0 and first["_y"][1]
+    # The next step gets new arrays (the first step's are the caller's to keep).
+    later = [dict(info, x=info["x"] + 10) for info in infos]
+    encode_rows(area, lids, encoder, decoder, later)
+    second = decoder.batch(slice(0, 3), [0, 1, 2], {})
+    assert_same_info(second, batch_of(later))
+    assert first["x"][0] == 99.0 and first["_x"][1] == False  # noqa: E712
+    # A row whose env has no info any more: the cached decision is not reused.
+    lids[2] = 0
+    assert_same_info(decoder.batch(slice(0, 3), [0, 1, 2], {}), batch_of(later[:2] + [{}]))
+    lids[:] = 0
+    assert decoder.batch(slice(0, 3), [0, 1, 2], {}) == {}
+
+
 def test_codec_sends_what_does_not_fit_on_the_pipe():
     area, lids, encoder, decoder = make_codec(capacity=16)
     big = {"a": np.zeros(3)}  # 24 bytes > 16
