@@ -69,8 +69,19 @@ def _compile_info(spec: Any) -> Optional[_Converter]:
     """Compiles ``_fetch_info(spec, info, path)``; ``None`` if not compilable."""
     if isinstance(spec, TensorSpec):
         shape, dtype = tuple(spec.shape), spec.numpy_dtype
+        # Scalars that become exactly ``np.asarray(x).astype(dtype)`` with
+        # one ``np.array(x, dtype)``: the spec dtype's own numpy scalar type
+        # (MuJoCo's infos are numpy float64s), and Python floats and bools
+        # for float and bool specs (one rounding either way; ints are left to
+        # the general code, which decides what a huge one does).
+        direct: tuple = ()
+        if shape == ():
+            direct = (dtype.type,) + ((float,) if dtype.kind == "f" else ()) + (
+                (bool,) if dtype.kind == "b" else ())
 
         def fetch_leaf(info: Any) -> Any:
+            if type(info) in direct:
+                return np.array(info, dtype)
             if info is None:
                 return spec.numpy_zeros()
             array = np.asarray(_to_numpy(info))

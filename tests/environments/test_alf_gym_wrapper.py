@@ -480,12 +480,24 @@ def test_fast_paths_match_general_path(space, transform):
     lambda info: {k: v for k, v in info.items() if k != "vec"},
     lambda info: {**info, "vec": np.zeros(3)},  # a shape change
     lambda info: {**info, "count": torch.tensor(7)},
+    # Scalars the compiled leaf converts with one np.array(x, dtype):
+    lambda info: {**info, "count": np.int64(5), "x": 1.1},           # float -> float32
+    lambda info: {**info, "x": np.float64(1.1), "y": 0.1},           # float64 -> float32
+    lambda info: {**info, "x": np.float32(2.5), "y": np.float64(-3.3)},
+    lambda info: {**info, "nested": {"flag": True}},
+    lambda info: {**info, "nested": {"flag": np.bool_(True)}},
+    # ...and the ones it leaves to the general code:
+    lambda info: {**info, "count": 2.7, "x": 3, "y": True},          # float to int, int, bool
+    lambda info: {**info, "count": 2 ** 40, "nested": {"flag": 1.0}},
+    lambda info: {**info, "vec": np.float32(1.0)},                   # a scalar for shape (2,)
 ])
 def test_env_info_fast_path_matches_general_path(info_transform):
     def run(wrapper_class):
         env = wrapper_class(_FormsEnv(lambda x: x, info_transform=info_transform, length=3),
                             env_info_spec={"count": TensorSpec((), torch.int64),
                                            "vec": TensorSpec((2, )),
+                                           "x": TensorSpec(()),
+                                           "y": TensorSpec((), torch.float64),
                                            "nested": {"flag": TensorSpec((), torch.bool)}})
         env.seed(0)
         return [_outcome(env.reset)] + [_outcome(lambda: env.step(1)) for _ in range(4)]
