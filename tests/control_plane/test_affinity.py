@@ -128,6 +128,18 @@ def test_default_placement(backend, kwargs, expected):
         env.close()
 
 
+def test_sb3_front_end_spreads_its_workers_by_default():
+    from alf_env.sb3 import FastSubprocVecEnv
+
+    fns = [functools.partial(make_workload, "W1", i) for i in range(len(CPUS))]
+    env = FastSubprocVecEnv(fns, "fork", envs_per_worker=1)
+    try:
+        assert _placement(env._vector_env) == SPREAD_BY_DEFAULT
+        env.reset()
+    finally:
+        env.close()
+
+
 def test_auto_leaves_fewer_workers_than_cpus_to_the_os(monkeypatch):
     # Pretend the machine has one CPU more than the workers: the OS places them.
     monkeypatch.setattr(affinity, "usable_cpus", lambda: CPUS + [max(CPUS) + 1])
