@@ -94,9 +94,21 @@ def assert_steps_equal(ours: tuple, theirs: tuple, exact_reward_dtype: bool = Tr
     assert_tree_equal(without_times(list(infos)), without_times(list(theirs[3])))
 
 
-def pids_gone(pids: List[int]) -> bool:
-    return not [p for p in pids if psutil.pid_exists(p)
-                and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+def workers_of(venv: FastSubprocVecEnv) -> List[psutil.Process]:
+    """The worker processes, as psutil handles (taken while they run)."""
+    return [psutil.Process(pid) for pid in venv.worker_pids()]
+
+
+def all_gone(processes: List[psutil.Process]) -> bool:
+    """No process of ``processes`` runs: each exited (a zombie counts as exited).
+    ``is_running`` is False too once the pid names another process (psutil
+    compares start times), so a reused pid does not count."""
+    def running(process: psutil.Process) -> bool:
+        try:
+            return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:  # gone between the two looks
+            return False
+    return not [p for p in processes if running(p)]
 
 
 @pytest.mark.parametrize("start_method, obs_kind, envs_per_worker", [
@@ -129,10 +141,10 @@ def test_same_results_as_dummy_and_subproc_vec_env(start_method, obs_kind, envs_
                 truncations_seen += sum(i["TimeLimit.truncated"] for i in results[0][3])
         assert dones_seen > truncations_seen > 10  # both kinds of episode end happened
     finally:
-        pids = ours.worker_pids()
+        workers = workers_of(ours)
         for env in envs:
             env.close()
-    assert pids_gone(pids)
+    assert all_gone(workers)
 
 
 def test_seed_is_used_once_and_options_per_env():
@@ -248,7 +260,7 @@ def test_sb3_checks_apply():
 
 def test_env_error_comes_back_with_its_type_and_close_ends_the_workers():
     venv = FastSubprocVecEnv(probe_fns(2, fault="raise"), "fork")
-    pids = venv.worker_pids()
+    workers = workers_of(venv)
     venv.reset()
     venv.step(actions_for(0, 2))
     venv.step(actions_for(1, 2))
@@ -257,7 +269,7 @@ def test_env_error_comes_back_with_its_type_and_close_ends_the_workers():
     assert not venv.waiting
     venv.close()
     venv.close()  # closing twice is fine
-    assert pids_gone(pids)
+    assert all_gone(workers)
 
 
 def test_reset_while_a_step_is_pending_cancels_it():
