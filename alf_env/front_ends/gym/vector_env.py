@@ -272,10 +272,10 @@ class FastVectorEnv(StateChecks, WorkerStartup, JobEngine, ResultAssembly, gym.v
             return self._receive(timeout)
         self._wait_all("step", timeout)
         obs, infos = self._gather_all(self._all_row_list)
-        rows = self._all_rows
-        terminated, truncated = np.array(self._terminated[rows]), np.array(self._truncated[rows])
+        # The synchronous mode returns every row: copies of the whole views.
+        terminated, truncated = self._terminated.copy(), self._truncated.copy()
         np.logical_or(terminated, truncated, out=self._needs_reset)
-        return obs, np.array(self._reward[rows]), terminated, truncated, infos
+        return obs, self._reward.copy(), terminated, truncated, infos
 
     def call(self, name: str, /, *args: Any, **kwargs: Any) -> Tuple[Any, ...]:
         """Calls method ``name`` (or reads the attribute) of every env; a tuple."""
