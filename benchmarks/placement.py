@@ -27,15 +27,9 @@ from typing import Any, Callable, Dict, List
 
 import numpy as np
 
-from alf_env.bench.backends import env_fns
-from alf_env.bench.workloads import make_env
+from alf_env.bench.backends import _alf_env, env_fns
 
 NUM_ACTIONS = 16
-
-
-def _alf_ctor(workload: str, env_id: int) -> Any:
-    from alf_env.environments.alf_gym_wrapper import AlfGymWrapper
-    return AlfGymWrapper(make_env(workload, env_id), env_id=env_id)
 
 
 def _build(front: str, workload: str, num_envs: int, kwargs: Dict[str, Any]
@@ -57,7 +51,7 @@ def _build(front: str, workload: str, num_envs: int, kwargs: Dict[str, Any]
         from alf_env.environments.fast_parallel_environment import FastParallelEnvironment
         from alf_env.environments.parallel_environment import ParallelAlfEnvironment
         cls = FastParallelEnvironment if front == "fast" else ParallelAlfEnvironment
-        env = cls([functools.partial(_alf_ctor, workload, i) for i in range(num_envs)],
+        env = cls([functools.partial(_alf_env, workload, i) for i in range(num_envs)],
                   **kwargs)
         action = env.reset().prev_action  # a valid batched action
 

@@ -156,7 +156,7 @@ class WorkerChannel:
         self._check_usable()
         try:
             if msg_type in RAW_REQUESTS:
-                send_raw(self._conn, msg_type, payload or b"")
+                send_raw(self._conn, msg_type, payload)
             else:
                 self._conn.send((msg_type, payload))
         except (BrokenPipeError, ConnectionResetError):

@@ -70,7 +70,7 @@ class MessageType(enum.Enum):
     CLOSE = 6
     FAST_LOOP = 7
     STEP_PACKED = 8   # payload: the action as one packed record (leaf_codec)
-    RESET_PACKED = 9  # payload: None; both answered by RESULT with a packed time step
+    RESET_PACKED = 9  # payload: empty; both answered by RESULT with a packed time step
 
 
 # The requests that travel as raw frames (see the module docstring); their

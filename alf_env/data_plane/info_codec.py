@@ -295,8 +295,10 @@ class InfoDecoder:
         # [(dtype, shape, [(key, field name)])] (see _batch_shared).
         self._groups: List[list] = [[]]
         # A slice of rows and their ``info_layout`` values (bytes) -> the global
-        # id of the one pure layout all its envs have, 0 for "no env has an
-        # info", -1 for anything else. Cleared when a layout is registered.
+        # id of the one pure layout all its envs have, or 0 for "no env has an
+        # info". Mixed rows are not kept: their combinations could grow without
+        # bound, and they take the slow path anyway. Cleared when a layout is
+        # registered.
         self._whole_batch: Dict[tuple, int] = {}
 
     def register(self, worker: int, lid: int, signature: Signature) -> None:
@@ -371,7 +373,9 @@ class InfoDecoder:
                 seen = (rows.start, rows.stop, rows.step, lids.tobytes())
                 gid = self._whole_batch.get(seen)
                 if gid is None:
-                    gid = self._whole_batch[seen] = self._shared_layout(rows, lids)
+                    gid = self._shared_layout(rows, lids)
+                    if gid >= 0:
+                        self._whole_batch[seen] = gid
             else:
                 gid = self._shared_layout(rows, lids)
             if gid == 0:

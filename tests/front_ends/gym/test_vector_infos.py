@@ -228,6 +228,22 @@ def test_codec_shared_layout_batch_gives_independent_contiguous_arrays_each_step
     assert decoder.batch(slice(0, 3), [0, 1, 2], {}) == {}
 
 
+def test_codec_remembers_only_no_info_and_shared_layouts():
+    # Mixed rows take the slow path and are not remembered: their combinations
+    # could grow without bound over a long run.
+    area, lids, encoder, decoder = make_codec(rows=2)
+    infos = [{"x": 1.0}, {"k": 2}]
+    encode_rows(area, lids, encoder, decoder, infos)
+    assert_same_info(decoder.batch(slice(0, 2), [0, 1], {}), batch_of(infos))
+    assert decoder._whole_batch == {}
+    shared = [{"x": 1.0}, {"x": 3.0}]
+    encode_rows(area, lids, encoder, decoder, shared)
+    assert_same_info(decoder.batch(slice(0, 2), [0, 1], {}), batch_of(shared))
+    lids[:] = 0
+    assert decoder.batch(slice(0, 2), [0, 1], {}) == {}
+    assert sorted(decoder._whole_batch.values()) == [0, 1]
+
+
 def test_codec_sends_what_does_not_fit_on_the_pipe():
     area, lids, encoder, decoder = make_codec(capacity=16)
     big = {"a": np.zeros(3)}  # 24 bytes > 16
