@@ -258,6 +258,11 @@ def stop_all(envs: Sequence[Worker], polite_timeout: Optional[float] = None
                 stopping.append(s)
         if not stopping:
             return
+        for s in stopping:
+            if s.exited:
+                # Gone before the wait (e.g. its close() raised at once): the
+                # wait skips it, so read its last words and log its end here.
+                s.on_exit()
         _wait_for_exits(stopping, deadline)
         late = [s for s in stopping if not s.exited]
         if not late:

@@ -8,6 +8,7 @@ front end and start method.
 """
 
 import builtins
+import logging
 import copy
 import functools
 import signal
@@ -30,11 +31,12 @@ from alf_env.environments.random_alf_environment import RandomAlfEnvironment
 from alf_env.errors import EnvironmentClosedError
 from alf_env.tensor_specs import BoundedTensorSpec, TensorSpec
 from alf_env.vector import FastVectorEnv
-from tests.support.faults import FaultyAlfEnv, FaultyGymEnv, good_gym_action, wait_all_gone
+from tests.support.faults import Fault, FaultyAlfEnv, FaultyGymEnv, good_gym_action, wait_all_gone
 
 NUM_ENVS = 10
 BOUND = 2.0   # seconds to stop every worker of the process (the issue's bound)
 SLACK = 2.0   # the machine is shared: generous
+PROMPT = 10.0  # only a hang takes this long
 
 
 def random_env(env_id: Optional[int] = None) -> RandomAlfEnvironment:
@@ -174,6 +176,31 @@ def test_ctrl_c_during_close_all_kills_the_workers_and_is_raised():
 
 
 # -- attribute forwarding --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind, message", [
+    ("raise", "env 1: close() raised in the worker"),
+    ("exit", "env 1: the worker died while closing: exited with code 3")])
+def test_close_logs_the_failure_of_a_worker_that_ended_before_the_wait(
+        kind, message, monkeypatch, caplog):
+    # The worker gets CLOSE and ends (its env's close() raised, or it
+    # exited) before close_all looks at it: its failure is still logged.
+    env = ProcessEnvironment(functools.partial(FaultyAlfEnv, env_id=1,
+                                               fault=Fault(kind, "close", env_id=1)),
+                             env_id=1)
+    env.start()
+    pid = env.pid
+    original = shutdown._Stopping.__init__
+
+    def after_the_exit(self, worker, polite):
+        worker._process.join(PROMPT)  # the worker read CLOSE and ended
+        original(self, worker, polite)
+
+    monkeypatch.setattr(shutdown._Stopping, "__init__", after_the_exit)
+    with caplog.at_level(logging.WARNING):
+        close_all([env])
+    assert message in caplog.text
+    assert not psutil.pid_exists(pid)  # reaped
 
 
 def test_single_underscore_attributes_are_forwarded():
