@@ -80,6 +80,35 @@ class JobBoard:
             jobs[w] = job
         self.controller.post(workers, job, arg)
 
+    def run(self, workers: Sequence[int], job: Any, arg: int, during: str,
+            timeout: Optional[float] = None) -> None:
+        """:meth:`post` then :meth:`wait_for` the same workers, in fewer steps.
+
+        The synchronous step's path: when nothing else is outstanding, one
+        native wait for all of them usually ends it.
+
+        Raises:
+            as :meth:`wait_for` (on ``EnvTimeoutError`` the jobs stay posted:
+            a later :meth:`wait_for` picks them up).
+        """
+        if self.controller.num_outstanding:
+            self.post(workers, job, arg)
+            self.wait_for(workers, during, timeout)
+            return
+        done, jobs = self._done, self._jobs
+        for w in workers:
+            done.pop(w, None)
+            jobs[w] = job
+        self.controller.post(workers, job, arg)
+        if timeout is None:
+            timeout = self.timeout
+        deadline = None if timeout is None else time.monotonic() + timeout
+        # Only these jobs are outstanding, so the first len(workers) completions are theirs.
+        self._wait_some(len(workers), during, deadline, timeout,
+                        lambda: [w for w in workers if w not in done])
+        if self._errors:
+            self._raise_first_error(workers)
+
     def job_of(self, worker: int) -> Any:
         """The last job posted to ``worker`` (a ``JobType``), or ``None``."""
         return self._jobs.get(worker)

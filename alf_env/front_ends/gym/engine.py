@@ -86,6 +86,11 @@ class JobEngine:
         else:
             ids = rows = self._check_ids(env_ids)
             workers = sorted(set(self._row_worker[ids].tolist()))
+        self._write_actions(actions, ids, rows)
+        self._post(workers, JobType.STEP, 0)
+
+    def _write_actions(self, actions: Any, ids: np.ndarray, rows: Any) -> None:
+        """Checks ``actions`` (one per env of ``ids``) and writes them to ``rows``."""
         arrays = self._act.encode_batch(actions, len(ids))
         if self.autoreset_mode is AutoresetMode.DISABLED and self._needs_reset[ids].any():
             ended = ids[self._needs_reset[ids]].tolist()
@@ -93,7 +98,21 @@ class JobEngine:
                 f"envs {ended} ended (terminated or truncated) and autoreset_mode is "
                 f"DISABLED: reset them first, e.g. reset(options={{'reset_mask': mask}})")
         self._act.write_rows(self._act_views, rows, arrays)
-        self._post(workers, JobType.STEP, 0)
+
+    def _step_all(self, actions: Any) -> None:
+        """Writes the actions of every env, steps them all and waits (synchronous ``step``).
+
+        ``step_async`` + ``step_wait`` in one call, for the hot path; the
+        state stays DEFAULT throughout (the board has no timeout, and an
+        interrupted wait leaves the jobs outstanding on the board, which
+        finishes them before it posts again).
+        """
+        self._write_actions(actions, self._all_ids, self._all_rows)
+        try:
+            self._board.run(self._all_workers, JobType.STEP, 0, "step")
+        except WorkerDiedError as exc:
+            self._broken = exc
+            raise
 
     def _check_ids(self, env_ids: Any) -> np.ndarray:
         ids = np.asarray(env_ids)

@@ -97,6 +97,13 @@ class ResultAssembly:
                                              include=info_rows)
         return obs, infos
 
+    def _step_results(self) -> Tuple[Any, np.ndarray, np.ndarray, np.ndarray, Dict[str, Any]]:
+        """The 5-tuple of a synchronous step: every row, copies of the whole views."""
+        obs, infos = self._gather_all(self._all_row_list)
+        terminated, truncated = self._terminated.copy(), self._truncated.copy()
+        np.logical_or(terminated, truncated, out=self._needs_reset)
+        return obs, self._reward.copy(), terminated, truncated, infos
+
     def _payloads_of(self, row_list: List[int]) -> Dict[int, Payload]:
         """The pipe payloads of the infos of ``row_list`` (most steps: none)."""
         if not self._payloads:

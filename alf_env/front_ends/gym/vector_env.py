@@ -227,8 +227,12 @@ class FastVectorEnv(StateChecks, WorkerStartup, JobEngine, ResultAssembly, gym.v
 
     def step(self, actions: Any) -> Tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict]:
         """Steps the envs (asynchronous mode: those of the last ``recv``)."""
-        self.step_async(actions)
-        return self.step_wait()
+        if self.is_async or self._in_flight or self._state is not AsyncState.DEFAULT:
+            self.step_async(actions)  # raises what the state machine says
+            return self.step_wait()
+        self._assert_is_running()
+        self._step_all(actions)
+        return self._step_results()
 
     def step_async(self, actions: Any) -> None:
         """Writes the actions and posts the steps; collect them with :meth:`step_wait`.
@@ -271,11 +275,7 @@ class FastVectorEnv(StateChecks, WorkerStartup, JobEngine, ResultAssembly, gym.v
         if self.is_async:
             return self._receive(timeout)
         self._wait_all("step", timeout)
-        obs, infos = self._gather_all(self._all_row_list)
-        # The synchronous mode returns every row: copies of the whole views.
-        terminated, truncated = self._terminated.copy(), self._truncated.copy()
-        np.logical_or(terminated, truncated, out=self._needs_reset)
-        return obs, self._reward.copy(), terminated, truncated, infos
+        return self._step_results()
 
     def call(self, name: str, /, *args: Any, **kwargs: Any) -> Tuple[Any, ...]:
         """Calls method ``name`` (or reads the attribute) of every env; a tuple."""

@@ -335,6 +335,30 @@ def test_unpicklable_worker_exception_becomes_environment_process_error():
             env.step(np.zeros(1, np.int64))
 
 
+def test_step_interrupted_while_it_waits_leaves_the_env_usable():
+    # Ctrl-C while step() waits: the jobs stay with the workers; the next
+    # step lets them finish (their results are dropped), then steps again.
+    fns = [functools.partial(FaultyEnv, delay=0.3, env_id=i) for i in range(2)]
+    with FastVectorEnv(fns) as env:
+        env.reset()
+
+        def interrupt(signum, frame):
+            raise KeyboardInterrupt
+
+        previous = signal.signal(signal.SIGALRM, interrupt)
+        try:
+            signal.setitimer(signal.ITIMER_REAL, 0.1)
+            with pytest.raises(KeyboardInterrupt):
+                env.step(np.ones(2, np.int64))
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
+        for steps in (2, 3):  # the interrupted step happened in the envs
+            obs, reward, terminated, truncated, _ = env.step(np.ones(2, np.int64))
+            np.testing.assert_array_equal(obs, [[0, steps], [1, steps]])
+            np.testing.assert_array_equal(reward, [1.0, 1.0])
+
+
 @pytest.mark.parametrize("fault, what", [("sigkill", "killed by SIGKILL (signal 9)"),
                                          ("exit", "exited with code 3")])
 def test_dead_worker_raises_worker_died_error_promptly(fault, what):
