@@ -397,6 +397,9 @@ class SpaceLayout:
         self.fields: Tuple[FieldSpec, ...] = tuple(fields)
         self.field_names: Tuple[str, ...] = tuple(name for name, _, _ in fields)
         self.pipe_paths: Tuple[str, ...] = tuple(pipe_paths)
+        # A space of one array field (Box, Discrete, ...): the per-row calls
+        # of the workers' hot path skip the tree walk.
+        self._single = self._root if isinstance(self._root, _ArrayNode) else None
 
     @property
     def num_pipe_leaves(self) -> int:
@@ -416,6 +419,11 @@ class SpaceLayout:
         Raises:
             ValueError: ``value`` does not fit the space (nothing written).
         """
+        single = self._single
+        if (single is not None and type(value) is np.ndarray and value.dtype == single.dtype
+                and value.shape == single.shape):
+            views[0][row] = value  # exact: nothing to check or cast
+            return []
         arrays: List[Optional[np.ndarray]] = []
         pipe: List[Any] = []
         self._root.encode(value, casting, arrays, pipe)
@@ -427,6 +435,8 @@ class SpaceLayout:
     def read_row(self, views: Sequence[np.ndarray], row: int,
                  pipe_leaves: Sequence[Any] = ()) -> Any:
         """Reads the value of ``row`` (a copy), taking pipe leaves from ``pipe_leaves``."""
+        if self._single is not None:
+            return self._single.decode(views, row, None)
         return self._root.decode(views, row, iter(pipe_leaves))
 
     # -- a batch (the parent writes actions / reads observations) -------------

@@ -174,6 +174,35 @@ def test_values_that_do_not_fit_raise_naming_the_path(space, value, message):
         np.testing.assert_array_equal(view, old)  # nothing written
 
 
+@pytest.mark.parametrize("value, message", [
+    (np.zeros((1,), np.float32), r"observation: expected shape \(2,\)"),     # would broadcast
+    (np.zeros((1, 2), np.float32), r"observation: expected shape \(2,\)"),
+    (np.zeros(2, np.complex64), r"observation: .*dtype complex64"),
+])
+def test_one_array_space_checks_exact_dtype_arrays_of_the_wrong_shape(value, message):
+    # The one-array fast path takes only arrays of the exact dtype and shape.
+    layout = SpaceLayout(spaces.Box(0, 1, (2,), np.float32), "obs", "observation")
+    views = views_of(layout)
+    with pytest.raises(ValueError, match=message):
+        layout.write_row(views, 1, value)
+    assert not views[0].any()
+
+
+def test_one_array_space_rows_round_trip_as_copies():
+    layout = SpaceLayout(spaces.Box(0, 1, (2,), np.float32), "obs", "observation")
+    views = views_of(layout)
+    strided = np.arange(4, dtype=np.float32)[::2]  # exact dtype, not contiguous
+    assert layout.write_row(views, 2, strided) == []
+    value = layout.read_row(views, 2)
+    np.testing.assert_array_equal(value, [0.0, 2.0])
+    value[0] = 7.0
+    assert views[0][2, 0] == 0.0  # a copy, not a view of the row
+    discrete = SpaceLayout(spaces.Discrete(3), "act", "action")
+    dviews = views_of(discrete)
+    discrete.write_row(dviews, 0, np.int64(2))
+    assert discrete.read_row(dviews, 0) == 2
+
+
 def test_one_row_uses_same_kind_casting():
     # Like np.stack(out=...) in gymnasium: an env's float64 fits a float32 Box.
     layout = SpaceLayout(spaces.Box(0, 1, (2,), np.float32), "obs", "observation")
