@@ -138,11 +138,15 @@ class InfoLayout:
                               if kind[0] is np.ndarray]
         self._types = tuple(kind[0] if kind != PIPE else None for kind in self.kinds)
         self._keys = tuple(self.keys)
+        # Scalars only (no arrays, no pipe values): the types say it all.
+        self._scalars_only = not self.pipe and not self._array_checks
 
     def matches(self, keys: Tuple[Any, ...], values: Sequence[Any]) -> bool:
         """Whether an info with these keys and values has this layout's signature."""
         if keys != self._keys:
             return False
+        if self._scalars_only:
+            return tuple(map(type, values)) == self._types
         for value, t in zip(values, self._types):
             if t is not None and type(value) is not t:
                 return False
@@ -292,7 +296,7 @@ class InfoDecoder:
         self._records: List[Optional[np.ndarray]] = [None]
         self._pure: List[bool] = [False]  # layout without pipe values
         # Per layout, its fixed-size keys grouped by (dtype, shape):
-        # [(dtype, shape, [(key, field name)])] (see _batch_shared).
+        # [(dtype, shape, [(key, field name)], view or None)] (see _batch_shared).
         self._groups: List[list] = [[]]
         # A slice of rows and their ``info_layout`` values (bytes) -> the global
         # id of the one pure layout all its envs have, or 0 for "no env has an
@@ -314,10 +318,23 @@ class InfoDecoder:
             groups: Dict[Tuple[str, tuple], list] = {}
             for _, key, name, kind in layout.shm:
                 groups.setdefault((kind[1], kind[2]), []).append((key, name))
-            self._groups.append([(np.dtype(d), shape, fields)
+            self._groups.append([(np.dtype(d), shape, fields,
+                                  self._group_view(layout, np.dtype(d), shape, fields))
                                  for (d, shape), fields in groups.items()])
         self._table[worker, lid] = gid
         self._whole_batch.clear()
+
+    def _group_view(self, layout: InfoLayout, dtype: np.dtype, shape: Tuple[int, ...],
+                    fields: List[Tuple[Any, str]]) -> Optional[np.ndarray]:
+        """A ``(rows, len(fields), *shape)`` view of the fields of one group when
+        they lie back to back in the info area (one copy reads them all), else ``None``."""
+        size = dtype.itemsize * int(np.prod(shape, dtype=np.int64))
+        start = layout.dtype.fields[fields[0][1]][1]
+        offsets = [layout.dtype.fields[name][1] for _, name in fields]
+        if offsets != [start + j * size for j in range(len(fields))] or start % dtype.alignment:
+            return None
+        area = self._info[:, start:start + len(fields) * size]
+        return area.view(dtype).reshape((area.shape[0], len(fields)) + tuple(shape))
 
     def _shared_layout(self, rows: Union[slice, np.ndarray], lids: np.ndarray) -> int:
         """What the envs of ``rows`` have: the global id of the one pure layout
@@ -338,10 +355,17 @@ class InfoDecoder:
         a C-contiguous array of its own rows (fewer allocations than an array
         per key).
         """
-        records = self._records[gid][rows]
+        records = None
         layout = self._layouts[gid]
         columns: Dict[Any, np.ndarray] = {}
-        for dtype, shape, fields in self._groups[gid]:
+        for dtype, shape, fields, view in self._groups[gid]:
+            if view is not None:  # back to back: one copy, key-major
+                block = np.ascontiguousarray(view[rows].swapaxes(0, 1))
+                for i, (key, _) in enumerate(fields):
+                    columns[key] = block[i]
+                continue
+            if records is None:
+                records = self._records[gid][rows]
             block = np.empty((len(fields), n) + shape, dtype)
             for i, (key, name) in enumerate(fields):
                 block[i] = records[name]

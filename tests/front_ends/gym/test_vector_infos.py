@@ -228,6 +228,35 @@ def test_codec_shared_layout_batch_gives_independent_contiguous_arrays_each_step
     assert decoder.batch(slice(0, 3), [0, 1, 2], {}) == {}
 
 
+@pytest.mark.parametrize("rows", [slice(0, 3), np.array([2, 0, 1])], ids=["slice", "index"])
+def test_codec_shared_layout_batch_reads_back_to_back_and_scattered_keys_alike(rows):
+    # "x" and "y" are float64 fields with an int64 between them (scattered);
+    # "p", "q" and "r" are three int16 (2,) arrays back to back (one copy).
+    area, lids, encoder, decoder = make_codec(capacity=128, rows=3)
+    infos = [{"x": float(i), "k": i, "y": np.float64(-i), "p": np.full(2, i, np.int16),
+              "q": np.full(2, 10 + i, np.int16), "r": np.full(2, 20 + i, np.int16)}
+             for i in range(3)]
+    assert encode_rows(area, lids, encoder, decoder, infos) == {}
+    views = {tuple(key for key, _ in fields): view is not None
+             for _, _, fields, view in decoder._groups[1]}
+    assert views == {("x", "y"): False, ("k",): True, ("p", "q", "r"): True}
+    order = list(range(3)) if isinstance(rows, slice) else rows.tolist()
+    got = decoder.batch(rows, order, {})
+    assert_same_info(got, batch_of([infos[i] for i in order]))
+    for value in got.values():
+        assert value.flags.c_contiguous and value.flags.writeable
+
+
+def test_codec_layout_of_scalars_changes_with_a_value_type():
+    area, lids, encoder, decoder = make_codec()
+    new = []
+    assert encoder.encode(0, {"a": 1.0, "b": 2}, area, 0, new)[0] == 1
+    assert encoder.encode(0, {"a": 1.0, "b": 3}, area, 0, new)[0] == 1
+    assert encoder.encode(0, {"a": np.float32(1.0), "b": 3}, area, 0, new)[0] == 2
+    assert encoder.encode(0, {"a": 1.0, "b": True}, area, 0, new)[0] == 3
+    assert [lid for lid, _ in new] == [1, 2, 3]
+
+
 def test_codec_remembers_only_no_info_and_shared_layouts():
     # Mixed rows take the slow path and are not remembered: their combinations
     # could grow without bound over a long run.
