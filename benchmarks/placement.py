@@ -1,4 +1,5 @@
-"""Worker placement: one front end with several option sets, measured interleaved.
+"""Worker placement and scheduling: one front end with several option sets, measured
+interleaved.
 
 Builds every variant of one front end at once (each its own workers) and
 steps them in turn, ``--seconds`` each, for ``--repeats`` rounds (the order
@@ -15,11 +16,20 @@ Run:  python benchmarks/placement.py --front vector --workload CartPole-v1 \\
 ``--front``: ``vector`` (FastVectorEnv), ``fast`` (FastParallelEnvironment) or
 ``parallel`` (ParallelAlfEnvironment). In FastVectorEnv's asynchronous mode a
 step returns ``batch_size`` envs, and that is what is counted.
+
+A variant may also give ``"worker_policy": "other"`` (or ``"batch"``, the
+workers' own default): the scheduling policy the workers are switched to once
+built. This is how docs/benchmarks.md ("Worker scheduling policy") compared
+``SCHED_BATCH`` workers with normal ones:
+
+      python benchmarks/placement.py --front parallel --workload Pong \
+          --variants '{"other": {"worker_policy": "other"}, "batch": {}}'
 """
 
 import argparse
 import functools
 import json
+import os
 import statistics
 import sys
 import time
@@ -30,11 +40,17 @@ import numpy as np
 from alf_env.bench.backends import _alf_env, env_fns
 
 NUM_ACTIONS = 16
+#: ``worker_policy`` values and the Linux scheduling policies they set.
+POLICIES = {"other": os.SCHED_OTHER, "batch": os.SCHED_BATCH}
 
 
 def _build(front: str, workload: str, num_envs: int, kwargs: Dict[str, Any]
            ) -> Callable[[int], int]:
     """Builds one variant; returns ``step(k) -> env-steps done`` (with ``.close``)."""
+    kwargs = dict(kwargs)
+    policy = kwargs.pop("worker_policy", None)
+    if policy is not None and policy not in POLICIES:
+        raise ValueError(f"worker_policy: expected one of {sorted(POLICIES)}, got {policy!r}")
     if front == "vector":
         from alf_env.vector import FastVectorEnv
         env = FastVectorEnv(env_fns(workload, num_envs), **kwargs)
@@ -43,6 +59,7 @@ def _build(front: str, workload: str, num_envs: int, kwargs: Dict[str, Any]
         space.seed(0)
         actions = [space.sample() for _ in range(NUM_ACTIONS)]
         rows = env.batch_size
+        pids = env.worker_pids()
 
         def step(k: int) -> int:
             env.step(actions[k % NUM_ACTIONS])
@@ -54,12 +71,16 @@ def _build(front: str, workload: str, num_envs: int, kwargs: Dict[str, Any]
         env = cls([functools.partial(_alf_env, workload, i) for i in range(num_envs)],
                   **kwargs)
         action = env.reset().prev_action  # a valid batched action
+        pids = [worker.pid for worker in env._envs]
 
         def step(k: int) -> int:
             env.step(action)
             return num_envs
     else:
         raise ValueError(f"--front: expected vector, fast or parallel, got {front!r}")
+    if policy is not None:
+        for pid in pids:
+            os.sched_setscheduler(pid, POLICIES[policy], os.sched_param(0))
     step.close = env.close  # type: ignore[attr-defined]
     return step
 

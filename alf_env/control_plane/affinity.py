@@ -22,10 +22,28 @@ when both hold:
   than CPUs they would all pile onto the first CPUs, so the OS places them.
 
 Otherwise it leaves the placement to the OS, as ``None`` does.
+
+Scheduling policy
+-----------------
+Every worker runs under Linux's ``SCHED_BATCH`` policy
+(:func:`batch_scheduling`, called as the worker starts). A worker woken by a
+job or a pipe message then does not preempt the process that woke it: the
+trainer, posting a step to n workers one after the other, finishes posting
+before they take its core, rather than being preempted by the first worker
+it wakes while the others still wait for their actions. Measured on this
+machine's 2 CPUs, 8 envs, 5 interleaved repeats (docs/benchmarks.md, "Worker
+scheduling policy"): the pipe front end (``ParallelAlfEnvironment``) gains
+14% on CartPole, 4% on HalfCheetah and 1% on Pong; the shared-memory front
+ends, whose posts are one futex wake per worker, are unchanged (0.98-1.02).
+The policy only changes how wake-ups preempt and how the kernel
+scores the worker, never its share of CPU time (its nice value is kept).
+Processes the env starts inherit the policy, as Linux does for any child.
 """
 
 import os
 from typing import List, Optional, Sequence, Union
+
+from absl import logging
 
 WorkerCpus = Union[None, str, Sequence[int]]
 
@@ -100,3 +118,24 @@ def pin_workers(pids: Sequence[int], plan: Optional[Sequence[int]]) -> None:
         except OSError as err:
             raise OSError(err.errno, f"worker_cpus: cannot pin worker {i} (pid {pid}) to "
                                      f"CPU {cpu}: {err.strerror}") from err
+
+
+def batch_scheduling() -> bool:
+    """Puts the calling process (a worker) under ``SCHED_BATCH`` (see the module
+    docstring).
+
+    Returns:
+        whether the policy was set (``False`` where the OS has no
+        ``SCHED_BATCH`` or refuses it: the worker then runs as it was, and
+        says so in the log; this never raises).
+    """
+    policy = getattr(os, "SCHED_BATCH", None)
+    if policy is None:
+        return False
+    try:
+        os.sched_setscheduler(0, policy, os.sched_param(0))
+    except OSError as err:  # e.g. EPERM under a seccomp profile: not worth failing for
+        logging.info("alf_env worker: SCHED_BATCH not available (%s); keeping the "
+                     "normal policy", err.strerror)
+        return False
+    return True

@@ -13,6 +13,7 @@ env's specs (:mod:`alf_env.control_plane.spec_checks`), so a mismatch is a
 ``ValueError`` naming the field, raised where it happens.
 """
 
+import gc
 import inspect
 import multiprocessing.connection
 import multiprocessing.util
@@ -24,6 +25,7 @@ import cloudpickle
 from absl import logging
 
 from alf_env import nest
+from alf_env.control_plane.affinity import batch_scheduling
 from alf_env.control_plane.protocol import (SYNC_PROGRESS_CALL, MessageType, recv_message,
                                             send_raw)
 from alf_env.control_plane.remote import RemoteException, RemoteMethod
@@ -149,8 +151,15 @@ def _worker_main(conn: multiprocessing.connection.Connection,
                  torch_num_threads: Optional[int], parent_pid: int,
                  pickled: bool) -> None:
     """Entry point of a worker process: construct the env, then serve calls."""
+    # Garbage a forked worker inherits from its parent is not its to finalize:
+    # a finalizer would act on the parent's resources from here (e.g. a Ray
+    # client's destructor, run by the collector in the worker, crashed it:
+    # its gRPC threads exist only in the parent). What lives now is moved out
+    # of the collector's reach; what the worker creates later is collected.
+    gc.freeze()
     worker_signals()
     start_parent_watchdog(parent_pid)
+    batch_scheduling()
     if torch_num_threads is not None:
         import torch
         torch.set_num_threads(torch_num_threads)

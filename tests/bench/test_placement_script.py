@@ -1,5 +1,7 @@
 """benchmarks/placement.py: option sets of one front end, measured interleaved."""
 
+import os
+
 import psutil
 import pytest
 
@@ -42,3 +44,27 @@ def test_main_names_a_bad_variants_argument(placement, capsys):
 def test_an_unknown_front_is_named(placement):
     with pytest.raises(ValueError, match="--front: expected vector, fast or parallel"):
         placement.compare("ray", "W1", {"a": {}}, num_envs=2, repeats=1, seconds=0.01)
+
+
+@pytest.mark.parametrize("front", ["vector", "fast", "parallel"])
+def test_a_variant_sets_the_workers_scheduling_policy(placement, front, monkeypatch):
+    calls = []
+    original = os.sched_setscheduler
+
+    def record(pid, policy, param):
+        calls.append((pid, policy, os.sched_getscheduler(pid)))
+        original(pid, policy, param)
+
+    monkeypatch.setattr(os, "sched_setscheduler", record)
+    rates = placement.compare(front, "W1", {"other": {"worker_policy": "other"}, "batch": {}},
+                              num_envs=2, repeats=1, seconds=0.02)
+    assert list(rates) == ["other", "batch"]
+    # The workers started under SCHED_BATCH; the "other" variant's were switched.
+    assert [(policy, before) for _, policy, before in calls] == \
+        [(os.SCHED_OTHER, os.SCHED_BATCH)] * len(calls) and calls
+
+
+def test_an_unknown_worker_policy_is_named(placement):
+    with pytest.raises(ValueError, match="worker_policy: expected one of"):
+        placement.compare("vector", "W1", {"a": {"worker_policy": "fifo"}}, num_envs=2,
+                          repeats=1, seconds=0.01)

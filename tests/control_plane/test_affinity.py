@@ -180,3 +180,39 @@ def test_pinned_workers_let_the_trainer_spin_longer(backend, worker_cpus, cap_us
         assert controller.spin_budget_us == cap_us
     finally:
         env.close()
+
+
+# -- the workers' scheduling policy ---------------------------------------------------
+
+
+def _policy(pid: int) -> int:
+    return os.sched_getscheduler(pid) & ~getattr(os, "SCHED_RESET_ON_FORK", 0)
+
+
+@pytest.mark.parametrize("context", ["fork", "spawn", "forkserver"])
+@pytest.mark.parametrize("backend", sorted(BACKENDS))
+def test_workers_run_under_sched_batch(backend, context):
+    env = BACKENDS[backend](2, start_method=context) if backend != "vector" else \
+        BACKENDS[backend](2, context=context)
+    try:
+        env.reset()
+        workers = env._workers if isinstance(env, FastVectorEnv) else env._envs
+        assert [_policy(w.pid) for w in workers] == [os.SCHED_BATCH] * 2
+        assert _policy(0) == os.SCHED_OTHER  # the trainer keeps its policy
+    finally:
+        env.close()
+
+
+@pytest.mark.parametrize("error", [PermissionError(1, "Operation not permitted"),
+                                   OSError(5, "Input/output error")])
+def test_batch_scheduling_keeps_the_normal_policy_where_the_os_refuses(error, monkeypatch,
+                                                                       caplog):
+    def refuse(pid, policy, param):
+        raise error
+
+    monkeypatch.setattr(os, "sched_setscheduler", refuse)
+    with caplog.at_level("INFO"):
+        assert affinity.batch_scheduling() is False
+    assert f"SCHED_BATCH not available ({error.strerror})" in caplog.text
+    assert _policy(0) == os.SCHED_OTHER
+

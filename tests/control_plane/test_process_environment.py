@@ -3,6 +3,7 @@
 import functools
 import gc
 import multiprocessing
+import os
 import signal
 import time
 import weakref
@@ -361,3 +362,33 @@ def test_sync_progress_leaves_an_env_without_it_alone(make_env):
     env = make_env()
     assert env.sync_progress(0.25) is False
     assert env.call("add", 1, 1)() == 2
+
+
+class _FinalizedInWorker:
+    """Part of a reference cycle; its finalizer notes the pid that ran it."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.cycle = self
+
+    def __del__(self) -> None:
+        with open(self.path, "a") as f:
+            f.write(f"{os.getpid()}\n")
+
+
+def test_a_forked_worker_never_finalizes_garbage_inherited_from_the_parent(make_env,
+                                                                           tmp_path):
+    # A cycle that is garbage in the parent when the worker forks: its
+    # finalizer acts on the parent's resources and must not run in the worker
+    # (a Ray client's destructor, run there, crashed workers).
+    gc.disable()
+    try:
+        _FinalizedInWorker(str(tmp_path / "finalized"))  # garbage, not yet collected
+        env = make_env(start_method="fork")
+    finally:
+        gc.enable()
+    assert env.call("collect_garbage")() >= 0  # a full collection in the worker
+    gc.collect()  # the parent finalizes its own garbage
+    assert (tmp_path / "finalized").read_text().split() == [str(os.getpid())]
+    # What the worker itself makes later is collected there as usual.
+    assert env.call("collect_garbage")() == 0

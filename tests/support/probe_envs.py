@@ -68,6 +68,11 @@ class ProbeEnv:
     def fail(self):
         inject(self.fault)
 
+    def collect_garbage(self) -> int:
+        """Runs a full collection in the worker; returns what it found."""
+        import gc
+        return gc.collect()
+
     def raise_value_error(self, message: str):
         raise ValueError(message)
 
