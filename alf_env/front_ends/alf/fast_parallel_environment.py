@@ -234,8 +234,7 @@ class FastParallelEnvironment(ParallelAlfEnvironment):
                 self._post([w], job)
                 self._wait_for([w], during)
         else:
-            self._post(workers, job)
-            self._wait_for(workers, during)
+            self._board.run(workers, job, 0, during)  # post and wait in one go
 
     def _restart_background_resets(self) -> None:
         """Resets again the envs whose background reset is under way."""
