@@ -329,8 +329,8 @@ class InfoDecoder:
         """A ``(rows, len(fields), *shape)`` view of the fields of one group when
         they lie back to back in the info area (one copy reads them all), else ``None``."""
         size = dtype.itemsize * int(np.prod(shape, dtype=np.int64))
-        start = layout.dtype.fields[fields[0][1]][1]
         offsets = [layout.dtype.fields[name][1] for _, name in fields]
+        start = offsets[0]
         if offsets != [start + j * size for j in range(len(fields))] or start % dtype.alignment:
             return None
         area = self._info[:, start:start + len(fields) * size]

@@ -91,21 +91,17 @@ class JobBoard:
             as :meth:`wait_for` (on ``EnvTimeoutError`` the jobs stay posted:
             a later :meth:`wait_for` picks them up).
         """
-        if self.controller.num_outstanding:
-            self.post(workers, job, arg)
+        others_outstanding = self.controller.num_outstanding
+        self.post(workers, job, arg)
+        if others_outstanding:
             self.wait_for(workers, during, timeout)
             return
-        done, jobs = self._done, self._jobs
-        for w in workers:
-            done.pop(w, None)
-            jobs[w] = job
-        self.controller.post(workers, job, arg)
         if timeout is None:
             timeout = self.timeout
         deadline = None if timeout is None else time.monotonic() + timeout
         # Only these jobs are outstanding, so the first len(workers) completions are theirs.
         self._wait_some(len(workers), during, deadline, timeout,
-                        lambda: [w for w in workers if w not in done])
+                        lambda: [w for w in workers if w not in self._done])
         if self._errors:
             self._raise_first_error(workers)
 

@@ -108,11 +108,7 @@ class JobEngine:
         finishes them before it posts again).
         """
         self._write_actions(actions, self._all_ids, self._all_rows)
-        try:
-            self._board.run(self._all_workers, JobType.STEP, 0, "step")
-        except WorkerDiedError as exc:
-            self._broken = exc
-            raise
+        self._guard(lambda: self._board.run(self._all_workers, JobType.STEP, 0, "step"))
 
     def _check_ids(self, env_ids: Any) -> np.ndarray:
         ids = np.asarray(env_ids)
