@@ -35,11 +35,16 @@ class _Rows:
         self._flatten, self._pack = compile_nest(spec)
 
     def read(self) -> Any:
+        return self._pack(self.read_leaves())
+
+    def read_leaves(self) -> List[np.ndarray]:
         # Copies: the env may keep the action; the parent reuses the rows.
-        return self._pack([np.array(v) for v in self.views])
+        return [np.array(v) for v in self.views]
 
     def write(self, value: Any, env_id: Any) -> None:
-        leaves = self._flatten(value)
+        self.write_leaves(self._flatten(value), env_id)
+
+    def write_leaves(self, leaves: List[Any], env_id: Any) -> None:
         views = self.views
         if len(leaves) != len(views):
             raise time_step_count_error(env_id, len(leaves), self.paths)
@@ -97,6 +102,9 @@ class AlfRowsHandler:
                           time_step_spec))
 
         self._actions, self._outputs = rows_of(self.rows, batched)
+        self._flat_step = None if batched else _flat_stepper(env)
+        if self._flat_step is not None:
+            self.step = self._step_flat
         # An EnvGroup resets its members that ended once the step is reported.
         reset_ended = getattr(env, "reset_ended", None)
         if callable(reset_ended):
@@ -111,7 +119,8 @@ class AlfRowsHandler:
             member_batched = per > 1 or bool(env.members[0].batched)
             self._members = [
                 rows_of((begin + j * per, begin + (j + 1) * per), member_batched)
-                + ((env_id or 0) + j,)
+                + ((env_id or 0) + j,
+                   None if member_batched else _flat_stepper(env.members[j]))
                 for j in range(n)]
             self.step, self.reset = self._step_members, self._reset_members
         return self
@@ -122,14 +131,33 @@ class AlfRowsHandler:
     def reset(self, arg: int) -> None:
         self._outputs.write(self._env.reset(), self._env_id)
 
+    def _step_flat(self, arg: int) -> None:
+        actions = self._actions.read_leaves()
+        result = self._flat_step(actions)
+        if result is None:  # not a plain step (a reset): the env's step() does it
+            self._outputs.write(self._env.step(self._actions.read()), self._env_id)
+        else:
+            self._outputs.write_leaves(result[0], self._env_id)
+
     def _step_members(self, arg: int) -> None:
         group = self._env
         group.begin_job()
-        for j, (actions, outputs, env_id) in enumerate(self._members):
+        for j, (actions, outputs, env_id, flat_step) in enumerate(self._members):
+            if flat_step is not None:
+                leaves = group.step_member_flat(j, flat_step, actions.read_leaves())
+                if leaves is not None:
+                    outputs.write_leaves(leaves, env_id)
+                    continue
             outputs.write(group.step_member(j, actions.read()), env_id)
 
     def _reset_members(self, arg: int) -> None:
         group = self._env
         group.begin_job()
-        for j, (_, outputs, env_id) in enumerate(self._members):
+        for j, (_, outputs, env_id, _) in enumerate(self._members):
             outputs.write(group.reset_member(j), env_id)
+
+
+def _flat_stepper(env: Any) -> Any:
+    """``env.flat_stepper()`` (see ``AlfGymWrapper``), or ``None`` if it has none."""
+    make = getattr(type(env), "flat_stepper", None)
+    return make(env) if callable(make) else None

@@ -24,9 +24,17 @@ ragged lists are dropped). Those entries, keys sorted, form
 to the spec dtype; an entry missing from an info dict is reported as zeros, an
 entry whose shape changed raises ``ValueError``, and new entries are ignored.
 Pass ``env_info_spec`` to skip the probe.
+
+Flat steps: a worker of ``FastParallelEnvironment`` writes each time step into
+shared rows leaf by leaf, so the ``TimeStep`` that ``step()`` builds would
+only be taken apart again. :meth:`AlfGymWrapper.flat_stepper` gives it a step
+that takes the flattened action and returns the flattened time step: the
+same conversions and the same values as ``step()``, without building the
+``TimeStep`` (which :meth:`~AlfGymWrapper.current_time_step` builds only when
+asked for).
 """
 
-from typing import Any, Dict, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import gymnasium
 import numpy as np
@@ -35,6 +43,7 @@ from gymnasium import spaces
 from alf_env import nest
 from alf_env.data_structures import (StepType, TimeStep, _scalar_array, restart, termination,
                                      transition, truncation)
+from alf_env.control_plane.leaf_codec import compile_nest
 from alf_env.environments.alf_environment import AlfEnvironment, forward_attribute
 from alf_env.environments.gym_conversions import (_compile_gym_action, _compile_structure,
                                                   _compile_zeros, _Converter, _field,
@@ -55,12 +64,40 @@ _LAST_ARRAY = _scalar_array(StepType.LAST, np.int32)
 _ZERO_DISCOUNT_ARRAY = _scalar_array(0.0, np.float32)
 _ONE_DISCOUNT_ARRAY = _scalar_array(1.0, np.float32)
 
+#: ``flat_stepper()``'s step: the flattened action in, ``(the flattened time
+#: step, whether it is LAST)`` out, or ``None`` when it did not step.
+FlatStep = Callable[[List[np.ndarray]], Optional[Tuple[List[Any], bool]]]
+
 
 # The attributes set by AlfGymWrapper._compile (left out of pickles).
 _COMPILED_ATTRIBUTES = ("_fast_observation", "_fast_action", "_fast_zero_action",
                         "_fast_env_info", "_gym_action_space", "_fast_gym_action",
                         "_direct_time_steps", "_direct_gym_action", "_discount_array",
                         "_env_id_array")
+
+
+def _compile_info_flatten(spec: Any) -> Callable[[Any], List[Any]]:
+    """``nest.flatten`` of an ``env_info`` that ``_env_info`` made for ``spec``.
+
+    A dict of leaves (the common case) is read key by key in sorted order;
+    anything else, or a dict with other keys, is left to ``nest.flatten``.
+    """
+    if type(spec) is not dict or any(nest.is_nested(s) for s in spec.values()):
+        return nest.flatten
+    try:
+        keys = sorted(spec)
+    except TypeError:
+        return nest.flatten
+
+    def flatten(info: Any) -> List[Any]:
+        if type(info) is dict and len(info) == len(keys):
+            try:
+                return [info[k] for k in keys]
+            except KeyError:
+                pass
+        return nest.flatten(info)
+
+    return flatten
 
 
 def _is_inherited(obj: Any, name: str) -> bool:
@@ -118,6 +155,9 @@ class AlfGymWrapper(AlfEnvironment):
         self._pending_seed: Optional[int] = None
         self._info: Any = None
         self._done = True
+        # The flattened time step of the last flat step (see flat_stepper),
+        # packed into _current_time_step only when someone asks for it.
+        self._current_leaves: Optional[List[Any]] = None
         # No compiled conversions yet: the probe below takes the general path.
         self._fast_gym_action: Optional[_Converter] = None
         self._gym_action_space: Optional[spaces.Space] = None
@@ -253,6 +293,100 @@ class AlfGymWrapper(AlfEnvironment):
     def __getattr__(self, name: str) -> Any:
         return forward_attribute(self, "_gym_env", name)
 
+    def current_time_step(self) -> Optional[TimeStep]:
+        """The last ``TimeStep`` returned (by ``step()``, ``reset()`` or a flat step)."""
+        leaves = self._current_leaves
+        if leaves is not None:
+            self._current_leaves = None
+            self._current_time_step = nest.pack_sequence_as(
+                self.time_step_spec(), [np.array(leaf) for leaf in leaves])
+        return super().current_time_step()
+
+    def flat_stepper(self) -> Optional[FlatStep]:
+        """A step on flattened nests, for a worker that writes them into shared rows.
+
+        ``flat_step(action_leaves)`` steps the env with the action whose
+        leaves (``nest.flatten`` order of ``action_spec()``, arrays of the
+        spec's shapes and dtypes, owned by the env from then on) are
+        ``action_leaves``, and returns ``(leaves, is_last)``: the leaves of
+        the time step ``step()`` would have returned, in ``nest.flatten``
+        order of ``time_step_spec()``, and whether it is ``LAST``. The leaves
+        are to be copied out before the next step: some are shared constants.
+        It returns ``None``, having done nothing, when this step is not a
+        plain one (the first after ``LAST`` with ``auto_reset``, or before the
+        first reset): call ``step()`` for it then.
+
+        Returns:
+            the step, or ``None`` when this wrapper cannot step that way: a
+            subclass (it may convert differently), or specs whose time step
+            does not flatten in field order.
+        """
+        if type(self) is not AlfGymWrapper or not (self._direct_time_steps
+                                                   and self._direct_gym_action):
+            return None
+        time_step_spec = self.time_step_spec()
+        paths = [p for p, _ in nest.flatten_with_path(time_step_spec)]
+
+        def under(prefix: str, spec: Any) -> List[str]:
+            return [f"{prefix}.{p}" if p else prefix for p, _ in nest.flatten_with_path(spec)]
+
+        env_info_spec = self._env_info_spec
+        if paths != (["step_type", "reward", "discount"]
+                     + under("observation", self._observation_spec)
+                     + under("prev_action", self._action_spec) + ["env_id"]
+                     + under("env_info", {} if env_info_spec is None else env_info_spec)):
+            return None
+        flatten_observation = compile_nest(self._observation_spec)[0]
+        flatten_info = _compile_info_flatten({} if env_info_spec is None else env_info_spec)
+        pack_action = compile_nest(self._action_spec)[1]
+        gym_env = self._gym_env
+        gym_action_space = self._gym_action_space
+        to_gym = self._fast_gym_action
+        observation_of, reward_of, env_info_of = (self._observation, self._reward,
+                                                  self._env_info)
+        last, mid = _LAST_ARRAY, _MID_ARRAY
+        zero_discount = _ZERO_DISCOUNT_ARRAY
+
+        def flat_step(action_leaves: List[np.ndarray]) -> Optional[Tuple[List[Any], bool]]:
+            # AlfEnvironment.step() then _step(), minus building the TimeStep.
+            if self._closed:
+                self._check_not_closed()
+            if (self._done and self._auto_reset) or (
+                    self._current_time_step is None and self._current_leaves is None):
+                return None  # a reset: step() does it
+            action = pack_action(action_leaves)
+            space = gym_env.action_space
+            gym_action = (to_gym(action) if space is gym_action_space
+                          else self._to_gym_action(space, action))
+            observation, reward, terminated, truncated, info = gym_env.step(gym_action)
+            self._info = info
+            ended = bool(terminated or truncated)
+            self._done = ended
+            observation = observation_of(observation)
+            reward = reward_of(reward)
+            env_info = env_info_of(info)
+            # The cached 0-d arrays themselves (the caller copies the leaves),
+            # unless the attribute they were made from was replaced.
+            if terminated:
+                discount = zero_discount
+            else:
+                source, discount = self._discount_array
+                if source is not self._discount:
+                    discount = self._fresh_discount()
+            source, env_id = self._env_id_array
+            if source is not self._env_id:
+                env_id = self._fresh_env_id()
+            leaves = [last if ended else mid, reward, discount]
+            leaves += flatten_observation(observation)
+            leaves += action_leaves
+            leaves.append(env_id)
+            if env_info is not None and (type(env_info) is not dict or env_info):
+                leaves += flatten_info(env_info)
+            self._current_leaves = leaves
+            return leaves, ended
+
+        return flat_step
+
     # ----- conversions --------------------------------------------------------
     def _observation(self, observation: Any) -> Any:
         convert = self._fast_observation
@@ -350,6 +484,7 @@ class AlfGymWrapper(AlfEnvironment):
         return _scalar_array(self._discount, np.float32)
 
     def _reset(self) -> TimeStep:
+        self._current_leaves = None  # reset() sets _current_time_step
         seed, self._pending_seed = self._pending_seed, None
         observation, info = self._gym_env.reset(seed=seed)
         self._info = info
@@ -367,6 +502,7 @@ class AlfGymWrapper(AlfEnvironment):
                        env_info=env_info)
 
     def _step(self, action: Any) -> TimeStep:
+        self._current_leaves = None  # step() sets _current_time_step
         if self._done and self._auto_reset:
             return self.reset()
         action = self._action_arrays(action)

@@ -641,3 +641,165 @@ def test_alf_names_gym_done_and_sync_progress():
     wrapped.sync_progress(0.5)
     assert wrapped.gym_env.unwrapped.progress == 0.5
     AlfGymWrapper(_ScriptedEnv()).sync_progress(0.5)  # an env without it: nothing
+
+
+# ----- flat steps (what FastParallelEnvironment's workers run) -----------------
+
+def _leaf_bytes(leaves):
+    """What a worker copies into its rows: dtype, shape and bytes of each leaf."""
+    return [(np.asarray(x).dtype.str, np.asarray(x).shape, np.asarray(x).tobytes())
+            for x in leaves]
+
+
+def _flat_outcome(env, flat_step, action):
+    """A worker's step: the flat step, or ``step()`` when the flat step declines."""
+    try:
+        result = flat_step([np.array(x) for x in nest.flatten(action)])
+        if result is None:
+            time_step = env.step(action)
+            leaves, last = nest.flatten(time_step), bool(time_step.is_last())
+        else:
+            leaves, last = result
+        return ("ok", _leaf_bytes(leaves), last)
+    except Exception as err:  # the same error, type and message, is expected
+        return ("error", type(err), str(err))
+
+
+def _step_outcome(env, action):
+    try:
+        time_step = env.step(action)
+        return ("ok", _leaf_bytes(nest.flatten(time_step)), bool(time_step.is_last()))
+    except Exception as err:
+        return ("error", type(err), str(err))
+
+
+def _twin_runs(make, num_steps, seed=0, reset=True):
+    """Steps two envs from ``make()`` with the same actions, one through
+    ``step()`` and one through its flat step; returns both histories."""
+    histories = []
+    for flat in (False, True):
+        env = make()
+        flat_step = env.flat_stepper()
+        assert flat_step is not None
+        env.seed(seed)
+        rng = np.random.RandomState(seed)
+        history = [_outcome(lambda: nest.flatten(env.reset()))] if reset else []
+        for _ in range(num_steps):
+            action = nest.map_structure(lambda s: s.numpy_sample(rng=rng), env.action_spec())
+            history.append(_flat_outcome(env, flat_step, action) if flat
+                           else _step_outcome(env, action))
+            history.append(_leaf_bytes(nest.flatten(env.current_time_step()))
+                           if env.current_time_step() is not None else None)
+            history.append((env.done, repr(env.get_info())))
+        history.append([repr(a) for a in getattr(env.gym_env, "actions", [])])
+        histories.append(history)
+    return histories
+
+
+@pytest.mark.parametrize("space", [
+    spaces.Box(-1.0, 1.0, (4, ), np.float32),
+    spaces.Box(-1.0, 1.0, (2, ), np.float64),
+    spaces.Discrete(5, start=-2),
+    spaces.MultiBinary(3),
+    ALL_SPACES,
+    TUPLE_SPACE,
+    NESTED_SPACE,
+])
+@pytest.mark.parametrize("transform", [lambda x: x, _as_float64, _as_torch,
+                                       lambda x: (x, )])  # the last: a structure mismatch
+@pytest.mark.parametrize("end", ["terminated", "truncated", "both"])
+def test_flat_steps_give_what_step_gives(space, transform, end):
+    def make():
+        return AlfGymWrapper(_FormsEnv(transform, reward=np.float64(0.25),
+                                       observation_space=space, action_space=space,
+                                       length=4, end=end), env_id=2, discount=0.9)
+
+    step_history, flat_history = _twin_runs(make, 12)
+    assert flat_history == step_history
+
+
+@pytest.mark.parametrize("pattern", ["fixed", "come_go", "type_change"])
+def test_flat_steps_give_what_step_gives_with_numeric_infos(pattern):
+    from tests.support.gym_envs import NumericInfoEnv
+
+    step_history, flat_history = _twin_runs(
+        lambda: AlfGymWrapper(NumericInfoEnv(pattern, episode_length=5)), 40)
+    assert flat_history == step_history
+
+
+def test_flat_step_before_reset_and_after_last_declines():
+    env = _wrap(length=2)
+    flat_step = env.flat_stepper()
+    probe_actions = list(env.gym_env.actions)  # the env_info probe's step
+    action = [np.array(1)]
+    assert flat_step(action) is None  # before the first reset: step() resets
+    assert env.gym_env.actions == probe_actions
+    env.reset()
+    leaves, last = flat_step(action)
+    assert not last and int(leaves[0]) == StepType.MID
+    leaves, last = flat_step([np.array(2)])
+    assert last and int(leaves[0]) == StepType.LAST and float(leaves[2]) == 0.0
+    assert flat_step(action) is None  # auto-reset: step() resets and ignores the action
+    assert env.gym_env.actions == probe_actions + [1, 2]
+
+
+def test_flat_step_without_auto_reset_steps_on():
+    env = _wrap(length=1, auto_reset=False)
+    flat_step = env.flat_stepper()
+    env.reset()
+    probe_actions = list(env.gym_env.actions)
+    assert flat_step([np.array(1)])[1]
+    assert flat_step([np.array(2)])[1]  # passed on to the gymnasium env as is
+    assert env.gym_env.actions == probe_actions + [1, 2]
+
+
+def test_current_time_step_after_flat_steps_is_a_time_step_of_its_own():
+    env = _wrap(length=5, env_id=3)
+    twin = _wrap(length=5, env_id=3)
+    flat_step = env.flat_stepper()
+    for e in (env, twin):
+        e.seed(1)
+        e.reset()
+    leaves, _ = flat_step([np.array(2)])
+    expected = twin.step(np.array(2))
+    current = env.current_time_step()
+    assert _leaf_bytes(nest.flatten(current)) == _leaf_bytes(nest.flatten(expected))
+    assert type(current) is type(expected) and type(current.env_info) is dict
+    # Fresh arrays: writing into them changes neither the env nor the next step.
+    current.step_type[...] = 99
+    assert int(flat_step([np.array(1)])[0][0]) == StepType.MID
+    twin.step(np.array(1))
+    # A pickled copy carries the time step of its last flat step.
+    flat_step([np.array(0)])
+    twin.step(np.array(0))
+    copied = pickle.loads(pickle.dumps(env))
+    assert (_leaf_bytes(nest.flatten(copied.current_time_step()))
+            == _leaf_bytes(nest.flatten(twin.current_time_step())))
+
+
+def test_flat_step_of_a_closed_env_raises():
+    env = _wrap()
+    flat_step = env.flat_stepper()
+    env.reset()
+    env.close()
+    with pytest.raises(EnvironmentClosedError):
+        flat_step([np.array(1)])
+
+
+def test_subclasses_have_no_flat_step():
+    assert _GeneralWrapper(_ScriptedEnv()).flat_stepper() is None
+    assert _wrap().flat_stepper() is not None
+
+
+def test_flat_step_uses_replaced_discount_env_id_and_action_space():
+    env = _wrap(length=3, discount=0.5, env_id=1)
+    flat_step = env.flat_stepper()
+    env.reset()
+    env._discount = np.float32(0.25)
+    env._env_id = np.int32(9)
+    leaves, _ = flat_step([np.array(1)])
+    assert float(leaves[2]) == 0.25 and int(leaves[nest.flatten_with_path(
+        env.time_step_spec()).index(("env_id", env.time_step_spec().env_id))]) == 9
+    env.gym_env.action_space = spaces.Discrete(3)  # another object: the general conversion
+    flat_step([np.array(2)])
+    assert env.gym_env.actions[-1] == 2 and type(env.gym_env.actions[-1]) is int

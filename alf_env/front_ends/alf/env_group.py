@@ -125,6 +125,21 @@ class EnvGroup(MembersSpecs, AlfEnvironment):
             self._ended.append(j)
         return time_step
 
+    def step_member_flat(self, j: int, flat_step: Callable[[List[np.ndarray]], Any],
+                         action_leaves: List[np.ndarray]) -> Optional[List[Any]]:
+        """Steps member ``j`` with its ``flat_stepper()``'s step; returns the time
+        step's leaves, or ``None`` (nothing done) when :meth:`step_member` is to
+        step it (an early reset's FIRST to return, or a step that is no plain one)."""
+        if j in self._pending_first:
+            return None
+        result = self._run(j, "step", flat_step, action_leaves)
+        if result is None:
+            return None
+        leaves, is_last = result
+        if is_last:
+            self._ended.append(j)
+        return leaves
+
     def _run(self, j: int, during: str, fn: Callable[..., Any], *args: Any) -> Any:
         """``fn(*args)`` for member ``j``; an exception notes which env raised it."""
         try:

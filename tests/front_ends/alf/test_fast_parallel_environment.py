@@ -195,3 +195,18 @@ def test_float64_mujoco_env_on_the_shared_rows(monkeypatch, tmp_path, float_dtyp
     assert fast[-1].prev_action.dtype == torch.float32  # HalfCheetah's actions are float32
     assert fast[-1].env_info["x_velocity"].dtype == torch.float64  # info entries keep theirs
     assert sum(int(ts.is_last().sum()) for ts in fast) >= 4  # episode ends covered
+
+
+@pytest.mark.parametrize("values,expected", [
+    ([0, 1, 1, 1], False),
+    ([2, 1, 1, 1], True),
+    ([1, 1, 1, 2], True),
+    ([512, 0, 1], False),      # the bytes of LAST, but not at an entry's start
+    ([512, 0, 2], True),
+    ([], False),
+])
+def test_has_last_finds_only_whole_last_entries(values, expected):
+    from alf_env.front_ends.alf.fast_parallel_environment import _has_last
+
+    assert _has_last(np.array(values, np.int32)) is expected
+    assert _has_last(np.array(values, np.int64)) is expected  # another dtype: compared
