@@ -282,9 +282,12 @@ PYBIND11_MODULE(_penv, m) {
                              "processes than CPUs), never pauses on it.");
 
   m.def("_copy_leaves", &copy_leaves, py::arg("dst"), py::arg("src"),
+        py::arg("scalars") = false,
         "Copies src[i] into the row view dst[i] while src[i] is an ndarray of "
-        "dst[i]'s shape and dtype; returns how many it copied (the rest need "
-        "the caller's converting path).");
+        "dst[i]'s shape and dtype (with scalars=True also while it is a "
+        "Python float for a 0-d float64/float32 row or a Python bool for a "
+        "0-d bool row); returns how many it copied (the rest need the "
+        "caller's converting path).");
 
   py::module_ testing = m.def_submodule(
       "_testing", "Low-level hooks for the tests of alf_env._penv.");

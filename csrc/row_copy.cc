@@ -45,7 +45,35 @@ void strided_copy(char* dst, const py::ssize_t* dst_strides, const char* src,
   }
 }
 
-std::size_t copy_leaves(const py::sequence& dst, const py::sequence& src) {
+bool copy_scalar(py::handle leaf, py::array& out) {
+  if (out.ndim() != 0) return false;
+  PyObject* value = leaf.ptr();
+  const auto& api = py::detail::npy_api::get();
+  auto* out_descr = py::detail::array_proxy(out.ptr())->descr;
+  auto is = [&](const py::dtype& dtype) {
+    return api.PyArray_EquivTypes_(out_descr, dtype.ptr()) != 0;
+  };
+  if (PyBool_Check(value)) {
+    if (!is(py::dtype::of<bool>())) return false;
+    *static_cast<std::uint8_t*>(out.mutable_data()) = value == Py_True ? 1 : 0;
+    return true;
+  }
+  if (!PyFloat_Check(value)) return false;
+  const double number = PyFloat_AsDouble(value);  // a float: cannot fail
+  if (is(py::dtype::of<double>())) {
+    std::memcpy(out.mutable_data(), &number, sizeof number);
+    return true;
+  }
+  if (is(py::dtype::of<float>())) {
+    const float rounded = static_cast<float>(number);
+    std::memcpy(out.mutable_data(), &rounded, sizeof rounded);
+    return true;
+  }
+  return false;
+}
+
+std::size_t copy_leaves(const py::sequence& dst, const py::sequence& src,
+                        bool scalars) {
   const std::size_t n = py::len(dst);
   if (py::len(src) != n) {
     throw py::value_error("copy_leaves: expected as many leaves as rows (" +
@@ -73,7 +101,10 @@ std::size_t copy_leaves(const py::sequence& dst, const py::sequence& src) {
                             "; expected a plain-data dtype (rows hold bytes)");
     }
     py::object leaf = src[i];
-    if (!py::isinstance<py::array>(leaf)) return i;  // scalar, list, ...: slow path
+    if (!py::isinstance<py::array>(leaf)) {
+      if (scalars && copy_scalar(leaf, out)) continue;
+      return i;  // scalar, list, ...: slow path
+    }
     auto in = py::reinterpret_borrow<py::array>(leaf);
     const int ndim = static_cast<int>(in.ndim());
     if (ndim != out.ndim()) return i;

@@ -18,13 +18,21 @@ namespace alf_env::penv {
 
 // Copies src[i] into dst[i] for i = 0, 1, ... as long as src[i] is a numpy
 // array with dst[i]'s shape and an equivalent dtype (any strides on either
-// side). Returns the number of leaves copied: the first leaf it could not
-// copy this way, or len(dst) when all were. dst[i] must be writable numpy
-// arrays (else ValueError naming the index); len(src) must equal len(dst)
-// (else ValueError with both lengths). Runs with the GIL held (the copies
-// are small, and the caller owns the rows).
+// side), or, with `scalars`, a scalar that copy_scalar() takes. Returns the
+// number of leaves copied: the first leaf it could not copy this way, or
+// len(dst) when all were. dst[i] must be writable numpy arrays (else
+// ValueError naming the index); len(src) must equal len(dst) (else
+// ValueError with both lengths). Runs with the GIL held (the copies are
+// small, and the caller owns the rows).
 std::size_t copy_leaves(const pybind11::sequence& dst,
-                        const pybind11::sequence& src);
+                        const pybind11::sequence& src, bool scalars);
+
+// Stores a Python float (numpy's float64 scalars are floats too) into a 0-d
+// native float64 or float32 row, or a Python bool into a 0-d bool row: the
+// value np.asarray(leaf, dtype=row.dtype) holds (float64 -> float32 by C's
+// conversion, as numpy casts). Returns false, storing nothing, for anything
+// else.
+bool copy_scalar(pybind11::handle leaf, pybind11::array& out);
 
 // The strided copy under copy_leaves(): `ndim` dims of `shape`, elements of
 // `itemsize` bytes, byte strides per side. Copies the innermost run that is

@@ -44,13 +44,15 @@ class _Rows:
     def write(self, value: Any, env_id: Any) -> None:
         self.write_leaves(self._flatten(value), env_id)
 
-    def write_leaves(self, leaves: List[Any], env_id: Any) -> None:
+    def write_leaves(self, leaves: List[Any], env_id: Any, scalars: bool = False) -> None:
+        """Writes the leaves of a time step (``scalars``: some may be Python
+        floats or bools, see ``AlfGymWrapper.flat_stepper``)."""
         views = self.views
         if len(leaves) != len(views):
             raise time_step_count_error(env_id, len(leaves), self.paths)
         # Exact arrays (the common case) in one native call; from the first
         # leaf that needs a cast or is wrong, the checking path below.
-        done = _copy_leaves(views, leaves)
+        done = _copy_leaves(views, leaves, scalars)
         if done == len(views):
             return
         for path, view, leaf in zip(self.paths[done:], views[done:], leaves[done:]):
@@ -137,7 +139,7 @@ class AlfRowsHandler:
         if result is None:  # not a plain step (a reset): the env's step() does it
             self._outputs.write(self._env.step(self._actions.read()), self._env_id)
         else:
-            self._outputs.write_leaves(result[0], self._env_id)
+            self._outputs.write_leaves(result[0], self._env_id, True)
 
     def _step_members(self, arg: int) -> None:
         group = self._env
@@ -146,7 +148,7 @@ class AlfRowsHandler:
             if flat_step is not None:
                 leaves = group.step_member_flat(j, flat_step, actions.read_leaves())
                 if leaves is not None:
-                    outputs.write_leaves(leaves, env_id)
+                    outputs.write_leaves(leaves, env_id, True)
                     continue
             outputs.write(group.step_member(j, actions.read()), env_id)
 

@@ -100,6 +100,45 @@ def _compile_info_flatten(spec: Any) -> Callable[[Any], List[Any]]:
     return flatten
 
 
+def _compile_raw_info(spec: Any) -> Optional[Callable[[Any], Optional[List[Any]]]]:
+    """The info entries as the env gave them, for a flat dict of 0-d float and
+    bool specs: each entry must be a Python float or numpy float64 (float
+    specs) or a Python bool (bool specs), which the rows store exactly as
+    ``_env_info`` converts them; ``None`` (per info) otherwise, and ``None``
+    for other specs."""
+    if type(spec) is not dict or not spec:
+        return None
+    try:
+        keys = sorted(spec)
+    except TypeError:
+        return None
+    allowed = []
+    for key in keys:
+        leaf = spec[key]
+        if nest.is_nested(leaf) or tuple(leaf.shape) != ():
+            return None
+        dtype = leaf.numpy_dtype
+        if dtype.kind == "f" and dtype.itemsize in (4, 8):
+            allowed.append((key, (float, np.float64)))
+        elif dtype.kind == "b":
+            allowed.append((key, (bool,)))
+        else:
+            return None
+
+    def raw(info: Any) -> Optional[List[Any]]:
+        if type(info) is not dict:
+            return None
+        leaves = []
+        for key, types in allowed:
+            value = info.get(key)
+            if type(value) not in types:
+                return None
+            leaves.append(value)
+        return leaves
+
+    return raw
+
+
 def _is_inherited(obj: Any, name: str) -> bool:
     """Whether ``obj``'s class uses ``AlfGymWrapper``'s own method ``name``."""
     return getattr(type(obj), name) is getattr(AlfGymWrapper, name)
@@ -298,8 +337,9 @@ class AlfGymWrapper(AlfEnvironment):
         leaves = self._current_leaves
         if leaves is not None:
             self._current_leaves = None
-            self._current_time_step = nest.pack_sequence_as(
-                self.time_step_spec(), [np.array(leaf) for leaf in leaves])
+            spec = self.time_step_spec()
+            self._current_time_step = nest.pack_sequence_as(spec, [
+                np.array(leaf, dtype=s.numpy_dtype) for leaf, s in zip(leaves, nest.flatten(spec))])
         return super().current_time_step()
 
     def flat_stepper(self) -> Optional[FlatStep]:
@@ -310,8 +350,12 @@ class AlfGymWrapper(AlfEnvironment):
         spec's shapes and dtypes, owned by the env from then on) are
         ``action_leaves``, and returns ``(leaves, is_last)``: the leaves of
         the time step ``step()`` would have returned, in ``nest.flatten``
-        order of ``time_step_spec()``, and whether it is ``LAST``. The leaves
-        are to be copied out before the next step: some are shared constants.
+        order of ``time_step_spec()``, and whether it is ``LAST``. A leaf
+        whose spec is a 0-d float or bool may be the env's own Python float,
+        numpy float64 or Python bool (the reward, info entries): then
+        ``np.asarray(leaf, spec dtype)`` is ``step()``'s leaf, which is what
+        ``_copy_leaves(..., scalars=True)`` stores. The leaves are to be
+        copied out before the next step: some are shared constants.
         It returns ``None``, having done nothing, when this step is not a
         plain one (the first after ``LAST`` with ``auto_reset``, or before the
         first reset): call ``step()`` for it then.
@@ -338,6 +382,7 @@ class AlfGymWrapper(AlfEnvironment):
             return None
         flatten_observation = compile_nest(self._observation_spec)[0]
         flatten_info = _compile_info_flatten({} if env_info_spec is None else env_info_spec)
+        raw_info = _compile_raw_info(env_info_spec)
         pack_action = compile_nest(self._action_spec)[1]
         gym_env = self._gym_env
         gym_action_space = self._gym_action_space
@@ -363,8 +408,13 @@ class AlfGymWrapper(AlfEnvironment):
             ended = bool(terminated or truncated)
             self._done = ended
             observation = observation_of(observation)
-            reward = reward_of(reward)
-            env_info = env_info_of(info)
+            if type(reward) is not float and type(reward) is not np.float64:
+                reward = reward_of(reward)  # else left as is (see the docstring)
+            info_leaves = raw_info(info) if raw_info is not None else None
+            if info_leaves is None:
+                env_info = env_info_of(info)
+                if env_info is not None and (type(env_info) is not dict or env_info):
+                    info_leaves = flatten_info(env_info)
             # The cached 0-d arrays themselves (the caller copies the leaves),
             # unless the attribute they were made from was replaced.
             if terminated:
@@ -380,8 +430,8 @@ class AlfGymWrapper(AlfEnvironment):
             leaves += flatten_observation(observation)
             leaves += action_leaves
             leaves.append(env_id)
-            if env_info is not None and (type(env_info) is not dict or env_info):
-                leaves += flatten_info(env_info)
+            if info_leaves is not None:
+                leaves += info_leaves
             self._current_leaves = leaves
             return leaves, ended
 

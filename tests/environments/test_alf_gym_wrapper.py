@@ -651,6 +651,19 @@ def _leaf_bytes(leaves):
             for x in leaves]
 
 
+def _as_stored(leaves, spec):
+    """What the rows hold of a flat step's leaves: arrays as they are; the env's
+    float and bool scalars (reward, info entries) as numpy stores them into a
+    0-d row of the spec dtype."""
+    stored = []
+    for leaf, leaf_spec in zip(leaves, nest.flatten(spec)):
+        if type(leaf) is not np.ndarray:
+            assert type(leaf) in (float, np.float64, bool) and tuple(leaf_spec.shape) == ()
+            leaf = np.asarray(leaf, dtype=leaf_spec.numpy_dtype)
+        stored.append(leaf)
+    return stored
+
+
 def _flat_outcome(env, flat_step, action):
     """A worker's step: the flat step, or ``step()`` when the flat step declines."""
     try:
@@ -660,6 +673,8 @@ def _flat_outcome(env, flat_step, action):
             leaves, last = nest.flatten(time_step), bool(time_step.is_last())
         else:
             leaves, last = result
+            assert len(leaves) == len(nest.flatten(env.time_step_spec()))
+            leaves = _as_stored(leaves, env.time_step_spec())
         return ("ok", _leaf_bytes(leaves), last)
     except Exception as err:  # the same error, type and message, is expected
         return ("error", type(err), str(err))
@@ -803,3 +818,35 @@ def test_flat_step_uses_replaced_discount_env_id_and_action_space():
     env.gym_env.action_space = spaces.Discrete(3)  # another object: the general conversion
     flat_step([np.array(2)])
     assert env.gym_env.actions[-1] == 2 and type(env.gym_env.actions[-1]) is int
+
+
+class _FloatInfoEnv(_ScriptedEnv):
+    """Infos of float and bool entries (MuJoCo's kind), now and then one of
+    another type or missing."""
+
+    def _info(self):
+        c = self._count
+        info = {"x": float(c) / 3, "v": np.float64(c) * 1.1, "ok": c % 2 == 0,
+                "tiny": 1e-46 * (c + 1)}  # rounds to 0 or a subnormal in float32
+        if c % 4 == 3:
+            info["v"] = np.float32(c)  # another type: the general conversion
+        if c % 5 == 4:
+            del info["x"]  # missing: zeros
+        return info
+
+
+@pytest.mark.parametrize("declared", [None, {
+    "x": TensorSpec((), torch.float32), "v": TensorSpec((), torch.float32),
+    "ok": TensorSpec((), torch.bool), "tiny": TensorSpec((), torch.float32)}])
+def test_flat_steps_keep_float_and_bool_infos_as_the_env_gave_them(declared):
+    def make():
+        return AlfGymWrapper(_FloatInfoEnv(length=7, end="truncated"),
+                             env_info_spec=declared)
+
+    step_history, flat_history = _twin_runs(make, 30)
+    assert flat_history == step_history
+    # The env's own scalars are the leaves, unconverted, when every entry fits.
+    env = make()
+    env.reset()
+    leaves, _ = env.flat_stepper()([np.array(1)])
+    assert [type(x) for x in leaves[-4:]] == [bool, float, np.float64, float]  # ok tiny v x

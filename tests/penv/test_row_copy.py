@@ -68,3 +68,34 @@ def test_bad_destinations_and_lengths():
         _penv._copy_leaves([[0.0, 0.0]], [np.ones(2)])
     with pytest.raises(ValueError, match=r"dst\[0\] has dtype object"):
         _penv._copy_leaves([np.empty(2, object)], [np.empty(2, object)])
+
+
+@pytest.mark.parametrize("value,dtype", [
+    (3.1, np.float64), (3.1, np.float32), (np.float64(-2.7), np.float32),
+    (np.float64(1e300), np.float32), (float("nan"), np.float32), (-0.0, np.float64),
+    (1e-46, np.float32), (True, np.bool_), (False, np.bool_),
+])
+def test_scalars_are_stored_as_numpy_converts_them(value, dtype):
+    block = SharedBlock([("r", (), dtype)], num_rows=2, num_workers=1)
+    row = block.views["r"][1, ...]
+    with np.errstate(over="ignore"):
+        expected = np.asarray(value, dtype=dtype)
+    assert _penv._copy_leaves([row], [value], scalars=True) == 1
+    assert row.tobytes() == expected.tobytes()
+    assert _penv._copy_leaves([row], [value]) == 0  # only when asked for
+    block.close()
+
+
+@pytest.mark.parametrize("value,dtype,shape", [
+    (3, np.float32, ()),             # a Python int: the checking path decides
+    (np.float32(1.5), np.float32, ()),  # a numpy float32 scalar is no float
+    (1.5, np.int32, ()),             # a float for an integer row
+    (True, np.float32, ()),          # a bool for a float row
+    (1.5, np.bool_, ()),             # a float for a bool row
+    (1.5, np.float32, (1,)),         # a row that is not 0-d
+    (1.5, np.dtype(">f8"), ()),      # a swapped float64 row
+])
+def test_other_scalars_stop_the_native_copy(value, dtype, shape):
+    row = np.zeros(shape, dtype)
+    assert _penv._copy_leaves([row], [value], scalars=True) == 0
+    assert not row.any()
