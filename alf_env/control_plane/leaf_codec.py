@@ -79,11 +79,16 @@ class LeafCodec:
             view[...] = leaf
         return bytes(self._buffer)
 
-    def encode_exact(self, leaves: Sequence[Any]) -> Optional[bytes]:
+    def encode_exact(self, leaves: Sequence[Any], scalars: bool = False) -> Optional[bytes]:
         """One record if every leaf is an array of exactly its layout's shape and
-        dtype (nothing to check or cast), else ``None``."""
-        if len(leaves) != len(self._views) or _copy_leaves(self._views, leaves) != len(
-                self._views):
+        dtype (nothing to check or cast), else ``None``.
+
+        With ``scalars``, a Python float or numpy float64 for a 0-d float
+        layout and a Python bool for a 0-d bool one count as exact too (they
+        are stored as numpy converts them; see ``_penv._copy_leaves``).
+        """
+        if len(leaves) != len(self._views) or _copy_leaves(self._views, leaves,
+                                                           scalars) != len(self._views):
             return None
         return bytes(self._buffer)
 

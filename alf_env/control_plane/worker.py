@@ -64,6 +64,12 @@ def forward_progress(env: Any, progress: Any) -> bool:
     return True
 
 
+def flat_stepper_of(env: Any) -> Any:
+    """``env.flat_stepper()`` (see ``AlfGymWrapper``), or ``None`` if it has none."""
+    make = getattr(type(env), "flat_stepper", None)
+    return make(env) if callable(make) else None
+
+
 class _WorkerEnvProxy:
     """What the worker calls: the env, plus packing/unpacking in flatten mode.
 
@@ -81,6 +87,7 @@ class _WorkerEnvProxy:
         self._guard: Any = None
         self._guard_built = False
         self._codecs: Any = None
+        self._flat_step: Any = None  # the env's flat step, made with the codecs
 
     def access(self, name: str) -> Any:
         """Reads an attribute; a method is answered by a marker to call it remotely."""
@@ -109,8 +116,21 @@ class _WorkerEnvProxy:
         return result
 
     def step_packed(self, record: bytes) -> bytes:
-        """Steps with a packed action; returns the packed, checked time step."""
+        """Steps with a packed action; returns the packed, checked time step.
+
+        An env with a flat step (a plain ``AlfGymWrapper``, see its
+        ``flat_stepper``) takes it: the record's leaves in, the time step's
+        leaves out, no ``TimeStep`` built.
+        """
         codecs = self._codecs or self._build_codecs()
+        flat_step = self._flat_step
+        if flat_step is not None:
+            result = flat_step(codecs.action.decode(record))
+            if result is None:  # a reset: step() does it
+                return self._pack(self.env.step(codecs.unpack_action(record)))
+            packed = codecs.time_step.encode_exact(result[0], scalars=True)
+            # A leaf that does not fit: the checks name it, on the TimeStep.
+            return packed if packed is not None else self._pack(self.env.current_time_step())
         return self._pack(self.env.step(codecs.unpack_action(record)))
 
     def reset_packed(self) -> bytes:
@@ -135,6 +155,8 @@ class _WorkerEnvProxy:
         env = self.env
         self._codecs = StepCodecs(env.action_spec(), env.time_step_spec(),
                                   env.batch_size if env.batched else 0)
+        if not env.batched:
+            self._flat_step = flat_stepper_of(env)
         return self._codecs
 
     def guard(self) -> Any:

@@ -17,6 +17,7 @@ from alf_env import nest
 from alf_env._penv import _copy_leaves
 from alf_env.control_plane.leaf_codec import compile_nest
 from alf_env.control_plane.spec_checks import time_step_count_error, time_step_leaf_error
+from alf_env.control_plane.worker import flat_stepper_of
 
 
 class _Rows:
@@ -104,7 +105,7 @@ class AlfRowsHandler:
                           time_step_spec))
 
         self._actions, self._outputs = rows_of(self.rows, batched)
-        self._flat_step = None if batched else _flat_stepper(env)
+        self._flat_step = None if batched else flat_stepper_of(env)
         if self._flat_step is not None:
             self.step = self._step_flat
         # An EnvGroup resets its members that ended once the step is reported.
@@ -122,7 +123,7 @@ class AlfRowsHandler:
             self._members = [
                 rows_of((begin + j * per, begin + (j + 1) * per), member_batched)
                 + ((env_id or 0) + j,
-                   None if member_batched else _flat_stepper(env.members[j]))
+                   None if member_batched else flat_stepper_of(env.members[j]))
                 for j in range(n)]
             self.step, self.reset = self._step_members, self._reset_members
         return self
@@ -157,9 +158,3 @@ class AlfRowsHandler:
         group.begin_job()
         for j, (_, outputs, env_id, _) in enumerate(self._members):
             outputs.write(group.reset_member(j), env_id)
-
-
-def _flat_stepper(env: Any) -> Any:
-    """``env.flat_stepper()`` (see ``AlfGymWrapper``), or ``None`` if it has none."""
-    make = getattr(type(env), "flat_stepper", None)
-    return make(env) if callable(make) else None
