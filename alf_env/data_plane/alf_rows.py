@@ -14,8 +14,8 @@ from typing import Any, List, Tuple
 import numpy as np
 
 from alf_env import nest
+from alf_env.nest_compiled import compile_nest
 from alf_env._penv import _copy_leaves
-from alf_env.control_plane.leaf_codec import compile_nest
 from alf_env.control_plane.spec_checks import time_step_count_error, time_step_leaf_error
 from alf_env.control_plane.worker import flat_stepper_of
 

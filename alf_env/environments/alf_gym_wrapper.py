@@ -31,21 +31,22 @@ only be taken apart again. :meth:`AlfGymWrapper.flat_stepper` gives it a step
 that takes the flattened action and returns the flattened time step: the
 same conversions and the same values as ``step()``, without building the
 ``TimeStep`` (which :meth:`~AlfGymWrapper.current_time_step` builds only when
-asked for).
+asked for); :mod:`alf_env.environments.gym_flat_step` compiles it.
 """
 
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
 import gymnasium
 import numpy as np
 from gymnasium import spaces
 
 from alf_env import nest
-from alf_env.data_structures import (StepType, TimeStep, _scalar_array, restart, termination,
+from alf_env.data_structures import (TimeStep, _scalar_array, restart, termination,
                                      transition, truncation)
-from alf_env.control_plane.leaf_codec import compile_nest
 from alf_env.environments.alf_environment import AlfEnvironment, forward_attribute
-from alf_env.environments.gym_conversions import (_compile_gym_action, _compile_structure,
+from alf_env.environments.gym_conversions import (_FIRST_ARRAY, _LAST_ARRAY, _MID_ARRAY,
+                                                  _ONE_DISCOUNT_ARRAY, _ZERO_DISCOUNT_ARRAY,
+                                                  _compile_gym_action, _compile_structure,
                                                   _compile_zeros, _Converter, _field,
                                                   _action_leaf, _observation_leaf, _to_numpy)
 from alf_env.environments.gym_env_info import (_compile_info, _fetch_info, _info_spec,
@@ -53,20 +54,12 @@ from alf_env.environments.gym_env_info import (_compile_info, _fetch_info, _info
 from alf_env.environments.gym_space_specs import tensor_spec_from_gym_space
 from alf_env.tensor_specs import TensorSpec
 
+if TYPE_CHECKING:
+    from alf_env.environments.gym_flat_step import FlatStep
+
 __all__ = ["AlfGymWrapper", "tensor_spec_from_gym_space"]
 
 
-# What generate_time_step() makes of the step types and the discount 0 of a
-# termination, made once; every time step gets its own copy, as before.
-_FIRST_ARRAY = _scalar_array(StepType.FIRST, np.int32)
-_MID_ARRAY = _scalar_array(StepType.MID, np.int32)
-_LAST_ARRAY = _scalar_array(StepType.LAST, np.int32)
-_ZERO_DISCOUNT_ARRAY = _scalar_array(0.0, np.float32)
-_ONE_DISCOUNT_ARRAY = _scalar_array(1.0, np.float32)
-
-#: ``flat_stepper()``'s step: the flattened action in, ``(the flattened time
-#: step, whether it is LAST)`` out, or ``None`` when it did not step.
-FlatStep = Callable[[List[np.ndarray]], Optional[Tuple[List[Any], bool]]]
 
 
 # The attributes set by AlfGymWrapper._compile (left out of pickles).
@@ -74,69 +67,6 @@ _COMPILED_ATTRIBUTES = ("_fast_observation", "_fast_action", "_fast_zero_action"
                         "_fast_env_info", "_gym_action_space", "_fast_gym_action",
                         "_direct_time_steps", "_direct_gym_action", "_discount_array",
                         "_env_id_array")
-
-
-def _compile_info_flatten(spec: Any) -> Callable[[Any], List[Any]]:
-    """``nest.flatten`` of an ``env_info`` that ``_env_info`` made for ``spec``.
-
-    A dict of leaves (the common case) is read key by key in sorted order;
-    anything else, or a dict with other keys, is left to ``nest.flatten``.
-    """
-    if type(spec) is not dict or any(nest.is_nested(s) for s in spec.values()):
-        return nest.flatten
-    try:
-        keys = sorted(spec)
-    except TypeError:
-        return nest.flatten
-
-    def flatten(info: Any) -> List[Any]:
-        if type(info) is dict and len(info) == len(keys):
-            try:
-                return [info[k] for k in keys]
-            except KeyError:
-                pass
-        return nest.flatten(info)
-
-    return flatten
-
-
-def _compile_raw_info(spec: Any) -> Optional[Callable[[Any], Optional[List[Any]]]]:
-    """The info entries as the env gave them, for a flat dict of 0-d float and
-    bool specs: each entry must be a Python float or numpy float64 (float
-    specs) or a Python bool (bool specs), which the rows store exactly as
-    ``_env_info`` converts them; ``None`` (per info) otherwise, and ``None``
-    for other specs."""
-    if type(spec) is not dict or not spec:
-        return None
-    try:
-        keys = sorted(spec)
-    except TypeError:
-        return None
-    allowed = []
-    for key in keys:
-        leaf = spec[key]
-        if nest.is_nested(leaf) or tuple(leaf.shape) != ():
-            return None
-        dtype = leaf.numpy_dtype
-        if dtype.kind == "f" and dtype.itemsize in (4, 8):
-            allowed.append((key, (float, np.float64)))
-        elif dtype.kind == "b":
-            allowed.append((key, (bool,)))
-        else:
-            return None
-
-    def raw(info: Any) -> Optional[List[Any]]:
-        if type(info) is not dict:
-            return None
-        leaves = []
-        for key, types in allowed:
-            value = info.get(key)
-            if type(value) not in types:
-                return None
-            leaves.append(value)
-        return leaves
-
-    return raw
 
 
 def _is_inherited(obj: Any, name: str) -> bool:
@@ -342,7 +272,7 @@ class AlfGymWrapper(AlfEnvironment):
                 np.array(leaf, dtype=s.numpy_dtype) for leaf, s in zip(leaves, nest.flatten(spec))])
         return super().current_time_step()
 
-    def flat_stepper(self) -> Optional[FlatStep]:
+    def flat_stepper(self) -> Optional["FlatStep"]:
         """A step on flattened nests, for a worker that writes them into shared rows.
 
         ``flat_step(action_leaves)`` steps the env with the action whose
@@ -368,74 +298,10 @@ class AlfGymWrapper(AlfEnvironment):
         if type(self) is not AlfGymWrapper or not (self._direct_time_steps
                                                    and self._direct_gym_action):
             return None
-        time_step_spec = self.time_step_spec()
-        paths = [p for p, _ in nest.flatten_with_path(time_step_spec)]
+        from alf_env.environments.gym_flat_step import compile_flat_step
 
-        def under(prefix: str, spec: Any) -> List[str]:
-            return [f"{prefix}.{p}" if p else prefix for p, _ in nest.flatten_with_path(spec)]
+        return compile_flat_step(self)
 
-        env_info_spec = self._env_info_spec
-        if paths != (["step_type", "reward", "discount"]
-                     + under("observation", self._observation_spec)
-                     + under("prev_action", self._action_spec) + ["env_id"]
-                     + under("env_info", {} if env_info_spec is None else env_info_spec)):
-            return None
-        flatten_observation = compile_nest(self._observation_spec)[0]
-        flatten_info = _compile_info_flatten({} if env_info_spec is None else env_info_spec)
-        raw_info = _compile_raw_info(env_info_spec)
-        pack_action = compile_nest(self._action_spec)[1]
-        gym_env = self._gym_env
-        gym_action_space = self._gym_action_space
-        to_gym = self._fast_gym_action
-        observation_of, reward_of, env_info_of = (self._observation, self._reward,
-                                                  self._env_info)
-        last, mid = _LAST_ARRAY, _MID_ARRAY
-        zero_discount = _ZERO_DISCOUNT_ARRAY
-
-        def flat_step(action_leaves: List[np.ndarray]) -> Optional[Tuple[List[Any], bool]]:
-            # AlfEnvironment.step() then _step(), minus building the TimeStep.
-            if self._closed:
-                self._check_not_closed()
-            if (self._done and self._auto_reset) or (
-                    self._current_time_step is None and self._current_leaves is None):
-                return None  # a reset: step() does it
-            action = pack_action(action_leaves)
-            space = gym_env.action_space
-            gym_action = (to_gym(action) if space is gym_action_space
-                          else self._to_gym_action(space, action))
-            observation, reward, terminated, truncated, info = gym_env.step(gym_action)
-            self._info = info
-            ended = bool(terminated or truncated)
-            self._done = ended
-            observation = observation_of(observation)
-            if type(reward) is not float and type(reward) is not np.float64:
-                reward = reward_of(reward)  # else left as is (see the docstring)
-            info_leaves = raw_info(info) if raw_info is not None else None
-            if info_leaves is None:
-                env_info = env_info_of(info)
-                if env_info is not None and (type(env_info) is not dict or env_info):
-                    info_leaves = flatten_info(env_info)
-            # The cached 0-d arrays themselves (the caller copies the leaves),
-            # unless the attribute they were made from was replaced.
-            if terminated:
-                discount = zero_discount
-            else:
-                source, discount = self._discount_array
-                if source is not self._discount:
-                    discount = self._fresh_discount()
-            source, env_id = self._env_id_array
-            if source is not self._env_id:
-                env_id = self._fresh_env_id()
-            leaves = [last if ended else mid, reward, discount]
-            leaves += flatten_observation(observation)
-            leaves += action_leaves
-            leaves.append(env_id)
-            if info_leaves is not None:
-                leaves += info_leaves
-            self._current_leaves = leaves
-            return leaves, ended
-
-        return flat_step
 
     # ----- conversions --------------------------------------------------------
     def _observation(self, observation: Any) -> Any:

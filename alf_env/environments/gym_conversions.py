@@ -26,7 +26,17 @@ import torch
 from gymnasium import spaces
 
 from alf_env import nest
+from alf_env.data_structures import StepType, _scalar_array
 from alf_env.tensor_specs import BoundedTensorSpec, TensorSpec
+
+
+# What generate_time_step() makes of the step types and the discount 0 of a
+# termination, made once; every time step gets its own copy, as before.
+_FIRST_ARRAY = _scalar_array(StepType.FIRST, np.int32)
+_MID_ARRAY = _scalar_array(StepType.MID, np.int32)
+_LAST_ARRAY = _scalar_array(StepType.LAST, np.int32)
+_ZERO_DISCOUNT_ARRAY = _scalar_array(0.0, np.float32)
+_ONE_DISCOUNT_ARRAY = _scalar_array(1.0, np.float32)
 
 
 def _field(prefix: str, path: str) -> str:

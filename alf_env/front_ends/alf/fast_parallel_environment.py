@@ -48,8 +48,8 @@ import numpy as np
 import torch
 
 from alf_env import nest
+from alf_env.nest_compiled import compile_nest
 from alf_env.control_plane.affinity import AUTO, WorkerCpus, usable_cpus
-from alf_env.control_plane.leaf_codec import compile_nest
 from alf_env.data_structures import StepType, TimeStep
 from alf_env.front_ends.alf.env_group import EnvGroup, MemberProxy
 from alf_env.data_plane.job_board import JobBoard

@@ -1,0 +1,70 @@
+"""Flatten and pack compiled for one spec: the hot paths' fast ``nest``.
+
+``nest.flatten`` and ``nest.pack_sequence_as`` inspect every node of a value
+on every call. A worker or a trainer that moves values of one spec every step
+(a ``TimeStep``, an action) compiles the spec once with :func:`compile_nest`
+and gets the same leaves and the same packed values for a fraction of that.
+"""
+
+from typing import Any, Callable, List, Tuple
+
+from alf_env import nest
+
+__all__ = ["compile_nest"]
+
+
+def compile_nest(spec: Any) -> Tuple[Callable[[Any], List[Any]], Callable[[List[Any]], Any]]:
+    """``(flatten, pack)`` for values shaped like ``spec``, faster than ``nest``'s.
+
+    A namedtuple spec (a ``TimeStep``) is taken apart field by field: a leaf
+    field directly, a nested field by ``nest``. A value of another type, or
+    with a nest where the spec has a leaf, is flattened by ``nest`` itself;
+    a nested field the spec has empty but the value has not is kept whole.
+    Either way leaves that do not fit the spec (their count, shapes or
+    dtypes) are left for the caller to refuse (e.g. the pipe path's
+    ``LeafCodec.encode_exact``) and name.
+    """
+    if not nest.is_nested(spec):
+        return (lambda value: [value]), (lambda leaves: leaves[0])
+    if not nest.is_namedtuple(spec):
+        return nest.flatten, lambda leaves: nest.pack_sequence_as(spec, leaves)
+    fields = []
+    for name, sub in zip(spec._fields, spec):
+        nested = nest.is_nested(sub)
+        count = len(nest.flatten(sub)) if nested else 1
+        # A field that is a bare empty tuple, list or dict (a TimeStep's
+        # ``untransformed`` and an info-less ``env_info``) is rebuilt by its
+        # type: a new empty value each time, at a tenth of pack_sequence_as.
+        empty = type(sub) if type(sub) in (tuple, list, dict) and not sub else None
+        fields.append((name, sub if nested else None, count, empty))
+    cls = type(spec)
+
+    def flatten(value: Any) -> List[Any]:
+        if type(value) is not cls:
+            return nest.flatten(value)
+        out: List[Any] = []
+        for name, sub, count, _ in fields:
+            field = getattr(value, name)
+            if sub is None:
+                if isinstance(field, (list, tuple, dict)):
+                    return nest.flatten(value)  # a nest where the spec has a leaf
+                out.append(field)
+            elif count:
+                out.extend(nest.flatten(field))
+            elif field:  # the spec has none here: keep it, to be refused
+                out.append(field)
+        return out
+
+    def pack(leaves: List[Any]) -> Any:
+        values, i = [], 0
+        for _, sub, count, empty in fields:
+            if sub is None:
+                values.append(leaves[i])
+            elif empty is not None:
+                values.append(empty())
+            else:
+                values.append(nest.pack_sequence_as(sub, leaves[i:i + count]))
+            i += count
+        return cls(*values)
+
+    return flatten, pack

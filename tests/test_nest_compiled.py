@@ -1,0 +1,45 @@
+"""compile_nest (alf_env.nest_compiled): the same leaves and packed values as
+``nest``, for the spec it was compiled for."""
+
+import numpy as np
+
+from alf_env import nest
+from alf_env.data_structures import TimeStep
+from alf_env.nest_compiled import compile_nest
+from alf_env.tensor_specs import TensorSpec
+
+
+def test_compiled_nest_functions_match_nest_and_expose_mismatches():
+    spec = TimeStep(step_type=TensorSpec(()), reward=TensorSpec(()), observation={
+        "a": TensorSpec((2,)), "b": (TensorSpec(()),)}, env_info={}, untransformed=())
+    flatten, pack = compile_nest(spec)
+    value = TimeStep(step_type=1, reward=2, observation={"a": 3, "b": (4,)}, env_info={},
+                     untransformed=())
+    assert flatten(value) == nest.flatten(value)
+    assert pack(nest.flatten(value)) == nest.pack_sequence_as(spec, nest.flatten(value))
+    # What the spec does not have is kept, so that a codec refuses the leaves.
+    assert len(flatten(value._replace(env_info={"extra": 5}))) == len(nest.flatten(value)) + 1
+    odd = value._replace(reward={"nested": 1})  # a nest where the spec has a leaf
+    assert flatten(odd) == nest.flatten(odd) and len(flatten(odd)) == len(nest.flatten(value))
+    assert flatten(("not", "a", "TimeStep")) == ["not", "a", "TimeStep"]
+    flatten, pack = compile_nest(TensorSpec((3,)))
+    assert flatten("leaf") == ["leaf"] and pack(["leaf"]) == "leaf"
+
+
+def test_compiled_pack_gives_each_time_step_its_own_empty_fields():
+    spec = TimeStep(step_type=TensorSpec(()), observation=TensorSpec((2,)), env_info={},
+                    untransformed=(), prev_action=[])
+    _, pack = compile_nest(spec)
+    leaves = [np.int32(1), np.zeros(2, np.float32)]
+    first, second = pack(leaves), pack(leaves)
+    expected = nest.pack_sequence_as(spec, leaves)
+    for got in (first, second):
+        for name in ("env_info", "untransformed", "prev_action"):
+            assert type(getattr(got, name)) is type(getattr(expected, name))
+            assert getattr(got, name) == getattr(expected, name)
+    first.env_info["written"] = 1  # a user's write into one time step's info...
+    assert second.env_info == {}  # ...does not show in the next one
+    assert first.prev_action is not second.prev_action
+    # An empty nest that is not a bare tuple, list or dict is packed by nest.
+    deeper = TimeStep(step_type=TensorSpec(()), env_info={"a": ()})
+    assert compile_nest(deeper)[1]([np.int32(2)]).env_info == {"a": ()}
