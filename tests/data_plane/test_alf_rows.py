@@ -56,6 +56,30 @@ def _assert_leaves_equal(got, expected, step):
         np.testing.assert_array_equal(g, e, err_msg=f"step {step}")
 
 
+def _drive(handler, twin, action_views, out_views, batch, num_steps):
+    """Resets and steps ``handler`` and its ``twin`` (stepped through ``step()``)
+    with the same random actions, comparing the rows after each; returns the
+    number of episode ends. ``batch``: the twin's batch size (``None``: an
+    unbatched env, whose rows have one row)."""
+    handler.reset(0)
+    batched = batch is not None
+    _assert_leaves_equal(_rows(out_views, batched), _expected(twin.reset()), "reset")
+    rng = np.random.RandomState(0)
+    ends = 0
+    for step in range(num_steps):
+        action = rng.uniform(-1, 1, (batch or 1, 2)).astype(np.float32)
+        action_views[0][...] = action
+        handler.step(0)
+        expected = twin.step(action if batched else action[0])
+        _assert_leaves_equal(_rows(out_views, batched), _expected(expected), step)
+        ends += int(expected.is_last().sum())
+        after_step = getattr(handler, "after_step", None)
+        if after_step is not None:  # the worker loop runs it once the job is reported
+            after_step()
+            twin.reset_ended()
+    return ends
+
+
 @pytest.mark.parametrize("member_classes", [
     (AlfGymWrapper,) * 3,                      # every member takes the flat step
     (AlfGymWrapper, _Subclass, AlfGymWrapper),  # and mixed with one that does not
@@ -75,20 +99,7 @@ def test_group_rows_hold_what_the_members_step_returns(member_classes, monkeypat
     try:
         for env in (group, twin):
             env.seed(3)
-        handler.reset(0)
-        _assert_leaves_equal(_rows(out_views, True), _expected(twin.reset()), "reset")
-        rng = np.random.RandomState(0)
-        ends = 0
-        for step in range(30):
-            action = rng.uniform(-1, 1, (3, 2)).astype(np.float32)
-            action_views[0][...] = action
-            handler.step(0)
-            expected = twin.step(action)
-            _assert_leaves_equal(_rows(out_views, True), _expected(expected), step)
-            ends += int(expected.is_last().sum())
-            handler.after_step()  # the worker loop runs it once the job is reported
-            twin.reset_ended()
-        assert ends >= 6
+        assert _drive(handler, twin, action_views, out_views, 3, 30) >= 6
         # In the handler's group only a subclass builds its TimeSteps (an
         # ended plain member was reset after its LAST step, by reset_ended).
         members = [id(m) for m in group.members]
@@ -107,18 +118,8 @@ def test_a_single_env_takes_the_flat_step_and_step_for_its_resets():
     try:
         for e in (env, twin):
             e.seed(5)
-        handler.reset(0)
-        _assert_leaves_equal(_rows(out_views, False), _expected(twin.reset()), "reset")
-        rng = np.random.RandomState(1)
-        ends = 0
-        for step in range(25):  # the step after LAST is a reset: step() does it
-            action = rng.uniform(-1, 1, (1, 2)).astype(np.float32)
-            action_views[0][...] = action
-            handler.step(0)
-            expected = twin.step(action[0])
-            _assert_leaves_equal(_rows(out_views, False), _expected(expected), step)
-            ends += int(expected.is_last())
-        assert ends >= 3
+        # The step after LAST is a reset: step() does it.
+        assert _drive(handler, twin, action_views, out_views, None, 25) >= 3
         _assert_leaves_equal(_expected(env.current_time_step()),
                              _expected(twin.current_time_step()), "current")
     finally:

@@ -435,9 +435,8 @@ def _as_fortran(value):
 
 TUPLE_SPACE = spaces.Tuple((spaces.Discrete(3), spaces.Box(-1.0, 1.0, (2, 2), np.float32)))
 NESTED_SPACE = spaces.Dict({"z": TUPLE_SPACE, "a": spaces.Box(0, 5, (3, ), np.int32)})
-
-
-@pytest.mark.parametrize("space", [
+#: The spaces whose conversions are compared between the wrapper's paths.
+CONVERTED_SPACES = [
     spaces.Box(-1.0, 1.0, (4, ), np.float32),
     spaces.Box(-1.0, 1.0, (2, ), np.float64),
     spaces.Discrete(5, start=-2),
@@ -445,7 +444,10 @@ NESTED_SPACE = spaces.Dict({"z": TUPLE_SPACE, "a": spaces.Box(0, 5, (3, ), np.in
     ALL_SPACES,
     TUPLE_SPACE,
     NESTED_SPACE,
-])
+]
+
+
+@pytest.mark.parametrize("space", CONVERTED_SPACES)
 @pytest.mark.parametrize("transform", [
     lambda x: x, _as_float64, _as_torch, _as_fortran, _as_ordered_dict,
     lambda x: list(x) if isinstance(x, tuple) else x,
@@ -711,15 +713,7 @@ def _twin_runs(make, num_steps, seed=0, reset=True):
     return histories
 
 
-@pytest.mark.parametrize("space", [
-    spaces.Box(-1.0, 1.0, (4, ), np.float32),
-    spaces.Box(-1.0, 1.0, (2, ), np.float64),
-    spaces.Discrete(5, start=-2),
-    spaces.MultiBinary(3),
-    ALL_SPACES,
-    TUPLE_SPACE,
-    NESTED_SPACE,
-])
+@pytest.mark.parametrize("space", CONVERTED_SPACES)
 @pytest.mark.parametrize("transform", [lambda x: x, _as_float64, _as_torch,
                                        lambda x: (x, )])  # the last: a structure mismatch
 @pytest.mark.parametrize("end", ["terminated", "truncated", "both"])
