@@ -7,6 +7,11 @@ of an ``EnvGroup``) and writes the time steps into its rows; a RESET job
 resets and writes. :class:`_Rows` moves nests in and out of one worker's rows,
 checking each leaf against the spec (shape, and a dtype that converts under
 numpy's ``"same_kind"`` rule) as it writes.
+
+An env with a flat step (a plain ``AlfGymWrapper``, see its ``flat_stepper``)
+is stepped through it: the action rows' leaves in, the time step's leaves
+out and into the rows, no ``TimeStep`` built; a step that is no plain one
+(a reset after ``LAST``) goes through the env's ``step()`` as any other env's.
 """
 
 from typing import Any, List, Tuple
