@@ -43,6 +43,9 @@ def compile_flat_step(env: Any) -> Optional[FlatStep]:
     flatten_observation = compile_nest(env._observation_spec)[0]
     flatten_info = _compile_info_flatten({} if env_info_spec is None else env_info_spec)
     raw_info = _compile_raw_info(env_info_spec)
+    # An empty dict spec selects nothing from any info (what _env_info returns
+    # is a new empty dict, which has no leaves): nothing to fetch.
+    no_info = type(env_info_spec) is dict and not env_info_spec
     pack_action = compile_nest(env._action_spec)[1]
     gym_env = env._gym_env
     gym_action_space = env._gym_action_space
@@ -71,7 +74,7 @@ def compile_flat_step(env: Any) -> Optional[FlatStep]:
         if type(reward) is not float and type(reward) is not np.float64:
             reward = reward_of(reward)  # else left as is (see the docstring)
         info_leaves = raw_info(info) if raw_info is not None else None
-        if info_leaves is None:
+        if info_leaves is None and not no_info:
             env_info = env_info_of(info)
             if env_info is not None and (type(env_info) is not dict or env_info):
                 info_leaves = flatten_info(env_info)

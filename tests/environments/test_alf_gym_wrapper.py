@@ -844,3 +844,15 @@ def test_flat_steps_keep_float_and_bool_infos_as_the_env_gave_them(declared):
     env.reset()
     leaves, _ = env.flat_stepper()([np.array(1)])
     assert [type(x) for x in leaves[-4:]] == [bool, float, np.float64, float]  # ok tiny v x
+
+
+def test_flat_steps_of_an_env_info_spec_without_entries_fetch_nothing():
+    from tests.support.gym_envs import NumericInfoEnv
+
+    step_history, flat_history = _twin_runs(
+        lambda: AlfGymWrapper(NumericInfoEnv("fixed", episode_length=5), env_info_spec={}), 20)
+    assert flat_history == step_history
+    env = AlfGymWrapper(NumericInfoEnv("fixed"), env_info_spec={})
+    env.reset()
+    leaves, _ = env.flat_stepper()([np.zeros(2, np.float32)])
+    assert len(leaves) == len(nest.flatten(env.time_step_spec()))  # no info leaves
