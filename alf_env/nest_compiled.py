@@ -6,11 +6,33 @@ on every call. A worker or a trainer that moves values of one spec every step
 and gets the same leaves and the same packed values for a fraction of that.
 """
 
-from typing import Any, Callable, List, Tuple
+from typing import Any, Callable, List, NamedTuple, Optional, Tuple
 
 from alf_env import nest
+from alf_env.nest_kinds import _sorted_keys
 
 __all__ = ["compile_nest"]
+
+
+class _Field(NamedTuple):
+    """How :func:`compile_nest` moves one field of a namedtuple spec."""
+    name: str
+    sub: Any                    # the field's spec if it is a nest, else None (a leaf)
+    count: int                  # its number of leaves
+    empty: Optional[type]       # the type of a bare empty container, rebuilt per value
+    dict_order: Optional[Tuple[List[Any], List[int]]]  # see _dict_order
+
+
+def _dict_order(spec: Any) -> Optional[Tuple[List[Any], List[int]]]:
+    """For a plain ``dict`` of leaves (an ``env_info`` spec): its keys in its own
+    order and, for each, the position of its leaf in ``nest.flatten`` order
+    (sorted keys), so that packing is one ``dict(zip(...))`` with what
+    ``nest.pack_sequence_as`` gives; ``None`` for anything else."""
+    if type(spec) is not dict or not spec or any(nest.is_nested(v) for v in spec.values()):
+        return None
+    sorted_keys = _sorted_keys(spec)
+    keys = list(spec)
+    return keys, [sorted_keys.index(k) for k in keys]
 
 
 def compile_nest(spec: Any) -> Tuple[Callable[[Any], List[Any]], Callable[[List[Any]], Any]]:
@@ -36,20 +58,21 @@ def compile_nest(spec: Any) -> Tuple[Callable[[Any], List[Any]], Callable[[List[
         # ``untransformed`` and an info-less ``env_info``) is rebuilt by its
         # type: a new empty value each time, at a tenth of pack_sequence_as.
         empty = type(sub) if type(sub) in (tuple, list, dict) and not sub else None
-        fields.append((name, sub if nested else None, count, empty))
+        fields.append(_Field(name, sub if nested else None, count, empty,
+                             _dict_order(sub) if nested and empty is None else None))
     cls = type(spec)
 
     def flatten(value: Any) -> List[Any]:
         if type(value) is not cls:
             return nest.flatten(value)
         out: List[Any] = []
-        for name, sub, count, _ in fields:
-            field = getattr(value, name)
-            if sub is None:
+        for field_spec in fields:
+            field = getattr(value, field_spec.name)
+            if field_spec.sub is None:
                 if isinstance(field, (list, tuple, dict)):
                     return nest.flatten(value)  # a nest where the spec has a leaf
                 out.append(field)
-            elif count:
+            elif field_spec.count:
                 out.extend(nest.flatten(field))
             elif field:  # the spec has none here: keep it, to be refused
                 out.append(field)
@@ -57,11 +80,14 @@ def compile_nest(spec: Any) -> Tuple[Callable[[Any], List[Any]], Callable[[List[
 
     def pack(leaves: List[Any]) -> Any:
         values, i = [], 0
-        for _, sub, count, empty in fields:
+        for _, sub, count, empty, dict_order in fields:
             if sub is None:
                 values.append(leaves[i])
             elif empty is not None:
                 values.append(empty())
+            elif dict_order is not None:
+                keys, positions = dict_order
+                values.append(dict(zip(keys, [leaves[i + p] for p in positions])))
             else:
                 values.append(nest.pack_sequence_as(sub, leaves[i:i + count]))
             i += count

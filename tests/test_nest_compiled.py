@@ -1,7 +1,10 @@
 """compile_nest (alf_env.nest_compiled): the same leaves and packed values as
 ``nest``, for the spec it was compiled for."""
 
+import collections
+
 import numpy as np
+import pytest
 
 from alf_env import nest
 from alf_env.data_structures import TimeStep
@@ -43,3 +46,21 @@ def test_compiled_pack_gives_each_time_step_its_own_empty_fields():
     # An empty nest that is not a bare tuple, list or dict is packed by nest.
     deeper = TimeStep(step_type=TensorSpec(()), env_info={"a": ()})
     assert compile_nest(deeper)[1]([np.int32(2)]).env_info == {"a": ()}
+
+
+@pytest.mark.parametrize("env_info", [
+    {"x_position": 0, "x_velocity": 0, "reward_forward": 0, "reward_ctrl": 0},  # MuJoCo's
+    {"b": 0, "a": 0},
+    {2: 0, "a": 0, 1.5: 0},                   # unorderable keys: sorted by type and str
+    collections.OrderedDict(b=0, a=0),        # not a plain dict: nest packs it
+    {"outer": {"z": 0, "y": 0}, "a": 0},      # a nested dict: nest packs it
+])
+def test_compiled_pack_of_dict_fields_gives_what_nest_gives(env_info):
+    spec = TimeStep(step_type=TensorSpec(()),
+                    env_info=nest.map_structure(lambda _: TensorSpec(()), env_info))
+    _, pack = compile_nest(spec)
+    leaves = [np.int32(7)] + [np.float32(i) for i in range(len(nest.flatten(env_info)))]
+    got, expected = pack(leaves), nest.pack_sequence_as(spec, leaves)
+    assert type(got.env_info) is type(expected.env_info)
+    assert list(got.env_info.items()) == list(expected.env_info.items())  # order and values
+    assert got.env_info is not pack(leaves).env_info  # a dict of its own per time step
