@@ -109,6 +109,8 @@ class ActionChecker:
                 dtype, for a wrong nest structure, shape, batch size or a dtype
                 that numpy's "safe" casting rule does not allow.
         """
+        if not self._nested and not nest.is_nested(action):  # one leaf (the common case)
+            return [self._convert(action, *self._leaves[0])]
         leaves = self._flat_leaves(action)
         return [self._convert(leaf, *info) for leaf, info in zip(leaves, self._leaves)]
 

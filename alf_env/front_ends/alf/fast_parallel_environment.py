@@ -190,15 +190,19 @@ class FastParallelEnvironment(ParallelAlfEnvironment):
         num_envs = len(self._envs)
         self._block = SharedBlock(fields, num_rows=num_envs * b, num_workers=num_envs)
         self._action_views = [self._block.views[n] for n in action_names]
-        self._time_step_views = [self._block.views[n] for n in time_step_names]
+        time_step_views = [self._block.views[n] for n in time_step_names]
         # The common case (no spares moved, slot k = env k) reads and writes
         # the first batch_size rows: those views are made once, here.
         batch = len(self._slots.slot_env) * b
         self._action_heads = [v[:batch] for v in self._action_views]
-        self._time_step_heads = [v[:batch] for v in self._time_step_views]
-        # The env_id leaf is replaced by the slots' ids (spares move envs).
+        # The env_id leaf is replaced by the slots' ids (spares move envs):
+        # _finish_fast reads every other leaf (these lists leave it out).
         self._env_id_leaf = time_step_names.index("time_step.env_id")
-        self._step_type_leaf = time_step_names.index("time_step.step_type")
+        self._time_step_fields = [v for i, v in enumerate(time_step_views)
+                                  if i != self._env_id_leaf]
+        self._time_step_heads = [v[:batch] for v in self._time_step_fields]
+        self._step_type_index = [n for n in time_step_names
+                                 if n != "time_step.env_id"].index("time_step.step_type")
         self._step_type_view = self._block.views["time_step.step_type"]
         self._pack_time_step = compile_nest(self._time_step_spec)[1]
         self._controller = self._block.controller(spin_us,
@@ -282,22 +286,21 @@ class FastParallelEnvironment(ParallelAlfEnvironment):
 
     def _finish_fast(self) -> TimeStep:
         rows = self._slot_rows
-        env_id = self._env_id_leaf
+        # Every leaf but env_id, which is the slots' ids (spares move envs).
         if self._identity_rows:
             leaves = self._time_step_heads
             if not self._zero_copy:
-                leaves = [np.array(v) if i != env_id else v for i, v in enumerate(leaves)]
+                leaves = [np.array(v) for v in leaves]
         else:
-            leaves = [v[rows] if i != env_id else v  # fancy index: a copy
-                      for i, v in enumerate(self._time_step_views)]
+            leaves = [v[rows] for v in self._time_step_fields]  # fancy index: a copy
         tensors = [torch.from_numpy(x) for x in leaves]
-        tensors[env_id] = torch.from_numpy(self._env_ids.copy())
+        tensors.insert(self._env_id_leaf, torch.from_numpy(self._env_ids.copy()))
         time_step = self._pack_time_step(tensors)
         if self._slots.has_spares:
             self._rotate_ended_slots(leaves_step_type=self._step_type_view[rows])
         elif self._background_resets:
             # Read from the copies made above, before a reset overwrites the rows.
-            self._start_background_resets(leaves[self._step_type_leaf])
+            self._start_background_resets(leaves[self._step_type_index])
         return time_step
 
     def _start_background_resets(self, step_types: np.ndarray) -> None:
