@@ -124,14 +124,12 @@ class _WorkerEnvProxy:
         """
         codecs = self._codecs or self._build_codecs()
         flat_step = self._flat_step
-        if flat_step is not None:
-            result = flat_step(codecs.action.decode(record))
-            if result is None:  # a reset: step() does it
-                return self._pack(self.env.step(codecs.unpack_action(record)))
-            packed = codecs.time_step.encode_exact(result[0], scalars=True)
-            # A leaf that does not fit: the checks name it, on the TimeStep.
-            return packed if packed is not None else self._pack(self.env.current_time_step())
-        return self._pack(self.env.step(codecs.unpack_action(record)))
+        result = None if flat_step is None else flat_step(codecs.action.decode(record))
+        if result is None:  # no flat step, or not a plain step (a reset): step() does it
+            return self._pack(self.env.step(codecs.unpack_action(record)))
+        packed = codecs.time_step.encode_exact(result[0], scalars=True)
+        # A leaf that does not fit: the checks name it, on the TimeStep.
+        return packed if packed is not None else self._pack(self.env.current_time_step())
 
     def reset_packed(self) -> bytes:
         """Resets; returns the packed, checked time step."""
