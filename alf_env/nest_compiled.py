@@ -35,11 +35,40 @@ def _dict_order(spec: Any) -> Optional[Tuple[List[Any], List[int]]]:
     return keys, [sorted_keys.index(k) for k in keys]
 
 
+def _compile_dict(spec: dict, dict_order: Tuple[List[Any], List[int]]
+                  ) -> Tuple[Callable[[Any], List[Any]], Callable[[List[Any]], Any]]:
+    """:func:`compile_nest` of a plain ``dict`` of leaves (see :func:`_dict_order`).
+
+    A plain dict with the spec's keys and no nest where the spec has a leaf is
+    read key by key in ``nest.flatten`` order; anything else is flattened by
+    ``nest`` itself.
+    """
+    keys, positions = dict_order
+    sorted_keys = _sorted_keys(spec)
+
+    def flatten(value: Any) -> List[Any]:
+        if type(value) is dict and len(value) == len(sorted_keys):
+            try:
+                leaves = [value[k] for k in sorted_keys]
+            except KeyError:  # other keys: nest names the mismatch
+                return nest.flatten(value)
+            if not any(isinstance(leaf, (list, tuple, dict)) for leaf in leaves):
+                return leaves
+        return nest.flatten(value)
+
+    def pack(leaves: List[Any]) -> Any:
+        return dict(zip(keys, [leaves[p] for p in positions]))
+
+    return flatten, pack
+
+
 def compile_nest(spec: Any) -> Tuple[Callable[[Any], List[Any]], Callable[[List[Any]], Any]]:
     """``(flatten, pack)`` for values shaped like ``spec``, faster than ``nest``'s.
 
     A namedtuple spec (a ``TimeStep``) is taken apart field by field: a leaf
-    field directly, a nested field by ``nest``. A value of another type, or
+    field directly, a nested field by ``nest`` (a plain dict of leaves is
+    packed by key). A plain dict spec of leaves (an ``env_info``, a dict
+    observation) is read and built by key. A value of another type, or
     with a nest where the spec has a leaf, is flattened by ``nest`` itself;
     a nested field the spec has empty but the value has not is kept whole.
     Either way leaves that do not fit the spec (their count, shapes or
@@ -49,6 +78,9 @@ def compile_nest(spec: Any) -> Tuple[Callable[[Any], List[Any]], Callable[[List[
     if not nest.is_nested(spec):
         return (lambda value: [value]), (lambda leaves: leaves[0])
     if not nest.is_namedtuple(spec):
+        dict_order = _dict_order(spec)
+        if dict_order is not None:
+            return _compile_dict(spec, dict_order)
         return nest.flatten, lambda leaves: nest.pack_sequence_as(spec, leaves)
     fields = []
     for name, sub in zip(spec._fields, spec):

@@ -64,3 +64,19 @@ def test_compiled_pack_of_dict_fields_gives_what_nest_gives(env_info):
     assert type(got.env_info) is type(expected.env_info)
     assert list(got.env_info.items()) == list(expected.env_info.items())  # order and values
     assert got.env_info is not pack(leaves).env_info  # a dict of its own per time step
+
+
+@pytest.mark.parametrize("value", [
+    {"b": 1, "a": 2, "c": 3},                    # the spec's keys
+    collections.OrderedDict(b=1, a=2, c=3),      # another mapping type
+    {"b": 1, "a": 2, "z": 3},                    # other keys, as many
+    {"b": 1, "a": 2},                            # fewer keys
+    {"b": 1, "a": (2, 3), "c": {"d": 4}},        # nests where the spec has leaves
+])
+def test_compiled_dict_spec_flattens_as_nest_does(value):
+    spec = {"b": TensorSpec(()), "a": TensorSpec(()), "c": TensorSpec(())}
+    flatten, pack = compile_nest(spec)
+    assert flatten(value) == nest.flatten(value)
+    leaves = [10, 20, 30]
+    got, expected = pack(leaves), nest.pack_sequence_as(spec, leaves)
+    assert type(got) is dict and list(got.items()) == list(expected.items())

@@ -41,7 +41,7 @@ def compile_flat_step(env: Any) -> Optional[FlatStep]:
                  + under("env_info", {} if env_info_spec is None else env_info_spec)):
         return None
     flatten_observation = compile_nest(env._observation_spec)[0]
-    flatten_info = _compile_info_flatten({} if env_info_spec is None else env_info_spec)
+    flatten_info = compile_nest({} if env_info_spec is None else env_info_spec)[0]
     raw_info = _compile_raw_info(env_info_spec)
     # An empty dict spec selects nothing from any info (what _env_info returns
     # is a new empty dict, which has no leaves): nothing to fetch.
@@ -99,30 +99,6 @@ def compile_flat_step(env: Any) -> Optional[FlatStep]:
         return leaves, ended
 
     return flat_step
-
-
-def _compile_info_flatten(spec: Any) -> Callable[[Any], List[Any]]:
-    """``nest.flatten`` of an ``env_info`` that ``_env_info`` made for ``spec``.
-
-    A dict of leaves (the common case) is read key by key in sorted order;
-    anything else, or a dict with other keys, is left to ``nest.flatten``.
-    """
-    if type(spec) is not dict or any(nest.is_nested(s) for s in spec.values()):
-        return nest.flatten
-    try:
-        keys = sorted(spec)
-    except TypeError:
-        return nest.flatten
-
-    def flatten(info: Any) -> List[Any]:
-        if type(info) is dict and len(info) == len(keys):
-            try:
-                return [info[k] for k in keys]
-            except KeyError:
-                pass
-        return nest.flatten(info)
-
-    return flatten
 
 
 def _compile_raw_info(spec: Any) -> Optional[Callable[[Any], Optional[List[Any]]]]:
