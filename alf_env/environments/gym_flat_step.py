@@ -103,10 +103,11 @@ def compile_flat_step(env: Any) -> Optional[FlatStep]:
 
 def _compile_raw_info(spec: Any) -> Optional[Callable[[Any], Optional[List[Any]]]]:
     """The info entries as the env gave them, for a flat dict of 0-d float and
-    bool specs: each entry must be a Python float or numpy float64 (float
-    specs) or a Python bool (bool specs), which the rows store exactly as
-    ``_env_info`` converts them; ``None`` (per info) otherwise, and ``None``
-    for other specs."""
+    bool specs: each entry must be a Python float or numpy float64 or float32
+    (float specs; a float32 is passed on as the Python float of its value,
+    which it converts to and from exactly) or a Python bool (bool specs),
+    which the rows store exactly as ``_env_info`` converts them; ``None`` (per
+    info) otherwise, and ``None`` for other specs."""
     if type(spec) is not dict or not spec:
         return None
     try:
@@ -120,7 +121,7 @@ def _compile_raw_info(spec: Any) -> Optional[Callable[[Any], Optional[List[Any]]
             return None
         dtype = leaf.numpy_dtype
         if dtype.kind == "f" and dtype.itemsize in (4, 8):
-            allowed.append((key, (float, np.float64)))
+            allowed.append((key, (float, np.float64, np.float32)))
         elif dtype.kind == "b":
             allowed.append((key, (bool,)))
         else:
@@ -132,9 +133,10 @@ def _compile_raw_info(spec: Any) -> Optional[Callable[[Any], Optional[List[Any]]
         leaves = []
         for key, types in allowed:
             value = info.get(key)
-            if type(value) not in types:
+            kind = type(value)
+            if kind not in types:
                 return None
-            leaves.append(value)
+            leaves.append(float(value) if kind is np.float32 else value)
         return leaves
 
     return raw

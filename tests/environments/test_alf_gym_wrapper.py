@@ -815,15 +815,18 @@ def test_flat_step_uses_replaced_discount_env_id_and_action_space():
 
 
 class _FloatInfoEnv(_ScriptedEnv):
-    """Infos of float and bool entries (MuJoCo's kind), now and then one of
-    another type or missing."""
+    """Infos of float and bool entries (MuJoCo's kind: Python floats, numpy
+    float64 and float32), now and then one of another type or missing."""
 
     def _info(self):
         c = self._count
         info = {"x": float(c) / 3, "v": np.float64(c) * 1.1, "ok": c % 2 == 0,
-                "tiny": 1e-46 * (c + 1)}  # rounds to 0 or a subnormal in float32
+                "tiny": 1e-46 * (c + 1),  # rounds to 0 or a subnormal in float32
+                "r": np.float32(-0.3 * c)}  # as HalfCheetah's reward_ctrl
         if c % 4 == 3:
-            info["v"] = np.float32(c)  # another type: the general conversion
+            info["v"] = np.float32(c) / 7  # float32 where the entry was float64
+        if c % 6 == 5:
+            info["x"] = c  # another type: the general conversion
         if c % 5 == 4:
             del info["x"]  # missing: zeros
         return info
@@ -831,7 +834,8 @@ class _FloatInfoEnv(_ScriptedEnv):
 
 @pytest.mark.parametrize("declared", [None, {
     "x": TensorSpec((), torch.float32), "v": TensorSpec((), torch.float32),
-    "ok": TensorSpec((), torch.bool), "tiny": TensorSpec((), torch.float32)}])
+    "ok": TensorSpec((), torch.bool), "tiny": TensorSpec((), torch.float32),
+    "r": TensorSpec((), torch.float32)}])
 def test_flat_steps_keep_float_and_bool_infos_as_the_env_gave_them(declared):
     def make():
         return AlfGymWrapper(_FloatInfoEnv(length=7, end="truncated"),
@@ -839,11 +843,13 @@ def test_flat_steps_keep_float_and_bool_infos_as_the_env_gave_them(declared):
 
     step_history, flat_history = _twin_runs(make, 30)
     assert flat_history == step_history
-    # The env's own scalars are the leaves, unconverted, when every entry fits.
+    # The env's own scalars are the leaves when every entry fits (a numpy
+    # float32 as the Python float of its value).
     env = make()
     env.reset()
     leaves, _ = env.flat_stepper()([np.array(1)])
-    assert [type(x) for x in leaves[-4:]] == [bool, float, np.float64, float]  # ok tiny v x
+    assert [type(x) for x in leaves[-5:]] == [bool, float, float, np.float64, float]
+    assert leaves[-4] == float(np.float32(-0.3))  # r, to the float32's last bit
 
 
 def test_flat_steps_of_an_env_info_spec_without_entries_fetch_nothing():
