@@ -285,9 +285,10 @@ PYBIND11_MODULE(_penv, m) {
         py::arg("scalars") = false,
         "Copies src[i] into the row view dst[i] while src[i] is an ndarray of "
         "dst[i]'s shape and dtype (with scalars=True also while it is a "
-        "Python float for a 0-d float64/float32 row or a Python bool for a "
-        "0-d bool row); returns how many it copied (the rest need the "
-        "caller's converting path).");
+        "scalar a 0-d row takes exactly: a Python float for a float64/float32 "
+        "row, a Python bool for a bool row, a Python int in an integer row's "
+        "range, a numpy scalar of the row's dtype); returns how many it "
+        "copied (the rest need the caller's converting path).");
 
   py::module_ testing = m.def_submodule(
       "_testing", "Low-level hooks for the tests of alf_env._penv.");

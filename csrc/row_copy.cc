@@ -2,7 +2,9 @@
 
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace py = pybind11;
@@ -45,6 +47,49 @@ void strided_copy(char* dst, const py::ssize_t* dst_strides, const char* src,
   }
 }
 
+namespace {
+
+// numpy.generic, the base of numpy's scalar types. Looked up once and kept
+// for the life of the process (never released: a static py::object would be
+// destroyed after the interpreter it belongs to).
+PyTypeObject* numpy_generic_type() {
+  static PyTypeObject* const type = reinterpret_cast<PyTypeObject*>(
+      py::object(py::module_::import("numpy").attr("generic")).release().ptr());
+  return type;
+}
+
+// Stores the Python int `value` into the 0-d integer row `out` if the row is
+// a native signed or unsigned integer of 1-8 bytes and the value is in its
+// range (np.asarray(value, dtype) raises OverflowError otherwise: the
+// caller's path decides). Returns whether it stored it.
+template <typename Int>
+bool store_int(PyObject* value, py::array& out, PyObject* descr,
+               const py::detail::npy_api& api) {
+  if (!api.PyArray_EquivTypes_(descr, py::dtype::of<Int>().ptr())) return false;
+  int overflow = 0;
+  const long long number = PyLong_AsLongLongAndOverflow(value, &overflow);
+  if (overflow != 0 || (number == -1 && PyErr_Occurred())) {
+    PyErr_Clear();
+    return false;  // beyond long long (a uint64 above 2**63 too): the slow path
+  }
+  if constexpr (std::is_signed_v<Int>) {
+    if (number < static_cast<long long>(std::numeric_limits<Int>::min()) ||
+        number > static_cast<long long>(std::numeric_limits<Int>::max())) {
+      return false;
+    }
+  } else {
+    if (number < 0 || static_cast<unsigned long long>(number) >
+                          std::numeric_limits<Int>::max()) {
+      return false;
+    }
+  }
+  const Int stored = static_cast<Int>(number);
+  std::memcpy(out.mutable_data(), &stored, sizeof stored);
+  return true;
+}
+
+}  // namespace
+
 bool copy_scalar(py::handle leaf, py::array& out) {
   if (out.ndim() != 0) return false;
   PyObject* value = leaf.ptr();
@@ -58,16 +103,45 @@ bool copy_scalar(py::handle leaf, py::array& out) {
     *static_cast<std::uint8_t*>(out.mutable_data()) = value == Py_True ? 1 : 0;
     return true;
   }
-  if (!PyFloat_Check(value)) return false;
-  const double number = PyFloat_AsDouble(value);  // a float: cannot fail
-  if (is(py::dtype::of<double>())) {
-    std::memcpy(out.mutable_data(), &number, sizeof number);
-    return true;
+  if (PyFloat_Check(value)) {  // numpy's float64 scalars included
+    const double number = PyFloat_AsDouble(value);  // a float: cannot fail
+    if (is(py::dtype::of<double>())) {
+      std::memcpy(out.mutable_data(), &number, sizeof number);
+      return true;
+    }
+    if (is(py::dtype::of<float>())) {
+      const float rounded = static_cast<float>(number);
+      std::memcpy(out.mutable_data(), &rounded, sizeof rounded);
+      return true;
+    }
+    return false;
   }
-  if (is(py::dtype::of<float>())) {
-    const float rounded = static_cast<float>(number);
-    std::memcpy(out.mutable_data(), &rounded, sizeof rounded);
-    return true;
+  if (PyLong_CheckExact(value)) {  // a Python int (not a bool, not a subclass)
+    return store_int<std::int64_t>(value, out, out_descr, api) ||
+           store_int<std::int32_t>(value, out, out_descr, api) ||
+           store_int<std::int16_t>(value, out, out_descr, api) ||
+           store_int<std::int8_t>(value, out, out_descr, api) ||
+           store_int<std::uint64_t>(value, out, out_descr, api) ||
+           store_int<std::uint32_t>(value, out, out_descr, api) ||
+           store_int<std::uint16_t>(value, out, out_descr, api) ||
+           store_int<std::uint8_t>(value, out, out_descr, api);
+  }
+  if (PyObject_TypeCheck(value, numpy_generic_type())) {
+    // A numpy scalar (np.float32, np.bool_, np.int64, ...): its bytes, when
+    // its dtype is the row's (no conversion at all).
+    auto descr = py::reinterpret_steal<py::object>(
+        api.PyArray_DescrFromScalar_(value));
+    if (!descr) throw py::error_already_set();
+    if (!api.PyArray_EquivTypes_(out_descr, descr.ptr())) return false;
+    Py_buffer view;
+    if (PyObject_GetBuffer(value, &view, PyBUF_SIMPLE) != 0) {
+      PyErr_Clear();
+      return false;  // no buffer (e.g. a void scalar): the slow path
+    }
+    const bool fits = view.len == out.itemsize();
+    if (fits) std::memcpy(out.mutable_data(), view.buf, static_cast<std::size_t>(view.len));
+    PyBuffer_Release(&view);
+    return fits;
   }
   return false;
 }

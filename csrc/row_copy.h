@@ -4,9 +4,10 @@
 // leaves of a time step) to store into views of its rows. Doing it leaf by
 // leaf in Python costs ~0.4 us per leaf in interpreter overhead, which is a
 // large part of a trivial env's step; copy_leaves() does the common case --
-// every leaf already an ndarray of the row's exact shape and dtype -- in one
-// call, and leaves anything else (casts, wrong shapes, Python scalars) to
-// the caller's slower path, which converts or raises a precise error.
+// every leaf already an ndarray of the row's exact shape and dtype, or a
+// scalar stored exactly (copy_scalar) -- in one call, and leaves anything
+// else (casts, wrong shapes, other scalars) to the caller's slower path,
+// which converts or raises a precise error.
 #pragma once
 
 #include <pybind11/numpy.h>
@@ -27,11 +28,19 @@ namespace alf_env::penv {
 std::size_t copy_leaves(const pybind11::sequence& dst,
                         const pybind11::sequence& src, bool scalars);
 
-// Stores a Python float (numpy's float64 scalars are floats too) into a 0-d
-// native float64 or float32 row, or a Python bool into a 0-d bool row: the
-// value np.asarray(leaf, dtype=row.dtype) holds (float64 -> float32 by C's
-// conversion, as numpy casts). Returns false, storing nothing, for anything
-// else.
+// Stores a scalar into a 0-d native row, holding the value
+// np.asarray(leaf, dtype=row.dtype) would hold, when that is exact or a plain
+// float rounding:
+//   * a Python float (numpy's float64 scalars are floats too) into a float64
+//     or float32 row (float64 -> float32 by C's conversion, as numpy casts);
+//   * a Python bool into a bool row;
+//   * a Python int (exactly int) into a signed or unsigned integer row of 1-8
+//     bytes, when it is in the row's range (numpy raises OverflowError
+//     otherwise);
+//   * a numpy scalar (np.float32, np.bool_, np.int64, ...) whose dtype is
+//     the row's: its bytes.
+// Returns false, storing nothing, for anything else (the caller's converting
+// path decides).
 bool copy_scalar(pybind11::handle leaf, pybind11::array& out);
 
 // The strided copy under copy_leaves(): `ndim` dims of `shape`, elements of

@@ -37,6 +37,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import gymnasium as gym
 import numpy as np
 
+from alf_env import _penv
 from alf_env.control_plane.protocol import MessageType
 from alf_env.control_plane.worker import close_each
 from alf_env.data_plane.info_codec import InfoEncoder, Signature
@@ -193,6 +194,19 @@ class GymRowsHandler:
                                     self.declared_infos)
         self._new_layouts: List[Tuple[int, Signature]] = []
         self._sender: Optional[threading.Thread] = None
+        rows = self._rows
+        # The exact write (see _write_exact): each env's row views of
+        # observation, reward, terminated and truncated, then (per layout id,
+        # made when first used) the fields of its info record.
+        self._exact_rows: Optional[List[list]] = None
+        if self.observation.is_single_array:
+            self._exact_rows = [[rows.obs[0][row, ...], rows.reward[row, ...],
+                                 rows.terminated[row, ...], rows.truncated[row, ...]]
+                                for row in range(*self.rows)]
+        self._exact_info_rows: Dict[Tuple[int, int], list] = {}
+        # What each env's info_layout and report rows hold, as last written
+        # here: (layout id, report), or None when not known.
+        self._marks: List[Optional[Tuple[int, bool]]] = [None] * n
         mode = gym.vector.AutoresetMode
         self._step_one = {mode.NEXT_STEP: self._step_next, mode.SAME_STEP: self._step_same,
                           mode.DISABLED: self._step_disabled}[self.autoreset_mode]
@@ -228,6 +242,7 @@ class GymRowsHandler:
             row = begin + k
             if not staged.mask[k]:
                 self._rows.report[row] = False
+                self._marks[k] = None
                 continue
             try:
                 obs, info = env.reset(seed=staged.seeds[k], options=staged.options)
@@ -267,6 +282,9 @@ class GymRowsHandler:
     def _write(self, k: int, row: int, obs: Any, reward: Any, terminated: Any,
                truncated: Any, info: dict,
                report: Dict[int, Tuple[Optional[dict], Optional[list]]]) -> None:
+        if (self._exact_rows is not None
+                and self._write_exact(k, row, obs, reward, terminated, truncated, info)):
+            return
         try:
             pipe_leaves = self.observation.write_row(self._rows.obs, row, obs)
         except ValueError as exc:
@@ -283,8 +301,40 @@ class GymRowsHandler:
         has_report = (payload is not None or bool(pipe_leaves)
                       or len(self._new_layouts) > learned)
         rows.report[row] = has_report
+        self._marks[k] = (layout_id, has_report)
         if has_report:
             report[k] = (payload, pipe_leaves or None)
+
+    def _write_exact(self, k: int, row: int, obs: Any, reward: Any, terminated: Any,
+                     truncated: Any, info: dict) -> bool:
+        """The common step's write, in one native copy: an observation array of
+        the space's exact dtype and shape, scalars the rows take exactly
+        (``_penv._copy_leaves``), and an empty info or one of the env's last
+        layout with no pipe values. Returns ``False`` for anything else (the
+        caller's :meth:`_write` converts, checks and reports; what was copied
+        here is written again there)."""
+        dst = self._exact_rows[k]
+        leaves: tuple = (obs, reward, terminated, truncated)
+        lid = 0
+        if info:
+            cached = self._encoder.cached_record(k, info)
+            if cached is None:
+                return False
+            lid, layout, values = cached
+            key = (k, lid)
+            full = self._exact_info_rows.get(key)
+            if full is None:
+                records = self._rows.info.view(layout.dtype)[:, 0]
+                full = self._exact_info_rows[key] = dst + [
+                    records[name][row, ...] for _, _, name, _ in layout.shm]
+            dst, leaves = full, leaves + values
+        if _penv._copy_leaves(dst, leaves, True) != len(dst):
+            return False
+        if self._marks[k] != (lid, False):
+            self._rows.info_layout[row] = lid
+            self._rows.report[row] = False
+            self._marks[k] = (lid, False)
+        return True
 
     def _send(self, report: Dict[int, Any]) -> None:
         """Sends the job's report (if any) home; see the module docstring."""

@@ -134,6 +134,8 @@ class InfoLayout:
         self.dtype = np.dtype({"names": names, "formats": formats, "offsets": offsets,
                                "itemsize": max(capacity, 1)}) if self.fits else None
         self._shm_positions = [i for i, _, _, _ in self.shm]
+        # Every value in shared memory, in key order: the values are the record.
+        self._all_shm = self._shm_positions == list(range(len(self.keys)))
         self._array_checks = [(i, np.dtype(kind[1]), kind[2]) for i, _, _, kind in self.shm
                               if kind[0] is np.ndarray]
         self._types = tuple(kind[0] if kind != PIPE else None for kind in self.kinds)
@@ -161,6 +163,8 @@ class InfoLayout:
 
     def record_values(self, values: Sequence[Any]) -> tuple:
         """The fixed-size values, in field order."""
+        if self._all_shm:
+            return tuple(values)
         return tuple(values[i] for i in self._shm_positions)
 
     def pipe_values(self, values: Sequence[Any]) -> Optional[list]:
@@ -228,6 +232,21 @@ class InfoEncoder:
         self._layouts.append(layout)
         self._by_signature[signature] = lid
         return lid
+
+    def cached_record(self, k: int, info: Dict[Any, Any]
+                      ) -> Optional[Tuple[int, InfoLayout, tuple]]:
+        """``(layout id, layout, record values)`` when env ``k``'s ``info`` has
+        the layout of its last packed info and no pipe values (the common
+        step, which the caller may then store itself); ``None`` otherwise
+        (ask :meth:`encode`)."""
+        cache = self._cache[k]
+        layout = cache.layout
+        if layout is None or layout.pipe:
+            return None
+        values = tuple(info.values())
+        if not layout.matches(tuple(info), values):
+            return None
+        return cache.lid, layout, layout.record_values(values)
 
     def encode(self, k: int, info: Dict[Any, Any], info_view: np.ndarray, row: int,
                new_layouts: List[Tuple[int, Signature]]) -> Tuple[int, Payload]:

@@ -402,6 +402,12 @@ class SpaceLayout:
         self._single = self._root if isinstance(self._root, _ArrayNode) else None
 
     @property
+    def is_single_array(self) -> bool:
+        """Whether the space is one array field (Box, Discrete, MultiDiscrete,
+        MultiBinary): a value is then written by copying one array."""
+        return self._single is not None
+
+    @property
     def num_pipe_leaves(self) -> int:
         """How many sub-values travel on the pipe (0: all in shared memory)."""
         return len(self.pipe_paths)

@@ -74,6 +74,15 @@ def test_bad_destinations_and_lengths():
     (3.1, np.float64), (3.1, np.float32), (np.float64(-2.7), np.float32),
     (np.float64(1e300), np.float32), (float("nan"), np.float32), (-0.0, np.float64),
     (1e-46, np.float32), (True, np.bool_), (False, np.bool_),
+    # Python ints into integer rows of every size and sign, at the range's ends.
+    (3, np.int64), (-2**63, np.int64), (2**63 - 1, np.int64), (-2**31, np.int32),
+    (2**31 - 1, np.int32), (-129 + 1, np.int8), (127, np.int8), (-2**15, np.int16),
+    (255, np.uint8), (0, np.uint8), (2**32 - 1, np.uint32), (2**63 - 1, np.uint64),
+    (65535, np.uint16),
+    # numpy scalars of the row's own dtype: their bytes.
+    (np.float32(1.5), np.float32), (np.float32("nan"), np.float32), (np.bool_(True), np.bool_),
+    (np.int64(-7), np.int64), (np.int32(9), np.int32), (np.uint8(200), np.uint8),
+    (np.float16(0.1), np.float16), (np.complex64(1 + 2j), np.complex64),
 ])
 def test_scalars_are_stored_as_numpy_converts_them(value, dtype):
     block = SharedBlock([("r", (), dtype)], num_rows=2, num_workers=1)
@@ -87,8 +96,20 @@ def test_scalars_are_stored_as_numpy_converts_them(value, dtype):
 
 
 @pytest.mark.parametrize("value,dtype,shape", [
-    (3, np.float32, ()),             # a Python int: the checking path decides
-    (np.float32(1.5), np.float32, ()),  # a numpy float32 scalar is no float
+    (3, np.float32, ()),             # a Python int for a float row: the checking path decides
+    (3, np.bool_, ()),               # ... or for a bool row
+    (True, np.int64, ()),            # a bool for an integer row
+    (2**31, np.int32, ()),           # an int out of the row's range (numpy raises)
+    (-1, np.uint8, ()),
+    (256, np.uint8, ()),
+    (2**63, np.uint64, ()),          # beyond long long: left to numpy
+    (-2**63 - 1, np.int64, ()),
+    (3, np.dtype(">i8"), ()),        # a swapped int64 row
+    (np.float32(1.5), np.float64, ()),  # a numpy scalar of another dtype
+    (np.int32(3), np.int64, ()),
+    (np.float32(1.5), np.dtype(">f4"), ()),  # ... or another byte order
+    (np.bool_(True), np.uint8, ()),
+    (np.float32(1.5), np.float32, (1,)),  # a row that is not 0-d
     (1.5, np.int32, ()),             # a float for an integer row
     (True, np.float32, ()),          # a bool for a float row
     (1.5, np.bool_, ()),             # a float for a bool row

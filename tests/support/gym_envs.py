@@ -227,7 +227,8 @@ class NumericInfoEnv(gym.Env):
       array some of the time);
     * ``"type_change"``: the same key changes type mid-run (int, float,
       np.int32, bool, str, None, arrays of other dtypes and shapes, a nested
-      dict), in lockstep across envs: episodes never end, so the envs stay in
+      dict, numpy scalars of other types), and so do the
+      reward, the flags and the observation's dtype, in lockstep across envs: episodes never end, so the envs stay in
       step (gymnasium itself cannot batch an int and a str under one key in the
       same step).
     """
@@ -256,9 +257,16 @@ class NumericInfoEnv(gym.Env):
         reward = float(self._x.sum())
         terminated = bool(self.np_random.random() < 0.03)
         truncated = self._t >= self.episode_length
+        obs = self._x.copy()
         if self.pattern == "type_change":
-            terminated = truncated = False
-        return self._x.copy(), reward, terminated, truncated, self._info(action)
+            # The step's other values change type too: a reward of each scalar
+            # type, numpy bools, and now and then a float32 observation.
+            kinds = (float, int, np.float32, np.float64, np.int64, bool)
+            reward = kinds[self._n % len(kinds)](reward)
+            terminated = truncated = False if self._n % 2 else np.bool_(False)
+            if self._n % 4 == 0:
+                obs = obs.astype(np.float32)
+        return obs, reward, terminated, truncated, self._info(action)
 
     def _info(self, action) -> dict:
         t, x = self._t, self._x
@@ -275,7 +283,8 @@ class NumericInfoEnv(gym.Env):
                 info = {}
             return info
         values = [t, float(x[0]), np.int32(t), bool(t % 2), f"s{t}", None,
-                  np.full(2, x[0]), np.full(3, t, np.float32), {"inner": t}, np.int64(-t)]
+                  np.full(2, x[0]), np.full(3, t, np.float32), {"inner": t}, np.int64(-t),
+                  -t, np.uint8(t % 256), np.bool_(t % 2), np.float16(t)]
         return {"v": values[(self._n // 3) % len(values)], "t": t}
 
 
