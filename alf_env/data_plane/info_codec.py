@@ -379,7 +379,9 @@ class InfoDecoder:
         columns: Dict[Any, np.ndarray] = {}
         for dtype, shape, fields, view in self._groups[gid]:
             if view is not None:  # back to back: one copy, key-major
-                block = np.ascontiguousarray(view[rows].swapaxes(0, 1))
+                # .copy(), not np.ascontiguousarray: a view of one row is
+                # contiguous already, and would be returned as is.
+                block = view[rows].swapaxes(0, 1).copy()
                 for i, (key, _) in enumerate(fields):
                     columns[key] = block[i]
                 continue

@@ -2,6 +2,7 @@
 spreading of envs over workers (num_workers): value for value what gymnasium's
 SyncVectorEnv returns, and no pipe message per step for numeric infos."""
 
+import copy
 import functools
 
 import numpy as np
@@ -330,3 +331,25 @@ def test_default_is_one_worker_per_usable_cpu():
         assert env.envs_per_worker is None or env.envs_per_worker * env.num_workers == n
         obs, _ = env.reset(seed=0)
         assert obs.shape == (n, 4)
+
+
+@pytest.mark.parametrize("kwargs", [dict(), dict(batch_size=2, envs_per_worker=2),
+                                    dict(batch_size=1)],
+                         ids=["one_env", "async_one_worker_of_2", "async_batch_of_1"])
+def test_returned_infos_and_values_are_not_overwritten_by_the_next_step(kwargs):
+    # A batch of one row (or one worker's back-to-back rows) is read through a
+    # slice of the shared rows: what a step returned must be the caller's own.
+    num_envs = 1 if not kwargs else 4
+    env = FastVectorEnv([functools.partial(NumericInfoEnv, "fixed")] * num_envs, **kwargs)
+    try:
+        env.reset(seed=0)
+        first = env.step(env.action_space.sample())
+        saved = copy.deepcopy(first)
+        for _ in range(3):
+            env.step(env.action_space.sample())
+        assert_same_info(first, saved)
+        returned = list(first[:4]) + [v for v in first[4].values() if isinstance(v, np.ndarray)]
+        shared = list(env._block.views.values())
+        assert not any(np.shares_memory(a, b) for a in returned for b in shared)
+    finally:
+        env.close()
