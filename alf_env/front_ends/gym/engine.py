@@ -15,7 +15,7 @@ raises its ``WorkerDiedError``); any other error but a timeout ends the
 pending call; a timeout keeps it, so waiting again picks it up.
 """
 
-from typing import Any, Callable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 from absl import logging
@@ -41,7 +41,8 @@ class JobEngine:
     ``_act_views``, ``_obs``, ``_obs_views``, the scalar rows, ``_info_decoder``,
     ``num_envs``, ``batch_size``, ``envs_per_worker`` and ``autoreset_mode``,
     and keeps ``_in_flight`` (the workers with an unreceived STEP/RESET),
-    ``_last_ids`` (the env ids of the last ``recv()``), ``_needs_reset``,
+    ``_last_ids`` (the env ids of the last ``recv()``) and ``_last_received``
+    (their rows and workers), ``_needs_reset``,
     ``_state`` and ``_broken`` up to date.
     """
 
@@ -76,13 +77,20 @@ class JobEngine:
             self._guard(lambda: self._board.wait_for(workers, "finishing jobs in flight",
                                                      raise_errors=False))
 
-    def _send(self, actions: Any, env_ids: Optional[Any]) -> None:
+    def _send(self, actions: Any, env_ids: Optional[Any],
+              received: Optional[Tuple[Any, List[int]]] = None) -> None:
         """Checks ids and actions, writes the actions, posts STEP to their workers.
 
         ``env_ids=None`` means every env (the synchronous step).
+        ``received``: ``(rows, workers)`` of ``env_ids`` when they are the ids
+        of the last recv() (checked then): only whether they are idle is checked.
         """
         if env_ids is None:
             ids, rows, workers = self._all_ids, self._all_rows, self._all_workers
+        elif received is not None:
+            ids = env_ids
+            rows, workers = received
+            self._check_idle(workers)
         else:
             ids = rows = self._check_ids(env_ids)
             workers = sorted(set(self._row_worker[ids].tolist()))
@@ -129,11 +137,14 @@ class JobEngine:
         if len(workers) * e != ids.size:
             raise ValueError(f"env_ids: with envs_per_worker={e} a worker is stepped "
                              f"whole; list all envs of each worker, got {ids.tolist()}")
+        self._check_idle(workers)
+        return ids
+
+    def _check_idle(self, workers: Iterable[int]) -> None:
         busy = sorted(self._bounds[w][0] for w in workers if w in self._in_flight)
         if busy:
             raise ValueError(f"env_ids: envs {busy} are still in flight (sent, not yet "
                              f"received); recv() them first")
-        return ids
 
     def _wait_all(self, during: str, timeout: Optional[float]) -> None:
         """Waits for every in-flight worker (synchronous mode)."""
@@ -184,15 +195,26 @@ class JobEngine:
                 self._broken = error
             raise error
         self._in_flight.difference_update(workers)
-        ids = np.asarray([i for w in workers for i in range(*self._bounds[w])], dtype=np.int64)
-        row_list = ids.tolist()
-        obs = self._obs.read_rows(self._obs_views, ids, row_list, self._pipe_rows(row_list))
-        infos = self._info_decoder.batch(ids, row_list, self._payloads_of(row_list))
+        bounds = self._bounds
+        row_list = [i for w in workers for i in range(*bounds[w])]
+        ids = np.asarray(row_list, dtype=np.int64)
+        if all(bounds[a][1] == bounds[b][0] for a, b in zip(workers, workers[1:])):
+            # Rows back to back (e.g. one worker's): a slice reads them faster,
+            # and the info decoder remembers the slices it has seen.
+            rows: Any = slice(row_list[0], row_list[-1] + 1)
+            terminated, truncated = self._terminated[rows].copy(), self._truncated[rows].copy()
+            reward = self._reward[rows].copy()
+        else:
+            rows = ids
+            terminated, truncated, reward = (self._terminated[ids], self._truncated[ids],
+                                             self._reward[ids])
+        obs = self._obs.read_rows(self._obs_views, rows, row_list, self._pipe_rows(row_list))
+        infos = self._info_decoder.batch(rows, row_list, self._payloads_of(row_list))
         infos["env_id"] = ids.astype(ENV_ID_DTYPE)
-        terminated, truncated = self._terminated[ids], self._truncated[ids]
-        self._needs_reset[ids] = terminated | truncated
+        self._needs_reset[rows] = terminated | truncated
         self._last_ids = ids
-        return obs, self._reward[ids], terminated, truncated, infos
+        self._last_received = (rows, list(workers))
+        return obs, reward, terminated, truncated, infos
 
     def _resolve(self, promises: List[Any], timeout: Optional[float],
                  during: str = "a call") -> List[Any]:

@@ -147,6 +147,7 @@ class FastVectorEnv(StateChecks, WorkerStartup, JobEngine, ResultAssembly, gym.v
         self._all_workers = list(range(self.num_workers))
         self._in_flight: Set[int] = set()        # workers with an unreceived STEP/RESET
         self._last_ids = np.arange(0, dtype=np.int64)  # env ids of the last recv()
+        self._last_received: Optional[Tuple[Any, List[int]]] = None  # their rows, workers
         self._needs_reset = np.zeros(self.num_envs, dtype=np.bool_)
         self._payloads: Dict[int, Payload] = {}  # env id -> pipe part of its last info
         self._pipe_leaves: Dict[int, list] = {}  # env id -> its pipe observation leaves
@@ -249,18 +250,20 @@ class FastVectorEnv(StateChecks, WorkerStartup, JobEngine, ResultAssembly, gym.v
         """
         self._assert_is_running()
         self._assert_state("step_async")
+        received = None
         if self.is_async:
             ids = self._last_ids
             if not len(ids):
                 raise NoAsyncCallError("step() in the asynchronous mode steps the envs "
                                        "of the last recv(); call reset() first", "step")
+            received = self._last_received
         else:
             if self._in_flight:
                 raise AlreadyPendingCallError(
                     f"step_async: workers {sorted(self._in_flight)} still run jobs of "
                     f"send()/async_reset(); recv() them first", "step")
             ids = None
-        self._send(actions, ids)
+        self._send(actions, ids, received)
         self._state = AsyncState.WAITING_STEP
 
     def step_wait(self, timeout: Optional[float] = None
