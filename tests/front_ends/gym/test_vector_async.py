@@ -106,6 +106,20 @@ def test_same_step_autoreset_in_async_mode_puts_final_obs_in_info():
         assert endings >= 3
 
 
+def test_step_after_recv_refuses_envs_already_sent():
+    # step() steps the envs of the last recv() without checking its ids again,
+    # but still refuses them once send() has them in flight.
+    fns = [functools.partial(FaultyEnv, env_id=i) for i in range(4)]
+    with FastVectorEnv(fns, batch_size=2, envs_per_worker=2) as env:
+        env.reset(seed=0)
+        _, _, _, _, info = env.step(np.zeros(2, np.int64))
+        ids = info["env_id"]
+        env.send(np.zeros(2, np.int64), ids)
+        with pytest.raises(ValueError, match=r"still in flight"):
+            env.step(np.zeros(2, np.int64))
+        assert len(env.recv()[-1]["env_id"]) == 2  # nothing was lost
+
+
 def test_send_and_recv_check_their_arguments():
     fns = [functools.partial(FaultyEnv, env_id=i) for i in range(6)]
     with FastVectorEnv(fns, batch_size=2, envs_per_worker=2) as env:
