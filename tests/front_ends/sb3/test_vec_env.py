@@ -249,6 +249,8 @@ def test_sb3_checks_apply():
     venv = VecCheckNan(FastSubprocVecEnv(probe_fns(2, fault="nan"), "fork"),
                        raise_exception=True)
     try:
+        # Seeded: an unseeded episode may end (and reset) before its NaN step.
+        venv.seed(0)
         venv.reset()
         for t in range(2):
             venv.step(actions_for(t, 2))
@@ -261,6 +263,7 @@ def test_sb3_checks_apply():
 def test_env_error_comes_back_with_its_type_and_close_ends_the_workers():
     venv = FastSubprocVecEnv(probe_fns(2, fault="raise"), "fork")
     workers = workers_of(venv)
+    venv.seed(0)  # an unseeded episode may end (and reset) before its failing step
     venv.reset()
     venv.step(actions_for(0, 2))
     venv.step(actions_for(1, 2))
