@@ -41,8 +41,8 @@ class JobEngine:
     ``_act_views``, ``_obs``, ``_obs_views``, the scalar rows, ``_info_decoder``,
     ``num_envs``, ``batch_size``, ``envs_per_worker`` and ``autoreset_mode``,
     and keeps ``_in_flight`` (the workers with an unreceived STEP/RESET),
-    ``_last_ids`` (the env ids of the last ``recv()``) and ``_last_received``
-    (their rows and workers), ``_needs_reset``,
+    ``_last_received`` (the env ids, rows and workers of the last ``recv()``),
+    ``_needs_reset``,
     ``_state`` and ``_broken`` up to date.
     """
 
@@ -212,8 +212,7 @@ class JobEngine:
         infos = self._info_decoder.batch(rows, row_list, self._payloads_of(row_list))
         infos["env_id"] = ids.astype(ENV_ID_DTYPE)
         self._needs_reset[rows] = terminated | truncated
-        self._last_ids = ids
-        self._last_received = (rows, list(workers))
+        self._last_received = (ids, rows, list(workers))
         return obs, reward, terminated, truncated, infos
 
     def _resolve(self, promises: List[Any], timeout: Optional[float],

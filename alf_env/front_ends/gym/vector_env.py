@@ -146,8 +146,8 @@ class FastVectorEnv(StateChecks, WorkerStartup, JobEngine, ResultAssembly, gym.v
         self._all_ids = np.arange(self.num_envs)
         self._all_workers = list(range(self.num_workers))
         self._in_flight: Set[int] = set()        # workers with an unreceived STEP/RESET
-        self._last_ids = np.arange(0, dtype=np.int64)  # env ids of the last recv()
-        self._last_received: Optional[Tuple[Any, List[int]]] = None  # their rows, workers
+        # The env ids, rows and workers of the last recv() (None before the first).
+        self._last_received: Optional[Tuple[np.ndarray, Any, List[int]]] = None
         self._needs_reset = np.zeros(self.num_envs, dtype=np.bool_)
         self._payloads: Dict[int, Payload] = {}  # env id -> pipe part of its last info
         self._pipe_leaves: Dict[int, list] = {}  # env id -> its pipe observation leaves
@@ -252,11 +252,11 @@ class FastVectorEnv(StateChecks, WorkerStartup, JobEngine, ResultAssembly, gym.v
         self._assert_state("step_async")
         received = None
         if self.is_async:
-            ids = self._last_ids
-            if not len(ids):
+            if self._last_received is None:
                 raise NoAsyncCallError("step() in the asynchronous mode steps the envs "
                                        "of the last recv(); call reset() first", "step")
-            received = self._last_received
+            ids, rows, workers = self._last_received
+            received = (rows, workers)
         else:
             if self._in_flight:
                 raise AlreadyPendingCallError(
