@@ -3,7 +3,7 @@
 Every request is answered by exactly one ``RESULT`` or ``EXCEPTION``, in order,
 so many calls can be in flight: each returns a promise (:class:`_Promise`)
 that, when called, receives answers until its own has arrived (earlier answers
-are kept for their promises). A promise that is dropped unused gives up its
+are filed on their promises). A promise that is dropped unused gives up its
 answer.
 
 Waiting never hangs on a dead worker: the parent waits on the pipe *and* the
@@ -21,7 +21,8 @@ read it (:meth:`WorkerChannel.start_fast_loop`).
 import multiprocessing.connection
 import select
 import time
-from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
+import weakref
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from alf_env.control_plane.protocol import (_DEATH_GRACE, RAW_REQUESTS, MessageType, _State,
                                             recv_message, send_raw)
@@ -31,13 +32,25 @@ from alf_env.errors import (EnvironmentClosedError, EnvironmentProcessError,
 
 
 class _Promise:
-    """The pending answer of one request; call it to wait for the value."""
+    """The pending answer of one request; call it to wait for the value.
+
+    The channel keeps only a weak reference to a promise and files an answer
+    on the promise itself, so a promise dropped unused takes its answer with
+    it. Dropping one runs no Python code (no ``__del__``): a signal handler's
+    exception (``KeyboardInterrupt``, ``sys.exit()`` in a SIGTERM handler)
+    raised at that moment reaches the caller instead of being "ignored" in a
+    finalizer.
+    """
+
+    __slots__ = ("_env", "_seq", "_transform", "_answer", "__weakref__")
 
     def __init__(self, env: "WorkerChannel", seq: int,
                  transform: Optional[Callable[[Any], Any]] = None) -> None:
         self._env = env
         self._seq = seq
         self._transform = transform
+        # (MessageType, payload) once received, until taken by __call__.
+        self._answer: Optional[Tuple[MessageType, Any]] = None
 
     def __call__(self, timeout: Optional[float] = None) -> Any:
         """Waits for the answer.
@@ -51,16 +64,8 @@ class _Promise:
             WorkerDiedError: the worker died before answering.
             Exception: what the worker raised (see :class:`RemoteException`).
         """
-        value = self._env._await(self._seq, timeout)
+        value = self._env._await(self, timeout)
         return self._transform(value) if self._transform else value
-
-    def __del__(self) -> None:
-        # Dropped unused (e.g. the pending reset of a spare at a new reset()):
-        # its answer must not be kept forever.
-        try:
-            self._env._abandon(self._seq)
-        except Exception:  # noqa: BLE001 -- e.g. at interpreter shutdown
-            pass
 
 
 class WorkerChannel:
@@ -83,8 +88,7 @@ class WorkerChannel:
     _death: Optional[WorkerDiedError]
     _next_seq: int
     _received_seq: int
-    _answers: Dict[int, Tuple[MessageType, Any]]
-    _abandoned: Set[int]
+    _waiting: Dict[int, "weakref.ReferenceType[_Promise]"]  # by sequence number
     _doorbell: Optional[Callable[[], None]]
 
     # -- native loop (FastParallelEnvironment) --------------------------------
@@ -121,7 +125,7 @@ class WorkerChannel:
         after every request sent so far.
         """
         self._check_usable()
-        return _Promise(self, self._take_seq())
+        return self._promise()
 
     def mark_died(self, during: str) -> Exception:
         """Records that the worker died (seen by another channel); returns the error.
@@ -168,9 +172,15 @@ class WorkerChannel:
             try:
                 self._doorbell()
             except BaseException:
-                self._abandon(self._take_seq())
+                self._take_seq()  # no promise: its answer is dropped on arrival
                 raise
-        return _Promise(self, self._take_seq(), transform)
+        return self._promise(transform)
+
+    def _promise(self, transform: Optional[Callable[[Any], Any]] = None) -> _Promise:
+        """The promise of the next answer, registered (weakly) to receive it."""
+        promise = _Promise(self, self._take_seq(), transform)
+        self._waiting[promise._seq] = weakref.ref(promise)
+        return promise
 
     def _take_seq(self) -> int:
         """The sequence number of the next answer (request or report) to expect."""
@@ -178,23 +188,17 @@ class WorkerChannel:
         self._next_seq += 1
         return seq
 
-    def _abandon(self, seq: int) -> None:
-        """Forgets the answer of request ``seq``: its promise was dropped unused."""
-        if seq in self._answers:
-            del self._answers[seq]
-        elif seq >= self._received_seq and self._state is not _State.CLOSED:
-            self._abandoned.add(seq)
-
-    def _await(self, seq: int, timeout: Optional[float]) -> Any:
+    def _await(self, promise: _Promise, timeout: Optional[float]) -> Any:
         deadline = None if timeout is None else time.monotonic() + timeout
-        while seq not in self._answers:
+        while promise._answer is None:
             self._check_usable()
-            if seq < self._received_seq:
+            if promise._seq < self._received_seq:
                 raise RuntimeError(f"env {self._env_id}: this promise was already "
                                    f"fulfilled; a promise can be called once")
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
             self._receive_one(remaining, during="a call")
-        msg_type, payload = self._answers.pop(seq)
+        msg_type, payload = promise._answer
+        promise._answer = None
         if msg_type is MessageType.RESULT:
             return payload
         if msg_type is MessageType.EXCEPTION:
@@ -220,13 +224,12 @@ class WorkerChannel:
         self._keep(answer)
 
     def _keep(self, answer: Tuple[MessageType, Any]) -> None:
-        """Files the next answer under its sequence number (drops an abandoned one)."""
-        seq = self._received_seq
+        """Files the next answer on its promise (drops it if the promise is gone)."""
+        ref = self._waiting.pop(self._received_seq, None)
         self._received_seq += 1
-        if self._abandoned and seq in self._abandoned:
-            self._abandoned.discard(seq)
-            return
-        self._answers[seq] = answer
+        promise = None if ref is None else ref()
+        if promise is not None:
+            promise._answer = answer
 
     def _recv(self, timeout: Optional[float], during: str) -> Tuple[MessageType, Any]:
         """Receives one message, watching the worker's sentinel meanwhile."""

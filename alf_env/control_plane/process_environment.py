@@ -14,7 +14,7 @@ import multiprocessing
 import multiprocessing.connection
 import os
 import select
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional
 
 import cloudpickle
 from absl import logging
@@ -90,9 +90,9 @@ class ProcessEnvironment(WorkerChannel):
         self._death: Optional[WorkerDiedError] = None
         self._next_seq = 0        # sequence number of the next request
         self._received_seq = 0    # sequence number of the next answer to read
-        self._answers: Dict[int, Tuple[MessageType, Any]] = {}
-        # Requests whose promises were dropped unused: their answers are discarded.
-        self._abandoned: set = set()
+        # Weak references to the promises of answers not yet read, by sequence
+        # number (the answer of a dropped promise is discarded on arrival).
+        self._waiting: Dict[int, Any] = {}
         self._spec_cache: Dict[str, Any] = {}
         self._codecs: Any = None  # StepCodecs, False (no ALF specs) or None (not known)
         # Set while the worker runs the native loop: rung after every pipe
@@ -224,8 +224,7 @@ class ProcessEnvironment(WorkerChannel):
         else:
             process.close()
         self._conn.close()
-        self._answers.clear()
-        self._abandoned.clear()
+        self._waiting.clear()
 
     def __enter__(self) -> "ProcessEnvironment":
         return self

@@ -5,6 +5,7 @@ import gc
 import multiprocessing
 import os
 import signal
+import sys
 import time
 import weakref
 
@@ -87,6 +88,48 @@ def test_promise_called_twice_raises(make_env):
     assert promise() == 2
     with pytest.raises(RuntimeError, match="called once"):
         promise()
+
+
+def test_dropped_promises_give_up_their_answers(make_env):
+    env = make_env()
+    env.call("add", 1, 1)  # dropped before its answer arrives
+    answered_then_dropped = env.call("add", 2, 2)
+    kept = env.call("add", 3, 3)
+    last = env.call("add", 4, 4)
+    assert last() == 8  # reads every earlier answer on the way
+    gone = weakref.ref(answered_then_dropped)
+    del answered_then_dropped
+    assert gone() is None
+    assert kept() == 6
+    assert env._waiting == {}  # the channel holds no answer nor promise
+    assert env.call("add", 5, 5)() == 10
+
+
+def _python_calls_while(action) -> list:
+    """The Python functions that run while ``action()`` runs (a profile hook)."""
+    calls = []
+
+    def profile(frame, event, arg):
+        if event == "call":
+            calls.append(f"{frame.f_code.co_filename}:{frame.f_code.co_name}")
+
+    sys.setprofile(profile)
+    try:
+        action()
+    finally:
+        sys.setprofile(None)
+    return calls
+
+
+def test_dropping_a_promise_runs_no_python_code(make_env):
+    # Python code run by a finalizer swallows what a signal handler raises
+    # there ("Exception ignored in ... __del__"): a SIGTERM handler's
+    # sys.exit() or a Ctrl-C would be lost while a trainer drops promises.
+    env = make_env()
+    promises = [env.call("add", 1, 1), env.call("add", 2, 2)]
+    assert promises[0]() == 2  # one used, one not
+    assert _python_calls_while(promises.clear) == []
+    assert env.call("add", 3, 3)() == 6
 
 
 def test_spec_accessors_are_cached(make_env):
