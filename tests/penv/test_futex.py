@@ -1,5 +1,6 @@
 """Futex wait/wake across processes, timeouts, and the spin policy's CPU use."""
 
+import itertools
 import multiprocessing as mp
 import os
 import time
@@ -154,11 +155,13 @@ def test_yield_only_spinners_leave_the_cpu_to_busy_workers(start_process):
     # Oversubscribed: one CPU-bound worker per CPU, plus two idle workers per
     # CPU that spin (fixed 1 s budget, so they spin all the time). Spinning
     # only yields then, so each busy worker still gets ~its whole CPU: a round
-    # of 50 ms jobs takes ~50 ms. Spinners that kept the CPU would get a fair
-    # share each and make it ~150 ms. Everyone is pinned (burner i and two
-    # spinners on CPU i): this is about sharing a core, not about placement
-    # (a runnable spinner counts as load for the kernel's balancer, which may
-    # then leave two burners on one core).
+    # of 50 ms jobs takes as long as without the spinners. Spinners that kept
+    # the CPU would get a fair share each and make it ~3x as long. Everyone is
+    # pinned (burner i and two spinners on CPU i): this is about sharing a
+    # core, not about placement (a runnable spinner counts as load for the
+    # kernel's balancer, which may then leave two burners on one core). The
+    # rounds without spinners come first, so a foreign load on the machine
+    # slows both sets alike.
     cpu_ids = sorted(os.sched_getaffinity(0))
     cpus = len(cpu_ids)
     burners, spinners = cpus, 2 * cpus
@@ -168,22 +171,28 @@ def test_yield_only_spinners_leave_the_cpu_to_busy_workers(start_process):
     processes = start_job_workers(start_process, block, controller, burners, 0, True)
     for i, process in enumerate(processes):
         os.sched_setaffinity(process.pid, {cpu_ids[i]})
+    job_s, rounds, serials = 0.05, 6, itertools.count(1)
+
+    def median_round() -> float:
+        walls = []
+        for _ in range(rounds):
+            start = time.monotonic()
+            controller.post(list(range(burners)), JobType.STEP,
+                            _workers.step_arg(next(serials), delay_us=int(job_s * 1e6)))
+            status, ids = controller.wait(burners, timeout_s=30)
+            walls.append(time.monotonic() - start)
+            assert status == _penv.WaitStatus.OK and sorted(ids) == list(range(burners))
+        return sorted(walls)[rounds // 2]
+
+    alone = median_round()
     for i in range(burners, burners + spinners):
         spinner = start_process(_workers.idle_spinner, block, i, 1_000_000, 8.0)
         os.sched_setaffinity(spinner.pid, {cpu_ids[i % cpus]})
     assert block.worker_port(burners, 1_000_000).spin_yields_only
     time.sleep(0.3)  # the spinners are spinning
-    job_s, rounds = 0.05, 6
-    walls = []
-    for serial in range(1, rounds + 1):
-        start = time.monotonic()
-        controller.post(list(range(burners)), JobType.STEP,
-                        _workers.step_arg(serial, delay_us=int(job_s * 1e6)))
-        status, ids = controller.wait(burners, timeout_s=30)
-        walls.append(time.monotonic() - start)
-        assert status == _penv.WaitStatus.OK and sorted(ids) == list(range(burners))
-    # Generous (a shared, noisy machine): the median round under 2x the job.
-    assert sorted(walls)[rounds // 2] < 2 * job_s, walls
+    with_spinners = median_round()
+    # Generous (a shared, noisy machine): fair sharing would give ~3x.
+    assert with_spinners < 1.8 * max(alone, job_s), (alone, with_spinners)
     controller.post(list(range(burners)), JobType.CLOSE)
     assert controller.wait(burners, timeout_s=10)[0] == _penv.WaitStatus.OK
 
