@@ -24,8 +24,10 @@ import time
 import weakref
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
+from multiprocessing.reduction import ForkingPickler
+
 from alf_env.control_plane.protocol import (_DEATH_GRACE, RAW_REQUESTS, MessageType, _State,
-                                            recv_message, send_raw)
+                                            decode_message, send_raw)
 from alf_env.control_plane.shutdown import CLOSE_KILL_TIMEOUT
 from alf_env.errors import (EnvironmentClosedError, EnvironmentProcessError,
                             EnvTimeoutError, WorkerDiedError)
@@ -68,6 +70,23 @@ class _Promise:
         return self._transform(value) if self._transform else value
 
 
+class _Undecodable:
+    """The answer of a request whose reply did not unpickle in the trainer."""
+
+    def __init__(self, env_id: Optional[int], error: Exception) -> None:
+        self._env_id = env_id
+        self._error = error
+
+    def to_exception(self) -> Exception:
+        """The error to raise from the request's promise (cause: the unpickling error)."""
+        error = EnvironmentProcessError(
+            f"env {self._env_id}: the worker's answer could not be unpickled in the "
+            f"trainer: {type(self._error).__name__}: {self._error}; return values "
+            f"whose classes the trainer can import", self._env_id)
+        error.__cause__ = self._error
+        return error
+
+
 class WorkerChannel:
     """The requests and answers of one worker's pipe (a base of ``ProcessEnvironment``).
 
@@ -86,6 +105,8 @@ class WorkerChannel:
     _process: Optional[multiprocessing.process.BaseProcess]
     _poller: Any  # select.poll() of the pipe and the sentinel
     _death: Optional[WorkerDiedError]
+    _out_of_step: Optional[EnvironmentProcessError]
+    _unplaced: bool  # a request is being sent whose answer has no place yet
     _next_seq: int
     _received_seq: int
     _waiting: Dict[int, "weakref.ReferenceType[_Promise]"]  # by sequence number
@@ -147,34 +168,52 @@ class WorkerChannel:
             return
         if self._state is _State.DEAD:
             raise self._death
+        if self._state is _State.OUT_OF_STEP:
+            raise self._out_of_step
         if self._state is _State.CLOSED:
             raise EnvironmentClosedError(
                 f"env {self._env_id} is closed; create a new environment")
         if self._state is _State.STARTING:
             self.wait_start()
             return
-        raise RuntimeError(f"env {self._env_id} is not started; call start() first")
+        if self._state is _State.NEW:
+            raise RuntimeError(f"env {self._env_id} is not started; call start() first")
+        raise ValueError(f"env {self._env_id}: unknown state {self._state!r}")
 
     def _request(self, msg_type: MessageType, payload: Any,
                  transform: Optional[Callable[[Any], Any]] = None) -> _Promise:
         self._check_usable()
+        # Pickled first: a payload that does not pickle fails with nothing sent.
+        data = None if msg_type in RAW_REQUESTS else ForkingPickler.dumps((msg_type, payload))
+        # Set until the answer's place is taken: an exception in between (a
+        # signal handler's, e.g. Ctrl-C, while the worker drains a large
+        # request) may leave part of it on the pipe, or all of it with no
+        # place for its answer. Either way later answers would not line up.
+        self._unplaced = True
         try:
-            if msg_type in RAW_REQUESTS:
+            if data is None:
                 send_raw(self._conn, msg_type, payload)
             else:
-                self._conn.send((msg_type, payload))
+                self._conn.send_bytes(data)
+            if self._doorbell is not None:
+                # The answer's place among the worker's messages is known only
+                # once the doorbell has collected the worker's earlier jobs (a
+                # failed one sends its report first, which takes the next place).
+                try:
+                    self._doorbell()
+                except BaseException:
+                    self._take_seq()  # no promise: its answer is dropped on arrival
+                    self._unplaced = False
+                    raise
+            promise = self._promise(transform)
+            self._unplaced = False
+            return promise
         except (BrokenPipeError, ConnectionResetError):
             raise self._died("sending a request") from None
-        if self._doorbell is not None:
-            # The answer's place among the worker's messages is known only
-            # once the doorbell has collected the worker's earlier jobs (a
-            # failed one sends its report first, which takes the next place).
-            try:
-                self._doorbell()
-            except BaseException:
-                self._take_seq()  # no promise: its answer is dropped on arrival
-                raise
-        return self._promise(transform)
+        except BaseException as exc:
+            if self._unplaced and self._state is _State.RUNNING:
+                self._fall_out_of_step("sending a request", exc)
+            raise
 
     def _promise(self, transform: Optional[Callable[[Any], Any]] = None) -> _Promise:
         """The promise of the next answer, registered (weakly) to receive it."""
@@ -213,26 +252,54 @@ class WorkerChannel:
 
     def _receive_one(self, timeout: Optional[float], during: str) -> None:
         """Receives the next answer and keeps it for its promise (if still wanted)."""
-        self._keep(self._recv(timeout, during))
+        self._wait_readable(timeout, during)
+        self._receive_ready(during)
 
     def _receive_ready(self, during: str) -> None:
-        """Like :meth:`_receive_one` when the pipe is known to be readable (polled)."""
+        """Like :meth:`_receive_one` when the pipe is known to be readable (polled).
+
+        A message is read and filed whole, or the env falls out of step: an
+        exception that cuts the read short (a signal handler's, e.g. Ctrl-C)
+        may leave part of a message in the pipe, or a message read but not
+        filed, and every later answer would go to the wrong promise.
+        """
+        received = self._received_seq
         try:
-            answer = recv_message(self._conn)
+            self._keep(self._read_message(during))
+        except BaseException as exc:
+            if self._received_seq == received and self._state is _State.RUNNING:
+                self._fall_out_of_step("reading an answer", exc)
+            raise
+
+    def _read_message(self, during: str) -> Tuple[MessageType, Any]:
+        """Reads one message; one that does not unpickle becomes its request's error."""
+        try:
+            data = self._conn.recv_bytes()
         except (EOFError, OSError):
             raise self._died(during) from None
-        self._keep(answer)
+        try:
+            return decode_message(data)
+        except Exception as exc:  # noqa: BLE001 -- the pipe is in step: the request fails
+            return MessageType.EXCEPTION, _Undecodable(self._env_id, exc)
 
     def _keep(self, answer: Tuple[MessageType, Any]) -> None:
-        """Files the next answer on its promise (drops it if the promise is gone)."""
+        """Files the next answer on its promise (drops it if the promise is gone).
+
+        ``_received_seq`` moves last: until it has, the answer counts as not filed.
+        """
         ref = self._waiting.pop(self._received_seq, None)
-        self._received_seq += 1
         promise = None if ref is None else ref()
         if promise is not None:
             promise._answer = answer
+        self._received_seq += 1
 
     def _recv(self, timeout: Optional[float], during: str) -> Tuple[MessageType, Any]:
         """Receives one message, watching the worker's sentinel meanwhile."""
+        self._wait_readable(timeout, during)
+        return self._read_message(during)
+
+    def _wait_readable(self, timeout: Optional[float], during: str) -> None:
+        """Waits until the pipe is readable; raises if the worker died first."""
         # One poll object per env (built at start): cheaper than
         # multiprocessing.connection.wait, which builds a selector per call.
         timeout_ms = None if timeout is None else int(timeout * 1000)
@@ -243,10 +310,14 @@ class WorkerChannel:
                 f"{timeout:.3g} s during {during}")
         if self._conn.fileno() not in ready and not self._conn.poll(_DEATH_GRACE):
             raise self._died(during)
-        try:
-            return recv_message(self._conn)
-        except (EOFError, OSError):
-            raise self._died(during) from None
+
+    def _fall_out_of_step(self, during: str, cause: BaseException) -> None:
+        """Records that a message was cut short on the pipe: only close() is left."""
+        self._out_of_step = EnvironmentProcessError(
+            f"env {self._env_id}: {type(cause).__name__} cut short {during} on the "
+            f"worker's pipe, so the pipe is out of step (its messages no longer line "
+            f"up with the requests); close() the env and create a new one", self._env_id)
+        self._state = _State.OUT_OF_STEP
 
     def _died(self, during: str) -> WorkerDiedError:
         """Records that the worker is gone and returns the error to raise."""

@@ -88,6 +88,8 @@ class ProcessEnvironment(WorkerChannel):
         self._process: Optional[multiprocessing.process.BaseProcess] = None
         self._pid: Optional[int] = None
         self._death: Optional[WorkerDiedError] = None
+        self._out_of_step: Optional[EnvironmentProcessError] = None
+        self._unplaced = False
         self._next_seq = 0        # sequence number of the next request
         self._received_seq = 0    # sequence number of the next answer to read
         # Weak references to the promises of answers not yet read, by sequence

@@ -112,7 +112,16 @@ def recv_message(conn: Connection) -> Tuple[MessageType, Any]:
         EOFError, OSError: as ``Connection.recv`` (the other end is gone).
         ValueError: the first byte is neither a pickle's nor a message type's.
     """
-    data = conn.recv_bytes()
+    return decode_message(conn.recv_bytes())
+
+
+def decode_message(data: bytes) -> Tuple[MessageType, Any]:
+    """The ``(MessageType, payload)`` of one message's bytes (see :func:`recv_message`).
+
+    Raises:
+        ValueError: the first byte is neither a pickle's nor a message type's.
+        Exception: what unpickling a pickled message raised.
+    """
     first = data[0] if data else None
     if first == _PICKLE_FIRST_BYTE:
         return ForkingPickler.loads(data)
@@ -130,6 +139,9 @@ class _State(enum.Enum):
     NEW = "new"
     STARTING = "starting"
     RUNNING = "running"
+    # An exception (a signal handler's: Ctrl-C) cut a message short on the
+    # pipe: what is in it no longer lines up with the requests; only close().
+    OUT_OF_STEP = "out of step"
     DEAD = "dead"
     CLOSED = "closed"
 

@@ -38,6 +38,20 @@ def inject(fault: str) -> None:
     raise AssertionError(f"unknown fault {fault!r}")
 
 
+def _only_in(pid: int) -> "OnlyHere":
+    if os.getpid() != pid:
+        raise AttributeError(f"OnlyHere: made in process {pid}, unpickled in {os.getpid()}")
+    return OnlyHere()
+
+
+class OnlyHere:
+    """Pickles anywhere, unpickles only in the process that made it (as a class
+    that only the worker can import)."""
+
+    def __reduce__(self):
+        return _only_in, (os.getpid(),)
+
+
 class ProbeEnv:
     """Answers calls; fails as told in ``fault_phase`` ("ctor", "call", "close")."""
 
@@ -78,6 +92,9 @@ class ProbeEnv:
 
     def unpicklable_result(self):
         return threading.Lock()
+
+    def result_only_this_process_unpickles(self):
+        return OnlyHere()
 
     def close(self):
         self.closed = True

@@ -1,0 +1,131 @@
+"""Tests of the trainer's end of a worker's pipe: a transfer cut short by a
+signal handler's exception (Ctrl-C) and answers that do not unpickle."""
+
+import signal
+import time
+
+import pytest
+
+from alf_env.environments.process_environment import ProcessEnvironment
+from alf_env.errors import EnvironmentProcessError
+from tests.support.faults import wait_all_gone
+from tests.support.probe_envs import ProbeEnv
+
+# Larger than a pipe's buffer (64 KiB): a transfer takes several reads or writes.
+BIG = bytes(1 << 20)
+
+
+class Interrupt(BaseException):
+    """Raised by a SIGALRM handler, as KeyboardInterrupt is by Ctrl-C."""
+
+
+def _interrupt(*_):
+    raise Interrupt()
+
+
+@pytest.fixture
+def alarm():
+    """``alarm(first, interval=0)``: SIGALRM raising ``Interrupt``; off after the test."""
+    previous = signal.signal(signal.SIGALRM, _interrupt)
+
+    def start(first: float, interval: float = 0.0) -> None:
+        signal.setitimer(signal.ITIMER_REAL, first, interval)
+
+    yield start
+    signal.setitimer(signal.ITIMER_REAL, 0)
+    signal.signal(signal.SIGALRM, previous)
+
+
+@pytest.fixture
+def env():
+    env = ProcessEnvironment(ProbeEnv)
+    env.start()
+    yield env
+    env.close()
+
+
+def test_an_interrupted_wait_leaves_the_env_usable(env, alarm):
+    promise = env.call("sleep", 0.5)
+    alarm(0.1)
+    with pytest.raises(Interrupt):
+        promise()
+    assert promise() == 0.5  # the answer still comes to its promise
+    assert env.call("add", 1, 2)() == 3
+
+
+def test_a_request_cut_short_leaves_the_env_out_of_step_and_closable(env, alarm):
+    busy = env.call("sleep", 1.0)  # the worker reads nothing meanwhile
+    alarm(0.2)
+    with pytest.raises(Interrupt):
+        env.call("add", (1,), (BIG,))  # blocks once the pipe's buffer is full
+    del busy
+    with pytest.raises(EnvironmentProcessError,
+                       match=r"Interrupt cut short sending a request .* out of step"):
+        env.call("add", 1, 2)
+    pid = env.pid
+    begin = time.monotonic()
+    env.close()
+    assert time.monotonic() - begin < 3.0  # not polite: the worker is terminated
+    assert wait_all_gone([pid], timeout=2.0)
+
+
+class _Armed:
+    """Whether the SIGALRM handler raises (it disarms itself when it does, so
+    the test's own bookkeeping outside the env's calls is never interrupted)."""
+    on = False
+
+
+def _interrupt_if_armed(*_):
+    if _Armed.on:
+        _Armed.on = False
+        raise Interrupt()
+
+
+def test_interrupts_at_any_point_never_give_a_wrong_answer_nor_hang():
+    # SIGALRM every 0.3 ms while large requests and answers cross the pipe:
+    # each interrupt lands in a wait (the env stays usable) or in a transfer
+    # (it falls out of step, for good); no answer ever goes to another
+    # request's promise, and no read blocks on a message cut short.
+    previous = signal.signal(signal.SIGALRM, _interrupt_if_armed)
+    signal.setitimer(signal.ITIMER_REAL, 0.0003, 0.0003)
+    interrupted, out_of_step, wrong = 0, 0, []
+    deadline = time.monotonic() + 20.0
+    try:
+        while out_of_step < 3 and time.monotonic() < deadline:
+            env = ProcessEnvironment(ProbeEnv)
+            env.start()
+            try:
+                for i in range(10_000):
+                    try:
+                        _Armed.on = True
+                        promises = [env.call("add", (i, j), (BIG,)) for j in range(3)]
+                        values = [promises[2](), promises[0]()]
+                        _Armed.on = False
+                    except Interrupt:
+                        interrupted += 1
+                        continue
+                    except EnvironmentProcessError as exc:
+                        _Armed.on = False
+                        assert "out of step" in str(exc)
+                        out_of_step += 1
+                        break
+                    if [v[:2] for v in values] != [(i, 2), (i, 0)]:
+                        wrong.append((i, [v[:2] for v in values]))
+            finally:
+                _Armed.on = False
+                pid = env.pid
+                env.close()
+            assert wait_all_gone([pid], timeout=2.0)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    assert wrong == []
+    assert out_of_step == 3, (interrupted, out_of_step)
+    assert interrupted >= out_of_step  # every round also had interrupts in waits
+
+
+def test_an_answer_that_does_not_unpickle_fails_its_request_only(env):
+    with pytest.raises(EnvironmentProcessError, match="could not be unpickled") as info:
+        env.call("result_only_this_process_unpickles")()
+    assert isinstance(info.value.__cause__, AttributeError)
+    assert env.call("add", 1, 2)() == 3  # the pipe is in step
