@@ -864,3 +864,30 @@ class BatchedFaultContract(FaultContract):
             np.testing.assert_array_equal(obs[:, 1], [2, 1, 2])  # env 1 raised once
         finally:
             fe.close(env)
+
+    def test_step_interrupted_by_ctrl_c_leaves_the_env_usable(self):
+        # A Ctrl-C while the envs step (e.g. a notebook cell interrupted, then
+        # run again): the interrupted step's result is lost to the caller, the
+        # envs took that step, and the next step goes on from there.
+        fe = self.frontend
+        env = fe.make(step_delays={i: 0.2 for i in range(NUM_ENVS)})
+
+        def interrupt(*_):
+            raise KeyboardInterrupt
+
+        try:
+            fe.reset(env)
+            before = fe.step(env)
+            previous = signal.signal(signal.SIGALRM, interrupt)
+            signal.setitimer(signal.ITIMER_REAL, 0.05)
+            try:
+                with pytest.raises(KeyboardInterrupt):
+                    fe.step(env)
+            finally:
+                signal.setitimer(signal.ITIMER_REAL, 0)
+                signal.signal(signal.SIGALRM, previous)
+            after = fe.step(env)
+            np.testing.assert_array_equal(after[:, 0], fe.env_ids())
+            np.testing.assert_array_equal(after[:, 1], before[:, 1] + 2)
+        finally:
+            fe.close(env)
