@@ -40,7 +40,7 @@ the ``RESULT`` that answers them -- which go as a *raw frame*: one byte, the
 message type's value, then the record's bytes (:func:`send_raw`). A pickle
 (protocol 2 and up, which ``multiprocessing`` always uses) starts with the
 ``PROTO`` opcode ``0x80`` and every ``MessageType`` value is below it, so
-:func:`recv_message` tells the two apart by the first byte. A raw frame costs
+:func:`decode_message` tells the two apart by the first byte. A raw frame costs
 no pickling on either side (about 2 us per message here) and is decoded to
 the same ``(MessageType, bytes)`` pair a pickled one would give.
 """
@@ -105,18 +105,11 @@ def send_raw(conn: Connection, msg_type: MessageType, record: bytes = b"") -> No
         frame = frame[os.write(fd, frame):]
 
 
-def recv_message(conn: Connection) -> Tuple[MessageType, Any]:
-    """Receives one message, pickled or raw, as ``(MessageType, payload)``.
-
-    Raises:
-        EOFError, OSError: as ``Connection.recv`` (the other end is gone).
-        ValueError: the first byte is neither a pickle's nor a message type's.
-    """
-    return decode_message(conn.recv_bytes())
-
-
 def decode_message(data: bytes) -> Tuple[MessageType, Any]:
-    """The ``(MessageType, payload)`` of one message's bytes (see :func:`recv_message`).
+    """The ``(MessageType, payload)`` of one message's bytes (``Connection.recv_bytes()``).
+
+    Pickled messages and raw frames are told apart by the first byte (see the
+    module docstring).
 
     Raises:
         ValueError: the first byte is neither a pickle's nor a message type's.

@@ -23,9 +23,10 @@ the pipe.
 from typing import Any, Callable, NamedTuple, Protocol
 
 from alf_env import _penv
-from alf_env.control_plane.protocol import MessageType, recv_message
+from alf_env.control_plane.protocol import MessageType
 from alf_env.control_plane.remote import RemoteException
-from alf_env.control_plane.worker import _WorkerEnvProxy, handle_message
+from alf_env.control_plane.worker import (_WorkerEnvProxy, answer_unreadable, handle_message,
+                                          read_request)
 
 
 class JobHandler(Protocol):
@@ -120,13 +121,15 @@ def run_fast_loop(conn: Any, proxy: _WorkerEnvProxy, env_id: Any,
             else:
                 finish(ok)
         elif job == call:
-            msg_type, payload = recv_message(conn)
+            msg_type, payload = read_request(conn)
             # Finished before answering: the parent reads the answer only
             # after it has seen the job finish, and an answer larger than the
             # pipe's buffer would otherwise block both sides for ever. (The
             # parent waits for the answer itself with its own timeout.)
             finish(ok)
-            if not handle_message(conn, proxy, env_id, msg_type, payload):
+            if msg_type is None:
+                answer_unreadable(conn, env_id, payload)
+            elif not handle_message(conn, proxy, env_id, msg_type, payload):
                 return False
         elif job == close:
             finish(ok)

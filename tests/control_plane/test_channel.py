@@ -129,3 +129,12 @@ def test_an_answer_that_does_not_unpickle_fails_its_request_only(env):
         env.call("result_only_this_process_unpickles")()
     assert isinstance(info.value.__cause__, AttributeError)
     assert env.call("add", 1, 2)() == 3  # the pipe is in step
+
+
+def test_close_reads_past_an_answer_that_does_not_unpickle():
+    env = ProcessEnvironment(ProbeEnv)
+    env.start()
+    env.call("result_only_this_process_unpickles")  # never awaited: read by close()
+    pid = env.pid
+    env.close()  # never raises because of what the worker sent
+    assert wait_all_gone([pid], timeout=2.0)

@@ -6,7 +6,7 @@ import pickle
 import numpy as np
 import pytest
 
-from alf_env.control_plane.protocol import (RAW_REQUESTS, MessageType, recv_message,
+from alf_env.control_plane.protocol import (RAW_REQUESTS, MessageType, decode_message,
                                             send_raw)
 
 
@@ -33,7 +33,7 @@ def test_every_message_type_can_tag_a_raw_frame():
 def test_raw_frames_arrive_as_the_pair_sent(pipe, msg_type, record):
     a, b = pipe
     send_raw(a, msg_type, record)
-    got_type, payload = recv_message(b)
+    got_type, payload = decode_message(b.recv_bytes())
     assert got_type is msg_type and payload == record and type(payload) is bytes
 
 
@@ -48,11 +48,11 @@ def test_pickled_messages_still_arrive_whole_in_order_with_raw_ones(pipe):
     a.send((MessageType.CALL, ("step", (np.ones(2),), {})))
     send_raw(a, MessageType.RESULT, b"\x01\x02")
     a.send((MessageType.RESULT, b"\x01\x02"))  # the same pair, pickled
-    msg_type, (name, args, kwargs) = recv_message(b)
+    msg_type, (name, args, kwargs) = decode_message(b.recv_bytes())
     assert msg_type is MessageType.CALL and name == "step" and kwargs == {}
     np.testing.assert_array_equal(args[0], np.ones(2))
-    assert recv_message(b) == (MessageType.RESULT, b"\x01\x02")
-    assert recv_message(b) == (MessageType.RESULT, b"\x01\x02")
+    assert decode_message(b.recv_bytes()) == (MessageType.RESULT, b"\x01\x02")
+    assert decode_message(b.recv_bytes()) == (MessageType.RESULT, b"\x01\x02")
 
 
 @pytest.mark.parametrize("data, first", [(b"\x7fjunk", "127"), (b"", "None")])
@@ -61,14 +61,14 @@ def test_an_unknown_first_byte_is_named(pipe, data, first):
     a.send_bytes(data)
     with pytest.raises(ValueError, match=rf"expected a pickle \(first byte 0x80\) or a raw "
                                          rf"frame .* got first byte {first} of {len(data)} bytes"):
-        recv_message(b)
+        decode_message(b.recv_bytes())
 
 
 def test_a_closed_pipe_raises_what_connection_recv_raises(pipe):
     a, b = pipe
     a.close()
     with pytest.raises(EOFError):
-        recv_message(b)
+        decode_message(b.recv_bytes())
 
 
 def test_a_large_frame_goes_in_one_write_and_partial_writes_are_resumed(pipe, monkeypatch):
@@ -82,14 +82,14 @@ def test_a_large_frame_goes_in_one_write_and_partial_writes_are_resumed(pipe, mo
                         lambda fd, data: writes.append(len(data)) or real_write(fd, data))
     send_raw(a, MessageType.RESULT, record)
     assert writes == [4 + 1 + len(record)]
-    assert recv_message(b) == (MessageType.RESULT, record)
+    assert decode_message(b.recv_bytes()) == (MessageType.RESULT, record)
     # A write that takes only part of the frame (e.g. interrupted by a signal).
     writes.clear()
     monkeypatch.setattr(protocol.os, "write",
                         lambda fd, data: writes.append(len(data)) or real_write(fd, data[:1000]))
     send_raw(a, MessageType.RESULT, record)
     assert len(writes) == 26 and writes[0] == 4 + 1 + len(record)
-    assert recv_message(b) == (MessageType.RESULT, record)
+    assert decode_message(b.recv_bytes()) == (MessageType.RESULT, record)
 
 
 def test_sending_on_a_closed_connection_raises_like_connection_send(pipe):
