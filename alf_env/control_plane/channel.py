@@ -22,9 +22,8 @@ import multiprocessing.connection
 import select
 import time
 import weakref
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
-
 from multiprocessing.reduction import ForkingPickler
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from alf_env.control_plane.protocol import (_DEATH_GRACE, RAW_REQUESTS, MessageType, _State,
                                             decode_message, send_raw)
