@@ -26,7 +26,7 @@ from multiprocessing.reduction import ForkingPickler
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from alf_env.control_plane.protocol import (_DEATH_GRACE, RAW_REQUESTS, MessageType, _State,
-                                            decode_message, send_raw)
+                                            read_message, send_raw)
 from alf_env.control_plane.shutdown import CLOSE_KILL_TIMEOUT
 from alf_env.errors import (EnvironmentClosedError, EnvironmentProcessError,
                             EnvTimeoutError, WorkerDiedError)
@@ -273,13 +273,12 @@ class WorkerChannel:
     def _read_message(self, during: str) -> Tuple[MessageType, Any]:
         """Reads one message; one that does not unpickle becomes its request's error."""
         try:
-            data = self._conn.recv_bytes()
+            msg_type, payload = read_message(self._conn)
         except (EOFError, OSError):
             raise self._died(during) from None
-        try:
-            return decode_message(data)
-        except Exception as exc:  # noqa: BLE001 -- the pipe is in step: the request fails
-            return MessageType.EXCEPTION, _Undecodable(self._env_id, exc)
+        if msg_type is None:  # the pipe is in step: only this request fails
+            return MessageType.EXCEPTION, _Undecodable(self._env_id, payload)
+        return msg_type, payload
 
     def _keep(self, answer: Tuple[MessageType, Any]) -> None:
         """Files the next answer on its promise (drops it if the promise is gone).

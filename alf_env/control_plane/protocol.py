@@ -51,7 +51,7 @@ import pickle
 import struct
 from multiprocessing.connection import Connection
 from multiprocessing.reduction import ForkingPickler
-from typing import Any, Tuple
+from typing import Any, Optional, Tuple
 
 START_METHODS = ("fork", "spawn", "forkserver")
 
@@ -103,6 +103,22 @@ def send_raw(conn: Connection, msg_type: MessageType, record: bytes = b"") -> No
     fd = conn.fileno()  # OSError if the connection was closed, as send_bytes
     while frame:
         frame = frame[os.write(fd, frame):]
+
+
+def read_message(conn: Connection) -> Tuple[Optional[MessageType], Any]:
+    """Receives one message as ``(MessageType, payload)``, or ``(None, error)``
+    for one that was read whole but did not decode (e.g. a pickle of a class
+    this process cannot import): the pipe is still in step, and the reader
+    decides whom the error goes to.
+
+    Raises:
+        EOFError, OSError: as ``Connection.recv_bytes`` (the other end is gone).
+    """
+    data = conn.recv_bytes()
+    try:
+        return decode_message(data)
+    except Exception as exc:  # noqa: BLE001 -- handed to the reader
+        return None, exc
 
 
 def decode_message(data: bytes) -> Tuple[MessageType, Any]:

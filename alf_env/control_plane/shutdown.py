@@ -33,7 +33,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from absl import logging
 
-from alf_env.control_plane.protocol import _DEATH_GRACE, MessageType, decode_message
+from alf_env.control_plane.protocol import _DEATH_GRACE, MessageType, read_message
 from alf_env.errors import EnvironmentProcessError, describe_exit
 
 
@@ -173,11 +173,8 @@ class _Stopping:
         conn = self.conn
         try:
             while self.reading and conn.poll(0):
-                data = conn.recv_bytes()
-                try:
-                    msg_type, payload = decode_message(data)
-                except Exception:  # noqa: BLE001 -- an answer nobody waits for any more
-                    msg_type, payload = None, None
+                # (None, error) for an answer that does not unpickle: nobody waits for it.
+                msg_type, payload = read_message(conn)
                 if self.next_seq == self.close_seq and msg_type is MessageType.EXCEPTION:
                     error = payload.to_exception()
                     if isinstance(error.__cause__, EnvironmentProcessError):

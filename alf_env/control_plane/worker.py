@@ -19,14 +19,14 @@ import multiprocessing.connection
 import multiprocessing.util
 import os
 import sys
-from typing import Any, Callable, Optional, Protocol, Sequence, Tuple
+from typing import Any, Callable, Optional, Protocol, Sequence
 
 import cloudpickle
 from absl import logging
 
 from alf_env import nest
 from alf_env.control_plane.affinity import batch_scheduling
-from alf_env.control_plane.protocol import (SYNC_PROGRESS_CALL, MessageType, decode_message,
+from alf_env.control_plane.protocol import (SYNC_PROGRESS_CALL, MessageType, read_message,
                                             send_raw)
 from alf_env.control_plane.remote import RemoteException, RemoteMethod
 from alf_env.control_plane.watchdog import start_parent_watchdog, worker_signals
@@ -224,7 +224,7 @@ def serve(conn: multiprocessing.connection.Connection, proxy: _WorkerEnvProxy,
     """Answers requests on ``conn`` until ``CLOSE`` or until the pipe closes."""
     while True:
         try:
-            msg_type, payload = read_request(conn)
+            msg_type, payload = read_message(conn)
         except (EOFError, OSError):
             # The parent closed its end (or died): nothing left to serve.
             _close_quietly(proxy.env, env_id)
@@ -235,25 +235,11 @@ def serve(conn: multiprocessing.connection.Connection, proxy: _WorkerEnvProxy,
             return
 
 
-def read_request(conn: multiprocessing.connection.Connection
-                 ) -> Tuple[Optional[MessageType], Any]:
-    """The next request as ``(MessageType, payload)``, or ``(None, error)`` for one
-    that was read whole but did not unpickle (e.g. an argument whose class the
-    worker cannot import): the pipe is in step, and only that request fails.
-
-    Raises:
-        EOFError, OSError: the parent's end is closed.
-    """
-    data = conn.recv_bytes()
-    try:
-        return decode_message(data)
-    except Exception as exc:  # noqa: BLE001 -- answered by answer_unreadable
-        return None, exc
-
-
 def answer_unreadable(conn: multiprocessing.connection.Connection, env_id: Optional[int],
                       error: Exception) -> None:
-    """Answers a request that did not unpickle (see :func:`read_request`) with its error."""
+    """Answers a request that was read whole but did not unpickle (``read_message``
+    gave ``(None, error)``, e.g. an argument whose class the worker cannot
+    import) with its error: only that request fails."""
     conn.send((MessageType.EXCEPTION,
                RemoteException(error, env_id, "unpickling a request in the worker")))
 

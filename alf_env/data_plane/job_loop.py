@@ -23,10 +23,9 @@ the pipe.
 from typing import Any, Callable, NamedTuple, Protocol
 
 from alf_env import _penv
-from alf_env.control_plane.protocol import MessageType
+from alf_env.control_plane.protocol import MessageType, read_message
 from alf_env.control_plane.remote import RemoteException
-from alf_env.control_plane.worker import (_WorkerEnvProxy, answer_unreadable, handle_message,
-                                          read_request)
+from alf_env.control_plane.worker import _WorkerEnvProxy, answer_unreadable, handle_message
 
 
 class JobHandler(Protocol):
@@ -121,7 +120,7 @@ def run_fast_loop(conn: Any, proxy: _WorkerEnvProxy, env_id: Any,
             else:
                 finish(ok)
         elif job == call:
-            msg_type, payload = read_request(conn)
+            msg_type, payload = read_message(conn)
             # Finished before answering: the parent reads the answer only
             # after it has seen the job finish, and an answer larger than the
             # pipe's buffer would otherwise block both sides for ever. (The

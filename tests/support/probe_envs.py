@@ -46,10 +46,13 @@ def _only_in(pid: int) -> "OnlyHere":
 
 class OnlyHere:
     """Pickles anywhere, unpickles only in the process that made it (as a class
-    that only the worker can import)."""
+    that only the worker can import); ``made_in`` pretends another maker."""
+
+    def __init__(self, made_in: Optional[int] = None) -> None:
+        self.made_in = os.getpid() if made_in is None else made_in
 
     def __reduce__(self):
-        return _only_in, (os.getpid(),)
+        return _only_in, (self.made_in,)
 
 
 class ProbeEnv:
