@@ -324,7 +324,7 @@ class GymRowsHandler:
             key = (k, lid)
             full = self._exact_info_rows.get(key)
             if full is None:
-                records = self._rows.info.view(layout.dtype)[:, 0]
+                records = self._encoder.record_rows(lid, self._rows.info)
                 full = self._exact_info_rows[key] = dst + [
                     records[name][row, ...] for _, _, name, _ in layout.shm]
             dst, leaves = full, leaves + values

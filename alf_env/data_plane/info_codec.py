@@ -248,6 +248,14 @@ class InfoEncoder:
             return None
         return cache.lid, layout, layout.record_values(values)
 
+    def record_rows(self, lid: int, info_view: np.ndarray) -> np.ndarray:
+        """Every row of ``info_view`` (the block's ``info`` field) seen as a record
+        of layout ``lid`` (made once per layout)."""
+        records = self._records.get(lid)
+        if records is None:
+            records = self._records[lid] = info_view.view(self._layouts[lid].dtype)[:, 0]
+        return records
+
     def encode(self, k: int, info: Dict[Any, Any], info_view: np.ndarray, row: int,
                new_layouts: List[Tuple[int, Signature]]) -> Tuple[int, Payload]:
         """Packs env ``k``'s ``info`` into ``info_view[row]``.
@@ -282,9 +290,7 @@ class InfoEncoder:
             cache.layout, cache.lid = layout, lid
             if not known:
                 new_layouts.append((lid, signature))
-        records = self._records.get(cache.lid)
-        if records is None:
-            records = self._records[cache.lid] = info_view.view(layout.dtype)[:, 0]
+        records = self.record_rows(cache.lid, info_view)
         try:
             records[row] = layout.record_values(values)
         except (OverflowError, ValueError, TypeError):
