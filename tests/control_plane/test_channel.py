@@ -1,7 +1,6 @@
 """Tests of the trainer's end of a worker's pipe: a transfer cut short by a
 signal handler's exception (Ctrl-C) and answers that do not unpickle."""
 
-import signal
 import time
 
 import pytest
@@ -10,6 +9,7 @@ from alf_env.environments.process_environment import ProcessEnvironment
 from alf_env.errors import EnvironmentProcessError
 from tests.support.faults import wait_all_gone
 from tests.support.probe_envs import ProbeEnv
+from tests.support.signals import alarm
 
 # Larger than a pipe's buffer (64 KiB): a transfer takes several reads or writes.
 BIG = bytes(1 << 20)
@@ -17,23 +17,6 @@ BIG = bytes(1 << 20)
 
 class Interrupt(BaseException):
     """Raised by a SIGALRM handler, as KeyboardInterrupt is by Ctrl-C."""
-
-
-def _interrupt(*_):
-    raise Interrupt()
-
-
-@pytest.fixture
-def alarm():
-    """``alarm(first, interval=0)``: SIGALRM raising ``Interrupt``; off after the test."""
-    previous = signal.signal(signal.SIGALRM, _interrupt)
-
-    def start(first: float, interval: float = 0.0) -> None:
-        signal.setitimer(signal.ITIMER_REAL, first, interval)
-
-    yield start
-    signal.setitimer(signal.ITIMER_REAL, 0)
-    signal.signal(signal.SIGALRM, previous)
 
 
 @pytest.fixture
@@ -44,19 +27,17 @@ def env():
     env.close()
 
 
-def test_an_interrupted_wait_leaves_the_env_usable(env, alarm):
+def test_an_interrupted_wait_leaves_the_env_usable(env):
     promise = env.call("sleep", 0.5)
-    alarm(0.1)
-    with pytest.raises(Interrupt):
+    with alarm(Interrupt, 0.1), pytest.raises(Interrupt):
         promise()
     assert promise() == 0.5  # the answer still comes to its promise
     assert env.call("add", 1, 2)() == 3
 
 
-def test_a_request_cut_short_leaves_the_env_out_of_step_and_closable(env, alarm):
+def test_a_request_cut_short_leaves_the_env_out_of_step_and_closable(env):
     busy = env.call("sleep", 1.0)  # the worker reads nothing meanwhile
-    alarm(0.2)
-    with pytest.raises(Interrupt):
+    with alarm(Interrupt, 0.2), pytest.raises(Interrupt):
         env.call("add", (1,), (BIG,))  # blocks once the pipe's buffer is full
     del busy
     with pytest.raises(EnvironmentProcessError,
@@ -86,11 +67,9 @@ def test_interrupts_at_any_point_never_give_a_wrong_answer_nor_hang():
     # each interrupt lands in a wait (the env stays usable) or in a transfer
     # (it falls out of step, for good); no answer ever goes to another
     # request's promise, and no read blocks on a message cut short.
-    previous = signal.signal(signal.SIGALRM, _interrupt_if_armed)
-    signal.setitimer(signal.ITIMER_REAL, 0.0003, 0.0003)
     interrupted, out_of_step, wrong = 0, 0, []
     deadline = time.monotonic() + 20.0
-    try:
+    with alarm(_interrupt_if_armed, 0.0003, 0.0003):
         while out_of_step < 3 and time.monotonic() < deadline:
             env = ProcessEnvironment(ProbeEnv)
             env.start()
@@ -116,9 +95,6 @@ def test_interrupts_at_any_point_never_give_a_wrong_answer_nor_hang():
                 pid = env.pid
                 env.close()
             assert wait_all_gone([pid], timeout=2.0)
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
     assert wrong == []
     assert out_of_step == 3, (interrupted, out_of_step)
     assert interrupted >= out_of_step  # every round also had interrupts in waits

@@ -11,7 +11,6 @@ import builtins
 import logging
 import copy
 import functools
-import signal
 import sys
 import threading
 import time
@@ -32,6 +31,7 @@ from alf_env.errors import EnvironmentClosedError
 from alf_env.tensor_specs import BoundedTensorSpec, TensorSpec
 from alf_env.vector import FastVectorEnv
 from tests.support.faults import Fault, FaultyAlfEnv, FaultyGymEnv, good_gym_action, wait_all_gone
+from tests.support.signals import alarm
 
 NUM_ENVS = 10
 BOUND = 2.0   # seconds to stop every worker of the process (the bound)
@@ -158,18 +158,9 @@ def test_ctrl_c_during_close_all_kills_the_workers_and_is_raised():
     start_environments(envs, start_serially=False)
     pids = [env.pid for env in envs]
 
-    def interrupt(*_):
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGALRM, interrupt)
-    signal.setitimer(signal.ITIMER_REAL, 0.3)
     begin = time.monotonic()
-    try:
-        with pytest.raises(KeyboardInterrupt):
-            close_all(envs)
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
+    with alarm(KeyboardInterrupt, 0.3), pytest.raises(KeyboardInterrupt):
+        close_all(envs)
     assert time.monotonic() - begin < 0.3 + SLACK
     assert wait_all_gone(pids, timeout=0.5)
     assert not any(id(env) in shutdown._registry.envs for env in envs)

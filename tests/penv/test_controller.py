@@ -1,7 +1,6 @@
 """Controller with real worker processes: wakes, timeouts, signals, misuse."""
 
 import os
-import signal
 import threading
 import time
 
@@ -9,6 +8,7 @@ import numpy as np
 import pytest
 
 from alf_env.data_plane.shared_block import JobStatus, JobType, WaitStatus
+from tests.support.signals import alarm
 
 from . import _workers
 from .conftest import close_workers, make_block
@@ -73,23 +73,14 @@ class _Interrupted(Exception):
     pass
 
 
-def _raise_interrupted(signum, frame):
-    raise _Interrupted()
-
-
 def test_python_signal_interrupts_wait_without_losing_completions(start_process):
     _, controller, processes = _start(start_process, 1)
     controller.post([0], JobType.STEP, _workers.step_arg(1, delay_us=300_000))
-    previous = signal.signal(signal.SIGALRM, _raise_interrupted)
-    try:
-        signal.setitimer(signal.ITIMER_REAL, 0.1)
+    with alarm(_Interrupted, 0.1):
         start = time.monotonic()
         with pytest.raises(_Interrupted):
             controller.wait(1, timeout_s=10)
         assert time.monotonic() - start < 0.25
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
     assert controller.outstanding(0)
     status, ids = controller.wait(1, timeout_s=10)
     assert status == WaitStatus.OK and list(ids) == [0]

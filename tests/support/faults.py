@@ -49,6 +49,7 @@ from tests.support.alf_envs import CountingEnv
 from tests.support.probe_envs import UnpicklableError, inject
 
 from tests.support.paths import REPO_ROOT
+from tests.support.signals import alarm
 
 PHASES = ("ctor", "reset", "step", "call", "close")
 RUN_PHASES = ("reset", "step", "call")
@@ -749,17 +750,8 @@ class FaultContract:
         assert wait_all_gone(pids, timeout=1.0)
 
     def test_hung_constructor_gives_way_to_ctrl_c(self):
-        def interrupt(*_):
-            raise KeyboardInterrupt
-
-        previous = signal.signal(signal.SIGALRM, interrupt)
-        signal.setitimer(signal.ITIMER_REAL, 1.0)
-        try:
-            with pytest.raises(KeyboardInterrupt):
-                self.frontend.make(Fault("hang", "ctor"))
-        finally:
-            signal.setitimer(signal.ITIMER_REAL, 0)
-            signal.signal(signal.SIGALRM, previous)
+        with alarm(KeyboardInterrupt, 1.0), pytest.raises(KeyboardInterrupt):
+            self.frontend.make(Fault("hang", "ctor"))
         # The autouse fixture checks that no worker is left.
 
     # 6. bad input ------------------------------------------------------------------------
@@ -871,21 +863,11 @@ class BatchedFaultContract(FaultContract):
         # envs took that step, and the next step goes on from there.
         fe = self.frontend
         env = fe.make(step_delays={i: 0.2 for i in range(NUM_ENVS)})
-
-        def interrupt(*_):
-            raise KeyboardInterrupt
-
         try:
             fe.reset(env)
             before = fe.step(env)
-            previous = signal.signal(signal.SIGALRM, interrupt)
-            signal.setitimer(signal.ITIMER_REAL, 0.05)
-            try:
-                with pytest.raises(KeyboardInterrupt):
-                    fe.step(env)
-            finally:
-                signal.setitimer(signal.ITIMER_REAL, 0)
-                signal.signal(signal.SIGALRM, previous)
+            with alarm(KeyboardInterrupt, 0.05), pytest.raises(KeyboardInterrupt):
+                fe.step(env)
             after = fe.step(env)
             np.testing.assert_array_equal(after[:, 0], fe.env_ids())
             np.testing.assert_array_equal(after[:, 1], before[:, 1] + 2)

@@ -20,6 +20,7 @@ from tests.support.alf_envs import CountingEnv
 from tests.support.alf_runs import (InProcessReference, assert_same_sequences, cartpole, image_env,
                                     assert_rows_equal, random_actions, random_env, run,
                                     trivial_env)
+from tests.support.signals import alarm
 
 
 @pytest.mark.parametrize("name,ctor,kwargs", [
@@ -108,10 +109,6 @@ class Interrupted(Exception):
     """Raised by a SIGALRM handler, as KeyboardInterrupt is by Ctrl-C."""
 
 
-def _interrupt(*_):
-    raise Interrupted()
-
-
 def test_signal_interrupts_a_hung_step_and_close_is_bounded(monkeypatch):
     from alf_env.control_plane import shutdown
     monkeypatch.setattr(shutdown, "CLOSE_POLITE_TIMEOUT", 0.5)
@@ -119,17 +116,14 @@ def test_signal_interrupts_a_hung_step_and_close_is_bounded(monkeypatch):
     ctors[1] = functools.partial(CountingEnv, env_id=1, fault="hang", fault_phase="step",
                                  fault_step=1)
     env = FastParallelEnvironment(ctors)
-    previous = signal.signal(signal.SIGALRM, _interrupt)
     try:
         env.reset()
-        signal.setitimer(signal.ITIMER_REAL, 0.3)
-        begin = time.monotonic()
-        with pytest.raises(Interrupted):
-            env.step(torch.zeros(2, dtype=torch.int64))
-        assert time.monotonic() - begin < 2.0  # the native wait checks signals
+        with alarm(Interrupted, 0.3):
+            begin = time.monotonic()
+            with pytest.raises(Interrupted):
+                env.step(torch.zeros(2, dtype=torch.int64))
+            assert time.monotonic() - begin < 2.0  # the native wait checks signals
     finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
         begin = time.monotonic()
         env.close()
         closed_in = time.monotonic() - begin
