@@ -76,7 +76,7 @@ def test_bad_destinations_and_lengths():
     (1e-46, np.float32), (True, np.bool_), (False, np.bool_),
     # Python ints into integer rows of every size and sign, at the range's ends.
     (3, np.int64), (-2**63, np.int64), (2**63 - 1, np.int64), (-2**31, np.int32),
-    (2**31 - 1, np.int32), (-129 + 1, np.int8), (127, np.int8), (-2**15, np.int16),
+    (2**31 - 1, np.int32), (-2**7, np.int8), (127, np.int8), (-2**15, np.int16),
     (255, np.uint8), (0, np.uint8), (2**32 - 1, np.uint32), (2**63 - 1, np.uint64),
     (65535, np.uint16),
     # numpy scalars of the row's own dtype: their bytes.

@@ -227,10 +227,10 @@ class NumericInfoEnv(gym.Env):
       array some of the time);
     * ``"type_change"``: the same key changes type mid-run (int, float,
       np.int32, bool, str, None, arrays of other dtypes and shapes, a nested
-      dict, numpy scalars of other types), and so do the
-      reward, the flags and the observation's dtype, in lockstep across envs: episodes never end, so the envs stay in
-      step (gymnasium itself cannot batch an int and a str under one key in the
-      same step).
+      dict, numpy scalars of other types), and so do the reward, the flags and
+      the observation's dtype, in lockstep across envs: episodes never end, so
+      the envs stay in step (gymnasium itself cannot batch an int and a str
+      under one key in the same step).
     """
 
     def __init__(self, pattern: str = "fixed", episode_length: int = 23) -> None:
