@@ -323,6 +323,10 @@ class InfoDecoder:
         # Per layout, its fixed-size keys grouped by (dtype, shape):
         # [(dtype, shape, [(key, field name)], view or None)] (see _batch_shared).
         self._groups: List[list] = [[]]
+        # Per layout, (key, mask key) in the layout's key order, and all-True
+        # masks by batch size (copied for each batch, see _batch_shared).
+        self._key_pairs: List[List[Tuple[Any, str]]] = [[]]
+        self._true_masks: List[Dict[int, np.ndarray]] = [{}]
         # A slice of rows and their ``info_layout`` values (bytes) -> the global
         # id of the one pure layout all its envs have, or 0 for "no env has an
         # info". Mixed rows are not kept: their combinations could grow without
@@ -346,6 +350,8 @@ class InfoDecoder:
             self._groups.append([(np.dtype(d), shape, fields,
                                   self._group_view(layout, np.dtype(d), shape, fields))
                                  for (d, shape), fields in groups.items()])
+            self._key_pairs.append([(key, f"_{key}") for _, key, _, _ in layout.shm])
+            self._true_masks.append({})
         self._table[worker, lid] = gid
         self._whole_batch.clear()
 
@@ -380,13 +386,25 @@ class InfoDecoder:
         a C-contiguous array of its own rows (fewer allocations than an array
         per key).
         """
+        keys = self._key_pairs[gid]
+        ones = self._true_masks[gid].get(n)
+        if ones is None:
+            ones = self._true_masks[gid][n] = np.ones((len(keys), n), dtype=np.bool_)
+        masks = ones.copy()
+        groups = self._groups[gid]
+        infos: Dict[str, Any] = {}
+        if len(groups) == 1 and groups[0][3] is not None:
+            # One group back to back (its keys in the layout's order): e.g.
+            # MuJoCo's floats. (Not np.ascontiguousarray: one row is a view.)
+            block = groups[0][3][rows].swapaxes(0, 1).copy()
+            for (key, mask_key), column, mask in zip(keys, block, masks):
+                infos[key] = column
+                infos[mask_key] = mask
+            return infos
         records = None
-        layout = self._layouts[gid]
         columns: Dict[Any, np.ndarray] = {}
-        for dtype, shape, fields, view in self._groups[gid]:
+        for dtype, shape, fields, view in groups:
             if view is not None:  # back to back: one copy, key-major
-                # .copy(), not np.ascontiguousarray: a view of one row is
-                # contiguous already, and would be returned as is.
                 block = view[rows].swapaxes(0, 1).copy()
                 for i, (key, _) in enumerate(fields):
                     columns[key] = block[i]
@@ -397,11 +415,9 @@ class InfoDecoder:
             for i, (key, name) in enumerate(fields):
                 block[i] = records[name]
                 columns[key] = block[i]
-        masks = np.ones((len(layout.shm), n), dtype=np.bool_)
-        infos: Dict[str, Any] = {}
-        for i, (_, key, _, _) in enumerate(layout.shm):
+        for (key, mask_key), mask in zip(keys, masks):
             infos[key] = columns[key]
-            infos[f"_{key}"] = masks[i]
+            infos[mask_key] = mask
         return infos
 
     def batch(self, rows: Union[slice, np.ndarray], row_list: List[int],

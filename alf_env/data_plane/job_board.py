@@ -91,11 +91,17 @@ class JobBoard:
             as :meth:`wait_for` (on ``EnvTimeoutError`` the jobs stay posted:
             a later :meth:`wait_for` picks them up).
         """
-        others_outstanding = self.controller.num_outstanding
-        self.post(workers, job, arg)
-        if others_outstanding:
+        controller = self.controller
+        if controller.num_outstanding:
+            self.post(workers, job, arg)
             self.wait_for(workers, during, timeout)
             return
+        # What post() does when nothing is outstanding.
+        done, jobs = self._done, self._jobs
+        for w in workers:
+            done.pop(w, None)
+            jobs[w] = job
+        controller.post(workers, job, arg)
         if timeout is None:
             timeout = self.timeout
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -183,16 +189,16 @@ class JobBoard:
             raise self.envs[dead].mark_died(during)
         finished = ids.tolist()
         if finished:
-            self._on_finished(finished, ids)
+            self._on_finished(finished)
         if status == WaitStatus.TIMEOUT:
             raise EnvTimeoutError(
                 f"envs {pending()} did not finish {during} within {timeout:.3g} s")
         return finished
 
-    def _on_finished(self, workers: List[int], ids: np.ndarray) -> None:
+    def _on_finished(self, workers: List[int]) -> None:
         """Records finished jobs; reads what their workers sent on the pipe for them."""
         self._done.update(dict.fromkeys(workers))
-        failed = self.controller.failed(ids)
+        failed = self.controller.failed(workers)
         if failed:
             # Every report's place on its pipe is taken before any is read, so
             # an interrupted read (Ctrl-C) leaves no pipe out of step.

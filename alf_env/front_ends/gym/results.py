@@ -42,7 +42,8 @@ class ResultAssembly:
     ``num_envs`` and the row indexes of every env (``_all_rows``,
     ``_all_row_list``), and keeps the pipe parts of the last results in
     ``_payloads`` (env id -> info payload) and ``_pipe_leaves`` (env id -> its
-    pipe observation leaves).
+    pipe observation leaves), and in the DISABLED mode (``_tracks_ends``)
+    ``_needs_reset`` (the envs that ended).
     """
 
     def _collect_reports(self, workers: List[int]) -> Dict[int, BaseException]:
@@ -101,7 +102,8 @@ class ResultAssembly:
         """The 5-tuple of a synchronous step: every row, copies of the whole views."""
         obs, infos = self._gather_all(self._all_row_list)
         terminated, truncated = self._terminated.copy(), self._truncated.copy()
-        np.logical_or(terminated, truncated, out=self._needs_reset)
+        if self._tracks_ends:
+            np.logical_or(terminated, truncated, out=self._needs_reset)
         return obs, self._reward.copy(), terminated, truncated, infos
 
     def _payloads_of(self, row_list: List[int]) -> Dict[int, Payload]:

@@ -247,6 +247,34 @@ def test_mismatched_spaces_name_the_env_and_both_spaces():
         FastVectorEnv([cartpole, cart])
 
 
+def test_disabled_mode_refuses_to_step_an_env_that_ended_and_steps_nothing():
+    mode = AutoresetMode.DISABLED
+    ref = gym.vector.SyncVectorEnv([cartpole] * 3, autoreset_mode=mode)
+    refusals = 0
+    with FastVectorEnv([cartpole] * 3, autoreset_mode=mode) as env:
+        assert_tree_equal(env.reset(seed=3), ref.reset(seed=3))
+        push = np.ones(3, dtype=np.int64)  # the poles fall within a few dozen steps
+        for t in range(200):
+            if not ref._autoreset_envs.any():
+                assert_tree_equal(env.step(push), ref.step(push), f"step {t}")
+                continue
+            ended = np.flatnonzero(ref._autoreset_envs).tolist()
+            with pytest.raises(AssertionError, match=re.escape(f"envs {ended} ended")):
+                env.step(push)
+            refusals += 1
+            # The refused step stepped no env (gymnasium's steps the envs
+            # before the first ended one): after resetting the ended ones both
+            # go on with the same values.
+            mask = ref._autoreset_envs.copy()
+            assert_tree_equal(env.reset(options={"reset_mask": mask.copy()}),
+                              ref.reset(options={"reset_mask": mask}), f"reset {t}")
+    assert refusals >= 3
+    with pytest.raises(AssertionError):  # gymnasium refuses such a step too
+        while True:
+            ref.step(push)
+    ref.close()
+
+
 def test_bad_actions_raise_and_change_nothing():
     ref = gym.vector.SyncVectorEnv([info_env] * 2)
     with FastVectorEnv([info_env] * 2) as env:

@@ -230,6 +230,28 @@ def test_codec_shared_layout_batch_gives_independent_contiguous_arrays_each_step
 
 
 @pytest.mark.parametrize("rows", [slice(0, 3), np.array([2, 0, 1])], ids=["slice", "index"])
+def test_codec_batch_of_one_type_of_numbers_gives_new_arrays_and_masks_each_step(rows):
+    # MuJoCo's kind of info: float keys only, one group read in one copy.
+    area, lids, encoder, decoder = make_codec(rows=3)
+    infos = [{"x_position": float(i), "x_velocity": np.float64(-i), "reward_run": 0.5 * i}
+             for i in range(3)]
+    assert encode_rows(area, lids, encoder, decoder, infos) == {}
+    (_, _, fields, view), = decoder._groups[1]
+    assert view is not None and [key for key, _ in fields] == list(infos[0])
+    order = list(range(3)) if isinstance(rows, slice) else rows.tolist()
+    first = decoder.batch(rows, order, {})
+    assert_same_info(first, batch_of([infos[i] for i in order]))
+    assert list(first) == list(batch_of(infos))
+    first["_x_velocity"][:] = False  # a caller's writes stay in its arrays
+    first["x_position"][0] = 99.0
+    second = decoder.batch(rows, order, {})
+    assert_same_info(second, batch_of([infos[i] for i in order]))
+    assert not first["_x_velocity"].any() and first["x_position"][0] == 99.0
+    # Another batch size: masks of its own length.
+    assert_same_info(decoder.batch(slice(0, 2), [0, 1], {}), batch_of(infos[:2]))
+
+
+@pytest.mark.parametrize("rows", [slice(0, 3), np.array([2, 0, 1])], ids=["slice", "index"])
 def test_codec_shared_layout_batch_reads_back_to_back_and_scattered_keys_alike(rows):
     # "x" and "y" are float64 fields with an int64 between them (scattered);
     # "p", "q" and "r" are three int16 (2,) arrays back to back (one copy).
