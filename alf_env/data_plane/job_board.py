@@ -74,6 +74,10 @@ class JobBoard:
             busy = [w for w in workers if self.controller.outstanding(w)]
             if busy:
                 self.wait_for(busy, "finishing an earlier job")
+        self._post_idle(workers, job, arg)
+
+    def _post_idle(self, workers: List[int], job: Any, arg: int) -> None:
+        """Posts ``job`` to ``workers``, none of which has a job outstanding."""
         done, jobs = self._done, self._jobs
         for w in workers:
             done.pop(w, None)
@@ -91,17 +95,11 @@ class JobBoard:
             as :meth:`wait_for` (on ``EnvTimeoutError`` the jobs stay posted:
             a later :meth:`wait_for` picks them up).
         """
-        controller = self.controller
-        if controller.num_outstanding:
+        if self.controller.num_outstanding:
             self.post(workers, job, arg)
             self.wait_for(workers, during, timeout)
             return
-        # What post() does when nothing is outstanding.
-        done, jobs = self._done, self._jobs
-        for w in workers:
-            done.pop(w, None)
-            jobs[w] = job
-        controller.post(workers, job, arg)
+        self._post_idle(list(workers), job, arg)
         if timeout is None:
             timeout = self.timeout
         deadline = None if timeout is None else time.monotonic() + timeout
