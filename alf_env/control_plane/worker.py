@@ -229,25 +229,24 @@ def serve(conn: multiprocessing.connection.Connection, proxy: _WorkerEnvProxy,
             # The parent closed its end (or died): nothing left to serve.
             _close_quietly(proxy.env, env_id)
             return
-        if msg_type is None:
-            answer_unreadable(conn, env_id, payload)
-        elif not handle_message(conn, proxy, env_id, msg_type, payload):
+        if not handle_message(conn, proxy, env_id, msg_type, payload):
             return
-
-
-def answer_unreadable(conn: multiprocessing.connection.Connection, env_id: Optional[int],
-                      error: Exception) -> None:
-    """Answers a request that was read whole but did not unpickle (``read_message``
-    gave ``(None, error)``, e.g. an argument whose class the worker cannot
-    import) with its error: only that request fails."""
-    conn.send((MessageType.EXCEPTION,
-               RemoteException(error, env_id, "unpickling a request in the worker")))
 
 
 def handle_message(conn: multiprocessing.connection.Connection,
                    proxy: _WorkerEnvProxy, env_id: Optional[int],
-                   msg_type: MessageType, payload: Any) -> bool:
-    """Handles one request; returns False when the worker should exit."""
+                   msg_type: Optional[MessageType], payload: Any) -> bool:
+    """Handles one request as ``read_message`` gave it; returns False when the
+    worker should exit.
+
+    ``(None, error)``, a request that was read whole but did not unpickle
+    (e.g. an argument whose class the worker cannot import), is answered with
+    its error: only that request fails.
+    """
+    if msg_type is None:
+        conn.send((MessageType.EXCEPTION,
+                   RemoteException(payload, env_id, "unpickling a request in the worker")))
+        return True
     if msg_type is MessageType.ACCESS:
         _answer(conn, env_id, f"access to {payload!r}",
                 lambda: proxy.access(payload))

@@ -391,20 +391,12 @@ class InfoDecoder:
         if ones is None:
             ones = self._true_masks[gid][n] = np.ones((len(keys), n), dtype=np.bool_)
         masks = ones.copy()
-        groups = self._groups[gid]
-        infos: Dict[str, Any] = {}
-        if len(groups) == 1 and groups[0][3] is not None:
-            # One group back to back (its keys in the layout's order): e.g.
-            # MuJoCo's floats. (Not np.ascontiguousarray: one row is a view.)
-            block = groups[0][3][rows].swapaxes(0, 1).copy()
-            for (key, mask_key), column, mask in zip(keys, block, masks):
-                infos[key] = column
-                infos[mask_key] = mask
-            return infos
         records = None
         columns: Dict[Any, np.ndarray] = {}
-        for dtype, shape, fields, view in groups:
+        for dtype, shape, fields, view in self._groups[gid]:
             if view is not None:  # back to back: one copy, key-major
+                # .copy(), not np.ascontiguousarray: a view of one row is
+                # contiguous already, and would be returned as is.
                 block = view[rows].swapaxes(0, 1).copy()
                 for i, (key, _) in enumerate(fields):
                     columns[key] = block[i]
@@ -415,6 +407,7 @@ class InfoDecoder:
             for i, (key, name) in enumerate(fields):
                 block[i] = records[name]
                 columns[key] = block[i]
+        infos: Dict[str, Any] = {}
         for (key, mask_key), mask in zip(keys, masks):
             infos[key] = columns[key]
             infos[mask_key] = mask

@@ -25,7 +25,7 @@ from typing import Any, Callable, NamedTuple, Protocol
 from alf_env import _penv
 from alf_env.control_plane.protocol import MessageType, read_message
 from alf_env.control_plane.remote import RemoteException
-from alf_env.control_plane.worker import _WorkerEnvProxy, answer_unreadable, handle_message
+from alf_env.control_plane.worker import _WorkerEnvProxy, handle_message
 
 
 class JobHandler(Protocol):
@@ -126,9 +126,7 @@ def run_fast_loop(conn: Any, proxy: _WorkerEnvProxy, env_id: Any,
             # pipe's buffer would otherwise block both sides for ever. (The
             # parent waits for the answer itself with its own timeout.)
             finish(ok)
-            if msg_type is None:
-                answer_unreadable(conn, env_id, payload)
-            elif not handle_message(conn, proxy, env_id, msg_type, payload):
+            if not handle_message(conn, proxy, env_id, msg_type, payload):
                 return False
         elif job == close:
             finish(ok)

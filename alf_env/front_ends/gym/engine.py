@@ -42,7 +42,7 @@ class JobEngine:
     ``num_envs``, ``batch_size``, ``envs_per_worker`` and ``autoreset_mode``,
     and keeps ``_in_flight`` (the workers with an unreceived STEP/RESET),
     ``_last_received`` (the env ids, rows and workers of the last ``recv()``),
-    ``_needs_reset`` (when ``_tracks_ends``: the DISABLED mode),
+    ``_needs_reset`` (in the DISABLED mode),
     ``_state`` and ``_broken`` up to date.
     """
 
@@ -211,7 +211,7 @@ class JobEngine:
         obs = self._obs.read_rows(self._obs_views, rows, row_list, self._pipe_rows(row_list))
         infos = self._info_decoder.batch(rows, row_list, self._payloads_of(row_list))
         infos["env_id"] = ids.astype(ENV_ID_DTYPE)
-        if self._tracks_ends:
+        if self.autoreset_mode is AutoresetMode.DISABLED:
             self._needs_reset[rows] = terminated | truncated
         self._last_received = (ids, rows, list(workers))
         return obs, reward, terminated, truncated, infos

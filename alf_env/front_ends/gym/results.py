@@ -26,6 +26,7 @@ of step. The rows and the reports then make the batch: the observations
 from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
+from gymnasium.vector import AutoresetMode
 
 from alf_env.data_plane.info_codec import Payload
 from alf_env.data_plane.shared_block import JobType
@@ -42,7 +43,7 @@ class ResultAssembly:
     ``num_envs`` and the row indexes of every env (``_all_rows``,
     ``_all_row_list``), and keeps the pipe parts of the last results in
     ``_payloads`` (env id -> info payload) and ``_pipe_leaves`` (env id -> its
-    pipe observation leaves), and in the DISABLED mode (``_tracks_ends``)
+    pipe observation leaves), and in the DISABLED mode (``autoreset_mode``)
     ``_needs_reset`` (the envs that ended).
     """
 
@@ -102,7 +103,7 @@ class ResultAssembly:
         """The 5-tuple of a synchronous step: every row, copies of the whole views."""
         obs, infos = self._gather_all(self._all_row_list)
         terminated, truncated = self._terminated.copy(), self._truncated.copy()
-        if self._tracks_ends:
+        if self.autoreset_mode is AutoresetMode.DISABLED:
             np.logical_or(terminated, truncated, out=self._needs_reset)
         return obs, self._reward.copy(), terminated, truncated, infos
 

@@ -148,10 +148,9 @@ class FastVectorEnv(StateChecks, WorkerStartup, JobEngine, ResultAssembly, gym.v
         self._in_flight: Set[int] = set()        # workers with an unreceived STEP/RESET
         # The env ids, rows and workers of the last recv() (None before the first).
         self._last_received: Optional[Tuple[np.ndarray, Any, List[int]]] = None
-        # The envs that ended, kept in the DISABLED mode only (_tracks_ends),
-        # the one mode that refuses to step them.
+        # The envs that ended, kept in the DISABLED mode only: the one mode
+        # that refuses to step them.
         self._needs_reset = np.zeros(self.num_envs, dtype=np.bool_)
-        self._tracks_ends = autoreset_mode is AutoresetMode.DISABLED
         self._payloads: Dict[int, Payload] = {}  # env id -> pipe part of its last info
         self._pipe_leaves: Dict[int, list] = {}  # env id -> its pipe observation leaves
         self._pending_calls: List[Any] = []
