@@ -49,7 +49,10 @@ import gymnasium as gym
 import numpy as np
 
 from alf_env import _penv
+from alf_env.bench.backends import env_fns
 from alf_env.bench.core import Actions, usable_cpus
+from alf_env.bench.references import _plain_loop
+from alf_env.bench.report import markdown_table
 from alf_env.bench.workloads import make_env
 from alf_env.data_plane.shared_block import SPIN_ADAPTIVE, SharedBlock
 from alf_env.front_ends.gym.startup import plan_workers
@@ -108,8 +111,8 @@ class ReplayFactory:
 
 def env_step_times(make: Callable[[], gym.Env], actions: List[np.ndarray],
                    steps: int) -> np.ndarray:
-    """Seconds of each of ``steps`` calls in a plain loop of one env (a reset
-    after an episode's end counts as a step, as in the ceiling's loop)."""
+    """Seconds of each of ``steps`` steps of one env in the ceiling's plain
+    loop (a reset after an episode's end counts as a step), timed one by one."""
     env = make()
     clock = time.perf_counter
     times = np.empty(steps)
@@ -118,12 +121,7 @@ def env_step_times(make: Callable[[], gym.Env], actions: List[np.ndarray],
         done = False
         for i in range(-WARMUP, steps):
             begin = clock()
-            if done:
-                env.reset()
-                done = False
-            else:
-                _, _, terminated, truncated, _ = env.step(actions[i % len(actions)])
-                done = terminated or truncated
+            done = _plain_loop(env, actions, i, 1, done)
             if i >= 0:
                 times[i] = clock() - begin
     finally:
@@ -245,16 +243,6 @@ def torch_conversion_seconds(workload: str, num_envs: int, steps: int) -> float:
     return (time.perf_counter() - begin) / steps
 
 
-class _WorkloadFactory:
-    """A picklable constructor of env ``env_id`` of a workload."""
-
-    def __init__(self, workload: str, env_id: int) -> None:
-        self.workload, self.env_id = workload, env_id
-
-    def __call__(self) -> gym.Env:
-        return make_env(self.workload, self.env_id)
-
-
 def floor_of(workload: str, num_envs: int, steps: int,
              drop_info: bool = False) -> Dict[str, float]:
     """One measurement of every term (µs) and the two bounds, for ``workload``
@@ -263,7 +251,7 @@ def floor_of(workload: str, num_envs: int, steps: int,
     cpus = usable_cpus()
     actions = Actions.make(workload, num_envs)
     groups = [end - begin for begin, end in plan_workers(num_envs, num_envs, None, None)]
-    times = env_step_times(_WorkloadFactory(workload, 0), actions.per_env(), steps * 4)
+    times = env_step_times(env_fns(workload, 1)[0], actions.per_env(), steps * 4)
     mean_step = float(times.mean())
     slowest = expected_slowest(times, groups)
     replay = ReplayFactory(workload, actions.numpy[0][0], drop_info)
@@ -273,8 +261,7 @@ def floor_of(workload: str, num_envs: int, steps: int,
     fixed = (vector_step_seconds([replay] * num_envs, actions.numpy, steps)
              - max(groups) * replay_step)
     hand_off = native_hand_off_seconds(len(groups), steps)
-    real = vector_step_seconds([_WorkloadFactory(workload, i) for i in range(num_envs)],
-                               actions.numpy, steps)
+    real = vector_step_seconds(env_fns(workload, num_envs), actions.numpy, steps)
     torch_cost = torch_conversion_seconds(workload, num_envs, steps)
     per_ceiling = num_envs / cpus * mean_step  # the ceiling's time for num_envs env-steps
     us = 1e6
@@ -301,31 +288,31 @@ def _spread(runs: List[float], fmt: str) -> str:
 def report(results: Dict[str, List[Dict[str, float]]], num_envs: int, out: Any,
            drop_info: bool = False) -> None:
     """Writes the Markdown tables (median (min–max) over repeats)."""
+    floors, torch_rows = [], []
+    for workload, runs in results.items():
+        col = {k: [r[k] for r in runs] for k in runs[0]}
+        floors.append([workload, f"{runs[0]['workers']:g}"] + [
+            _spread(col[k], fmt) for k, fmt in (
+                ("env_step_us", ".1f"), ("slowest_worker_us", ".1f"), ("straggle_us", ".1f"),
+                ("fixed_us", ".1f"), ("native_hand_off_us", ".1f"), ("ceiling_bound", ".2f"),
+                ("fixed_needed_us", ".1f"), ("fast_vector_ceiling", ".2f"))])
+        torch_rows.append([workload] + [_spread(col[k], fmt) for k, fmt in (
+            ("fast_vector_step_us", ".1f"), ("torch_conversions_us", ".2f"),
+            ("fast_parallel_bound", ".3f"))])
     out.write(f"Lockstep floor, {num_envs} envs, FastVectorEnv default arguments"
               f"{', replay envs with empty infos' if drop_info else ''} "
               "(µs per step; median (min–max) over repeats)\n\n")
-    out.write("| workload | workers | env step | slowest worker E[max] | straggle | "
-              "fixed cost (replay envs) | of it, bare hand-off | bound on fast_vector/ceiling"
-              f" (target {CEILING_TARGET:g}) | fixed cost for {CEILING_TARGET:g}"
-              " | measured fast_vector/ceiling |\n"
-              "|---|---|---|---|---|---|---|---|---|---|\n")
-    for workload, runs in results.items():
-        col = {k: [r[k] for r in runs] for k in runs[0]}
-        out.write(f"| {workload} | {runs[0]['workers']} | {_spread(col['env_step_us'], '.1f')} | "
-                  f"{_spread(col['slowest_worker_us'], '.1f')} | "
-                  f"{_spread(col['straggle_us'], '.1f')} | {_spread(col['fixed_us'], '.1f')} | "
-                  f"{_spread(col['native_hand_off_us'], '.1f')} | "
-                  f"{_spread(col['ceiling_bound'], '.2f')} | "
-                  f"{_spread(col['fixed_needed_us'], '.1f')} | "
-                  f"{_spread(col['fast_vector_ceiling'], '.2f')} |\n")
-    out.write("\nWhat a TimeStep of torch tensors costs beyond FastVectorEnv's numpy "
-              "(µs per step)\n\n| workload | FastVectorEnv.step | torch conversions | "
-              f"bound on fast/fast_vector (target {FAST_PARALLEL_TARGET:g}) |\n|---|---|---|---|\n")
-    for workload, runs in results.items():
-        col = {k: [r[k] for r in runs] for k in runs[0]}
-        out.write(f"| {workload} | {_spread(col['fast_vector_step_us'], '.1f')} | "
-                  f"{_spread(col['torch_conversions_us'], '.2f')} | "
-                  f"{_spread(col['fast_parallel_bound'], '.3f')} |\n")
+    out.write(markdown_table(
+        ["workload", "workers", "env step", "slowest worker E[max]", "straggle",
+         "fixed cost (replay envs)", "of it, bare hand-off",
+         f"bound on fast_vector/ceiling (target {CEILING_TARGET:g})",
+         f"fixed cost for {CEILING_TARGET:g}", "measured fast_vector/ceiling"], floors))
+    out.write("\n\nWhat a TimeStep of torch tensors costs beyond FastVectorEnv's numpy "
+              "(µs per step)\n\n")
+    out.write(markdown_table(
+        ["workload", "FastVectorEnv.step", "torch conversions",
+         f"bound on fast/fast_vector (target {FAST_PARALLEL_TARGET:g})"], torch_rows))
+    out.write("\n")
 
 
 def main(argv: Optional[List[str]] = None) -> int:
