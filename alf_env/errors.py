@@ -5,6 +5,7 @@ worker's traceback text, and keeps the original exception type when it can be
 pickled (see :class:`alf_env.control_plane.remote.RemoteException`).
 """
 
+import errno
 import multiprocessing
 import signal
 from typing import Optional, Sequence
@@ -56,19 +57,24 @@ class WorkerDiedError(EnvironmentProcessError):
     """
 
     def __init__(self, env_id: Optional[int], exitcode: Optional[int],
-                 during: str = "", env_ids: Optional[Sequence[int]] = None) -> None:
+                 during: str = "", env_ids: Optional[Sequence[int]] = None,
+                 remote_traceback: str = "") -> None:
         where = f" during {during}" if during else ""
         env_ids = [env_id] if env_ids is None else list(env_ids)
         envs = f"env {env_id}" if len(env_ids) <= 1 else f"envs {env_ids}"
+        # A worker that asked to exit (sys.exit(), KeyboardInterrupt in its env)
+        # says where first: without it an env bug looks like a crash.
+        last_words = f"\nWorker traceback:\n{remote_traceback}" if remote_traceback else ""
         super().__init__(
             f"The worker process of {envs} died{where}: "
-            f"{describe_exit(exitcode)}.", env_id)
+            f"{describe_exit(exitcode)}.{last_words}", env_id, remote_traceback)
         self.exitcode = exitcode
         self.during = during
         self.env_ids = env_ids
 
     def __reduce__(self):
-        return (type(self), (self.env_id, self.exitcode, self.during, self.env_ids))
+        return (type(self), (self.env_id, self.exitcode, self.during, self.env_ids,
+                             self.remote_traceback))
 
     @property
     def signal(self) -> Optional[int]:
@@ -80,6 +86,46 @@ class WorkerDiedError(EnvironmentProcessError):
 
 class EnvironmentClosedError(RuntimeError):
     """An environment was used after ``close()``."""
+
+
+class EnvironmentClosedAttributeError(EnvironmentClosedError, AttributeError):
+    """An attribute of a closed environment's remote env was read.
+
+    Also an ``AttributeError``, so that ``getattr(env, name, default)`` gives
+    the default and ``hasattr`` is ``False``, as for any object without the
+    attribute (other uses of a closed env raise :class:`EnvironmentClosedError`).
+    """
+
+
+class ConcurrentUseError(RuntimeError):
+    """A second thread called an environment while another thread was using it.
+
+    The front ends are not thread-safe: the call is refused before anything
+    reaches the workers, instead of deadlocking, mixing up the two threads'
+    answers or actions, or stepping the envs for the refused call. A
+    ``RuntimeError``, like the native engine's own refusal (a ``Controller``
+    used by two threads at once), which stays as a backstop.
+    """
+
+
+class FdLimitError(OSError):
+    """Starting the workers would pass this process's limit on open files (RLIMIT_NOFILE).
+
+    An ``OSError`` with ``errno`` ``EMFILE``, like the error it replaces, whose
+    message says how many file descriptors the workers need and the limit.
+
+    Attributes:
+        needed: descriptors this process would have open with the workers.
+        limit: the soft ``RLIMIT_NOFILE``.
+    """
+
+    def __init__(self, message: str, needed: int, limit: int) -> None:
+        super().__init__(errno.EMFILE, message)
+        self.needed = needed
+        self.limit = limit
+
+    def __reduce__(self):
+        return (type(self), (self.strerror, self.needed, self.limit))
 
 
 class EnvTimeoutError(TimeoutError, multiprocessing.TimeoutError):

@@ -28,10 +28,11 @@ def _default_bound(dtype: torch.dtype, np_dtype: np.dtype, upper: bool) -> Any:
 
 def _bound_array(value: Any, name: str, shape: torch.Size,
                  np_dtype: np.dtype) -> np.ndarray:
-    """Converts a bound to a read-only array of ``np_dtype``.
+    """Converts a bound to a read-only array of ``np_dtype``, of its own shape.
 
-    A scalar stays a 0-d array (as in ALF); anything else is broadcast to
-    ``shape``.
+    The bound keeps the shape it was given (a scalar a 0-d array, a row of
+    bounds a row), as in ALF: ``replace(shape=...)`` then keeps bounds that
+    still broadcast to the new shape. It must broadcast to ``shape``.
     """
     if torch.is_tensor(value):
         value = value.detach().cpu().numpy()
@@ -50,16 +51,12 @@ def _bound_array(value: Any, name: str, shape: torch.Size,
                     f"[{info.min}, {info.max}]")
     elif np.any(np.isnan(raw.astype(np.float64, copy=False))):
         raise ValueError(f"{name} must not be NaN, got {value!r}")
-    if raw.ndim == 0:
-        arr = np.array(raw.astype(np_dtype))
-        arr.setflags(write=False)
-        return arr
     try:
-        arr = np.broadcast_to(raw.astype(np_dtype), tuple(shape))
+        np.broadcast_to(raw, tuple(shape))
     except ValueError:
         raise ValueError(f"{name} with shape {raw.shape} cannot be broadcast to the "
                          f"spec shape {tuple(shape)}") from None
-    arr = np.array(arr)
+    arr = np.array(raw.astype(np_dtype))  # a copy: the caller's array may change
     arr.setflags(write=False)
     return arr
 

@@ -235,9 +235,10 @@ class BoundedTensorSpec(TensorSpec):
     """A :class:`TensorSpec` with inclusive element-wise bounds.
 
     Bounds may be scalars or arrays broadcastable to ``shape``; they are stored
-    as read-only numpy arrays of the spec's dtype: a scalar bound as a 0-d
-    array (``spec.minimum.shape == ()``, as in ALF), an array broadcast to
-    ``shape``. Omitted bounds are scalars too. For
+    as read-only numpy arrays of the spec's dtype and of the shape they were
+    given, as in ALF: a scalar bound as a 0-d array (``spec.minimum.shape ==
+    ()``), a ``(4,)`` bound of a ``(3, 4)`` spec as a ``(4,)`` array (so
+    ``replace(shape=(8, 4))`` keeps it). Omitted bounds are scalars. For
     integer dtypes both bounds are inclusive (a uint8 spec over [0, 255] can
     sample 255). Omitted bounds default to the dtype's range for integer and
     bool dtypes and to ``[0, 1]`` for floating dtypes (as in ALF). Float bounds
@@ -297,12 +298,12 @@ class BoundedTensorSpec(TensorSpec):
 
     @property
     def minimum(self) -> np.ndarray:
-        """Inclusive lower bounds: a read-only 0-d array or one of shape :attr:`shape`."""
+        """Inclusive lower bounds: a read-only array broadcastable to :attr:`shape`."""
         return self._minimum
 
     @property
     def maximum(self) -> np.ndarray:
-        """Inclusive upper bounds: a read-only 0-d array or one of shape :attr:`shape`."""
+        """Inclusive upper bounds: a read-only array broadcastable to :attr:`shape`."""
         return self._maximum
 
     def replace(self, shape: Optional[ShapeLike] = None,
@@ -315,6 +316,9 @@ class BoundedTensorSpec(TensorSpec):
             dtype: the new dtype (``None`` keeps this spec's).
             minimum: the new lower bound(s) (``None`` keeps this spec's).
             maximum: the new upper bound(s) (``None`` keeps this spec's).
+
+        Kept bounds keep their own shapes (as ALF's), so a ``(4,)`` bound of
+        a ``(3, 4)`` spec fits a new shape ``(8, 4)``.
 
         Raises:
             ValueError: as the constructor, e.g. when a kept array bound does

@@ -7,7 +7,7 @@ Measures, on this machine:
   3. the ``ProcessEnvironment.step`` round trip on CartPole-v1 (fork) against
      its floor: a bare ``multiprocessing.Pipe`` round trip (the action out, a
      real CartPole ``TimeStep`` back, a plain echo loop in the child) plus the
-     same env's step in this process. Issue 10's target: the ratio is at
+     same env's step in this process. The project's target: the ratio is at
      most 1.3. Each repeat measures the three medians back to back; the ratio
      is reported as median (min-max) over repeats.
 
@@ -34,7 +34,7 @@ from alf_env.environments.process_environment import ProcessEnvironment
 from alf_env.workloads import TrivialEnv
 
 
-#: Issue 10: ``ProcessEnvironment.step`` <= this x (bare Pipe round trip + in-process step).
+#: The target: ``ProcessEnvironment.step`` <= this x (bare Pipe round trip + in-process step).
 ROUND_TRIP_TARGET = 1.3
 WARMUP = 100
 

@@ -28,7 +28,7 @@ COLUMNS = ("fast", "fast_1pw", "fast_spread", "fast_os", "fast_vector", "fast_ve
            "ceiling", "envpool")
 #: The reference rows every backend is compared with.
 REFERENCES = ("gym_async", "ceiling", "envpool")
-#: The real workloads of issue 10 (8 envs).
+#: The real workloads (8 envs).
 REAL = ("HalfCheetah-v5", "Pong", "CartPole-v1")
 #: The sweep workloads with a ceiling target (30 µs per step and up).
 SWEEP_TARGETED = ("S30", "S100", "S300", "S1000")

@@ -57,7 +57,7 @@ from alf_env.bench.workloads import make_env
 from alf_env.data_plane.shared_block import SPIN_ADAPTIVE, SharedBlock
 from alf_env.front_ends.gym.startup import plan_workers
 
-#: Issue 10's targets for the two ratios this script bounds.
+#: The project's targets for the two ratios this script bounds.
 CEILING_TARGET = 0.85
 FAST_PARALLEL_TARGET = 0.9
 #: Resampled worker sums for E[max] (the estimate's error is far below 0.1 µs).

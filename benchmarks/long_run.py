@@ -15,7 +15,7 @@ run with the end of a warm-up:
 It prints a table and exits with status 1 if a bound is broken.
 
 Run:  python benchmarks/long_run.py [--env-steps 1000000] [--num-envs 8]
-          [--backend fast|parallel|vector|process] [--json FILE]
+          [--backend fast|parallel|vector|vector_pipe|process] [--json FILE]
 
 ``process`` steps ``--num-envs`` separate ``ProcessEnvironment``s side by side
 (``resolve_all``); the others are the batched front ends.
@@ -35,7 +35,7 @@ import psutil
 from alf_env.environments.alf_gym_wrapper import AlfGymWrapper
 from alf_env.workloads import TrivialEnv
 
-BACKENDS = ("fast", "parallel", "vector", "process")
+BACKENDS = ("fast", "parallel", "vector", "vector_pipe", "process")
 
 
 def trivial_alf_env(env_id: int = 0) -> AlfGymWrapper:
@@ -132,9 +132,10 @@ def _alf_batched(cls: Any, num_envs: int) -> _Driver:
                    env.worker_pids(), env.close)
 
 
-def _vector(num_envs: int) -> _Driver:
+def _vector(num_envs: int, shared_memory: bool = True) -> _Driver:
     from alf_env.vector import FastVectorEnv
-    env = FastVectorEnv([functools.partial(TrivialEnv, env_id=i) for i in range(num_envs)])
+    env = FastVectorEnv([functools.partial(TrivialEnv, env_id=i) for i in range(num_envs)],
+                        shared_memory=shared_memory)
     env.reset(seed=0)
     actions = [np.full(num_envs, a, dtype=np.int64) for a in (0, 1)]
     return _Driver(lambda t: env.step(actions[t % 2]), lambda: env.get_attr("env_id"),
@@ -169,8 +170,8 @@ def _driver(backend: str, num_envs: int) -> _Driver:
     if backend == "parallel":
         from alf_env.environments.parallel_environment import ParallelAlfEnvironment
         return _alf_batched(ParallelAlfEnvironment, num_envs)
-    if backend == "vector":
-        return _vector(num_envs)
+    if backend in ("vector", "vector_pipe"):
+        return _vector(num_envs, shared_memory=backend == "vector")
     if backend == "process":
         return _process(num_envs)
     raise ValueError(f"backend: expected one of {BACKENDS}, got {backend!r}")

@@ -17,9 +17,10 @@ Run:  python benchmarks/placement.py --front vector --workload CartPole-v1 \\
 ``parallel`` (ParallelAlfEnvironment). In FastVectorEnv's asynchronous mode a
 step returns ``batch_size`` envs, and that is what is counted.
 
-A variant may also give ``"worker_policy": "other"`` (or ``"batch"``, the
-workers' own default): the scheduling policy the workers are switched to once
-built. This is how docs/benchmarks.md ("Worker scheduling policy") compared
+A variant may also give ``"worker_policy": "other"`` or ``"batch"``: the
+scheduling policy the workers are switched to once built (their own default is
+``SCHED_BATCH`` for ``parallel``, ``SCHED_OTHER`` for the shared-memory front
+ends). This is how docs/benchmarks.md ("Worker scheduling policy") compared
 ``SCHED_BATCH`` workers with normal ones:
 
       python benchmarks/placement.py --front parallel --workload Pong \

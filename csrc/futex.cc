@@ -128,13 +128,15 @@ int usable_cpu_count() {
 }
 
 SpinPolicy::SpinPolicy(int spin_us, std::size_t num_processes,
-                       bool workers_pinned)
+                       bool workers_pinned,
+                       std::chrono::nanoseconds adaptive_cap)
     : pause_rounds_(num_processes > static_cast<std::size_t>(usable_cpu_count())
                         ? 0  // oversubscribed: yield from the first round
                         : kPauseRounds),
-      max_budget_ns_(pause_rounds_ != 0 ? kAdaptiveMaxSpin.count()
-                     : workers_pinned ? kAdaptiveMaxPinnedSpin.count()
-                                      : kAdaptiveMaxYieldSpin.count()) {
+      max_budget_ns_(adaptive_cap.count() > 0 ? adaptive_cap.count()
+                     : pause_rounds_ != 0     ? kAdaptiveMaxSpin.count()
+                     : workers_pinned         ? kAdaptiveMaxPinnedSpin.count()
+                                              : kAdaptiveMaxYieldSpin.count()) {
   if (spin_us < kSpinAdaptive || spin_us > kMaxSpinUs) {
     throw std::invalid_argument(
         "spin_us must be -1 (adaptive), 0 (never spin) or a number of "

@@ -58,9 +58,10 @@
 // long as a lockstep step of CPU-bound envs should end in sleep. When the
 // caller says the workers are pinned (`workers_pinned`, worker_cpus in the
 // Python API), the balancer cannot misplace them and the cap is
-// kAdaptiveMaxPinnedSpin (5 ms), for the main process and the workers alike:
-// they spin through a ~2 ms step (4 envs of ~1 ms on 2 cores), worth ~5%
-// there.
+// kAdaptiveMaxPinnedSpin (5 ms) for the main process: it spins through a
+// ~2 ms step (4 envs of ~1 ms on 2 cores), worth ~5% there. A worker waiting
+// for its next job is capped at kAdaptiveMaxJobWaitSpin (50 µs) in every mode
+// (see there).
 //   The budget never exceeds the caller's remaining timeout.
 #pragma once
 
@@ -146,6 +147,16 @@ inline constexpr std::chrono::nanoseconds kAdaptiveMaxPinnedSpin =
     std::chrono::microseconds(5000);
 inline constexpr std::chrono::nanoseconds kAdaptiveMinSpin =
     std::chrono::microseconds(2);
+// The cap of a worker waiting for its next job (WorkerPort), whatever the
+// mode. That wait is the trainer's own time between steps: a few µs of Python
+// in a benchmark loop, a policy's forward pass (100 µs and more) in a training
+// loop. Spinning through the latter, even yielding, takes cores that the
+// trainer's threads need: CartPole, 8 envs on 2 workers, a torch MLP forward
+// in the loop on 2 CPUs: 14.6k env-steps/s with the workers spinning up to
+// the 5 ms pinned cap, 31.4k with them sleeping at once. So a worker spins at
+// most a few wake-ups' worth and sleeps through anything longer.
+inline constexpr std::chrono::nanoseconds kAdaptiveMaxJobWaitSpin =
+    std::chrono::microseconds(50);
 inline constexpr std::uint32_t kAdaptiveProbePeriod = 64;
 // Rounds of `pause` before switching to sched_yield(); the clock is read
 // every kClockCheckPeriod pause rounds and after every sched_yield().
@@ -159,8 +170,11 @@ class SpinPolicy {
   // spin_us: kSpinAdaptive (-1), kSpinNever (0) or a fixed budget in µs.
   // num_processes: processes that share the work (num_workers + 1).
   // workers_pinned: the workers are pinned to CPUs (see the header comment).
+  // adaptive_cap: if positive, the adaptive budget's cap instead of the
+  // mode's (WorkerPort: kAdaptiveMaxJobWaitSpin).
   SpinPolicy(int spin_us, std::size_t num_processes,
-             bool workers_pinned = false);
+             bool workers_pinned = false,
+             std::chrono::nanoseconds adaptive_cap = std::chrono::nanoseconds(0));
 
   // Spins until `ready()` returns true (-> true) or the budget, capped at
   // `limit`, is used up (-> false). Adapts the budget in adaptive mode.

@@ -36,7 +36,7 @@ WorkerPort::WorkerPort(std::shared_ptr<SharedRegion> region,
     : region_(require_region(std::move(region), "WorkerPort")),
       block_(ControlBlock::attach(*region_, num_workers)),
       index_(checked_index(worker_index, num_workers)),
-      spin_(spin_us, num_workers + 1, workers_pinned),
+      spin_(spin_us, num_workers + 1, workers_pinned, kAdaptiveMaxJobWaitSpin),
       // relaxed: ControlBlock::attach acquired the magic; later changes of
       // done_seq are only made by this worker. Starting from the last
       // *finished* job means a job posted before we attached is not missed.

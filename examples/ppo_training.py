@@ -5,7 +5,8 @@ A compact PPO (clipped surrogate, GAE, one file, torch) trains on
 
 * ``sync``  -- ``gymnasium.vector.SyncVectorEnv`` (every env in this process);
 * ``async`` -- ``gymnasium.vector.AsyncVectorEnv`` (one process per env, pipes);
-* ``alf``   -- ``alf_env.vector.FastVectorEnv`` (one process per env, shared memory);
+* ``alf``   -- ``alf_env.vector.FastVectorEnv`` with its default arguments (shared
+  memory, the envs grouped into worker processes);
 * ``alf-epw`` -- ``FastVectorEnv`` with ``--envs-per-worker`` envs per process.
 
 Every vector env runs in gymnasium's ``SAME_STEP`` autoreset mode (the
@@ -17,7 +18,9 @@ episodes)`` after every update, writes them to ``OUT/ppo_<env>.json``, plots
 return against wall-clock seconds in ``OUT/ppo_<env>.png`` and prints a table:
 time to reach ``--target-return``, final return and env-steps/s (medians over
 ``--repeats`` runs per vector env, taken round robin so that a change of load
-on the machine hits every vector env alike).
+on the machine hits every vector env alike), one table per torch thread setting
+of ``--torch-threads`` (by default torch's own default, as in any training
+script, and 1).
 
 Discrete actions get a categorical policy; Box actions a Gaussian one, with
 observations and rewards normalised by running statistics in the trainer (so
@@ -43,6 +46,21 @@ from torch import nn
 from alf_env.vector import FastVectorEnv
 
 VECTOR_ENVS = ("sync", "async", "alf", "alf-epw")
+#: ``--torch-threads`` value for torch's own default thread count.
+DEFAULT_THREADS = "default"
+
+
+def _threads(text: str) -> Any:
+    if text == DEFAULT_THREADS:
+        return text
+    try:
+        count = int(text)
+    except ValueError:
+        count = 0
+    if count < 1:
+        raise argparse.ArgumentTypeError(
+            f"expected a thread count >= 1 or {DEFAULT_THREADS!r}, got {text!r}")
+    return count
 
 
 def make_vector_env(kind: str, env_id: str, num_envs: int,
@@ -55,7 +73,7 @@ def make_vector_env(kind: str, env_id: str, num_envs: int,
     if kind == "async":
         return gym.vector.AsyncVectorEnv(fns, autoreset_mode=mode)
     if kind == "alf":
-        return FastVectorEnv(fns, envs_per_worker=1, autoreset_mode=mode)
+        return FastVectorEnv(fns, autoreset_mode=mode)
     if kind == "alf-epw":
         return FastVectorEnv(fns, envs_per_worker=envs_per_worker, autoreset_mode=mode)
     raise ValueError(f"--vector-env: expected one of {VECTOR_ENVS}, got {kind!r}")
@@ -264,6 +282,26 @@ def summarize(runs: List[Dict[str, Any]], target: Optional[float]) -> Dict[str, 
                 [run["env_steps"] / run["env_seconds"] for run in runs]))}
 
 
+def tables(runs: List[Dict[str, Any]], kinds: Sequence[str], target: Optional[float],
+           settings: Sequence[Any]) -> str:
+    """One table per torch thread setting, each with a row per vector env."""
+    parts = []
+    for setting in settings:
+        rows = [summarize([run for run in runs if run["vector_env"] == kind
+                           and run["torch_threads_setting"] == setting], target)
+                for kind in kinds]
+        parts.append(f"torch threads: {setting} ({runs_threads(runs, setting)})\n\n"
+                     + table(rows, target))
+    return "\n\n".join(parts)
+
+
+def runs_threads(runs: List[Dict[str, Any]], setting: Any) -> str:
+    """How many threads torch used under ``setting``."""
+    counts = sorted({run["torch_threads"] for run in runs
+                     if run["torch_threads_setting"] == setting})
+    return ", ".join(str(c) for c in counts) + " thread(s)"
+
+
 def table(rows: List[Dict[str, Any]], target: Optional[float]) -> str:
     """The markdown table of :func:`summarize` rows."""
     goal = f"return {target:g}" if target is not None else "the target"
@@ -291,7 +329,7 @@ def plot(runs: List[Dict[str, Any]], path: str, title: str) -> None:
     colors = {}
     for run in runs:
         points = np.asarray(run["points"]).reshape(-1, 3)
-        kind = run["vector_env"]
+        kind = f"{run['vector_env']}, {run.get('torch_threads', '?')} torch thread(s)"
         line, = ax.plot(points[:, 0], points[:, 2], color=colors.get(kind),
                         label=None if kind in colors else kind, alpha=0.85)
         colors[kind] = line.get_color()  # repeats of a vector env share its colour
@@ -345,8 +383,11 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser.add_argument("--max-grad-norm", type=float, default=0.5,
                         help="gradient norm clip")
     parser.add_argument("--hidden", type=int, default=64, help="units per hidden layer")
-    parser.add_argument("--torch-threads", type=int, default=1,
-                        help="torch intra-op threads of the trainer")
+    parser.add_argument("--torch-threads", nargs="+", type=_threads,
+                        default=[DEFAULT_THREADS, 1],
+                        help=f"torch intra-op thread settings of the trainer, each a "
+                             f"count or {DEFAULT_THREADS!r} (torch's own); every vector "
+                             f"env runs under each, with a table each")
     parser.add_argument("--summarize", metavar="JSON", default=None,
                         help="train nothing: print the table (for --target-return) and "
                              "redraw the plot of a JSON this script wrote")
@@ -361,36 +402,41 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         target = args.target_return if args.target_return is not None else \
             record["target_return"]
         runs, kinds = record["runs"], record["args"]["vector_env"]
-        rows = [summarize([run for run in runs if run["vector_env"] == kind], target)
-                for kind in kinds]
         env, num_envs, seed = (record["args"][k] for k in ("env", "num_envs", "seed"))
         png = os.path.splitext(args.summarize)[0] + ".png"
         plot(runs, png, f"PPO on {env}, {num_envs} envs, seed {seed}")
-        print(table(rows, target))
+        print(tables(runs, kinds, target, record["args"]["torch_threads"]))
         print(f"wrote {png}")
         return
-    torch.set_num_threads(args.torch_threads)
+    default_threads = torch.get_num_threads()
     target = args.target_return
     if target is None:
         target = gym.spec(args.env).reward_threshold
     os.makedirs(args.out, exist_ok=True)
     runs = []
     for repeat in range(args.repeats):  # round robin: load changes hit every vector env
-        for kind in args.vector_env:
-            run = dict(train(args, kind), repeat=repeat)
-            runs.append(run)
-            last = run["points"][-1][2] if run["points"] else float("nan")
-            print(f"{kind}: {run['env_steps']} env-steps in {run['wall_seconds']:.1f} s "
-                  f"(start-up {run['startup_seconds']:.2f} s), {run['episodes']} episodes, "
-                  f"final mean return {last:.1f}", flush=True)
-    rows = [summarize([run for run in runs if run["vector_env"] == kind], target)
-            for kind in args.vector_env]
+        for setting in args.torch_threads:
+            threads = default_threads if setting == DEFAULT_THREADS else setting
+            torch.set_num_threads(threads)
+            for kind in args.vector_env:
+                run = dict(train(args, kind), repeat=repeat, torch_threads=threads,
+                           torch_threads_setting=setting)
+                runs.append(run)
+                last = run["points"][-1][2] if run["points"] else float("nan")
+                print(f"{kind} ({threads} torch threads): {run['env_steps']} env-steps in "
+                      f"{run['wall_seconds']:.1f} s (start-up {run['startup_seconds']:.2f} "
+                      f"s), {run['episodes']} episodes, final mean return {last:.1f}",
+                      flush=True)
     stem = os.path.join(args.out, f"ppo_{args.env}")
     with open(stem + ".json", "w") as f:
+        summary = [dict(summarize([run for run in runs if run["vector_env"] == kind
+                                   and run["torch_threads_setting"] == setting], target),
+                        torch_threads_setting=setting)
+                   for setting in args.torch_threads for kind in args.vector_env]
         json.dump({"args": vars(args), "target_return": target, "runs": runs,
-                   "summary": rows}, f, indent=1)
+                   "summary": summary}, f, indent=1)
     plot(runs, stem + ".png", f"PPO on {args.env}, {args.num_envs} envs, seed {args.seed}")
-    print(table(rows, target))
+    print(tables(runs, args.vector_env, target, args.torch_threads))
     print(f"wrote {stem}.json and {stem}.png")
 
 

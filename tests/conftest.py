@@ -1,13 +1,16 @@
-"""Test-wide fixtures: every test must leave no worker process and no /dev/shm entry."""
+"""Test-wide fixtures: every test must leave no worker process and no /dev/shm entry
+of its own (tests/support/shm_leaks.py tells its entries from other programs')."""
 
-import os
 import time
 
 import psutil
 import pytest
 
-# The shared test suites and helpers in tests/support assert too: show what failed.
+# The shared test suites and helpers in tests/support assert too: show what failed
+# (registered before the first of them is imported).
 pytest.register_assert_rewrite("tests.support")
+
+from tests.support.shm_leaks import leaked_shm_entries, shm_entries  # noqa: E402
 
 # Helper processes multiprocessing keeps for the whole session by design.
 _SESSION_HELPERS = ("multiprocessing.forkserver", "multiprocessing.resource_tracker")
@@ -31,23 +34,17 @@ def _stray_children() -> list:
     return strays
 
 
-def _shm_entries() -> set:
-    try:
-        return set(os.listdir("/dev/shm"))
-    except FileNotFoundError:
-        return set()
-
-
 @pytest.fixture(autouse=True)
 def no_leaked_workers_or_segments():
-    """Asserts that a test leaves no child process and no new /dev/shm entry."""
-    shm_before = _shm_entries()
+    """Asserts that a test leaves no child process and no /dev/shm entry of its own
+    (new, lasting, and used by no process outside the test's)."""
+    shm_before = shm_entries()
     yield
     deadline = time.monotonic() + _GRACE_SECONDS
     strays = _stray_children()
     while strays and time.monotonic() < deadline:
         time.sleep(0.05)
         strays = _stray_children()
-    new_shm = _shm_entries() - shm_before
     assert not strays, f"the test left worker processes behind: {strays}"
-    assert not new_shm, f"the test left /dev/shm entries behind: {sorted(new_shm)}"
+    new_shm = leaked_shm_entries(shm_before)
+    assert not new_shm, f"the test left /dev/shm entries behind: {new_shm}"

@@ -7,6 +7,7 @@ import sys
 from typing import Dict
 
 import pytest
+import torch
 
 from tests.support.paths import REPO_ROOT
 
@@ -47,11 +48,15 @@ def test_gym_training_loop_runs_sync_and_async():
 def test_ppo_training_smoke(tmp_path):
     out = run_example("ppo_training.py", "--vector-env", "sync", "alf", "alf-epw",
                       "--num-envs", "2", "--envs-per-worker", "2", "--total-steps", "512",
-                      "--rollout-steps", "64", "--target-return", "15", "--out", str(tmp_path))
+                      "--rollout-steps", "64", "--target-return", "15", "--torch-threads",
+                      "default", "1", "--out", str(tmp_path))
     record = json.loads((tmp_path / "ppo_CartPole-v1.json").read_text())
     assert (tmp_path / "ppo_CartPole-v1.png").stat().st_size > 1000
     runs = record["runs"]
-    assert [run["vector_env"] for run in runs] == ["sync", "alf", "alf-epw"]
+    kinds = ["sync", "alf", "alf-epw"]
+    assert [run["vector_env"] for run in runs] == kinds * 2
+    default_threads = torch.get_num_threads()
+    assert [run["torch_threads"] for run in runs] == [default_threads] * 3 + [1] * 3
     for run in runs:
         assert run["env_steps"] == 512 and run["episodes"] > 0
         assert len(run["points"]) == 4  # one (seconds, steps, mean return) per update
@@ -62,16 +67,19 @@ def test_ppo_training_smoke(tmp_path):
     # Same seeds, same actions: every vector env gives the same learning curve.
     assert runs[0]["points"] and all(
         [p[1:] for p in run["points"]] == [p[1:] for p in runs[0]["points"]] for run in runs)
-    assert "| vector env | runs | time to return 15 (s) |" in out
-    assert re.search(r"^\| alf-epw \| 1 \| [\d.]+ \| [\d.]+ \| [\d,]+ \| [\d,]+ \|$",
-                     out, re.M), out
-    assert [row["vector_env"] for row in record["summary"]] == ["sync", "alf", "alf-epw"]
+    assert out.count("| vector env | runs | time to return 15 (s) |") == 2
+    assert f"torch threads: default ({default_threads} thread(s))" in out
+    assert "torch threads: 1 (1 thread(s))" in out
+    assert len(re.findall(r"^\| alf-epw \| 1 \| [\d.]+ \| [\d.]+ \| [\d,]+ \| [\d,]+ \|$",
+                          out, re.M)) == 2, out
+    assert [(row["vector_env"], row["torch_threads_setting"]) for row in record["summary"]] \
+        == [(kind, setting) for setting in ("default", 1) for kind in kinds]
     # --summarize: the table for another target and the plot again, from the JSON alone.
     (tmp_path / "ppo_CartPole-v1.png").unlink()
     out = run_example("ppo_training.py", "--summarize", str(tmp_path / "ppo_CartPole-v1.json"),
                       "--target-return", "1000")
     assert "| vector env | runs | time to return 1000 (s) |" in out
-    assert out.count("| not reached |") == 3  # CartPole-v1 returns stop at 500
+    assert out.count("| not reached |") == 6  # CartPole-v1 returns stop at 500
     assert (tmp_path / "ppo_CartPole-v1.png").stat().st_size > 1000
 
 

@@ -125,19 +125,38 @@ def test_repr():
         "BoundedTensorSpec(shape=(2,), dtype=torch.int32, minimum=0, maximum=3)")
 
 
-def test_bounds_broadcast_and_read_only():
-    spec = BoundedTensorSpec((2, 3), torch.float32, [0.0], [1.0, 2.0, 3.0])
-    assert spec.minimum.shape == (2, 3) and spec.maximum.shape == (2, 3)
+def test_bounds_keep_their_shape_as_in_alf_and_are_read_only():
+    given = np.array([1.0, 2.0, 3.0])
+    spec = BoundedTensorSpec((2, 3), torch.float32, [0.0], given)
+    assert spec.minimum.shape == (1, ) and spec.maximum.shape == (3, )
     assert spec.maximum.dtype == np.float32
-    np.testing.assert_array_equal(spec.maximum[1], [1.0, 2.0, 3.0])
-    with pytest.raises(ValueError):
-        spec.minimum[0, 0] = 5
+    given[0] = 9.0  # the spec holds a copy
+    np.testing.assert_array_equal(spec.maximum, [1.0, 2.0, 3.0])
+    with pytest.raises(ValueError, match="read-only"):
+        spec.minimum[0] = 5
+    assert spec == BoundedTensorSpec((2, 3), torch.float32, np.zeros((2, 3)),
+                                     [[1.0, 2.0, 3.0]] * 2)
+    sample = spec.numpy_sample((4, ), rng=np.random.default_rng(0))
+    assert sample.shape == (4, 2, 3) and np.all(sample <= [1.0, 2.0, 3.0])
+
+
+def test_replace_keeps_a_row_bound_for_a_new_leading_shape_as_in_alf():
+    spec = BoundedTensorSpec((3, 4), torch.float32, -2.0, np.arange(1.0, 5.0))
+    replaced = spec.replace(shape=(8, 4), minimum=np.full((4, ), -1))
+    assert replaced.shape == (8, 4) and replaced.maximum.shape == (4, )
+    np.testing.assert_array_equal(replaced.maximum, [1.0, 2.0, 3.0, 4.0])
+    np.testing.assert_array_equal(replaced.minimum, [-1.0] * 4)
+    assert replaced.minimum.dtype == np.float32
+    assert replaced.numpy_sample((2, )).shape == (2, 8, 4)
+    with pytest.raises(ValueError, match=r"maximum with shape \(4,\) cannot be broadcast "
+                                         r"to the spec shape \(8, 5\)"):
+        spec.replace(shape=(8, 5))
 
 
 def test_scalar_bounds_stay_scalar_as_in_alf():
-    """ALF keeps a bound given as a scalar as a 0-d array; arrays are broadcast."""
+    """ALF keeps a bound given as a scalar as a 0-d array."""
     spec = BoundedTensorSpec((2, 3), torch.float32, 0.0, [1.0, 2.0, 3.0])
-    assert spec.minimum.shape == () and spec.maximum.shape == (2, 3)
+    assert spec.minimum.shape == () and spec.maximum.shape == (3, )
     assert spec.minimum.dtype == np.float32 and not spec.minimum.flags.writeable
     default = BoundedTensorSpec((4, ), torch.int32)
     assert default.minimum.shape == () and default.maximum.shape == ()

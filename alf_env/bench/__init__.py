@@ -37,6 +37,9 @@ The unsuffixed alf_env backends use the classes' default arguments:
 ``gym_async``           ``gymnasium.vector.AsyncVectorEnv(shared_memory=True)``.
 ``gym_sync``            ``gymnasium.vector.SyncVectorEnv`` (in this process).
 ``sb3_subproc``         stable-baselines3's ``SubprocVecEnv``.
+``pufferlib``           ``pufferlib.vector.Multiprocessing`` (pufferlib-core),
+                        one worker per usable CPU; ``pufferlib_1w`` one
+                        worker; ``pufferlib_async`` ``batch_size=num_envs//2``.
 ``single``              reference: one env stepped in a plain loop in this
                         process (whatever ``num_envs`` is).
 ``ceiling``             reference: one env per usable CPU, each in its own
@@ -61,6 +64,14 @@ info; ``sweep`` names them all), the real ``HalfCheetah-v5`` (MuJoCo),
 gymnasium id. A workload whose packages are missing is reported as skipped
 (``pip install alf_env[bench]`` installs them).
 
+Conditions: ``--load N`` runs N busy-loop processes beside every measurement
+(a machine shared with other work); ``--policy mlp`` runs a torch MLP's
+forward pass on every batch of observations, torch at its default threads
+unless ``--torch-threads`` (a training loop). ``--env ENV`` measures a user's
+env (a gymnasium id or ``module:function``) against the usual alternatives,
+and ``--env ENV --tune`` picks its FastVectorEnv layout
+(:mod:`~alf_env.bench.tune`).
+
 Measurements are interleaved: for each repeat, every backend is measured once
 (round robin, in an order rotated per repeat), so machine noise hits all
 backends alike. The table gives the median over repeats, the min-max spread
@@ -71,8 +82,10 @@ targets are stated in.
 
 Output: the tables on stdout, a progress bar on stderr, and in ``--out DIR``
 ``results.json`` (every measurement), ``results.md`` (the tables),
-``throughput.png`` (env-steps/s against the number of envs) and
-``ratios.png`` (each backend's paired ratios to the reference rows).
+``workload_<name>.png`` (a bar per backend, reference rows marked, per
+workload), ``throughput.png`` (env-steps/s against the number of envs, for
+workloads measured at several counts) and ``ratios.png`` (each backend's
+paired ratios to the reference rows).
 
 Examples::
 
@@ -105,6 +118,7 @@ _LAZY = {
     "FULL": "alf_env.bench.cli", "BACKENDS": "alf_env.bench.backends",
     "Backend": "alf_env.bench.backends", "PLOT_TITLE": "alf_env.bench.plot",
     "RATIO_PLOT_TITLE": "alf_env.bench.plot", "WORKLOADS": "alf_env.bench.workloads",
+    "WORKLOAD_PLOT_TITLE": "alf_env.bench.plot",
 }
 
 __all__ = sorted(_LAZY)

@@ -98,16 +98,17 @@ def _gym_vector_runner(make_vector: Callable[[List[Callable[[], gym.Env]]], Any]
                   env_steps_per_round=batch_size)
 
 
-def _fast_vector_runner(workload: str, num_envs: int, actions: Actions,
-                        async_mode: bool = False, **kwargs: Any) -> Runner:
+def fast_vector_runner(workload: str, num_envs: int, actions: Actions,
+                       async_mode: bool = False, **kwargs: Any) -> Runner:
     """Runner over ``FastVectorEnv`` with ``kwargs`` (callables get ``num_envs``);
-    ``async_mode``: EnvPool-style, each step returns the first half of the envs."""
+    ``async_mode``: EnvPool-style, each step returns the first half of the envs
+    (as does a ``batch_size`` in ``kwargs``)."""
     fast_vector_env = _import("alf_env.vector", "FastVectorEnv", "FastVectorEnv")
     kwargs = {k: (v(num_envs) if callable(v) else v) for k, v in kwargs.items()}
     _check_kwargs(fast_vector_env, kwargs)
     if num_envs % kwargs.get("envs_per_worker", 1):
         raise Skip(f"needs a multiple of {kwargs['envs_per_worker']} envs")
-    batch_size = num_envs // 2 if async_mode else None
+    batch_size = num_envs // 2 if async_mode else kwargs.get("batch_size")
     if batch_size is not None:
         if batch_size < 1:
             raise Skip("needs at least 2 envs")
@@ -188,6 +189,50 @@ def _ray_vector_runner(workload: str, num_envs: int, actions: Actions) -> Runner
     return runner._replace(close=close)
 
 
+def _puffer_env(workload: str, env_id: int, buf: Any = None, seed: int = 0) -> Any:
+    """Env ``env_id`` of ``workload`` in PufferLib's gymnasium emulation (a
+    picklable constructor; PufferLib passes its shared buffer and seed)."""
+    emulation = importlib.import_module("pufferlib.emulation")
+    return emulation.GymnasiumPufferEnv(env_creator=make_env, env_args=[workload, env_id],
+                                        buf=buf, seed=seed)
+
+
+def _pufferlib_runner(workload: str, num_envs: int, actions: Actions,
+                      num_workers: Optional[int] = None, async_mode: bool = False) -> Runner:
+    """Runner over ``pufferlib.vector.Multiprocessing`` (pufferlib-core).
+
+    ``num_workers`` (default: one per usable CPU, PufferLib's advice) must divide
+    ``num_envs``; ``async_mode``: each step returns the first half of the envs
+    to finish (PufferLib's ``batch_size=num_envs // 2``).
+    """
+    multiprocessing_backend = _import("pufferlib.vector", "Multiprocessing",
+                                      "pufferlib-core (`pip install --no-deps pufferlib-core "
+                                      "rich rich-argparse`)")
+    vector = importlib.import_module("pufferlib.vector")
+    workers = min(num_workers or usable_cpus(), num_envs)
+    if num_envs % workers:
+        raise Skip(f"PufferLib needs num_envs divisible by its {workers} workers")
+    batch_size = num_envs // 2 if async_mode else num_envs
+    if batch_size < 1 or batch_size % (num_envs // workers):
+        raise Skip(f"PufferLib needs batch_size {batch_size} divisible by "
+                   f"{num_envs // workers} envs per worker")
+    env = vector.make([functools.partial(_puffer_env, workload, i) for i in range(num_envs)],
+                      env_args=[[] for _ in range(num_envs)],
+                      env_kwargs=[{} for _ in range(num_envs)], num_envs=num_envs,
+                      backend=multiprocessing_backend, num_workers=workers,
+                      batch_size=batch_size, overwork=True)
+
+    def close() -> None:
+        env.close()  # terminates its workers without reaping them
+        for proc in env.processes:
+            proc.join(5.0)
+
+    _started(env, lambda: env.reset(seed=ACTION_SEED))
+    batches = [b[:batch_size] for b in actions.numpy]
+    return Runner(step=lambda k: env.step(batches[k % NUM_ACTIONS]), close=close,
+                  env_steps_per_round=batch_size)
+
+
 def _gym_async(fns: List[Callable[[], gym.Env]]) -> Any:
     return gym.vector.AsyncVectorEnv(fns, shared_memory=True, context="fork")
 
@@ -226,19 +271,19 @@ BACKENDS: Dict[str, Backend] = {
                            'FastParallelEnvironment, worker_cpus="spread"'),
     "fast_os": Backend(functools.partial(_alf_runner, *_FPE, worker_cpus=None),
                        "FastParallelEnvironment, worker_cpus=None (the OS places workers)"),
-    "fast_vector": Backend(_fast_vector_runner, "FastVectorEnv"),
+    "fast_vector": Backend(fast_vector_runner, "FastVectorEnv"),
     "fast_vector_1pw": Backend(
-        functools.partial(_fast_vector_runner, num_workers=_one_per_worker),
+        functools.partial(fast_vector_runner, num_workers=_one_per_worker),
         "FastVectorEnv, num_workers=num_envs"),
     "fast_vector_epw4": Backend(
-        functools.partial(_fast_vector_runner, envs_per_worker=ENVS_PER_WORKER),
+        functools.partial(fast_vector_runner, envs_per_worker=ENVS_PER_WORKER),
         f"FastVectorEnv, envs_per_worker={ENVS_PER_WORKER}"),
     "fast_vector_spread": Backend(
-        functools.partial(_fast_vector_runner, worker_cpus="spread"),
+        functools.partial(fast_vector_runner, worker_cpus="spread"),
         'FastVectorEnv, worker_cpus="spread"'),
-    "fast_vector_os": Backend(functools.partial(_fast_vector_runner, worker_cpus=None),
+    "fast_vector_os": Backend(functools.partial(fast_vector_runner, worker_cpus=None),
                               "FastVectorEnv, worker_cpus=None (the OS places workers)"),
-    "fast_vector_async": Backend(functools.partial(_fast_vector_runner, async_mode=True),
+    "fast_vector_async": Backend(functools.partial(fast_vector_runner, async_mode=True),
                                  "FastVectorEnv, batch_size=n/2 (EnvPool-style)"),
     "parallel": Backend(functools.partial(_alf_runner, *_PAE),
                         "ParallelAlfEnvironment (pipes)"),
@@ -253,6 +298,11 @@ BACKENDS: Dict[str, Backend] = {
                         "gymnasium SyncVectorEnv (in-process)"),
     "sb3_subproc": Backend(functools.partial(_sb3_runner, _sb3_subproc),
                            "stable-baselines3 SubprocVecEnv"),
+    "pufferlib": Backend(_pufferlib_runner, "PufferLib Multiprocessing, one worker per CPU"),
+    "pufferlib_1w": Backend(functools.partial(_pufferlib_runner, num_workers=1),
+                            "PufferLib Multiprocessing, one worker"),
+    "pufferlib_async": Backend(functools.partial(_pufferlib_runner, async_mode=True),
+                               "PufferLib Multiprocessing, batch_size=n/2"),
     "single": Backend(single_runner, "one env, plain loop"),
     "ceiling": Backend(ceiling_runner, "ceiling: one env per usable CPU, separate "
                                        "processes, plain loops, summed"),

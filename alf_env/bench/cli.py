@@ -16,11 +16,14 @@ import gymnasium as gym
 import numpy as np
 
 import alf_env
+from alf_env.bench import tune
 from alf_env.bench import workloads as bench_workloads
 from alf_env.bench.backends import BACKENDS
 from alf_env.bench.core import CaseResult, Plan, usable_cpus
+from alf_env.bench.loads import POLICIES, BusyLoad, make_policy
 from alf_env.bench.measure import ProgressBar, run_all
-from alf_env.bench.plot import plot, plot_ratios
+from alf_env.bench.once_stderr import OnceStderr
+from alf_env.bench.plot import plot, plot_ratios, plot_workload, scaling_workloads, workload_png
 from alf_env.bench.report import (REFERENCE_COLUMNS, RATIOS, median_or_none, notes,
                                   paired_ratios, ratio_summary, report_markdown)
 
@@ -36,11 +39,18 @@ QUICK: Dict[str, Any] = {
 FULL: Dict[str, Any] = {
     "workloads": list(bench_workloads.WORKLOADS), "num_envs": None,
     "backends": list(BACKENDS), "repeats": 3, "seconds": 1.5, "warmup": 50}
+#: What ``--env`` is measured against by default.
+ENV_BACKENDS = ("fast_vector", "gym_sync", "gym_async", "pufferlib", "envpool", "ceiling")
+#: Envs of ``--env`` without ``--num-envs``.
+ENV_NUM_ENVS = 8
 DEFAULT_OUT = "bench_out"
+TUNE_JSON = "tune.json"
 RESULTS_JSON, RESULTS_MD = "results.json", "results.md"
 PLOT_PNG, RATIO_PNG = "throughput.png", "ratios.png"
-#: Versions recorded with the results, when installed.
-PACKAGES = ("stable_baselines3", "mujoco", "ale_py", "envpool", "ray")
+#: Versions recorded with the results, when installed: import name -> distribution.
+PACKAGES = {"stable_baselines3": "stable_baselines3", "mujoco": "mujoco",
+            "ale_py": "ale_py", "envpool": "envpool", "ray": "ray",
+            "pufferlib": "pufferlib-core"}
 
 
 #: Helper processes multiprocessing keeps for the whole session by design
@@ -146,11 +156,45 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                         help=f"untimed batched steps after reset (default "
                              f"{FULL['warmup']}; {QUICK['warmup']} with --quick)")
     parser.add_argument("--out", default=DEFAULT_OUT, metavar="DIR",
-                        help=f"where to write {RESULTS_JSON}, {RESULTS_MD}, {PLOT_PNG} and "
-                             f"{RATIO_PNG} (default: %(default)s)")
+                        help=f"where to write {RESULTS_JSON}, {RESULTS_MD} and the plots: "
+                             f"workload_<name>.png per workload, {PLOT_PNG} (workloads at "
+                             f"several env counts) and {RATIO_PNG} (default: %(default)s)")
     parser.add_argument("--quick", action="store_true",
                         help="a smaller run that takes about two minutes")
+    parser.add_argument("--env", default=None, metavar="ENV",
+                        help="your env: a registered gymnasium id or module:function "
+                             "(function() returns a gymnasium.Env; the module must be "
+                             "importable, e.g. on PYTHONPATH); measured against "
+                             f"{','.join(ENV_BACKENDS)} unless --backends says otherwise")
+    parser.add_argument("--tune", action="store_true",
+                        help="with --env: try the FastVectorEnv layouts that suit the env "
+                             "and this machine (workers, placement, lockstep or "
+                             "EnvPool-style; with --load N also beside N busy processes) "
+                             "and print the fastest as a constructor line")
+    parser.add_argument("--budget-s", type=float, default=tune.DEFAULT_BUDGET_S,
+                        metavar="S", help="--tune's time budget in seconds (default: "
+                                          "%(default)s)")
+    parser.add_argument("--load", type=int, default=0, metavar="N",
+                        help="N busy-loop processes run beside every measurement, as "
+                             "on a machine shared with other work (default: 0)")
+    parser.add_argument("--policy", choices=POLICIES, default="none",
+                        help="'mlp': a torch MLP policy's forward pass (2 x 256, Tanh) "
+                             "on every batch of observations, as in a training loop "
+                             "(default: none)")
+    parser.add_argument("--torch-threads", type=int, default=None, metavar="N",
+                        help="torch.set_num_threads(N) for --policy (default: torch's "
+                             "own default, as in a training script)")
     args = parser.parse_args(argv)
+    if args.env is not None:
+        if args.workloads is not None:
+            parser.error("--env: give --env or --workload, not both")
+        args.workloads = [args.env]
+        if args.backends is None:
+            args.backends = list(ENV_BACKENDS)
+    elif args.tune:
+        parser.error("--tune: name the env to tune with --env")
+    if args.budget_s <= 0:
+        parser.error("--budget-s: give a number of seconds > 0")
     quick_workloads = args.quick and args.workloads is None
     for name, value in (QUICK if args.quick else FULL).items():
         if name != "num_envs" and getattr(args, name) is None:
@@ -174,6 +218,10 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         parser.error("--num-envs: give env counts >= 1")
     if args.seconds <= 0 or args.warmup < 0:
         parser.error("--seconds must be > 0 and --warmup >= 0")
+    if args.load < 0:
+        parser.error("--load: give a number of busy processes >= 0")
+    if args.torch_threads is not None and args.torch_threads < 1:
+        parser.error("--torch-threads: give a thread count >= 1")
     return args
 
 
@@ -182,6 +230,8 @@ def cases_of(args: argparse.Namespace) -> List[Tuple[str, int]]:
     def counts(workload: str) -> Sequence[int]:
         if args.num_envs:
             return args.num_envs
+        if args.env is not None:
+            return [ENV_NUM_ENVS]
         if args.quick:
             return QUICK["num_envs"].get(workload, [8])
         entry = bench_workloads.WORKLOADS.get(workload)
@@ -196,13 +246,23 @@ def environment_info() -> Dict[str, Any]:
             "torch": version("torch"), "gymnasium": gym.__version__,
             "numpy": np.__version__, "cpus": os.cpu_count(), "usable_cpus": usable_cpus(),
             "platform": platform.platform(), "date": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-    for package in PACKAGES:
+    for package, distribution in PACKAGES.items():
         if importlib.util.find_spec(package) is not None:
             try:
-                info[package] = version(package)
+                info[package] = version(distribution)
             except PackageNotFoundError:  # importable, but not installed by pip
                 info[package] = "unknown"
     return info
+
+
+def conditions(args: argparse.Namespace) -> Dict[str, Any]:
+    """What ran beside the envs: busy processes, the policy and torch's threads."""
+    out: Dict[str, Any] = {"load": args.load, "policy": args.policy}
+    if args.policy != "none":
+        import torch
+
+        out["torch_threads"] = torch.get_num_threads()
+    return out
 
 
 def results_json(cases: Sequence[List[CaseResult]]) -> List[Dict[str, Any]]:
@@ -220,12 +280,23 @@ def results_json(cases: Sequence[List[CaseResult]]) -> List[Dict[str, Any]]:
 
 
 def write_results(out_dir: str, cases: Sequence[List[CaseResult]], text: str,
-                  meta: Dict[str, Any], all_notes: Sequence[str]) -> Dict[str, str]:
-    """Writes results.json, results.md, throughput.png and ratios.png; returns their paths."""
+                  meta: Dict[str, Any], all_notes: Sequence[str]) -> Dict[str, Any]:
+    """Writes results.json, results.md and the plots; returns their paths.
+
+    The plots: ``ratios.png``, one ``workload_<name>.png`` per workload, and
+    ``throughput.png`` when a workload was measured at several env counts.
+    """
     os.makedirs(out_dir, exist_ok=True)
-    paths = {kind: os.path.join(out_dir, name) for kind, name in
-             (("json", RESULTS_JSON), ("markdown", RESULTS_MD), ("plot", PLOT_PNG),
-              ("ratio_plot", RATIO_PNG))}
+    paths: Dict[str, Any] = {kind: os.path.join(out_dir, name) for kind, name in
+                             (("json", RESULTS_JSON), ("markdown", RESULTS_MD),
+                              ("ratio_plot", RATIO_PNG))}
+    if scaling_workloads(cases):
+        paths["plot"] = os.path.join(out_dir, PLOT_PNG)
+    workloads = list(dict.fromkeys(rs[0].workload for rs in cases))
+    paths["workload_plots"] = {w: os.path.join(out_dir, workload_png(w)) for w in workloads}
+    files = {kind: (os.path.basename(p) if isinstance(p, str)
+                    else {w: os.path.basename(q) for w, q in p.items()})
+             for kind, p in paths.items()}
     report = {"meta": meta,
               "backends": {name: backend.label for name, backend in BACKENDS.items()},
               "workloads": {name: w.title for name, w in bench_workloads.WORKLOADS.items()},
@@ -235,12 +306,19 @@ def write_results(out_dir: str, cases: Sequence[List[CaseResult]], text: str,
                           "median": median_or_none(paired_ratios(rs, n, d))}
                          for rs in cases for n, d in RATIOS],
               "notes": list(all_notes),
-              "files": {kind: os.path.basename(p) for kind, p in paths.items()}}
+              "files": files}
     with open(paths["json"], "w") as f:
         json.dump(report, f, indent=2)
+    images = [(w, files["workload_plots"][w]) for w in workloads]
+    if "plot" in files:
+        images.append(("throughput", files["plot"]))
+    images.append(("ratios", files["ratio_plot"]))
     with open(paths["markdown"], "w") as f:
-        f.write(text + f"\n![throughput]({PLOT_PNG})\n\n![ratios]({RATIO_PNG})\n")
-    plot(cases, paths["plot"])
+        f.write(text + "".join(f"\n![{alt}]({name})\n" for alt, name in images))
+    for workload, path in paths["workload_plots"].items():
+        plot_workload(cases, workload, path)
+    if "plot" in paths:
+        plot(cases, paths["plot"])
     plot_ratios(cases, paths["ratio_plot"])
     return paths
 
@@ -256,21 +334,53 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         running) or 130 (interrupted).
     """
     args = parse_args(argv)
+    if args.tune:
+        return main_tune(args)
     plan = Plan(warmup=args.warmup, steps=args.steps, seconds=args.seconds)
     case_list = cases_of(args)
-    progress = ProgressBar(len(case_list) * len(args.backends) * args.repeats, sys.stderr)
-    cases, interrupted = run_all(case_list, args.backends, plan, args.repeats, progress)
-    leftovers = check_no_leftovers()
+    policy = make_policy(args.policy, args.torch_threads)
+    with OnceStderr() as once, BusyLoad(args.load):
+        progress = ProgressBar(len(case_list) * len(args.backends) * args.repeats,
+                               once.stream or sys.stderr)
+        cases, interrupted = run_all(case_list, args.backends, plan, args.repeats, progress,
+                                     policy)
+    leftovers = check_no_leftovers()  # the load's processes are reaped by now
     extra = ([f"worker processes left running after the run (sent SIGTERM): {leftovers}"]
              if leftovers else [])
-    text = report_markdown(cases, plan, args.repeats, extra)
+    text = report_markdown(cases, plan, args.repeats, extra, conditions(args))
     sys.stdout.write(text)
     if cases:
-        meta = dict(environment_info(), args=vars(args), plan=asdict(plan))
+        meta = dict(environment_info(), args=vars(args), plan=asdict(plan),
+                    conditions=conditions(args))
         paths = write_results(args.out, cases, text, meta, notes(cases) + extra)
-        sys.stdout.write(f"\nwrote {paths['json']}, {paths['markdown']}, {paths['plot']}, "
-                         f"{paths['ratio_plot']}\n")
+        written = [paths["json"], paths["markdown"], *paths["workload_plots"].values(),
+                   *([paths["plot"]] if "plot" in paths else []), paths["ratio_plot"]]
+        sys.stdout.write(f"\nwrote {', '.join(written)}\n")
     failed = any(r.status == "error" for results in cases for r in results)
     if interrupted:
         return 130
     return 1 if failed or leftovers else 0
+
+
+def main_tune(args: argparse.Namespace) -> int:
+    """``--env ENV --tune``: measures the layouts, prints the table and the line to paste."""
+    num_envs = (args.num_envs or [ENV_NUM_ENVS])[0]
+    policy = make_policy(args.policy, args.torch_threads)
+    with OnceStderr() as once:
+        try:
+            tuned = tune.tune(args.env, num_envs, usable_cpus(), args.budget_s, args.load,
+                              once.stream or sys.stderr, policy)
+        except KeyboardInterrupt:
+            sys.stderr.write("interrupted\n")
+            return 130
+    leftovers = check_no_leftovers()
+    sys.stdout.write(tune.report(tuned))
+    os.makedirs(args.out, exist_ok=True)
+    path = os.path.join(args.out, TUNE_JSON)
+    with open(path, "w") as f:
+        json.dump(dict(tuned, meta=environment_info()), f, indent=2)
+    sys.stdout.write(f"\nwrote {path}\n")
+    if leftovers:
+        sys.stdout.write(f"worker processes left running after the run (sent SIGTERM): "
+                         f"{leftovers}\n")
+    return 1 if leftovers else 0

@@ -45,14 +45,15 @@ class Runner(NamedTuple):
     Attributes:
         step: ``step(k)`` does one round with precomputed action ``k``: one
             batched step for the batched backends, ``num_envs`` env-steps of
-            the one env for ``single``.
+            the one env for ``single``; returns what the env's step returned
+            (``--policy`` reads the observations from it).
         close: releases everything the runner started; idempotent.
         env_steps_per_round: env-steps in one round (``None``: ``num_envs``).
         timed: for runners that time themselves (``ceiling``):
             ``timed(plan)`` warms up, runs and returns (env-steps, seconds);
             ``step`` is then unused.
     """
-    step: Callable[[int], None]
+    step: Callable[[int], Any]
     close: Callable[[], None]
     env_steps_per_round: Optional[int] = None
     timed: Optional[Callable[[Plan], Tuple[int, float]]] = None

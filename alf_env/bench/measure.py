@@ -2,14 +2,29 @@
 
 import shutil
 import time
-from typing import Callable, Dict, List, Sequence, TextIO, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, TextIO, Tuple
 
 from alf_env.bench.backends import BACKENDS, BuildRunner
 from alf_env.bench.core import Actions, CaseResult, Measurement, Plan, Skip
+from alf_env.bench.loads import observation_of
 from alf_env.bench.workloads import missing_note
 
+#: What runs on each batch of observations between steps (``--policy``).
+Policy = Callable[[Any], None]
 
-def _timed_rounds(step: Callable[[int], None], plan: Plan, start: int) -> Tuple[int, float]:
+
+def _with_policy(step: Callable[[int], Any], policy: Optional[Policy]) -> Callable[[int], Any]:
+    """``step`` followed by ``policy`` on the observations it returned."""
+    if policy is None:
+        return step
+
+    def step_and_act(k: int) -> None:
+        policy(observation_of(step(k)))
+
+    return step_and_act
+
+
+def _timed_rounds(step: Callable[[int], Any], plan: Plan, start: int) -> Tuple[int, float]:
     """Runs rounds ``start, start+1, ...``; returns (rounds, seconds)."""
     clock = time.perf_counter
     begin = clock()
@@ -28,8 +43,13 @@ def _timed_rounds(step: Callable[[int], None], plan: Plan, start: int) -> Tuple[
 
 
 def measure(build: BuildRunner, workload: str, num_envs: int, actions: Actions,
-            plan: Plan) -> Measurement:
-    """Builds a runner, warms it up, times it and closes it (also on errors)."""
+            plan: Plan, policy: Optional[Policy] = None) -> Measurement:
+    """Builds a runner, warms it up, times it and closes it (also on errors).
+
+    With ``policy``, every round is the step and then ``policy`` on the
+    observations it returned (runners that time themselves, and ``single``,
+    which returns none, run without it).
+    """
     begin = time.perf_counter()
     runner = build(workload, num_envs, actions)
     try:
@@ -37,10 +57,11 @@ def measure(build: BuildRunner, workload: str, num_envs: int, actions: Actions,
             env_steps, seconds = runner.timed(plan)
             return Measurement(env_steps=env_steps, seconds=seconds,
                                startup_seconds=time.perf_counter() - begin - seconds)
+        step = _with_policy(runner.step, policy)
         for k in range(plan.warmup):
-            runner.step(k)
+            step(k)
         startup = time.perf_counter() - begin
-        rounds, seconds = _timed_rounds(runner.step, plan, plan.warmup)
+        rounds, seconds = _timed_rounds(step, plan, plan.warmup)
     finally:
         runner.close()
     per_round = runner.env_steps_per_round or num_envs
@@ -123,7 +144,8 @@ def _skip_case(results: Dict[str, CaseResult], status: str, note: str, repeats: 
 
 
 def run_case(results: Dict[str, CaseResult], plan: Plan, repeats: int,
-             progress: ProgressBar) -> None:
+             progress: ProgressBar, policy: Optional[Policy] = None,
+             builders: Optional[Dict[str, BuildRunner]] = None) -> None:
     """Measures one case, round robin over the backends per repeat.
 
     Args:
@@ -132,7 +154,11 @@ def run_case(results: Dict[str, CaseResult], plan: Plan, repeats: int,
         plan: how long each measurement runs.
         repeats: measurements per backend.
         progress: advanced once per (backend, repeat).
+        policy: run on every batch of observations (``--policy``).
+        builders: backend name -> its build function, for names that are not
+            in ``BACKENDS`` (the layouts of ``--tune``).
     """
+    builders = builders or {}
     backends = list(results)
     first = results[backends[0]]
     workload, num_envs = first.workload, first.num_envs
@@ -156,7 +182,8 @@ def run_case(results: Dict[str, CaseResult], plan: Plan, repeats: int,
                 continue
             progress.show(f"{where} (repeat {repeat + 1}/{repeats})")
             try:
-                run = measure(BACKENDS[name].build, workload, num_envs, actions, plan)
+                build = builders[name] if name in builders else BACKENDS[name].build
+                run = measure(build, workload, num_envs, actions, plan, policy)
             except Skip as skip:
                 result.status, result.note = "skipped", str(skip)
                 progress.advance(f"{where}: skipped ({skip})")
@@ -172,7 +199,8 @@ def run_case(results: Dict[str, CaseResult], plan: Plan, repeats: int,
 
 
 def run_all(case_list: Sequence[Tuple[str, int]], backends: Sequence[str], plan: Plan,
-            repeats: int, progress: ProgressBar) -> Tuple[List[List[CaseResult]], bool]:
+            repeats: int, progress: ProgressBar,
+            policy: Optional[Policy] = None) -> Tuple[List[List[CaseResult]], bool]:
     """Runs every case; returns the results and whether Ctrl-C cut the run short.
 
     Each backend's ``teardown`` runs once at the end, also when interrupted.
@@ -182,7 +210,7 @@ def run_all(case_list: Sequence[Tuple[str, int]], backends: Sequence[str], plan:
         for workload, num_envs in case_list:
             results = {b: CaseResult(workload, num_envs, b) for b in backends}
             cases.append(list(results.values()))
-            run_case(results, plan, repeats, progress)
+            run_case(results, plan, repeats, progress, policy)
     except KeyboardInterrupt:  # every runner closed itself on the way out
         progress.note("interrupted; reporting what was measured")
         return cases, True

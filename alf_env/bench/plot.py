@@ -1,5 +1,15 @@
-"""The benchmark's plots: env-steps/s against the number of envs, and the
-paired ratios of every backend to the reference rows."""
+"""The benchmark's plots.
+
+- ``workload_<name>.png``, one per workload: a bar per backend (median
+  env-steps/s, min-max whiskers) at each env count measured, with the
+  reference rows (``single``, ``ceiling``, ``envpool``) drawn as marked lines
+  across the bars.
+- ``throughput.png``: env-steps/s against the number of envs, for the workloads
+  measured at several env counts.
+- ``ratios.png``: every backend's paired ratios to the reference rows.
+
+A backend has the same colour in every figure, and no two backends share one.
+"""
 
 import os
 import platform
@@ -14,8 +24,26 @@ from alf_env.bench.workloads import WORKLOADS
 
 PLOT_TITLE = "alf_env throughput (env-steps/s vs. number of envs)"
 RATIO_PLOT_TITLE = "alf_env: paired ratios to the reference rows (median, min-max)"
+WORKLOAD_PLOT_TITLE = "alf_env: env-steps/s per backend"
 DODGE = 0.03  # horizontal offset between backends, in log2 units of the x axis
-COLOURS = dict(zip(BACKENDS, [f"C{i % 10}" for i in range(len(BACKENDS))]))
+#: Distinct colours, one per backend (matplotlib's tab20 then tab20b, as hex).
+PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
+           "#7f7f7f", "#bcbd22", "#17becf", "#aec7e8", "#ffbb78", "#98df8a", "#ff9896",
+           "#c5b0d5", "#c49c94", "#f7b6d2", "#c7c7c7", "#dbdb8d", "#9edae5", "#393b79",
+           "#637939", "#8c6d31", "#843c39", "#7b4173", "#5254a3", "#8ca252", "#bd9e39",
+           "#ad494a", "#a55194")
+assert len(BACKENDS) <= len(PALETTE), "more backends than distinct colours"
+#: The backends most runs show take the strongest colours.
+_FIRST = ("fast_vector", "fast", "parallel", "gym_async", "gym_sync", "sb3_alf",
+          "pufferlib", "ceiling", "envpool", "sb3_subproc")
+COLOURS = dict(zip([b for b in _FIRST if b in BACKENDS]
+                   + [b for b in BACKENDS if b not in _FIRST], PALETTE))
+
+
+def workload_png(workload: str) -> str:
+    """The file name of ``workload``'s figure."""
+    return "workload_" + "".join(c if c.isalnum() or c in "-_." else "_"
+                                 for c in workload) + ".png"
 
 
 def _compact(value: float, _position: Any = None) -> str:
@@ -48,9 +76,9 @@ def _figure(panels: int, width: float, height: float) -> Any:
 def _finish(fig: Any, drawn: Dict[str, Any], title: str, path: str) -> None:
     if drawn:
         names = [b for b in BACKENDS if b in drawn]
-        fig.legend([drawn[b] for b in names],
-                   [f"{b}: {BACKENDS[b].label}" for b in names],
-                   loc="outside lower center", ncols=min(len(names), 2), fontsize=9)
+        # Below the panels, inside the figure: constrained layout makes room for it.
+        fig.legend([drawn[b] for b in names], names, loc="outside lower center",
+                   ncols=min(len(names), 5), fontsize=8)
     fig.suptitle(f"{title} - {os.cpu_count()} CPUs, {platform.machine()}")
     fig.savefig(path, format="png", dpi=100, metadata={"Title": title})
 
@@ -67,11 +95,22 @@ def _log_axis(ax: Any) -> None:
     ax.grid(True, which="major", alpha=0.3)
 
 
+def _counts(cases: Sequence[List[CaseResult]]) -> Dict[str, set]:
+    counts_of: Dict[str, set] = {}
+    for results in cases:
+        counts_of.setdefault(results[0].workload, set()).add(results[0].num_envs)
+    return counts_of
+
+
+def scaling_workloads(cases: Sequence[List[CaseResult]]) -> List[str]:
+    """The workloads measured at several env counts (those :func:`plot` draws)."""
+    return [w for w, counts in _counts(cases).items() if len(counts) > 1]
+
+
 def plot(cases: Sequence[List[CaseResult]], path: str) -> None:
     """Writes a PNG: env-steps/s against the number of envs, one line per backend.
 
-    One panel per workload measured at several env counts (every workload if
-    none was); both axes are logarithmic; the bars show the min-max spread of
+    One panel per workload measured at several env counts; both axes are logarithmic; the bars show the min-max spread of
     the repeats. Backends keep their colour in every panel.
 
     Args:
@@ -80,10 +119,8 @@ def plot(cases: Sequence[List[CaseResult]], path: str) -> None:
     """
     from matplotlib.ticker import NullLocator
 
-    counts_of: Dict[str, set] = {}
-    for results in cases:
-        counts_of.setdefault(results[0].workload, set()).add(results[0].num_envs)
-    workloads = [w for w, counts in counts_of.items() if len(counts) > 1] or list(counts_of)
+    workloads = scaling_workloads(cases)
+    counts_of = _counts(cases)
     fig, axes = _figure(len(workloads), 6.0, 4.2)
     drawn: Dict[str, Any] = {}
     for ax, workload in zip(axes, workloads):
@@ -151,3 +188,60 @@ def plot_ratios(cases: Sequence[List[CaseResult]], path: str) -> None:
         if ax.has_data():
             _log_axis(ax)
     _finish(fig, drawn, RATIO_PLOT_TITLE, path)
+
+
+def plot_workload(cases: Sequence[List[CaseResult]], workload: str, path: str) -> None:
+    """Writes ``workload``'s PNG: one bar per backend at each env count measured.
+
+    Bars are the median env-steps/s with min-max whiskers; the reference rows
+    (``single``, ``ceiling``, ``envpool``) are dashed lines across the group,
+    labelled at their right end, so that every bar reads against them.
+
+    Args:
+        cases: the results, as ``run_all`` returns them.
+        workload: the workload to draw.
+        path: the PNG file to write.
+    """
+    groups = [rs for rs in cases if rs[0].workload == workload]
+    groups.sort(key=lambda rs: rs[0].num_envs)
+    fig, axes = _figure(1, 8.0, 4.6)
+    ax = axes[0]
+    drawn: Dict[str, Any] = {}
+    for g, results in enumerate(groups):
+        bars = [r for r in results if r.runs and r.backend not in REFERENCES]
+        width = 0.8 / max(len(bars), 1)
+        for i, r in enumerate(bars):
+            x = g + (i - (len(bars) - 1) / 2) * width
+            med = r.median
+            drawn[r.backend] = ax.bar(
+                x, med, width * 0.9, color=COLOURS.get(r.backend, "k"),
+                yerr=[[med - min(r.rates)], [max(r.rates) - med]], capsize=2,
+                error_kw={"linewidth": 0.8})
+        for r in results:
+            if r.runs and r.backend in REFERENCES:
+                drawn[r.backend] = ax.hlines(r.median, g - 0.45, g + 0.45,
+                                             colors=COLOURS.get(r.backend, "k"),
+                                             linestyles="--", linewidth=1.6)
+                ax.annotate(r.backend, (g + 0.45, r.median), fontsize=7,
+                            xytext=(2, 0), textcoords="offset points", va="center")
+    ax.set_xticks(range(len(groups)), [f"{rs[0].num_envs} envs" for rs in groups])
+    ax.set_xlim(-0.6, len(groups) - 0.4 + 0.25)
+    ax.set_ylim(0, ax.get_ylim()[1] * 1.35)  # room for the legend above the bars
+    ax.set_ylabel("env-steps/s (median, min-max)")
+    ax.yaxis.set_major_formatter(_compact_formatter())
+    ax.grid(True, axis="y", alpha=0.3)
+    entry = WORKLOADS.get(workload)
+    ax.set_title(entry.title if entry else workload, fontsize=11)
+    if drawn:
+        names = [b for b in BACKENDS if b in drawn]
+        ax.legend([drawn[b] for b in names], names, loc="upper left", fontsize=7,
+                  ncols=2 if len(names) > 8 else 1, framealpha=0.85)
+    fig.suptitle(f"{WORKLOAD_PLOT_TITLE} - {os.cpu_count()} CPUs, {platform.machine()}")
+    fig.savefig(path, format="png", dpi=100,
+                metadata={"Title": f"{WORKLOAD_PLOT_TITLE}: {workload}"})
+
+
+def _compact_formatter() -> Any:
+    from matplotlib.ticker import FuncFormatter
+
+    return FuncFormatter(_compact)

@@ -2,7 +2,7 @@
 
 import os
 import statistics
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from alf_env.bench.core import CaseResult, Plan
 
@@ -140,14 +140,28 @@ def notes(cases: Sequence[List[CaseResult]]) -> List[str]:
             for (backend, status, note), where in seen.items()]
 
 
+def conditions_line(conditions: Optional[Dict[str, Any]]) -> str:
+    """What ran beside the envs, as the heading says it (``""``: nothing)."""
+    if not conditions:
+        return ""
+    parts = []
+    if conditions.get("load"):
+        parts.append(f"{conditions['load']} busy process(es) beside")
+    if conditions.get("policy", "none") != "none":
+        parts.append(f"a torch {conditions['policy']} policy's forward pass in the loop "
+                     f"({conditions.get('torch_threads', '?')} torch threads)")
+    return "; " + "; ".join(parts) if parts else ""
+
+
 def report_markdown(cases: Sequence[List[CaseResult]], plan: Plan, repeats: int,
-                    extra_notes: Sequence[str] = ()) -> str:
+                    extra_notes: Sequence[str] = (),
+                    conditions: Optional[Dict[str, Any]] = None) -> str:
     """The whole text report: heading, rate table, ratio table and notes."""
     budget = f"{plan.steps} batched steps" if plan.steps else f"{plan.seconds:g} s"
     parts = [
         f"# alf_env throughput: env-steps/s, {repeats} interleaved repeat(s) of "
         f"{budget} each after {plan.warmup} warm-up steps (start-up not timed); "
-        f"{os.cpu_count()} CPUs",
+        f"{os.cpu_count()} CPUs{conditions_line(conditions)}",
         rate_table(cases),
     ]
     ratios = ratio_table(cases)

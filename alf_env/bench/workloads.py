@@ -9,7 +9,9 @@
   (needs ``ale_py``, which ships the ROMs, and ``cv2``).
 - ``CartPole-v1``: gymnasium's classic-control env.
 
-Any other registered gymnasium id is made with ``gymnasium.make``. The
+Any other registered gymnasium id is made with ``gymnasium.make``, and a
+``module:function`` names a constructor of the user's own (``function()``
+returns a ``gymnasium.Env``; the module is imported in every worker). The
 constructors are module-level functions, so ``functools.partial(make_env,
 name, i)`` pickles for spawned workers, and this module does not import
 torch. ``pip install alf_env[bench]`` installs the packages of the real
@@ -17,6 +19,7 @@ workloads; a workload whose packages are missing is reported as skipped.
 """
 
 import functools
+import importlib
 import importlib.util
 from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
@@ -112,19 +115,49 @@ def expand(names: Sequence[str]) -> List[str]:
 
 
 def get(name: str) -> Workload:
-    """The workload called ``name``: a named one or any registered gymnasium id.
+    """The workload called ``name``: a named one, a registered gymnasium id or a
+    ``module:function`` constructor.
 
     Raises:
-        ValueError: ``name`` is neither.
+        ValueError: ``name`` is none of these, or its constructor does not import.
     """
     if name in WORKLOADS:
         return WORKLOADS[name]
     try:
-        gym.spec(name)
-    except gym.error.Error as err:
-        raise ValueError(f"workload {name!r} is neither one of {','.join(WORKLOADS)} "
-                         f"(or {SWEEP!r}) nor a registered gymnasium id ({err})") from None
+        gym.spec(name)  # gymnasium's own "module:EnvId-v0" included
+    except (gym.error.Error, ImportError) as err:
+        if ":" not in name:
+            raise ValueError(f"workload {name!r} is neither one of {','.join(WORKLOADS)} "
+                             f"(or {SWEEP!r}), a registered gymnasium id ({err}), nor a "
+                             f"module:function constructor") from None
+        constructor(name)  # fails here, with the reason, rather than in every worker
+        return Workload(functools.partial(_call, name), f"{name} (your constructor)")
     return Workload(functools.partial(_gym_make, name), f"{name} (gymnasium)")
+
+
+def constructor(spec: str) -> Callable[[], gym.Env]:
+    """The function ``module:function`` names.
+
+    Raises:
+        ValueError: the module does not import or has no such callable.
+    """
+    module_name, _, function = spec.partition(":")
+    if not module_name or not function:
+        raise ValueError(f"{spec!r}: expected module:function")
+    try:
+        target: object = importlib.import_module(module_name)
+    except ImportError as err:
+        raise ValueError(f"{spec!r}: cannot import {module_name!r} ({err}); is it on "
+                         f"sys.path (PYTHONPATH)?") from None
+    for part in function.split("."):
+        target = getattr(target, part, None)
+    if not callable(target):
+        raise ValueError(f"{spec!r}: {module_name!r} has no callable {function!r}")
+    return target  # type: ignore[return-value]
+
+
+def _call(spec: str, env_id: int = 0) -> gym.Env:
+    return constructor(spec)()
 
 
 def _gym_make(name: str, env_id: int = 0) -> gym.Env:

@@ -21,7 +21,11 @@ when both hold:
   that each spread this way still load every core alike; with fewer workers
   than CPUs they would all pile onto the first CPUs, so the OS places them.
 
-Otherwise it leaves the placement to the OS, as ``None`` does.
+Otherwise it leaves the placement to the OS, as ``None`` does. Pinning loses
+badly when something else holds a worker's core, so the shared-memory front
+ends do not keep an ``"auto"`` pinning blindly: a
+:class:`~alf_env.control_plane.placement.PlacementTuner` times their steps
+pinned and OS-placed and keeps the faster, again and again as the load changes.
 
 Scheduling policy
 -----------------
@@ -38,6 +42,10 @@ ends, whose posts are one futex wake per worker, are unchanged (0.98-1.02).
 The policy only changes how wake-ups preempt and how the kernel
 scores the worker, never its share of CPU time (its nice value is kept).
 Processes the env starts inherit the policy, as Linux does for any child.
+The shared-memory front ends put their workers back under ``SCHED_OTHER``
+(:func:`normal_scheduling`): they gain nothing from ``SCHED_BATCH`` on a quiet
+machine, and on a busy one a worker woken for a job must be able to preempt
+whatever holds its core.
 """
 
 import os
@@ -139,3 +147,24 @@ def batch_scheduling() -> bool:
                      "normal policy", err.strerror)
         return False
     return True
+
+
+def normal_scheduling(pids: Sequence[int]) -> None:
+    """Puts workers back under the normal policy (``SCHED_OTHER``).
+
+    The shared-memory front ends do this after start: a worker woken for a
+    job may then preempt a process that has used its core for long (another
+    program, the trainer's spinning OpenMP threads), where under
+    ``SCHED_BATCH`` it would wait for that time slice to end; their posts are
+    one futex wake per worker, so they never needed ``SCHED_BATCH``'s
+    protection of the poster. Never raises: a worker that has exited, or an
+    OS that refuses, keeps what it has.
+    """
+    policy = getattr(os, "SCHED_OTHER", None)
+    if policy is None:
+        return
+    for pid in pids:
+        try:
+            os.sched_setscheduler(pid, policy, os.sched_param(0))
+        except OSError:
+            continue

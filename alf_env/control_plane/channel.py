@@ -11,11 +11,18 @@ process sentinel, so a worker that dies (crash, signal, ``os._exit``) turns into
 :class:`~alf_env.errors.WorkerDiedError` naming the env id and the exit code or
 signal. :func:`resolve_all` waits for the promises of many workers together
 (one deadline, a death raised at once, an exception raised once all have
-answered).
+answered); :func:`wait_answers` waits until some of them have answered, and
+says which first.
 
 While the worker serves a native loop (``FastParallelEnvironment``,
 ``FastVectorEnv``), each pipe request rings a doorbell that makes the worker
 read it (:meth:`WorkerChannel.start_fast_loop`).
+
+**No write waits on a reader that waits for us**, so a request of any size
+goes through. In the native loop the doorbell rings *before* the request is
+written, once every earlier answer was received (:func:`receive_answers`);
+outside it, while answers are owed, the request is written without blocking
+and they are received meanwhile (``protocol.send_receiving``).
 """
 
 import multiprocessing.connection
@@ -23,10 +30,10 @@ import select
 import time
 import weakref
 from multiprocessing.reduction import ForkingPickler
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from alf_env.control_plane.protocol import (_DEATH_GRACE, RAW_REQUESTS, MessageType, _State,
-                                            read_message, send_raw)
+                                            read_last_words, read_message, send_message)
 from alf_env.control_plane.shutdown import CLOSE_KILL_TIMEOUT
 from alf_env.errors import (EnvironmentClosedError, EnvironmentProcessError,
                             EnvTimeoutError, WorkerDiedError)
@@ -109,17 +116,21 @@ class WorkerChannel:
     _next_seq: int
     _received_seq: int
     _waiting: Dict[int, "weakref.ReferenceType[_Promise]"]  # by sequence number
-    _doorbell: Optional[Callable[[], None]]
+    _doorbell: Optional[Callable[[Callable[[], None]], None]]
 
     # -- native loop (FastParallelEnvironment) --------------------------------
 
-    def start_fast_loop(self, spec: Any, doorbell: Callable[[], None]) -> None:
+    def start_fast_loop(self, spec: Any,
+                        doorbell: Callable[[Callable[[], None]], None]) -> None:
         """Moves the worker into the native shared-memory loop.
 
         Args:
             spec: a ``FastLoopSpec`` (shared block, worker index, rows, spin).
-            doorbell: called after each later pipe request; it must make the
-                worker serve that request (post a CALL job and wait for it).
+            doorbell: called with each later pipe request's ``write``; it must
+                make the worker read its pipe (post a CALL job), then call
+                ``write()`` (which returns once the request is on the pipe,
+                whole), then wait until the worker has read it. Raising
+                before it calls ``write`` means that nothing was posted.
         Raises:
             ValueError: this env was not created with ``fast=True``.
         """
@@ -183,27 +194,31 @@ class WorkerChannel:
                  transform: Optional[Callable[[Any], Any]] = None) -> _Promise:
         self._check_usable()
         # Pickled first: a payload that does not pickle fails with nothing sent.
-        data = None if msg_type in RAW_REQUESTS else ForkingPickler.dumps((msg_type, payload))
-        # Set until the answer's place is taken: an exception in between (a
-        # signal handler's, e.g. Ctrl-C, while the worker drains a large
-        # request) may leave part of it on the pipe, or all of it with no
-        # place for its answer. Either way later answers would not line up.
-        self._unplaced = True
+        raw = msg_type if msg_type in RAW_REQUESTS else None
+        data = payload if raw is not None else ForkingPickler.dumps((msg_type, payload))
+        sent = []  # [True] once the request is on the pipe, whole
+
+        def write() -> None:
+            # Set until the answer's place is taken: an exception in between (a
+            # signal handler's, e.g. Ctrl-C) may leave part of the request on
+            # the pipe, or all of it with no place for its answer.
+            self._unplaced = True
+            # Owed answers are received while writing (the worker may be
+            # writing one nobody reads yet, and not read until it is done).
+            if not send_message(self._conn, raw, data, self._process.sentinel,
+                                lambda: self._received_seq < self._next_seq,
+                                lambda: self._receive_ready("sending a request")):
+                raise self._died("sending a request")
+            sent.append(True)
+
         try:
-            if data is None:
-                send_raw(self._conn, msg_type, payload)
+            if self._doorbell is None:
+                write()
             else:
-                self._conn.send_bytes(data)
-            if self._doorbell is not None:
                 # The answer's place among the worker's messages is known only
                 # once the doorbell has collected the worker's earlier jobs (a
                 # failed one sends its report first, which takes the next place).
-                try:
-                    self._doorbell()
-                except BaseException:
-                    self._take_seq()  # no promise: its answer is dropped on arrival
-                    self._unplaced = False
-                    raise
+                self._doorbell(write)
             promise = self._promise(transform)
             self._unplaced = False
             return promise
@@ -211,7 +226,11 @@ class WorkerChannel:
             raise self._died("sending a request") from None
         except BaseException as exc:
             if self._unplaced and self._state is _State.RUNNING:
-                self._fall_out_of_step("sending a request", exc)
+                if sent:  # whole on the pipe: no promise, its answer is dropped on arrival
+                    self._take_seq()
+                    self._unplaced = False
+                else:
+                    self._fall_out_of_step("sending a request", exc)
             raise
 
     def _promise(self, transform: Optional[Callable[[Any], Any]] = None) -> _Promise:
@@ -239,8 +258,9 @@ class WorkerChannel:
         promise._answer = None
         if msg_type is MessageType.RESULT:
             return payload
-        if msg_type is MessageType.EXCEPTION:
-            raise payload.to_exception()
+        if msg_type is MessageType.EXCEPTION:  # fatal: the worker's last words, it exits
+            raise (self._died("a call", payload.traceback_text)
+                   if getattr(payload, "fatal", False) else payload.to_exception())
         raise EnvironmentProcessError(
             f"env {self._env_id}: expected RESULT or EXCEPTION from the worker, "
             f"got {msg_type}", self._env_id)
@@ -317,11 +337,12 @@ class WorkerChannel:
             f"up with the requests); close() the env and create a new one", self._env_id)
         self._state = _State.OUT_OF_STEP
 
-    def _died(self, during: str) -> WorkerDiedError:
-        """Records that the worker is gone and returns the error to raise."""
+    def _died(self, during: str, last_words: str = "") -> WorkerDiedError:
+        """Records that the worker is gone; the error has its last words (if any)."""
         self._process.join(CLOSE_KILL_TIMEOUT)
-        self._death = WorkerDiedError(self._env_id, self._process.exitcode, during,
-                                      env_ids=self._hosted_env_ids)
+        exitcode = self._process.exitcode
+        self._death = WorkerDiedError(self._env_id, exitcode, during, self._hosted_env_ids,
+                                      last_words or read_last_words(self._conn, exitcode))
         self._state = _State.DEAD
         return self._death
 
@@ -351,13 +372,7 @@ def resolve_all(promises: Sequence[Callable[..., Any]], timeout: Optional[float]
         the values, in the order of ``promises``.
     """
     deadline = None if timeout is None else time.monotonic() + timeout
-    # The last answer each busy worker owes (answers come in order).
-    last_seq: Dict[WorkerChannel, int] = {}
-    for promise in promises:
-        if isinstance(promise, _Promise) and not promise._env._has_answer(promise._seq):
-            env = promise._env
-            env._check_usable()
-            last_seq[env] = max(promise._seq, last_seq.get(env, -1))
+    last_seq = _owed(promises)
     if last_seq:
         _receive_until(last_seq, deadline, timeout, during)
     values, first_error = [], None
@@ -374,14 +389,73 @@ def resolve_all(promises: Sequence[Callable[..., Any]], timeout: Optional[float]
     return values
 
 
+def wait_answers(promises: Sequence[_Promise], k: Optional[int] = None,
+                 timeout: Optional[float] = None, during: str = "a call") -> List[int]:
+    """Waits until ``k`` of ``promises`` (default: all) have their answers; uses none up.
+
+    The workers are watched as by :func:`resolve_all` (a death raises at once;
+    on ``timeout`` nothing is lost). Returns the indices of the promises that
+    have their answers (at least ``k``), in the order the answers arrived, those
+    that had them already first; calling those promises does not wait.
+    """
+    k = len(promises) if k is None else k
+    pending = dict(enumerate(promises))
+    order: List[int] = []
+
+    def enough(env: Optional[WorkerChannel] = None) -> bool:
+        for i, promise in list(pending.items()):
+            if (env is None or promise._env is env) and promise._env._has_answer(promise._seq):
+                order.append(i)
+                del pending[i]
+        return len(order) >= k
+
+    if not enough():
+        deadline = None if timeout is None else time.monotonic() + timeout
+        _receive_until(_owed(pending.values()), deadline, timeout, during, enough)
+    return order
+
+
+def _owed(promises: Iterable[Any]) -> Dict[WorkerChannel, int]:
+    """The last answer each busy worker owes of ``promises`` (answers come in order)."""
+    last_seq: Dict[WorkerChannel, int] = {}
+    for promise in promises:
+        if isinstance(promise, _Promise) and not promise._env._has_answer(promise._seq):
+            env = promise._env
+            env._check_usable()
+            last_seq[env] = max(promise._seq, last_seq.get(env, -1))
+    return last_seq
+
+
+def receive_answers(channels: Sequence[WorkerChannel], timeout: Optional[float] = None,
+                    during: str = "a call") -> None:
+    """Receives every answer the workers of ``channels`` owe, filing each on its promise.
+
+    A worker in a native loop takes a job only once it has written its last
+    answer, so that answer is read before a job is posted to it.
+
+    Raises:
+        EnvTimeoutError, WorkerDiedError: as :func:`resolve_all`.
+    """
+    last_seq = {}
+    for channel in channels:
+        if channel._received_seq < channel._next_seq:
+            channel._check_usable()
+            last_seq[channel] = channel._next_seq - 1
+    if last_seq:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        _receive_until(last_seq, deadline, timeout, during)
+
+
 def _receive_until(last_seq: Dict[WorkerChannel, int], deadline: Optional[float],
-                   timeout: Optional[float], during: str) -> None:
+                   timeout: Optional[float], during: str,
+                   enough: Optional[Callable[[WorkerChannel], bool]] = None) -> None:
     """Receives answers until each worker in ``last_seq`` has sent answer ``last_seq[env]``.
 
     One poll set of every pipe and sentinel; a worker leaves it once it has
     answered everything it owes. A readable pipe is read without polling it
     again; a sentinel that fires goes through the worker's own check (data it
-    wrote before it died is read first).
+    wrote before it died is read first). ``enough(env)``, called after each
+    answer read from ``env``, may end the wait early (``True``).
     """
     poller = select.poll()
     by_fd: Dict[int, Tuple[WorkerChannel, bool]] = {}  # fd -> (env, is its pipe)
@@ -406,6 +480,8 @@ def _receive_until(last_seq: Dict[WorkerChannel, int], deadline: Optional[float]
                 env._receive_ready(during)
             else:
                 env._receive_one(0.0, during)
+            if enough is not None and enough(env):
+                return
             if env._has_answer(last_seq[env]):
                 del last_seq[env]
                 poller.unregister(env._conn.fileno())

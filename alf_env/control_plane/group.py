@@ -5,14 +5,34 @@ another or all together (:func:`wait_start_all` watches all the starting ones
 at once, so the first failure is reported at once); :func:`close_all` closes
 them all together (:func:`~alf_env.control_plane.shutdown.stop_all`), so n
 workers take about as long as the slowest one.
+
+Before starting them, :func:`check_fd_limit` checks that the file
+descriptors they need fit under ``RLIMIT_NOFILE``: running out midway fails
+in ways that hide the cause (an empty ``EOFError``, a request that "did not
+unpickle in the worker", a traceback of a ``multiprocessing`` thread), so it
+is refused up front, as is any ``EMFILE`` while they start, with one
+:class:`~alf_env.errors.FdLimitError` that says what is needed.
 """
 
+import errno
+import os
+import resource
 import select
-from typing import Dict, Optional, Sequence
+from typing import Dict, Optional, Sequence, Tuple
 
 from alf_env.control_plane.process_environment import ProcessEnvironment
 from alf_env.control_plane.protocol import _State
 from alf_env.control_plane.shutdown import stop_all
+from alf_env.errors import FdLimitError
+
+# Descriptors the trainer keeps per worker: its end of the pipe and the two
+# pipes of multiprocessing's Popen (the sentinel and the child's watch of
+# its parent); a worker in a native loop adds a pidfd.
+FDS_PER_WORKER = 3
+FDS_PER_FAST_WORKER = 4
+# Descriptors open only while the workers start (a Popen's pipes, sending the
+# shared region to a worker), and the shared region itself.
+FDS_TO_SPARE = 8
 
 
 def start_environments(envs: Sequence[ProcessEnvironment], start_serially: bool) -> None:
@@ -22,7 +42,13 @@ def start_environments(envs: Sequence[ProcessEnvironment], start_serially: bool)
     constructor that raises or a worker that dies is reported at once, not
     after the envs before it have started. On any failure every env is closed
     before the error propagates, so no worker is left behind.
+
+    Raises:
+        FdLimitError: the workers need more file descriptors than
+            ``RLIMIT_NOFILE`` allows (nothing is started), or ran out of them
+            while starting.
     """
+    check_fd_limit(envs)
     try:
         if start_serially:
             for env in envs:
@@ -31,9 +57,55 @@ def start_environments(envs: Sequence[ProcessEnvironment], start_serially: bool)
             for env in envs:
                 env.start(wait_to_start=False)
             wait_start_all(envs)
-    except BaseException:
+    except BaseException as exc:
         close_all(envs)
+        if isinstance(exc, OSError) and exc.errno == errno.EMFILE:
+            needed, limit, _ = _fd_needs(envs, _open_fds() or 0)
+            raise FdLimitError(_fd_message(len(envs), needed, limit, "ran out of them "
+                                           "while starting"), needed, limit) from None
         raise
+
+
+def check_fd_limit(envs: Sequence[ProcessEnvironment]) -> None:
+    """Raises :class:`FdLimitError` if ``envs``' workers would pass ``RLIMIT_NOFILE``.
+
+    Counts the descriptors open now (``/proc/self/fd``; no check without it),
+    those each worker keeps (:data:`FDS_PER_WORKER`, or
+    :data:`FDS_PER_FAST_WORKER` in a native loop) and :data:`FDS_TO_SPARE`.
+    """
+    open_now = _open_fds()
+    if open_now is None:
+        return
+    needed, limit, detail = _fd_needs(envs, open_now)
+    if limit != resource.RLIM_INFINITY and needed > limit:
+        raise FdLimitError(_fd_message(len(envs), needed, limit, detail), needed, limit)
+
+
+def _open_fds() -> Optional[int]:
+    try:
+        return len(os.listdir("/proc/self/fd")) - 1  # less listdir's own
+    except OSError:
+        return None
+
+
+def _fd_needs(envs: Sequence[ProcessEnvironment], open_now: int) -> Tuple[int, int, str]:
+    """(descriptors needed, the soft limit, how the need is counted)."""
+    fast = sum(1 for env in envs if env._fast)
+    needed = (open_now + FDS_PER_WORKER * (len(envs) - fast) + FDS_PER_FAST_WORKER * fast
+              + FDS_TO_SPARE)
+    each = FDS_PER_FAST_WORKER if fast else FDS_PER_WORKER
+    detail = f"{open_now} open now + {each} per worker + {FDS_TO_SPARE} while they start"
+    return needed, resource.getrlimit(resource.RLIMIT_NOFILE)[0], detail
+
+
+def _fd_message(num_workers: int, needed: int, limit: int, detail: str) -> str:
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    hard_text = "unlimited" if hard == resource.RLIM_INFINITY else str(hard)
+    return (f"{num_workers} worker processes need about {needed} open file descriptors "
+            f"in this process ({detail}), but its limit on open files (RLIMIT_NOFILE) "
+            f"is {limit}: raise it (e.g. `ulimit -n {max(needed * 2, 1024)}` in the "
+            f"shell, or resource.setrlimit(resource.RLIMIT_NOFILE, (n, hard)) with n up "
+            f"to the hard limit, {hard_text}) or use fewer workers (num_workers)")
 
 
 def wait_start_all(envs: Sequence[ProcessEnvironment]) -> None:

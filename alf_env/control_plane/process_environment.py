@@ -21,21 +21,33 @@ from absl import logging
 
 from alf_env import nest
 from alf_env.control_plane.channel import WorkerChannel, _Promise
+from alf_env.control_plane.guards import (NotCopyable, OneThread, guard_methods,
+                                          one_thread_at_a_time)
 from alf_env.control_plane.protocol import (START_METHODS, SYNC_PROGRESS_CALL, MessageType,
                                             _State)
 from alf_env.control_plane.remote import RemoteMethod
-from alf_env.control_plane.shutdown import _install_hooks, _registry, _Stopping, stop_all
-from alf_env.control_plane.watchdog import _signals_deferred
+from alf_env.control_plane.shutdown import (_install_hooks, _Stopping, register_worker, stop_all,
+                                            unregister_worker)
+from alf_env.control_plane.watchdog import _signals_deferred, parent_death_plan
 from alf_env.control_plane.worker import _worker_main
-from alf_env.errors import EnvironmentClosedError, EnvironmentProcessError, WorkerDiedError
+from alf_env.errors import (EnvironmentClosedAttributeError, EnvironmentClosedError,
+                            EnvironmentProcessError, WorkerDiedError)
 
 
 def _call_blocking(env: "ProcessEnvironment", name: str, *args, **kwargs) -> Any:
-    return env.call(name, *args, **kwargs)()
+    return env._one_thread.run(f"{name}()", lambda: env.call(name, *args, **kwargs)())
 
 
-class ProcessEnvironment(WorkerChannel):
+class ProcessEnvironment(NotCopyable, WorkerChannel):
     """Runs one environment in a worker process (the control plane).
+
+    One thread at a time: a call from a second thread while another thread
+    is in one (a blocking call from its request to its answer; a promise's
+    request, or its wait, on its own) raises
+    :class:`~alf_env.errors.ConcurrentUseError` before anything is sent (a
+    refused wait leaves its promise pending). It cannot be copied or pickled.
+    A process forked from this one (``os.fork()``) sees it closed and never
+    touches the worker (see :mod:`alf_env.control_plane.shutdown`).
 
     Args:
         env_constructor: callable returning the environment; it gets
@@ -56,13 +68,18 @@ class ProcessEnvironment(WorkerChannel):
             (``None`` leaves torch alone and does not import it).
         start_method: ``"fork"``, ``"spawn"`` or ``"forkserver"``.
         name: a name for the worker process (shown by ``ps``-like tools).
+        daemon: the worker's ``daemon`` flag. ``False`` lets the env start
+            processes of its own (a daemonic process may not have children);
+            either way the worker is stopped with this process (exit hook,
+            parent-death watchdog).
     """
 
     def __init__(self, env_constructor: Callable[..., Any],
                  env_id: Optional[int] = None, flatten: bool = False,
                  fast: bool = False, num_envs: int = 0,
                  torch_num_threads_per_env: Optional[int] = 1,
-                 start_method: str = "fork", name: str = "", hosted_envs: int = 1) -> None:
+                 start_method: str = "fork", name: str = "", hosted_envs: int = 1,
+                 daemon: bool = True) -> None:
         if start_method not in START_METHODS:
             raise ValueError(f"start_method: expected one of {START_METHODS}, "
                              f"got {start_method!r}")
@@ -81,12 +98,14 @@ class ProcessEnvironment(WorkerChannel):
         self._num_envs = num_envs
         self._torch_num_threads = torch_num_threads_per_env
         self._start_method = start_method
+        self._daemon = bool(daemon)
         self._name = name or f"alf_env-worker-{env_id if env_id is not None else 0}"
         self._ctx = multiprocessing.get_context(start_method)
         self._state = _State.NEW
         self._conn: Optional[multiprocessing.connection.Connection] = None
         self._process: Optional[multiprocessing.process.BaseProcess] = None
         self._pid: Optional[int] = None
+        self._finalizer: Any = None  # ends the process if this env is collected unclosed
         self._death: Optional[WorkerDiedError] = None
         self._out_of_step: Optional[EnvironmentProcessError] = None
         self._unplaced = False
@@ -97,9 +116,15 @@ class ProcessEnvironment(WorkerChannel):
         self._waiting: Dict[int, Any] = {}
         self._spec_cache: Dict[str, Any] = {}
         self._codecs: Any = None  # StepCodecs, False (no ALF specs) or None (not known)
-        # Set while the worker runs the native loop: rung after every pipe
-        # request so the worker reads it (see FastParallelEnvironment).
-        self._doorbell: Optional[Callable[[], None]] = None
+        # Set while the worker runs the native loop: rung for every pipe
+        # request, so the worker reads it as it is written (see start_fast_loop).
+        self._doorbell: Optional[Callable[[Callable[[], None]], None]] = None
+        self._one_thread = OneThread(f"ProcessEnvironment of env {env_id}")
+
+    # One thread at a time (class doc); a blocking call holds the guard from its
+    # request to its answer (guard_methods below the class).
+    _request = one_thread_at_a_time(WorkerChannel._request, "a request")
+    _await = one_thread_at_a_time(WorkerChannel._await, "waiting for an answer")
 
     # -- life cycle ----------------------------------------------------------
 
@@ -123,9 +148,10 @@ class ProcessEnvironment(WorkerChannel):
         constructor = (cloudpickle.dumps(self._env_constructor) if pickled
                        else self._env_constructor)
         process = self._ctx.Process(
-            target=_worker_main, name=self._name, daemon=True,
+            target=_worker_main, name=self._name, daemon=self._daemon,
             args=(child_conn, constructor, self._env_id, self._flatten,
-                  self._torch_num_threads, os.getpid(), pickled))
+                  self._torch_num_threads, os.getpid(), pickled,
+                  parent_death_plan(self._start_method)))
         _install_hooks()
         try:
             with _signals_deferred(self._start_method):
@@ -143,7 +169,8 @@ class ProcessEnvironment(WorkerChannel):
         self._poller.register(parent_conn.fileno(), select.POLLIN)
         self._poller.register(self._process.sentinel, select.POLLIN)
         self._state = _State.STARTING
-        _registry.envs[id(self)] = self
+        # Weakly: dropped unclosed, the env is collected and its process ended.
+        self._finalizer = register_worker(self)
         if wait_to_start:
             self.wait_start()
 
@@ -152,7 +179,9 @@ class ProcessEnvironment(WorkerChannel):
 
         Raises:
             Exception: what the env constructor raised (the worker is reaped).
-            WorkerDiedError: the worker died during construction.
+            WorkerDiedError: the worker died during construction, or its
+                constructor raised ``SystemExit`` or ``KeyboardInterrupt``
+                (which end the worker; the error has its traceback).
         """
         if self._state is _State.RUNNING:
             return
@@ -167,12 +196,16 @@ class ProcessEnvironment(WorkerChannel):
         if msg_type is MessageType.READY:
             self._state = _State.RUNNING
             return
+        if msg_type is MessageType.EXCEPTION and getattr(payload, "fatal", False):
+            error = self._died("start", payload.traceback_text)  # before close() reaps it
+        elif msg_type is MessageType.EXCEPTION:
+            error = payload.to_exception()
+        else:
+            error = EnvironmentProcessError(
+                f"env {self._env_id}: expected READY from the worker, got {msg_type}",
+                self._env_id)
         self.close()
-        if msg_type is MessageType.EXCEPTION:
-            raise payload.to_exception()
-        raise EnvironmentProcessError(
-            f"env {self._env_id}: expected READY from the worker, got {msg_type}",
-            self._env_id)
+        raise error
 
     def close(self, polite_timeout: Optional[float] = None) -> None:
         """Closes the env and ends the worker; safe to call repeatedly.
@@ -202,7 +235,7 @@ class ProcessEnvironment(WorkerChannel):
                   and self._process.exitcode is None)
         started = self._state is not _State.NEW
         self._state = _State.CLOSED
-        _registry.envs.pop(id(self), None)
+        unregister_worker(self, self._finalizer)
         if not started:
             return None
         if polite:
@@ -227,6 +260,15 @@ class ProcessEnvironment(WorkerChannel):
             process.close()
         self._conn.close()
         self._waiting.clear()
+
+    def _disown(self) -> None:
+        """In a forked child: closed here without a word to the parent's worker; and
+        multiprocessing forgets the process (its exit hook would terminate it)."""
+        if self._state in (_State.NEW, _State.CLOSED):
+            return
+        self._state = _State.CLOSED
+        self._doorbell = None
+        multiprocessing.process._children.discard(self._process)
 
     def __enter__(self) -> "ProcessEnvironment":
         return self
@@ -380,6 +422,11 @@ class ProcessEnvironment(WorkerChannel):
         return self._env_id
 
     @property
+    def hosted_env_ids(self) -> Optional[List[int]]:
+        """The ids of the envs the worker hosts (``[env_id]`` for one env)."""
+        return self._hosted_env_ids
+
+    @property
     def pid(self) -> Optional[int]:
         """The worker's process id (``None`` before start)."""
         return self._pid
@@ -403,10 +450,18 @@ class ProcessEnvironment(WorkerChannel):
         one leading underscore are forwarded too (e.g. ``_rng`` of a
         ``RandomAlfEnvironment``); dunder names are not (``pickle`` and
         ``copy`` probe those), nor is anything before ``__init__`` ran.
+
+        Raises:
+            EnvironmentClosedAttributeError: the env is closed (also an
+                ``AttributeError``: ``getattr(env, name, None)`` gives ``None``).
         """
         if (name.startswith("__") and name.endswith("__")) or "_state" not in self.__dict__:
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
-        value = self.access(name)()
+        if self._state is _State.CLOSED:
+            raise EnvironmentClosedAttributeError(
+                f"env {self._env_id} is closed: its attribute {name!r} cannot be read; "
+                f"create a new environment")
+        value = self._one_thread.run(f"reading {name!r}", lambda: self.access(name)())
         if isinstance(value, RemoteMethod):
             return functools.partial(_call_blocking, self, value.name)
         return value
@@ -423,5 +478,12 @@ class ProcessEnvironment(WorkerChannel):
             self._spec_cache[name] = self.access(name)()
         return self._spec_cache[name]
 
+    _cached_spec = one_thread_at_a_time(_cached_spec, "reading a spec")
+    _cached_attr = one_thread_at_a_time(_cached_attr, "reading an attribute")
+
     def _pack_time_step(self, flat: List[Any]) -> Any:
         return nest.pack_sequence_as(self.time_step_spec(), flat)
+
+
+guard_methods(ProcessEnvironment, ("step", "reset", "step_packed", "reset_packed", "render",
+                                   "seed", "sync_progress"))

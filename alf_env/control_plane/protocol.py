@@ -48,10 +48,11 @@ the same ``(MessageType, bytes)`` pair a pickled one would give.
 import enum
 import os
 import pickle
+import select
 import struct
 from multiprocessing.connection import Connection
 from multiprocessing.reduction import ForkingPickler
-from typing import Any, Optional, Tuple
+from typing import Any, Callable, Optional, Sequence, Tuple
 
 START_METHODS = ("fork", "spawn", "forkserver")
 
@@ -103,6 +104,85 @@ def send_raw(conn: Connection, msg_type: MessageType, record: bytes = b"") -> No
     fd = conn.fileno()  # OSError if the connection was closed, as send_bytes
     while frame:
         frame = frame[os.write(fd, frame):]
+
+
+def frame_parts(msg_type: Optional[MessageType], data: bytes) -> Tuple[bytes, ...]:
+    """The bytes ``Connection.recv_bytes`` reads as one message, in parts to write in turn.
+
+    Args:
+        msg_type: the type of a raw frame (:func:`send_raw`), or ``None`` for
+            ``data`` that is a whole pickled message (``Connection.send_bytes``).
+        data: the record of a raw frame, or the pickled message.
+    """
+    tag = b"" if msg_type is None else bytes((msg_type.value,))
+    size = len(tag) + len(data)
+    header = (struct.pack("!i", size) if size <= _MAX_FRAME
+              else struct.pack("!iQ", -1, size))
+    return header + tag, data
+
+
+def send_message(conn: Connection, msg_type: Optional[MessageType], data: bytes,
+                 sentinel: int, owed: Callable[[], bool], receive: Callable[[], None]) -> bool:
+    """Sends one message whole: a raw frame of type ``msg_type``, or pickled ``data``.
+
+    A blocking write when nothing is ``owed()``; else :func:`send_receiving`
+    (same arguments), whose result it returns.
+    """
+    if owed():
+        return send_receiving(conn, frame_parts(msg_type, data), sentinel, owed, receive)
+    if msg_type is not None:
+        send_raw(conn, msg_type, data)
+    else:
+        conn.send_bytes(data)
+    return True
+
+
+def send_receiving(conn: Connection, parts: Sequence[bytes], sentinel: int,
+                   owed: Callable[[], bool], receive: Callable[[], None]) -> bool:
+    """Writes ``parts`` on ``conn`` without ever blocking on a full pipe.
+
+    While ``owed()`` (the other side may be writing messages we owe it a
+    read of), each time ``conn`` becomes readable ``receive()`` reads one
+    message whole; that frees the other side to read the rest of ours.
+
+    Args:
+        parts: the message (:func:`frame_parts`).
+        sentinel: the other process's sentinel.
+    Returns:
+        ``False`` if the other process ended before the message was written.
+    Raises:
+        BrokenPipeError, ConnectionResetError: the other end is closed.
+    """
+    fd = conn.fileno()
+    poller = select.poll()
+    poller.register(sentinel, select.POLLIN)
+    poller.register(fd, select.POLLOUT)
+    for part in parts:
+        view = memoryview(part)
+        while view:
+            written = _write_some(fd, view)
+            if written:
+                view = view[written:]
+                continue
+            reading = owed()
+            poller.modify(fd, select.POLLOUT | (select.POLLIN if reading else 0))
+            events = dict(poller.poll())
+            if reading and events.get(fd, 0) & (select.POLLIN | select.POLLHUP):
+                receive()
+            elif sentinel in events and fd not in events:
+                return False
+    return True
+
+
+def _write_some(fd: int, data: memoryview) -> int:
+    """Writes what fits of ``data`` on ``fd`` now (0 if nothing does)."""
+    os.set_blocking(fd, False)
+    try:
+        return os.write(fd, data)
+    except BlockingIOError:
+        return 0
+    finally:
+        os.set_blocking(fd, True)
 
 
 def read_message(conn: Connection) -> Tuple[Optional[MessageType], Any]:
@@ -159,3 +239,25 @@ class _State(enum.Enum):
 # progress to the env only if the env defines ``sync_progress`` (no env
 # method can have this name).
 SYNC_PROGRESS_CALL = "<sync_progress>"
+
+
+def read_last_words(conn: Connection, exitcode: Optional[int]) -> str:
+    """The traceback a worker that ended by itself sent before it exited, or ``""``.
+
+    A worker whose env raises ``SystemExit`` or ``KeyboardInterrupt`` sends a
+    fatal ``EXCEPTION`` (``RemoteException.fatal``) and exits; in a native loop
+    nobody is reading the pipe then, so it is the last message there when the
+    trainer sees the death. Read only after an exit (``exitcode >= 0``), when
+    the worker's messages are whole; a killed worker may have been cut short.
+    """
+    words = ""
+    if exitcode is None or exitcode < 0:
+        return words
+    try:
+        while conn.poll(0):
+            msg_type, payload = read_message(conn)
+            if msg_type is MessageType.EXCEPTION and getattr(payload, "fatal", False):
+                words = payload.traceback_text
+    except (EOFError, OSError):
+        pass
+    return words

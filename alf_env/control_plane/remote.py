@@ -12,6 +12,17 @@ from typing import Optional
 
 from alf_env.errors import EnvironmentProcessError
 
+#: Set on an exception by a worker that hosts several envs: the env that raised it.
+RAISED_BY_ATTR = "alf_env_raised_by"
+
+
+def mark_raised_by(exc: BaseException, env_id: int) -> None:
+    """Says which env of its worker raised ``exc`` (the id :class:`RemoteException` reports)."""
+    try:
+        setattr(exc, RAISED_BY_ATTR, env_id)
+    except AttributeError:  # an exception type with __slots__: the worker's id stays
+        pass
+
 
 class RemoteException:
     """An exception raised in a worker, in a form that always crosses the pipe.
@@ -22,19 +33,26 @@ class RemoteException:
         type_name: qualified name of the exception type.
         message: ``str()`` of the exception.
         traceback_text: the worker-side traceback.
-        env_id: the env whose worker raised.
+        env_id: the env that raised (as marked by :func:`mark_raised_by`), else
+            the env whose worker raised.
         during: what the worker was doing (e.g. ``"step"``).
+        fatal: the worker's last words: it exits right after sending them
+            (e.g. the env called ``sys.exit()``); the trainer raises
+            ``WorkerDiedError`` with this traceback.
     """
 
     def __init__(self, exc: BaseException, env_id: Optional[int],
-                 during: str) -> None:
+                 during: str, fatal: bool = False) -> None:
         self.type_name = f"{type(exc).__module__}.{type(exc).__qualname__}"
         self.message = str(exc)
         self.traceback_text = "".join(
             traceback.format_exception(type(exc), exc, exc.__traceback__))
-        self.env_id = env_id
+        self.env_id = getattr(exc, RAISED_BY_ATTR, env_id)
         self.during = during
-        self.exception = _picklable_or_none(exc)
+        self.fatal = fatal
+        # Never re-raised whole in the trainer: a SystemExit would end it and
+        # a KeyboardInterrupt look like Ctrl-C.
+        self.exception = _picklable_or_none(exc) if isinstance(exc, Exception) else None
 
     def to_exception(self) -> BaseException:
         """Builds the exception to raise in the parent.
@@ -52,6 +70,11 @@ class RemoteException:
         if self.exception is None:
             return remote
         exc = self.exception
+        # The mark named the env within its worker; here env_id is the id to
+        # report, and a process that reports this exception again (a Ray actor
+        # hosting a share of the envs) must not read the worker's local id.
+        if hasattr(exc, RAISED_BY_ATTR):
+            delattr(exc, RAISED_BY_ATTR)
         exc.__cause__ = remote
         if hasattr(exc, "add_note"):
             exc.add_note(f"({header}; worker traceback in __cause__)")

@@ -2,21 +2,43 @@
 
 Every started, unclosed worker is in one registry, and one ``atexit`` hook
 (installed at the first ``start()``) stops them however the script ends (end
-of the script without ``close()``, ``del env``, an exception, ``sys.exit()``,
-Ctrl-C): :func:`shutdown` first brings the workers of the shared-memory front
-ends back from their native loop (:func:`register_board`), then
+of the script without ``close()``, an exception, ``sys.exit()``, Ctrl-C):
+:func:`shutdown` first brings the workers of the shared-memory front ends back
+from their native loop (:func:`register_board`), then
 :func:`stop_all` sends CLOSE to every worker at once, waits for all of them
 together under one deadline (``EXIT_POLITE_TIMEOUT``), SIGTERMs the ones still
 running, then SIGKILLs, and reaps every one. No thread, thread pool or import
 is needed. ``ProcessEnvironment.close()`` and
 :func:`~alf_env.control_plane.group.close_all` use the same :func:`stop_all`
 (with ``CLOSE_POLITE_TIMEOUT``); it is bounded (``CLOSE_*`` below) and logs
-what the env's own ``close()`` raised. At the first ``start()`` in the main
+what the env's own ``close()`` raised.
+
+The registry holds workers and boards weakly: an env dropped without
+``close()`` (``del env``, or a front end that goes out of scope) is garbage
+collected like any object, and its workers are ended then, as
+``AsyncVectorEnv`` ends its own. A worker's finalizer (:func:`register_worker`)
+and a front end's (:func:`close_when_collected`, all its workers at once)
+terminate the processes without a polite wait, so collection stays bounded
+(``CLOSE_TERMINATE_TIMEOUT + CLOSE_KILL_TIMEOUT``); they act only in the process
+that started the workers, and not at exit, where :func:`shutdown` closes every
+worker still referenced. At the first ``start()`` in the main
 thread a SIGTERM handler is installed, unless the program has its own:
 SIGTERM then raises ``SystemExit(143)`` (``128 + SIGTERM``, what a shell
 reports for a process ended by SIGTERM), so ``finally`` blocks and ``atexit``
 hooks run and the workers are closed like at a normal exit. Workers restore
 the default SIGTERM action (see :mod:`alf_env.control_plane.watchdog`).
+
+A process forked from the trainer (``os.fork()``, e.g. by a data loader or
+a checkpoint writer) inherits the exit hook, the registry and the front ends,
+but the workers stay the trainer's: right after the fork the child's registry
+is emptied and every worker in it is closed *in the child only*
+(``ProcessEnvironment._disown``: no CLOSE, no signal, no job posted, and
+multiprocessing forgets the process, whose own exit hook would terminate it).
+So the child's exit, its exit hook and its finalizers (``del env``,
+``close()``) leave the trainer's workers alone, and its pipe requests to them
+raise ``EnvironmentClosedError`` (it must not step a shared-memory front end:
+its jobs would reach them through the shared memory); envs the child starts
+itself are its own.
 
 The timeouts below are read when a stop runs: set them on this module.
 """
@@ -63,13 +85,13 @@ class _Registry:
     """The started, unclosed workers of this process and the boards that drive
     some of them (see the module doc).
 
-    Workers are held strongly: one dropped without ``close()`` (``del env``,
-    or its front end garbage-collected) still has its process and pipe, so it
-    is closed at exit like the others. ``close()`` removes it.
+    Both are held weakly: the registry keeps nothing alive, so a front end
+    that nobody references is collected (and its workers ended by its
+    finalizer, see :func:`close_when_collected`); ``close()`` removes a worker.
     """
 
     def __init__(self) -> None:
-        self.envs: Dict[int, Worker] = {}
+        self.envs: "weakref.WeakValueDictionary[int, Worker]" = weakref.WeakValueDictionary()
         self.boards: "weakref.WeakSet[Any]" = weakref.WeakSet()
         self.hooks_installed = False
         self.exiting = False  # shutdown() runs: exit-time bounds, SIGTERM ignored
@@ -77,6 +99,20 @@ class _Registry:
 
 
 _registry = _Registry()
+
+
+def _forget_parent_workers() -> None:
+    """Runs in the child of every fork: the workers registered so far are the
+    parent's (see the module doc), so the child closes its handles of them
+    without touching them."""
+    envs = list(_registry.envs.values())
+    _registry.envs.clear()
+    _registry.boards.clear()
+    for env in envs:
+        env._disown()
+
+
+os.register_at_fork(after_in_child=_forget_parent_workers)
 
 
 def register_board(board: Any) -> None:
@@ -87,6 +123,69 @@ def register_board(board: Any) -> None:
             held weakly.
     """
     _registry.boards.add(board)
+
+
+def register_worker(env: Worker) -> "weakref.finalize":
+    """Puts a started worker in the registry, and ends its process if ``env``
+    is garbage collected unclosed.
+
+    Args:
+        env: the worker (its ``_process`` and ``_conn`` set); held weakly.
+
+    Returns:
+        the finalizer; :func:`unregister_worker` detaches it.
+    """
+    _registry.envs[id(env)] = env
+    return _finalizer(env, _end_process, env._process, env._conn)
+
+
+def unregister_worker(env: Worker, finalizer: "Optional[weakref.finalize]") -> None:
+    """Takes a closing worker out of the registry (its finalizer has nothing left to do)."""
+    _registry.envs.pop(id(env), None)
+    if finalizer is not None:
+        finalizer.detach()
+
+
+def close_when_collected(owner: Any, envs: Sequence[Worker]) -> "weakref.finalize":
+    """Ends the workers ``envs`` all at once when ``owner`` (a front end) is
+    garbage collected without being closed.
+
+    The finalizer holds the workers, not ``owner``: nothing of ``owner`` may
+    refer back to it through them (the job board's references to its front
+    end are weak). It terminates them (:func:`stop_all` without a polite
+    wait): bounded, and what ``AsyncVectorEnv`` does when it is collected.
+
+    Returns:
+        the finalizer; detach it when ``owner`` is closed.
+    """
+    return _finalizer(owner, stop_all, list(envs), 0.0)
+
+
+def _finalizer(owner: Any, stop: Any, *args: Any) -> "weakref.finalize":
+    """``weakref.finalize(owner, ...)`` that runs ``stop(*args)`` only in this
+    process (a forked child inherits the finalizer, not the workers) and not
+    at exit (:func:`shutdown` does that, politely)."""
+    finalizer = weakref.finalize(owner, _in_process, os.getpid(), stop, args)
+    finalizer.atexit = False
+    return finalizer
+
+
+def _in_process(pid: int, stop: Any, args: tuple) -> None:
+    if os.getpid() == pid:
+        stop(*args)
+
+
+def _end_process(process: Any, conn: Any) -> None:
+    """Ends the process of a worker collected unclosed (terminate, then kill; reaped)."""
+    conn.close()
+    if process.exitcode is None:
+        process.terminate()
+        process.join(CLOSE_TERMINATE_TIMEOUT)
+    if process.exitcode is None:
+        process.kill()
+        process.join(CLOSE_KILL_TIMEOUT)
+    if process.exitcode is not None:
+        process.close()
 
 
 def _install_hooks() -> None:

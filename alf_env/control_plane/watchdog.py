@@ -1,7 +1,10 @@
 """How a worker's life is tied to its parent's: the parent-death watchdog and signals.
 
-A worker whose parent dies exits by itself (a watchdog thread polls a pidfd of
-the parent). Workers ignore SIGINT, so Ctrl-C in the foreground raises one
+A worker whose parent dies exits by itself: a watchdog thread polls a pidfd of
+the parent, and the kernel sends the worker SIGKILL when its parent dies
+(``PR_SET_PDEATHSIG``, :func:`die_with_parent`), which also ends a worker that
+cannot run its watchdog (stopped by SIGSTOP, or stuck holding the GIL).
+Workers ignore SIGINT, so Ctrl-C in the foreground raises one
 ``KeyboardInterrupt`` in the parent instead of a traceback per worker, and
 restore the default SIGTERM action (they end at once when terminated). While
 a worker starts, the parent holds SIGINT and SIGTERM back
@@ -9,13 +12,15 @@ a worker starts, the parent holds SIGINT and SIGTERM back
 way nor is lost.
 """
 
+import ctypes
+import multiprocessing.forkserver
 import multiprocessing.resource_tracker
 import os
 import select
 import signal
 import threading
 import time
-from typing import Any, List
+from typing import Any, List, Optional
 
 
 # How often a worker without pidfd support checks whether its parent is alive.
@@ -23,6 +28,84 @@ _PARENT_POLL_INTERVAL = 0.2
 
 # Held back while a worker process starts (see _signals_deferred).
 _DEFERRED_SIGNALS = {signal.SIGINT, signal.SIGTERM}
+
+# prctl(2): the signal a process gets when its parent dies.
+_PR_SET_PDEATHSIG = 1
+
+# parent_death_plan() for a worker forked by the fork server: its parent's pid
+# is not known here (only that the fork server ends with the trainer).
+UNKNOWN_PARENT = 0
+
+
+def parent_death_plan(start_method: str) -> Optional[int]:
+    """How a worker about to be started by this thread ties its life to its
+    parent's (the argument of :func:`die_with_parent`, in the trainer).
+
+    The kernel sends the parent-death signal when the *thread* that forked
+    the worker ends, not the process: a worker forked (``fork``, ``spawn``)
+    by a thread that ends earlier than the trainer would be killed with it.
+    So only workers started from the main thread, which lasts as long as the
+    process, and those of the fork server, forked by its only thread (it
+    ends with the trainer), get it; the watchdog thread covers the others.
+
+    Returns:
+        the pid the worker's parent must have, :data:`UNKNOWN_PARENT` (fork
+        server), or ``None`` (no parent-death signal).
+    """
+    if start_method == "forkserver":
+        return UNKNOWN_PARENT
+    if threading.current_thread() is threading.main_thread():
+        return os.getpid()
+    return None
+
+
+def die_with_parent(parent: Optional[int]) -> None:
+    """Asks the kernel to SIGKILL this worker when its parent dies (Linux).
+
+    Set first thing in the worker: a stopped worker (SIGSTOP) cannot run its
+    watchdog thread, so without it a SIGKILLed trainer left it behind for
+    ever. The parent may have died before the request took effect: then
+    ``getppid()`` is no longer ``parent`` and the worker exits at once.
+
+    Args:
+        parent: what :func:`parent_death_plan` gave in the trainer.
+    """
+    if parent is None:
+        return
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return  # not Linux: the watchdog thread alone
+    zero = ctypes.c_ulong(0)
+    if prctl(_PR_SET_PDEATHSIG, ctypes.c_ulong(signal.SIGKILL), zero, zero, zero) != 0:
+        return
+    if parent == UNKNOWN_PARENT:
+        _let_the_fork_server_end()
+    elif os.getppid() != parent:
+        os._exit(0)
+
+
+def _let_the_fork_server_end() -> None:
+    """Closes this worker's copy of the fork server's "alive" pipe.
+
+    multiprocessing gives every process the fork server starts a copy of the
+    pipe whose end-of-file tells the server to exit, so the server (this
+    worker's parent) lived as long as any of its children: a stopped worker
+    kept it alive, and it kept the worker from its parent-death signal. The
+    trainer holds the pipe too, so the server still serves it while it
+    runs; without the workers' copies it ends with the trainer, and the
+    kernel then ends every worker. (A process this worker starts with
+    ``forkserver`` gets a fork server of its own: the copy is not used.)
+    """
+    server = getattr(multiprocessing.forkserver, "_forkserver", None)
+    fd = getattr(server, "_forkserver_alive_fd", None)
+    if fd is None:
+        return
+    server._forkserver_alive_fd = None
+    try:
+        os.close(fd)
+    except OSError:
+        pass
 
 
 def _watch_parent(parent_pid: int) -> None:

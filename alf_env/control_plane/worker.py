@@ -29,7 +29,7 @@ from alf_env.control_plane.affinity import batch_scheduling
 from alf_env.control_plane.protocol import (SYNC_PROGRESS_CALL, MessageType, read_message,
                                             send_raw)
 from alf_env.control_plane.remote import RemoteException, RemoteMethod
-from alf_env.control_plane.watchdog import start_parent_watchdog, worker_signals
+from alf_env.control_plane.watchdog import die_with_parent, start_parent_watchdog, worker_signals
 
 
 class FastLoopEntry(Protocol):
@@ -169,8 +169,16 @@ class _WorkerEnvProxy:
 def _worker_main(conn: multiprocessing.connection.Connection,
                  env_constructor: Any, env_id: Optional[int], flatten: bool,
                  torch_num_threads: Optional[int], parent_pid: int,
-                 pickled: bool) -> None:
-    """Entry point of a worker process: construct the env, then serve calls."""
+                 pickled: bool, death_parent: Optional[int] = None) -> None:
+    """Entry point of a worker process: construct the env, then serve calls.
+
+    ``death_parent``: see ``watchdog.die_with_parent``. A ``SystemExit`` or
+    ``KeyboardInterrupt`` raised by the env (constructor, or any request) ends
+    the worker with the status it asks for, after sending its traceback home
+    as its last words (:func:`_exit_with_last_words`): the trainer raises
+    ``WorkerDiedError`` with it, whatever the env raised.
+    """
+    die_with_parent(death_parent)
     # Garbage a forked worker inherits from its parent is not its to finalize:
     # a finalizer would act on the parent's resources from here (e.g. a Ray
     # client's destructor, run by the collector in the worker, crashed it:
@@ -187,20 +195,45 @@ def _worker_main(conn: multiprocessing.connection.Connection,
         if pickled:
             env_constructor = cloudpickle.loads(env_constructor)
         env = _construct(env_constructor, env_id)
-    except BaseException as exc:  # noqa: BLE001 -- reported to the parent
+    except Exception as exc:  # noqa: BLE001 -- reported to the parent
         conn.send((MessageType.EXCEPTION, RemoteException(exc, env_id, "construction")))
         conn.close()
         return
+    except BaseException as exc:  # noqa: BLE001 -- sys.exit(), Ctrl-C: the worker ends
+        _exit_with_last_words(conn, exc, env_id, "construction")
     conn.send((MessageType.READY, None))
     proxy = _WorkerEnvProxy(env, flatten, env_id)
     try:
         serve(conn, proxy, env_id)
-    finally:
-        conn.close()
+    except BaseException as exc:  # noqa: BLE001 -- whatever ends the worker is reported
+        _exit_with_last_words(conn, exc, env_id, "serving the trainer")
+    conn.close()
     _exit_worker()
 
 
-def _exit_worker() -> None:
+def _exit_with_last_words(conn: multiprocessing.connection.Connection, exc: BaseException,
+                          env_id: Optional[int], during: str) -> None:
+    """Sends ``exc`` home as a fatal ``EXCEPTION`` (its traceback is what the
+    trainer's ``WorkerDiedError`` shows), then ends the worker with the status
+    it stands for: a ``SystemExit``'s code, else 1.
+
+    Raised to the trainer as it was, ``sys.exit(5)`` in an env constructor
+    ended the trainer with status 5 and no message, and a
+    ``KeyboardInterrupt`` looked like Ctrl-C.
+    """
+    try:
+        conn.send((MessageType.EXCEPTION, RemoteException(exc, env_id, during, fatal=True)))
+        conn.close()
+    except (OSError, ValueError):
+        pass  # the trainer is gone, or the pipe closed: nobody to tell
+    status = 1
+    if isinstance(exc, SystemExit):
+        code = exc.code
+        status = 0 if code is None else code if isinstance(code, int) else 1
+    _exit_worker(status)
+
+
+def _exit_worker(status: int = 0) -> None:
     """Ends a worker whose env is closed, skipping the interpreter's teardown.
 
     Does what ``multiprocessing`` does when a worker's target returns (its
@@ -209,6 +242,9 @@ def _exit_worker() -> None:
     otherwise tear its interpreter down, which takes hundreds of
     milliseconds of CPU with torch loaded: n workers closing at once on a few
     cores took seconds.
+
+    Args:
+        status: the exit status (0: closed as asked).
     """
     multiprocessing.util._exit_function()
     for stream in (sys.stdout, sys.stderr):
@@ -216,7 +252,7 @@ def _exit_worker() -> None:
             stream.flush()
         except (AttributeError, OSError, ValueError):
             pass
-    os._exit(0)
+    os._exit(status)
 
 
 def serve(conn: multiprocessing.connection.Connection, proxy: _WorkerEnvProxy,

@@ -39,6 +39,7 @@ import numpy as np
 
 from alf_env import _penv
 from alf_env.control_plane.protocol import MessageType
+from alf_env.control_plane.remote import mark_raised_by
 from alf_env.control_plane.worker import close_each
 from alf_env.data_plane.info_codec import InfoEncoder, Signature
 from alf_env.data_plane.space_layout import FieldSpec, SpaceLayout
@@ -123,7 +124,9 @@ class EnvGroup:
         try:
             for fn in env_fns:
                 self.envs.append(fn())
-        except BaseException:
+        except BaseException as exc:
+            if isinstance(exc, Exception):
+                name_env(exc, self.first_env + len(self.envs), "construction")
             self.close()
             raise
         self.staged: Optional[StagedReset] = None
@@ -139,26 +142,100 @@ class EnvGroup:
 
     def call_each(self, name: str, args: tuple, kwargs: dict) -> List[Any]:
         """``env.name(*args, **kwargs)`` (or the attribute) for each env, like gymnasium."""
+        return [self._call(k, name, args, kwargs) for k in range(len(self.envs))]
+
+    def call_some(self, name: str, calls: Dict[int, Tuple[tuple, dict]]) -> Dict[int, Any]:
+        """``name`` of local env ``k`` with its own ``(args, kwargs)``, for each ``k`` of ``calls``."""
+        return {k: self._call(k, name, args, kwargs) for k, (args, kwargs) in calls.items()}
+
+    def _call(self, k: int, name: str, args: tuple, kwargs: dict) -> Any:
         if name in RESERVED_CALL_NAMES:
             raise ValueError(f"call({name!r}): use the vector env's own {name}() instead")
-        results = []
-        for env in self.envs:
-            attr = env.get_wrapper_attr(name)
-            results.append(attr(*args, **kwargs) if callable(attr) else attr)
-        return results
+        try:
+            attr = self.envs[k].get_wrapper_attr(name)
+            return attr(*args, **kwargs) if callable(attr) else attr
+        except Exception as exc:
+            name_env(exc, self.first_env + k, f"call({name!r})")
+            raise
 
     def set_each(self, name: str, values: Sequence[Any]) -> None:
         """Sets attribute ``name`` of env ``k`` to ``values[k]``."""
-        for env, value in zip(self.envs, values):
-            env.set_wrapper_attr(name, value)
+        for k, (env, value) in enumerate(zip(self.envs, values)):
+            try:
+                env.set_wrapper_attr(name, value)
+            except Exception as exc:
+                name_env(exc, self.first_env + k, f"set_attr({name!r})")
+                raise
 
     def stage_reset(self, staged: StagedReset) -> None:
         """Stores the arguments of the next ``RESET_STAGED`` job."""
         self.staged = staged
 
+    def take_reset(self, arg: int) -> StagedReset:
+        """What a RESET job with argument ``arg`` does: the staged reset
+        (``RESET_STAGED``, used up), else every env with no seed and no options."""
+        if arg == RESET_STAGED:
+            staged, self.staged = self.staged, None
+            return staged
+        n = len(self.envs)
+        return StagedReset([None] * n, None, [True] * n)
+
     def close(self) -> None:
         """Closes every env (all of them, even if one raises; the first error wins)."""
         close_each(self.envs)
+
+
+class Autoreset:
+    """gymnasium's autoreset rule (``SyncVectorEnv``'s) for the envs of one worker.
+
+    Shared by :class:`GymRowsHandler` (shared memory) and the pipe path of
+    ``FastVectorEnv``, so that both step and reset an env exactly alike.
+
+    Args:
+        mode: a ``gymnasium.vector.AutoresetMode``.
+        num_envs: envs of the worker.
+
+    Attributes:
+        step: ``step(k, env, action) -> (obs, reward, terminated, truncated,
+            info)``: steps local env ``k`` under the mode's rule.
+        needs_reset: per local env, whether it ended (NEXT_STEP resets it at
+            its next step).
+    """
+
+    def __init__(self, mode: gym.vector.AutoresetMode, num_envs: int) -> None:
+        self.needs_reset = [False] * num_envs
+        modes = gym.vector.AutoresetMode
+        self.step = {modes.NEXT_STEP: self._step_next, modes.SAME_STEP: self._step_same,
+                     modes.DISABLED: self._step_disabled}[mode]
+
+    def reset(self, k: int, env: gym.Env, seed: Optional[int],
+              options: Optional[dict]) -> Tuple[Any, dict]:
+        """Resets local env ``k``; returns ``(obs, info)``."""
+        obs, info = env.reset(seed=seed, options=options)
+        self.needs_reset[k] = False
+        return obs, info
+
+    def _step_next(self, k: int, env: gym.Env, action: Any) -> tuple:
+        if self.needs_reset[k]:
+            obs, info = env.reset()
+            result = (obs, 0.0, False, False, info)
+        else:
+            result = env.step(action)
+        self.needs_reset[k] = bool(result[2] or result[3])
+        return result
+
+    def _step_same(self, k: int, env: gym.Env, action: Any) -> tuple:
+        obs, reward, terminated, truncated, info = env.step(action)
+        if terminated or truncated:
+            reset_obs, reset_info = env.reset()
+            # The order in which SyncVectorEnv adds them to the batched info.
+            info = {"final_obs": obs, "final_info": info, **reset_info}
+            obs = reset_obs
+        return obs, reward, terminated, truncated, info
+
+    def _step_disabled(self, k: int, env: gym.Env, action: Any) -> tuple:
+        # The parent refuses to step an env that needs a reset.
+        return env.step(action)
 
 
 class GymRowsHandler:
@@ -189,7 +266,7 @@ class GymRowsHandler:
         self._conn = conn
         self._rows = EnvRows(block, self.observation, self.action)
         n = len(group.envs)
-        self._needs_reset = [False] * n
+        self._autoreset = Autoreset(self.autoreset_mode, n)
         self._encoder = InfoEncoder(self.info_bytes if self._rows.info is not None else 0, n,
                                     self.declared_infos)
         self._new_layouts: List[Tuple[int, Signature]] = []
@@ -207,9 +284,7 @@ class GymRowsHandler:
         # What each env's info_layout and report rows hold, as last written
         # here: (layout id, report), or None when not known.
         self._marks: List[Optional[Tuple[int, bool]]] = [None] * n
-        mode = gym.vector.AutoresetMode
-        self._step_one = {mode.NEXT_STEP: self._step_next, mode.SAME_STEP: self._step_same,
-                          mode.DISABLED: self._step_disabled}[self.autoreset_mode]
+        self._step_one = self._autoreset.step
         return self
 
     # -- jobs -------------------------------------------------------------------
@@ -223,19 +298,16 @@ class GymRowsHandler:
             try:
                 action = self.action.read_row(self._rows.act, row)
                 obs, reward, terminated, truncated, info = self._step_one(k, env, action)
+                self._write(k, row, obs, reward, terminated, truncated, info, report)
             except Exception as exc:
-                _name_env(exc, self._group.first_env + k, "step")
+                name_env(exc, self._group.first_env + k, "step")
                 raise
-            self._write(k, row, obs, reward, terminated, truncated, info, report)
         self._send(report)
 
     def reset(self, arg: int) -> None:
         """Resets the envs (all, or what ``stage_reset`` said) and writes their rows."""
         envs = self._group.envs
-        if arg == RESET_STAGED:
-            staged, self._group.staged = self._group.staged, None
-        else:
-            staged = StagedReset([None] * len(envs), None, [True] * len(envs))
+        staged = self._group.take_reset(arg)
         report: Dict[int, Tuple[Optional[dict], Optional[list]]] = {}
         begin = self.rows[0]
         for k, env in enumerate(envs):
@@ -245,37 +317,12 @@ class GymRowsHandler:
                 self._marks[k] = None
                 continue
             try:
-                obs, info = env.reset(seed=staged.seeds[k], options=staged.options)
+                obs, info = self._autoreset.reset(k, env, staged.seeds[k], staged.options)
+                self._write(k, row, obs, 0.0, False, False, info, report)
             except Exception as exc:
-                _name_env(exc, self._group.first_env + k, "reset")
+                name_env(exc, self._group.first_env + k, "reset")
                 raise
-            self._needs_reset[k] = False
-            self._write(k, row, obs, 0.0, False, False, info, report)
         self._send(report)
-
-    # -- one env, per autoreset mode (gymnasium's SyncVectorEnv semantics) ------
-
-    def _step_next(self, k: int, env: gym.Env, action: Any) -> tuple:
-        if self._needs_reset[k]:
-            obs, info = env.reset()
-            result = (obs, 0.0, False, False, info)
-        else:
-            result = env.step(action)
-        self._needs_reset[k] = bool(result[2] or result[3])
-        return result
-
-    def _step_same(self, k: int, env: gym.Env, action: Any) -> tuple:
-        obs, reward, terminated, truncated, info = env.step(action)
-        if terminated or truncated:
-            reset_obs, reset_info = env.reset()
-            # The order in which SyncVectorEnv adds them to the batched info.
-            info = {"final_obs": obs, "final_info": info, **reset_info}
-            obs = reset_obs
-        return obs, reward, terminated, truncated, info
-
-    def _step_disabled(self, k: int, env: gym.Env, action: Any) -> tuple:
-        # The parent refuses to step an env that needs a reset.
-        return env.step(action)
 
     # -- rows and reports --------------------------------------------------------
 
@@ -353,7 +400,9 @@ class GymRowsHandler:
         self._sender.start()
 
 
-def _name_env(exc: BaseException, env_index: int, during: str) -> None:
-    """Notes on ``exc`` which env of the worker raised it."""
+def name_env(exc: BaseException, env_index: int, during: str) -> None:
+    """Notes on ``exc`` which env of the worker raised it (and marks it, so that
+    the error report names that env, not the worker's first)."""
+    mark_raised_by(exc, env_index)
     if hasattr(exc, "add_note"):
         exc.add_note(f"(raised by env {env_index} of the vector env during {during})")

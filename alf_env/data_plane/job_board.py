@@ -15,12 +15,15 @@ Shared by the front ends that drive ``ProcessEnvironment`` workers through a
 * A worker that dies turns into ``WorkerDiedError`` (the native wait polls
   pidfds); its job is abandoned so that closing can proceed.
 * :meth:`JobBoard.serve_pipe` is the doorbell of ``ProcessEnvironment``:
-  after each pipe request, a CALL job makes the parked worker read its pipe.
+  for each pipe request, a CALL job makes the parked worker read its pipe,
+  and the request is written while it reads (so it may be of any size).
 * :meth:`JobBoard.release` brings every worker back from the native loop and
   closes it (bounded in time; a worker stuck in a job is terminated).
 """
 
+import inspect
 import time
+import weakref
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set
 
 import numpy as np
@@ -28,9 +31,10 @@ from absl import logging
 
 from alf_env.data_plane.shared_block import JobType, WaitStatus
 from alf_env.control_plane import shutdown
+from alf_env.control_plane.channel import receive_answers
 from alf_env.control_plane.group import close_all
 from alf_env.control_plane.process_environment import ProcessEnvironment
-from alf_env.errors import EnvTimeoutError, WorkerDiedError
+from alf_env.errors import EnvironmentClosedError, EnvTimeoutError, WorkerDiedError
 
 
 # on_ok(workers): called with the workers whose jobs just finished OK (see
@@ -45,10 +49,16 @@ class JobBoard:
     Args:
         controller: the ``Controller`` of the shared block.
         envs: the workers; ``envs[i]`` owns job slot ``i``.
-        on_ok: optional hook run for the jobs that finished OK.
+        on_ok: optional hook run for the jobs that finished OK; a bound
+            method's object (the front end) is held weakly.
         timeout: seconds a wait may last when its caller gives no ``timeout``
             (``None``: no limit); this also bounds the waits inside
             :meth:`post` (for a job still running) and :meth:`serve_pipe`.
+
+    The board refers to its front end and is referred to by its workers only
+    weakly (``on_ok``, :meth:`doorbell`), so that a front end dropped without
+    ``close()`` is not kept alive by a reference cycle and is collected at
+    once (see ``control_plane.shutdown.close_when_collected``).
     """
 
     def __init__(self, controller: Any, envs: Sequence[ProcessEnvironment],
@@ -56,12 +66,15 @@ class JobBoard:
         self.controller = controller
         self.envs = envs
         self.timeout = timeout
-        self._on_ok = on_ok
+        self._on_ok = _weakly(on_ok) if inspect.ismethod(on_ok) else on_ok
         # Workers whose last job has finished, in completion order (a dict
         # used as an ordered set).
         self._done: Dict[int, None] = {}
         self._errors: Dict[int, BaseException] = {}  # what their failed jobs raised
         self._jobs: Dict[int, Any] = {}  # the last job posted to each worker
+        #: Called with the seconds of every lockstep :meth:`run` (post to the last
+        #: completion), e.g. a ``PlacementTuner``'s ``observe``; ``None``: not timed.
+        self.step_timer: Optional[Callable[[float], None]] = None
         # At exit (or SIGTERM), workers still in the loop are brought back first.
         shutdown.register_board(self)
 
@@ -99,6 +112,8 @@ class JobBoard:
             self.post(workers, job, arg)
             self.wait_for(workers, during, timeout)
             return
+        timer = self.step_timer
+        begin = time.perf_counter() if timer is not None else 0.0
         self._post_idle(list(workers), job, arg)
         if timeout is None:
             timeout = self.timeout
@@ -108,6 +123,8 @@ class JobBoard:
                         lambda: [w for w in workers if w not in self._done])
         if self._errors:
             self._raise_first_error(workers)
+        if timer is not None:
+            timer(time.perf_counter() - begin)
 
     def job_of(self, worker: int) -> Any:
         """The last job posted to ``worker`` (a ``JobType``), or ``None``."""
@@ -189,9 +206,29 @@ class JobBoard:
         if finished:
             self._on_finished(finished)
         if status == WaitStatus.TIMEOUT:
+            self._take_finished()  # so that only the late ones are named
+            late = [w for w in pending() if w not in self._done]
             raise EnvTimeoutError(
-                f"envs {pending()} did not finish {during} within {timeout:.3g} s")
+                f"{self._envs_of(late)} did not finish {during} within {timeout:.3g} s")
         return finished
+
+    def _take_finished(self) -> None:
+        """Records the completions a timed-out native wait left queued (a later
+        wait would take them the same way)."""
+        while self.controller.num_outstanding:
+            status, ids = self.controller.wait(1, 0.0)
+            if status != WaitStatus.OK:
+                return  # none left (a death is reported by the next wait)
+            self._on_finished(ids.tolist())
+
+    def _envs_of(self, workers: List[int]) -> str:
+        """The envs of ``workers`` for a message: ``envs [1]``, or ``envs [2, 3]
+        (worker 1)`` when workers host several envs."""
+        ids = [i for w in workers for i in (self.envs[w].hosted_env_ids or [w])]
+        if len(ids) == len(workers):
+            return f"envs {ids}"
+        named = ", ".join(str(w) for w in workers)
+        return f"envs {ids} (worker{'s' if len(workers) > 1 else ''} {named})"
 
     def _on_finished(self, workers: List[int]) -> None:
         """Records finished jobs; reads what their workers sent on the pipe for them."""
@@ -227,20 +264,42 @@ class JobBoard:
 
     # -- pipe and shutdown -----------------------------------------------------
 
-    def serve_pipe(self, worker: int) -> None:
+    def serve_pipe(self, worker: int, write: Callable[[], None]) -> None:
         """The doorbell: make a worker in the native loop serve one pipe request.
 
-        Returns once the worker has read the request (its CALL job finishes
-        then); the answer is awaited on the pipe by the request's promise.
-        The CALL job is posted whatever an earlier job of the worker raised
-        (e.g. a spare's reset in the background): the request is on the pipe
-        already, so skipping the job would put the pipe out of step. That
-        error stays for the wait that asks for the earlier job.
+        First the worker's earlier answers are received (a worker writing one
+        that nobody reads would never take the job) and its earlier job
+        finished; then a CALL job makes it read its pipe, and ``write()``
+        puts the request there while it reads, so a request larger than the
+        pipe's buffer never waits on a worker that waits for us. Returns once
+        the worker has read the request (its CALL job finishes then); the
+        answer is awaited on the pipe by the request's promise. What an
+        earlier job raised (e.g. a spare's reset in the background) stays for
+        the wait that asks for that job.
+
+        Raises:
+            EnvTimeoutError, WorkerDiedError: as :meth:`wait_for`; raised
+                before ``write`` is called, nothing was posted.
         """
+        receive_answers([self.envs[worker]], self.timeout, "a call")
         if self.controller.outstanding(worker):
             self.wait_for([worker], "finishing an earlier job", raise_errors=False)
         self.post([worker], JobType.CALL)
+        write()
         self.wait_for([worker], "a call", raise_errors=False)
+
+    def doorbell(self, worker: int) -> Callable[..., None]:
+        """:meth:`serve_pipe` of ``worker``, for its ``start_fast_loop``; it
+        holds the board weakly (the board holds the workers)."""
+        board = weakref.ref(self)
+
+        def ring(*args: Any) -> None:
+            live = board()
+            if live is None:
+                raise EnvironmentClosedError(f"worker {worker}: its front end was "
+                                             f"garbage collected")
+            live.serve_pipe(worker, *args)
+        return ring
 
     def release(self, timeout: Optional[float] = None) -> None:
         """Brings every worker back from the native loop; terminates stuck ones.
@@ -259,6 +318,14 @@ class JobBoard:
         waiting = {i for i, env in enumerate(self.envs) if env.in_fast_loop}
         closing: Set[int] = set()  # CLOSE posted, not yet finished
         try:
+            for i in sorted(waiting):
+                # An answer still unread (a pending call) keeps its worker from its slot.
+                try:
+                    receive_answers([self.envs[i]], max(0.0, deadline - time.monotonic()),
+                                    "closing")
+                except Exception:  # noqa: BLE001 -- dead or stuck: terminated below
+                    pass
+            waiting = {i for i in waiting if self.envs[i].in_fast_loop}
             while waiting:
                 idle = sorted(i for i in waiting - closing
                               if not self.controller.outstanding(i))
@@ -292,3 +359,13 @@ class JobBoard:
                 env.stop_fast_loop()
             # Stuck in a job: asking politely on the pipe is pointless.
             close_all(stuck, polite_timeout=0.0)
+
+
+def _weakly(method: Any) -> OkHook:
+    """``method`` (a bound method), holding its object weakly."""
+    owner, func = weakref.ref(method.__self__), method.__func__
+
+    def hook(workers: List[int]) -> Dict[int, BaseException]:
+        live = owner()
+        return {} if live is None else func(live, workers)
+    return hook

@@ -8,8 +8,10 @@ releases the GIL) and runs one job at a time:
   and writes the results into this worker's rows; report OK.
 - ``RESET``: the handler resets (the job argument is handler-defined, e.g. a
   seed) and writes the results; report OK.
-- ``CALL``: one request is waiting on the pipe; read it, report OK, then
-  serve it (the answer goes back on the pipe, where the parent waits for it).
+- ``CALL``: one request is coming on the pipe (the parent posts the job
+  first, then writes the request while this worker reads it, so a request
+  of any size goes through); read it, report OK, then serve it (the answer
+  goes back on the pipe, where the parent waits for it).
 - ``CLOSE``: report OK and go back to serving the pipe directly.
 
 A step or reset that raises reports ERROR and then sends the exception,
@@ -120,7 +122,12 @@ def run_fast_loop(conn: Any, proxy: _WorkerEnvProxy, env_id: Any,
             else:
                 finish(ok)
         elif job == call:
-            msg_type, payload = read_message(conn)
+            try:
+                msg_type, payload = read_message(conn)
+            except (EOFError, OSError):
+                # The parent closed the pipe (or died) mid-request: serving the
+                # pipe sees it too, and closes the env quietly.
+                return True
             # Finished before answering: the parent reads the answer only
             # after it has seen the job finish, and an answer larger than the
             # pipe's buffer would otherwise block both sides for ever. (The

@@ -29,11 +29,13 @@ paths such as ``observation['pos'][1]``.
 
 Writing checks shape and dtype: one row (what an env returned) follows numpy's
 ``"same_kind"`` casting rule (like ``np.stack(..., out=...)`` in gymnasium),
-a batch (the actions a user passes) the ``"safe"`` rule; a violation raises
+a batch the rule its caller names (``"safe"`` by default); a violation raises
 ``ValueError`` naming the path and the expected and actual shape and dtype.
+The array sub-spaces may be other nodes (``leaf``): actions use
+:mod:`~alf_env.data_plane.action_items`, which carries each env's item as given.
 """
 
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 from gymnasium import spaces
@@ -42,6 +44,8 @@ from gymnasium import spaces
 FieldSpec = Tuple[str, Tuple[int, ...], np.dtype]
 #: Rows of a batch: a slice (contiguous rows) or an integer array.
 Rows = Union[slice, np.ndarray]
+#: Builds the node of an array sub-space from ``(path, shape, dtype)``.
+LeafFactory = Callable[[str, Tuple[int, ...], np.dtype], "Node"]
 
 #: dtype of the code points of a Text value (UTF-32, little endian).
 TEXT_CODE_DTYPE = np.dtype("<u4")
@@ -49,12 +53,12 @@ _TEXT_ENCODING = "utf-32-le"
 #: dtype of Text lengths and OneOf indices.
 INDEX_DTYPE = np.dtype(np.int64)
 
-# (source dtype, target dtype, rule) -> whether numpy allows the cast. The
-# question is asked for every leaf of every step and np.can_cast is slow.
+# (source, target, rule) -> np.can_cast's answer (asked per leaf per step; it is slow).
 _CAST_CACHE: Dict[Tuple[np.dtype, np.dtype, str], bool] = {}
 
 
-def _can_cast(source: np.dtype, target: np.dtype, casting: str) -> bool:
+def can_cast(source: np.dtype, target: np.dtype, casting: str) -> bool:
+    """``np.can_cast(source, target, casting=casting)``, cached."""
     key = (source, target, casting)
     allowed = _CAST_CACHE.get(key)
     if allowed is None:
@@ -62,7 +66,7 @@ def _can_cast(source: np.dtype, target: np.dtype, casting: str) -> bool:
     return allowed
 
 
-class _Node:
+class Node:
     """One sub-space of a layout: its fields and how its values move.
 
     Attributes:
@@ -72,11 +76,18 @@ class _Node:
         num_pipe: how many pipe leaves it has.
     """
 
+    is_leaf = False  # an array leaf: a layout of it alone reads its row directly
+
     def __init__(self, path: str) -> None:
         self.path = path
         self.first = 0
         self.fields: List[FieldSpec] = []
         self.num_pipe = 0
+
+    def bind(self, views: List[Any]) -> None:
+        """Lets leaves replace their raw field views in a layout's ``views`` list."""
+        for child in _children(self):
+            child.bind(views)
 
     def encode(self, value: Any, casting: str, arrays: List[Optional[np.ndarray]],
                pipe: List[Any]) -> None:
@@ -87,9 +98,8 @@ class _Node:
         """Reads the value of one row (pipe leaves come from ``pipe``)."""
         raise NotImplementedError
 
-    def encode_batch(self, values: Any, n: int, casting: str,
-                     arrays: List[np.ndarray]) -> None:
-        """Appends one ``(n, *shape)`` array per field for a batched value."""
+    def encode_batch(self, values: Any, n: int, casting: str, arrays: List[Any]) -> None:
+        """Appends one ``(n, *shape)`` array (or a writer) per field for a batched value."""
         raise NotImplementedError
 
     def decode_batch(self, views: Sequence[np.ndarray], rows: Rows, row_list: List[int],
@@ -104,8 +114,10 @@ class _Node:
             raise ValueError(f"{self.path}: expected a tuple of {length} {what}, got {got}")
 
 
-class _ArrayNode(_Node):
+class _ArrayNode(Node):
     """Box, Discrete, MultiDiscrete, MultiBinary: one field of the space's shape."""
+
+    is_leaf = True
 
     def __init__(self, path: str, shape: Tuple[int, ...], dtype: np.dtype) -> None:
         super().__init__(path)
@@ -116,7 +128,7 @@ class _ArrayNode(_Node):
     def _check(self, value: Any, shape: Tuple[int, ...], casting: str,
                batch: Optional[int]) -> np.ndarray:
         array = value if type(value) is np.ndarray else np.asarray(value)
-        ok_dtype = array.dtype == self.dtype or _can_cast(array.dtype, self.dtype, casting)
+        ok_dtype = array.dtype == self.dtype or can_cast(array.dtype, self.dtype, casting)
         if array.shape != shape or not ok_dtype:
             expected = (f"shape {shape} (a batch of {batch} x space shape {self.shape})"
                         if batch is not None else f"shape {shape}")
@@ -144,7 +156,7 @@ class _ArrayNode(_Node):
         return np.array(value) if copy and isinstance(rows, slice) else value
 
 
-class _TextNode(_Node):
+class _TextNode(Node):
     """Text: UTF-32 code points padded to ``max_length``, plus the length."""
 
     def __init__(self, path: str, space: spaces.Text) -> None:
@@ -186,10 +198,10 @@ class _TextNode(_Node):
         return tuple(self.decode(views, row, iter(())) for row in row_list)
 
 
-class _TupleNode(_Node):
+class _TupleNode(Node):
     """Tuple: the fields of each sub-space, in order."""
 
-    def __init__(self, path: str, children: List[_Node]) -> None:
+    def __init__(self, path: str, children: List[Node]) -> None:
         super().__init__(path)
         self.children = children
 
@@ -211,10 +223,10 @@ class _TupleNode(_Node):
                      for child in self.children)
 
 
-class _DictNode(_Node):
+class _DictNode(Node):
     """Dict: the fields of each sub-space, in the space's key order."""
 
-    def __init__(self, path: str, keys: List[str], children: List[_Node]) -> None:
+    def __init__(self, path: str, keys: List[str], children: List[Node]) -> None:
         super().__init__(path)
         self.keys = keys
         self.children = children
@@ -245,10 +257,10 @@ class _DictNode(_Node):
                 for k, c in zip(self.keys, self.children)}
 
 
-class _OneOfNode(_Node):
+class _OneOfNode(Node):
     """OneOf: the index of the chosen sub-space, then every sub-space's fields."""
 
-    def __init__(self, path: str, children: List[_Node]) -> None:
+    def __init__(self, path: str, children: List[Node]) -> None:
         super().__init__(path)
         self.children = children
         self.fields = [("index", (), INDEX_DTYPE)]
@@ -295,7 +307,7 @@ class _OneOfNode(_Node):
         return tuple(self.decode(views, row, iter(())) for row in row_list)
 
 
-class _PipeNode(_Node):
+class _PipeNode(Node):
     """A space of no fixed size: its value is a pipe leaf."""
 
     def __init__(self, path: str) -> None:
@@ -317,11 +329,11 @@ class _PipeNode(_Node):
         return tuple(leaves[self.pipe_index] for leaves in pipe_rows)
 
 
-def _children(node: _Node) -> List[_Node]:
+def _children(node: Node) -> List[Node]:
     return getattr(node, "children", [])
 
 
-def _all_fields(node: _Node) -> List[FieldSpec]:
+def _all_fields(node: Node) -> List[FieldSpec]:
     """The fields of ``node`` and its descendants, in layout order."""
     out = list(node.fields)
     for child in _children(node):
@@ -329,34 +341,34 @@ def _all_fields(node: _Node) -> List[FieldSpec]:
     return out
 
 
-def _has_pipe(node: _Node) -> bool:
+def _has_pipe(node: Node) -> bool:
     return node.num_pipe > 0 or any(_has_pipe(c) for c in _children(node))
 
 
-def _build(space: spaces.Space, path: str) -> _Node:
+def _build(space: spaces.Space, path: str, leaf: LeafFactory) -> Node:
     """The node tree of ``space`` (fields not numbered yet)."""
     if isinstance(space, spaces.Discrete):
-        return _ArrayNode(path, (), space.dtype)
+        return leaf(path, (), space.dtype)
     if isinstance(space, (spaces.Box, spaces.MultiDiscrete, spaces.MultiBinary)):
-        return _ArrayNode(path, space.shape, space.dtype)
+        return leaf(path, space.shape, space.dtype)
     if isinstance(space, spaces.Text):
         return _TextNode(path, space)
     if isinstance(space, spaces.Tuple):
-        return _TupleNode(path, [_build(s, f"{path}[{i}]")
+        return _TupleNode(path, [_build(s, f"{path}[{i}]", leaf)
                                  for i, s in enumerate(space.spaces)])
     if isinstance(space, spaces.Dict):
         keys = list(space.spaces.keys())
-        return _DictNode(path, keys, [_build(space.spaces[k], f"{path}[{k!r}]")
+        return _DictNode(path, keys, [_build(space.spaces[k], f"{path}[{k!r}]", leaf)
                                       for k in keys])
-    if isinstance(space, spaces.OneOf):
-        children = [_build(s, f"{path}[{i}]") for i, s in enumerate(space.spaces)]
+    if isinstance(space, spaces.OneOf):  # its children write single rows: plain leaves
+        children = [_build(s, f"{path}[{i}]", _ArrayNode) for i, s in enumerate(space.spaces)]
         if any(_has_pipe(c) for c in children):
             return _PipeNode(path)
         return _OneOfNode(path, children)
     return _PipeNode(path)  # Graph, Sequence, custom spaces
 
 
-def _number(node: _Node, prefix: str, field_index: int, pipe_index: int,
+def _number(node: Node, prefix: str, field_index: int, pipe_index: int,
             fields: List[FieldSpec], pipe_paths: List[str]) -> Tuple[int, int]:
     """Gives ``node`` and its descendants positional fields and pipe indices."""
     node.first = field_index
@@ -380,6 +392,8 @@ class SpaceLayout:
         space: the per-env space.
         prefix: prefix of the field names (unique per block, e.g. ``"obs"``).
         path: the name of the value in error messages (e.g. ``"observation"``).
+        leaf: builds the node of each array sub-space (Box, Discrete, ...)
+            from ``(path, shape, dtype)``; default: one field of that shape and dtype.
 
     Attributes:
         space: the space.
@@ -388,23 +402,23 @@ class SpaceLayout:
         pipe_paths: paths of the sub-values that travel on the pipe.
     """
 
-    def __init__(self, space: spaces.Space, prefix: str, path: str) -> None:
+    def __init__(self, space: spaces.Space, prefix: str, path: str,
+                 leaf: Optional[LeafFactory] = None) -> None:
         self.space = space
-        self._root = _build(space, path)
+        self._root = _build(space, path, leaf or _ArrayNode)
         fields: List[FieldSpec] = []
         pipe_paths: List[str] = []
         _number(self._root, prefix, 0, 0, fields, pipe_paths)
         self.fields: Tuple[FieldSpec, ...] = tuple(fields)
         self.field_names: Tuple[str, ...] = tuple(name for name, _, _ in fields)
         self.pipe_paths: Tuple[str, ...] = tuple(pipe_paths)
-        # A space of one array field (Box, Discrete, ...): the per-row calls
-        # of the workers' hot path skip the tree walk.
+        # One array leaf: the per-row calls of the workers' hot path skip the tree walk.
         self._single = self._root if isinstance(self._root, _ArrayNode) else None
+        self._leaf = self._root if self._root.is_leaf else None
 
     @property
     def is_single_array(self) -> bool:
-        """Whether the space is one array field (Box, Discrete, MultiDiscrete,
-        MultiBinary): a value is then written by copying one array."""
+        """Whether the space is one array field (Box, Discrete, ...): written by one copy."""
         return self._single is not None
 
     @property
@@ -413,8 +427,10 @@ class SpaceLayout:
         return len(self.pipe_paths)
 
     def views(self, block_views: Mapping[str, np.ndarray]) -> List[np.ndarray]:
-        """This layout's field views (in order) from a block's ``views`` mapping."""
-        return [block_views[name] for name in self.field_names]
+        """The field views (in order) from a block's ``views``; a leaf may wrap its own."""
+        views = [block_views[name] for name in self.field_names]
+        self._root.bind(views)
+        return views
 
     # -- one row (a worker writes what its env returned / reads its action) --
 
@@ -441,8 +457,8 @@ class SpaceLayout:
     def read_row(self, views: Sequence[np.ndarray], row: int,
                  pipe_leaves: Sequence[Any] = ()) -> Any:
         """Reads the value of ``row`` (a copy), taking pipe leaves from ``pipe_leaves``."""
-        if self._single is not None:
-            return self._single.decode(views, row, None)
+        if self._leaf is not None:
+            return self._leaf.decode(views, row, None)
         return self._root.decode(views, row, iter(pipe_leaves))
 
     # -- a batch (the parent writes actions / reads observations) -------------
@@ -459,11 +475,14 @@ class SpaceLayout:
         return arrays
 
     @staticmethod
-    def write_rows(views: Sequence[np.ndarray], rows: Rows,
-                   arrays: Sequence[np.ndarray]) -> None:
-        """Writes what :meth:`encode_batch` returned into ``rows``."""
+    def write_rows(views: Sequence[Any], rows: Rows, arrays: Sequence[Any]) -> None:
+        """Writes what :meth:`encode_batch` returned into ``rows`` (an entry that
+        is no array writes itself; ``None`` writes nothing)."""
         for view, array in zip(views, arrays):
-            view[rows] = array
+            if type(array) is np.ndarray:
+                view[rows] = array
+            elif array is not None:
+                array.write(view, rows)
 
     def read_rows(self, views: Sequence[np.ndarray], rows: Rows, row_list: List[int],
                   pipe_rows: Optional[Sequence[Sequence[Any]]] = None,

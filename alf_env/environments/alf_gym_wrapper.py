@@ -12,7 +12,8 @@ Observations are numpy arrays of the spec dtypes (a float64 observation
 becomes float32 with the default ``float_dtype``); actions may be numpy arrays,
 torch tensors or Python numbers, and reach the gymnasium env in its action
 space's dtype. ``get_info()`` returns the gymnasium info dict of the last
-``reset`` or ``step``, unfiltered.
+``step``, unfiltered, and ``None`` before the first step of an episode (as
+ALF's: a reset clears it).
 
 ``env_info`` rule: the info dicts are reduced to their fixed-size numeric
 entries. When the wrapper is created it runs one probe (``reset()`` then one
@@ -196,10 +197,11 @@ class AlfGymWrapper(AlfEnvironment):
         return self._gym_env
 
     def get_info(self) -> Any:
-        """The gymnasium info dict of the last ``reset`` or ``step`` (as is).
+        """The gymnasium info dict of the last ``step`` (as is), as ALF's.
 
-        ``None`` before the first one. (ALF's returns ``None`` after a reset:
-        old gym's ``reset`` had no info.)
+        ``None`` before the first step and after every reset, as ALF's, whose
+        ``reset`` had no info: the reset's info reaches the ``FIRST`` time
+        step's ``env_info`` only.
         """
         return self._info
 
@@ -403,7 +405,7 @@ class AlfGymWrapper(AlfEnvironment):
         self._current_leaves = None  # reset() sets _current_time_step
         seed, self._pending_seed = self._pending_seed, None
         observation, info = self._gym_env.reset(seed=seed)
-        self._info = info
+        self._info = None  # as ALF's: get_info() is the info of a step
         self._done = False
         observation = self._observation(observation)
         env_info = self._env_info(info)

@@ -1,6 +1,7 @@
 """alf_env.bench.backends and .references: what each backend builds, and when it is
 skipped instead."""
 
+import importlib.util
 import math
 import sys
 import types
@@ -185,3 +186,30 @@ def test_ray_vector_starts_and_stops_a_local_ray_only_if_none_runs(monkeypatch,
 def test_every_backend_has_a_label_and_the_references_are_backends():
     assert all(b.label for b in backends.BACKENDS.values())
     assert set(backends.REFERENCES) <= set(backends.BACKENDS)
+
+
+HAS_PUFFERLIB = importlib.util.find_spec("pufferlib") is not None
+
+
+@pytest.mark.skipif(not HAS_PUFFERLIB,
+                    reason="pufferlib-core is not installed (.ci/run installs it)")
+@pytest.mark.parametrize("backend, steps_per_round", [
+    ("pufferlib", 4), ("pufferlib_1w", 4), ("pufferlib_async", 2)])
+def test_pufferlib_rows_step_the_workload_and_reap_their_workers(backend, steps_per_round):
+    actions = Actions.make("CartPole-v1", 4)
+    run = measure(backends.BACKENDS[backend].build, "CartPole-v1", 4, actions, PLAN)
+    assert run.env_steps == PLAN.steps * steps_per_round
+    assert run.rate > 0
+
+
+def test_pufferlib_rows_are_skipped_when_pufferlib_does_not_import(monkeypatch):
+    monkeypatch.setitem(sys.modules, "pufferlib.vector", None)
+    with pytest.raises(Skip, match="pufferlib-core"):
+        backends.BACKENDS["pufferlib"].build("CartPole-v1", 4, Actions.make("CartPole-v1", 4))
+
+
+def test_pufferlib_needs_envs_divisible_by_its_workers():
+    if not HAS_PUFFERLIB:
+        pytest.skip("pufferlib-core is not installed (.ci/run installs it)")
+    with pytest.raises(Skip, match="divisible"):
+        backends.BACKENDS["pufferlib"].build("CartPole-v1", 3, Actions.make("CartPole-v1", 3))

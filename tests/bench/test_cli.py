@@ -138,8 +138,11 @@ def test_json_has_every_measurement(run):
         assert results["sb3_subproc"]["runs"] == []
     ratio = next(r for r in report["ratios"] if r["ratio"] == "fast/gym_async")
     assert len(ratio["paired"]) == REPEATS and ratio["median"] > 0
+    # One count per workload: no scaling plot, a figure per workload.
     assert report["files"] == {"json": "results.json", "markdown": "results.md",
-                               "plot": "throughput.png", "ratio_plot": "ratios.png"}
+                               "ratio_plot": "ratios.png",
+                               "workload_plots": {"W1": "workload_W1.png",
+                                                  "CartPole-v1": "workload_CartPole-v1.png"}}
 
 
 def test_markdown_repeats_the_tables_and_links_the_plots(run):
@@ -147,11 +150,14 @@ def test_markdown_repeats_the_tables_and_links_the_plots(run):
     assert text.startswith("# alf_env throughput")
     table = next(line for line in run["proc"].stdout.splitlines() if "| W1 " in line)
     assert table in text
-    assert "![throughput](throughput.png)" in text and "![ratios](ratios.png)" in text
+    assert "![W1](workload_W1.png)" in text and "![ratios](ratios.png)" in text
+    assert "![CartPole-v1](workload_CartPole-v1.png)" in text and "throughput.png" not in text
 
 
-@pytest.mark.parametrize("name, title", [("throughput.png", "PLOT_TITLE"),
-                                         ("ratios.png", "RATIO_PLOT_TITLE")])
+@pytest.mark.parametrize("name, title", [
+    ("workload_W1.png", "WORKLOAD_PLOT_TITLE"), ("workload_CartPole-v1.png",
+                                                "WORKLOAD_PLOT_TITLE"),
+    ("ratios.png", "RATIO_PLOT_TITLE")])
 def test_plots_are_rgba_pngs_with_a_title(run, name, title):
     chunks = png_chunks((run["out"] / name).read_bytes())
     kinds = [kind for kind, _ in chunks]
@@ -160,7 +166,7 @@ def test_plots_are_rgba_pngs_with_a_title(run, name, title):
     assert width >= 600 and height >= 400
     assert (bit_depth, colour_type) == (8, 6)  # 8-bit RGBA, as matplotlib's Agg writes
     texts = dict(payload.split(b"\0", 1) for kind, payload in chunks if kind == b"tEXt")
-    assert texts[b"Title"].decode() == getattr(bench, title)
+    assert texts[b"Title"].decode().startswith(getattr(bench, title))
     pixels = zlib.decompress(b"".join(p for k, p in chunks if k == b"IDAT"))
     assert len(set(pixels)) > 16, "the image is (nearly) blank"
 
@@ -170,6 +176,9 @@ def test_plots_are_rgba_pngs_with_a_title(run, name, title):
     (["--workload", "W9"], "--workload: workload 'W9' is neither one of W1,W2,W3,W4"),
     (["--num-envs", "2,x"], "expected comma-separated integers"),
     (["--repeats", "0"], "--repeats and --steps must be >= 1"),
+    (["--load", "-1"], "--load: give a number of busy processes >= 0"),
+    (["--torch-threads", "0"], "--torch-threads: give a thread count >= 1"),
+    (["--policy", "cnn"], "--policy: invalid choice: 'cnn'"),
 ])
 def test_bad_arguments_are_refused(argv, message, capsys):
     with pytest.raises(SystemExit) as exit_info:
@@ -270,3 +279,37 @@ def test_leftover_check_sees_workers_but_not_multiprocessing_session_helpers():
         worker.kill()
         worker.join()
     assert cli.check_no_leftovers(grace_seconds=0.0) == []
+
+
+def test_a_run_with_a_load_and_a_policy_says_so_and_leaves_no_process(tmp_path):
+    out = tmp_path / "results"
+    proc = subprocess.run(
+        [console_script(), "--workload", "CartPole-v1", "--num-envs", "2", "--steps", "20",
+         "--repeats", "1", "--backends", "fast_vector,gym_sync", "--load", "2",
+         "--policy", "mlp", "--torch-threads", "1", "--out", str(out)],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr
+    assert ("2 busy process(es) beside; a torch mlp policy's forward pass in the loop "
+            "(1 torch threads)") in proc.stdout
+    meta = json.loads((out / cli.RESULTS_JSON).read_text())["meta"]
+    assert meta["conditions"] == {"load": 2, "policy": "mlp", "torch_threads": 1}
+    assert "worker processes left running" not in proc.stdout
+
+
+def test_a_workload_at_several_env_counts_gets_the_scaling_plot(tmp_path):
+    out = tmp_path / "results"
+    proc = subprocess.run(
+        [console_script(), "--workload", "W1", "--num-envs", "1,2", "--steps", "10",
+         "--repeats", "1", "--backends", "gym_sync,single", "--out", str(out)],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    chunks = png_chunks((out / "throughput.png").read_bytes())
+    texts = dict(payload.split(b"\0", 1) for kind, payload in chunks if kind == b"tEXt")
+    assert texts[b"Title"].decode() == bench.PLOT_TITLE
+    assert (out / "workload_W1.png").exists()
+
+
+def test_every_backend_has_a_colour_of_its_own():
+    from alf_env.bench.plot import COLOURS
+    assert set(COLOURS) == set(bench.BACKENDS)
+    assert len(set(COLOURS.values())) == len(COLOURS)

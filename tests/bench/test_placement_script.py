@@ -46,8 +46,11 @@ def test_an_unknown_front_is_named(placement):
         placement.compare("ray", "W1", {"a": {}}, num_envs=2, repeats=1, seconds=0.01)
 
 
-@pytest.mark.parametrize("front", ["vector", "fast", "parallel"])
-def test_a_variant_sets_the_workers_scheduling_policy(placement, front, monkeypatch):
+@pytest.mark.parametrize("front, default, other", [
+    ("vector", os.SCHED_OTHER, "batch"), ("fast", os.SCHED_OTHER, "batch"),
+    ("parallel", os.SCHED_BATCH, "other")])
+def test_a_variant_sets_the_workers_scheduling_policy(placement, front, default, other,
+                                                      monkeypatch):
     calls = []
     original = os.sched_setscheduler
 
@@ -56,12 +59,14 @@ def test_a_variant_sets_the_workers_scheduling_policy(placement, front, monkeypa
         original(pid, policy, param)
 
     monkeypatch.setattr(os, "sched_setscheduler", record)
-    rates = placement.compare(front, "W1", {"other": {"worker_policy": "other"}, "batch": {}},
+    rates = placement.compare(front, "W1", {"switched": {"worker_policy": other},
+                                            "default": {}},
                               num_envs=2, repeats=1, seconds=0.02)
-    assert list(rates) == ["other", "batch"]
-    # The workers started under SCHED_BATCH; the "other" variant's were switched.
-    assert [(policy, before) for _, policy, before in calls] == \
-        [(os.SCHED_OTHER, os.SCHED_BATCH)] * len(calls) and calls
+    assert list(rates) == ["switched", "default"]
+    # The workers started under their default policy; the variant's were switched.
+    switched = [(policy, before) for _, policy, before in calls
+                if policy == placement.POLICIES[other]]
+    assert switched and all(before == default for _, before in switched)
 
 
 def test_an_unknown_worker_policy_is_named(placement):

@@ -90,5 +90,7 @@ def test_throughput_plot_keeps_workloads_with_several_env_counts(tmp_path):
     path = tmp_path / "throughput.png"
     plot.plot(cases, str(path))
     one_panel = _png_size(path)
-    plot.plot([CASE, [result("fast", [5.0], workload="Pong")]], str(path))
-    assert _png_size(path)[0] > one_panel[0]  # no workload with several counts: all of them
+    assert plot.scaling_workloads(cases) == ["W1"]
+    pong = [[result("fast", [5.0 * n], workload="Pong", num_envs=n)] for n in (2, 8)]
+    plot.plot(cases + pong, str(path))
+    assert _png_size(path)[0] > one_panel[0]  # two workloads with several counts: 2 panels

@@ -191,13 +191,14 @@ def _policy(pid: int) -> int:
 
 @pytest.mark.parametrize("context", ["fork", "spawn", "forkserver"])
 @pytest.mark.parametrize("backend", sorted(BACKENDS))
-def test_workers_run_under_sched_batch(backend, context):
+def test_pipe_workers_run_under_sched_batch_shared_memory_ones_normally(backend, context):
     env = BACKENDS[backend](2, start_method=context) if backend != "vector" else \
         BACKENDS[backend](2, context=context)
+    expected = os.SCHED_BATCH if backend == "parallel" else os.SCHED_OTHER
     try:
         env.reset()
         workers = env._workers if isinstance(env, FastVectorEnv) else env._envs
-        assert [_policy(w.pid) for w in workers] == [os.SCHED_BATCH] * 2
+        assert [_policy(w.pid) for w in workers] == [expected] * 2
         assert _policy(0) == os.SCHED_OTHER  # the trainer keeps its policy
     finally:
         env.close()

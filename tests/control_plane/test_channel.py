@@ -5,8 +5,10 @@ import time
 
 import pytest
 
+from alf_env.control_plane.channel import wait_answers
+from alf_env.control_plane.group import close_all
 from alf_env.environments.process_environment import ProcessEnvironment
-from alf_env.errors import EnvironmentProcessError
+from alf_env.errors import EnvironmentProcessError, EnvTimeoutError
 from tests.support.faults import wait_all_gone
 from tests.support.probe_envs import ProbeEnv
 from tests.support.signals import alarm
@@ -114,3 +116,20 @@ def test_close_reads_past_an_answer_that_does_not_unpickle():
     pid = env.pid
     env.close()  # never raises because of what the worker sent
     assert wait_all_gone([pid], timeout=2.0)
+
+
+def test_wait_answers_gives_the_first_answers_in_arrival_order_and_uses_none_up():
+    envs = [ProcessEnvironment(ProbeEnv, env_id=i) for i in range(3)]
+    try:
+        for e in envs:
+            e.start()
+        promises = [envs[0].call("sleep", 2.0), envs[1].call("sleep", 0.0),
+                    envs[2].call("sleep", 0.3)]
+        assert wait_answers(promises, 1, timeout=10.0) == [1]
+        with pytest.raises(EnvTimeoutError, match=r"envs \[0\] gave no answer"):
+            wait_answers([promises[0]], timeout=0.05)
+        assert wait_answers(promises, 2, timeout=10.0) == [1, 2]
+        assert sorted(wait_answers(promises, timeout=10.0)) == [0, 1, 2]
+        assert [p() for p in promises] == [2.0, 0.0, 0.3]  # none was used up
+    finally:
+        close_all(envs)

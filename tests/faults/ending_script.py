@@ -25,6 +25,9 @@ from typing import Any, Iterator, List, Tuple
 import numpy as np
 
 FRONT_ENDS = ("process", "parallel", "fast", "vector", "vector_async")
+# Also run (by tests/front_ends/gym/test_pipe_path.py, not in the endings
+# table): FastVectorEnv's pipe path, with workers that are not daemonic.
+PIPE_FRONT_END = "vector_pipe"
 
 # ending -> (what the script does, the phase in which the caller signals it).
 ENDINGS = {
@@ -135,9 +138,11 @@ class _Trainer:
         else:
             from alf_env.vector import FastVectorEnv
             batch_size = num_envs // 2 if front_end == "vector_async" else None
+            pipe = front_end == PIPE_FRONT_END
             self.env = FastVectorEnv([functools.partial(_make_gym_env, **delays)] * num_envs,
                                      context=start_method, batch_size=batch_size,
-                                     envs_per_worker=1)
+                                     envs_per_worker=1, shared_memory=not pipe,
+                                     daemon=not pipe)
             if batch_size is None:
                 self.env.reset()
                 self.action = np.zeros(num_envs, np.int64)
@@ -155,7 +160,7 @@ class _Trainer:
             promises = [env.step(np.int64(1), blocking=False) for env in self.env]
             for promise in promises:
                 promise()
-        elif self.front_end == "vector":
+        elif self.front_end in ("vector", PIPE_FRONT_END):
             self.env.step_async(self.action)
             self.env.step_wait()
         elif self.front_end == "vector_async":

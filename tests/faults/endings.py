@@ -21,6 +21,7 @@ import time
 from typing import List, NamedTuple, Optional
 
 from tests.support.faults import REPO_ROOT, SLACK, kill_leftovers, wait_all_gone
+from tests.support.shm_leaks import leaked_shm_entries, shm_entries
 from tests.faults.ending_script import ENDINGS, FRONT_ENDS, processes
 
 __all__ = ["Cell", "Outcome", "run_cell", "problems", "ENDINGS", "FRONT_ENDS", "EXIT_BOUND"]
@@ -94,13 +95,6 @@ def session_processes(sid: int) -> List[int]:
     return [pid for pid, fields in processes() if int(fields[3]) == sid and fields[0] != "Z"]
 
 
-def shm_entries() -> set:
-    try:
-        return set(os.listdir("/dev/shm"))
-    except FileNotFoundError:
-        return set()
-
-
 def run_cell(cell: Cell) -> Outcome:
     """Runs the script of ``cell`` to its end and reports what happened."""
     shm_before = shm_entries()
@@ -169,17 +163,10 @@ def run_cell(cell: Cell) -> Outcome:
 
 
 def lasting_new_shm_entries(before: set) -> List[str]:
-    """``/dev/shm`` entries that are new and stay.
-
-    Not multiprocessing's named semaphores (``sem.mp-*``): alf_env creates none
-    (it synchronises through futex words in a memfd), while other programs
-    running on the machine at the same time do.
-    """
-    new = {name for name in shm_entries() - before if not name.startswith("sem.mp-")}
-    if new:
-        time.sleep(1.0)
-        new &= shm_entries()
-    return sorted(new)
+    """``/dev/shm`` entries that are new and stay, and that no program outside
+    this test's processes uses (``tests.support.shm_leaks``): other programs on
+    the machine create entries of the same names (``sem.mp-*``, ``psm_*``)."""
+    return leaked_shm_entries(before)
 
 
 def problems(cell: Cell, outcome: Outcome) -> List[str]:

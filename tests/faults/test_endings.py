@@ -1,4 +1,4 @@
-"""Every way a training script ends, for every front end and start method (issue 11).
+"""Every way a training script ends, for every front end and start method.
 
 Each cell of the table runs ``tests/faults/ending_script.py`` (a stepping loop
 with no ``with`` and no ``close()``) as a real child in its own session (see

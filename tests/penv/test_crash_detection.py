@@ -129,4 +129,4 @@ def test_without_a_pid_a_death_ends_in_timeout(start_process):
     start = time.monotonic()
     status, ids = controller.wait(1, timeout_s=0.3)
     assert status == WaitStatus.TIMEOUT and len(ids) == 0
-    assert 0.29 <= time.monotonic() - start < 1.0
+    assert 0.29 <= time.monotonic() - start < 0.3 + 2.0  # upper bound: a busy machine

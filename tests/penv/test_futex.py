@@ -32,7 +32,7 @@ def test_wait_with_timeout_returns_in_time(timeout_s):
     start = time.monotonic()
     assert _testing.futex_wait(region, WORD, 0, timeout_s=timeout_s) == "timed_out"
     elapsed = time.monotonic() - start
-    assert timeout_s * 0.9 <= elapsed < timeout_s + 0.5
+    assert timeout_s * 0.9 <= elapsed < timeout_s + 2.0  # upper bound: a busy machine
 
 
 def test_wake_without_waiters_wakes_nobody():
@@ -88,29 +88,42 @@ def test_spin_budgets():
 def test_adaptive_spin_only_yields_when_processes_outnumber_cpus():
     cpus = _testing.usable_cpu_count()
     block = SharedBlock([], num_rows=0, num_workers=cpus)  # cpus + 1 processes
-    for waiter in (block.controller(), block.worker_port(0)):
-        assert waiter.spin_yields_only
-        assert waiter.spin_budget_us == 2000  # kAdaptiveMaxYieldSpin
+    controller = block.controller()
+    assert controller.spin_yields_only and block.worker_port(0).spin_yields_only
+    assert controller.spin_budget_us == 2000  # kAdaptiveMaxYieldSpin
     block = SharedBlock([], num_rows=0, num_workers=cpus)
-    for waiter in (block.controller(workers_pinned=True),
-                   block.worker_port(0, workers_pinned=True)):
-        assert waiter.spin_yields_only
-        assert waiter.spin_budget_us == 5000  # kAdaptiveMaxPinnedSpin
+    controller = block.controller(workers_pinned=True)
+    assert controller.spin_yields_only
+    assert block.worker_port(0, workers_pinned=True).spin_yields_only
+    assert controller.spin_budget_us == 5000  # kAdaptiveMaxPinnedSpin
+
+
+def test_a_worker_waiting_for_its_next_job_spins_50_us_at_most_in_every_mode():
+    # That wait is the trainer's own time between steps (module doc of futex.h).
+    cpus = _testing.usable_cpu_count()
+    for num_workers in (1, cpus, 2 * cpus):
+        for pinned in (False, True):
+            block = SharedBlock([], num_rows=0, num_workers=num_workers)
+            block.controller(workers_pinned=pinned)
+            assert block.worker_port(0, workers_pinned=pinned).spin_budget_us == 50
+    # A fixed budget is the caller's own: kept.
+    block = SharedBlock([], num_rows=0, num_workers=1)
+    block.controller(1000)
+    assert block.worker_port(0, 1000).spin_budget_us == 1000
 
 
 @pytest.mark.skipif(_testing.usable_cpu_count() < 2, reason="needs 2 CPUs")
 def test_pinned_workers_do_not_change_the_cap_without_oversubscription():
     block = SharedBlock([], num_rows=0, num_workers=1)  # 2 processes
     assert block.controller(workers_pinned=True).spin_budget_us == 100
-    assert block.worker_port(0, workers_pinned=True).spin_budget_us == 100
 
 
 @pytest.mark.skipif(_testing.usable_cpu_count() < 2, reason="needs 2 CPUs")
 def test_adaptive_spin_starts_on_when_cpus_suffice():
     block = SharedBlock([], num_rows=0, num_workers=1)  # 2 processes
-    for waiter in (block.controller(), block.worker_port(0)):
-        assert not waiter.spin_yields_only
-        assert waiter.spin_budget_us == 100  # kAdaptiveMaxSpin
+    controller = block.controller()
+    assert not controller.spin_yields_only and not block.worker_port(0).spin_yields_only
+    assert controller.spin_budget_us == 100  # kAdaptiveMaxSpin
 
 
 def test_adaptive_spin_learns_to_sleep_through_long_jobs(start_process):

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from alf_env import _penv
+from tests.support.shm_leaks import leaked_shm_entries, shm_entries
 
 
 def _fd_target(fd: int) -> str:
@@ -28,10 +29,10 @@ def test_create_gives_zeroed_writable_uint8_buffer():
 
 
 def test_region_is_a_memfd_and_not_in_dev_shm():
-    before = set(os.listdir("/dev/shm"))
+    before = shm_entries()
     region = _penv.SharedRegion(1 << 16)
     assert _fd_target(region.fd).startswith("/memfd:")
-    assert set(os.listdir("/dev/shm")) == before
+    assert leaked_shm_entries(before) == []  # other programs' entries aside
     # close-on-exec: never leaks into exec()ed programs
     import fcntl
     assert fcntl.fcntl(region.fd, fcntl.F_GETFD) & fcntl.FD_CLOEXEC

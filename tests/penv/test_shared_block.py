@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from alf_env.data_plane.shared_block import JobType, SharedBlock, WaitStatus
+from tests.support.shm_leaks import leaked_shm_entries, shm_entries
 
 from . import _workers
 from .conftest import close_workers, make_block, start_job_workers
@@ -123,14 +124,14 @@ def test_workers_see_the_same_bytes_and_nothing_leaks(start_process, method):
     if method == "forkserver":
         forkserver.ensure_running()
     gc.collect()
-    shm_before = set(os.listdir("/dev/shm"))
+    shm_before = shm_entries()
     fds_before = set(os.listdir("/proc/self/fd"))
     memfds_before = _memfd_count()
 
     _run_workers(start_process, method, num_workers=3, rounds=3)
 
     gc.collect()
-    assert set(os.listdir("/dev/shm")) == shm_before
+    assert leaked_shm_entries(shm_before) == []  # other programs' entries aside
     assert _memfd_count() == memfds_before
     leaked = set(os.listdir("/proc/self/fd")) - fds_before
     assert not leaked, {fd: os.readlink(f"/proc/self/fd/{fd}") for fd in leaked

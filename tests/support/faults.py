@@ -510,8 +510,10 @@ class VectorFrontEnd(FrontEnd):
                                  rf"action\[0\]: expected shape \({n},\) .*got shape "
                                  rf"\({n + 1},\)"),
             "wrong_structure": (kinds, r"action: expected a tuple of 2 batched values"),
-            "unsafe_dtype": ((kinds, box.astype(np.float64)),
-                             r"action\[1\]: .*dtype float32, got .*dtype float64"),
+            # float64 for the float32 Box reaches the env as it is (as with
+            # AsyncVectorEnv); floats for the Discrete do not cast ("same_kind").
+            "unsafe_dtype": ((kinds.astype(np.float64), box),
+                             r"action\[0\]: expected dtype int64 .*dtype float64"),
         }
 
     def accepted_actions(self):

@@ -6,6 +6,17 @@ other, seen by the parent as one batched env whose rows are the members'
 rows, in order (EnvPool's threads, as processes). What the parent returns is
 unchanged, value for value: row ``i`` is env ``i``.
 
+With ``start_serially=False`` a worker builds its members side by side, each
+constructor in a thread of its own (:func:`build_members`), so that a worker
+of ``n`` slow constructors (that sleep, load files, wait for a simulator)
+starts in about the time of the slowest, as one process per env would; the
+GIL still runs Python code one thread at a time. A constructor that must run
+in the worker's main thread (one that installs a signal handler, or opens a
+GUI window on a toolkit bound to the main thread) needs
+``start_serially=True`` (the default: one member after another, in the main
+thread) or one env per worker. gymnasium's ``make`` and MuJoCo's model loading
+build fine in threads.
+
 A member that returns ``LAST`` is reset as soon as the worker has reported
 the step (:meth:`EnvGroup.reset_ended`, run by the worker loop after the job
 finished), so the reset overlaps the trainer's work; its ``FIRST`` time step
@@ -21,6 +32,7 @@ forwarded to the member through its group's worker.
 """
 
 import functools
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import numpy as np
@@ -30,9 +42,46 @@ from alf_env.data_structures import StepType, TimeStep
 from alf_env.environments.alf_environment import AlfEnvironment
 from alf_env.environments.members_specs import SPEC_METHODS, MembersSpecs, check_same_specs
 from alf_env.control_plane.process_environment import ProcessEnvironment
-from alf_env.control_plane.remote import RemoteMethod
+from alf_env.control_plane.remote import RemoteMethod, mark_raised_by
 from alf_env.control_plane.worker import _construct, close_each
 
+
+def build_members(env_constructors: Sequence[Callable[..., Any]], first_id: int,
+                  concurrently: bool) -> List[Any]:
+    """Builds member ``j`` with ``env_constructors[j]`` and env id ``first_id + j``.
+
+    Args:
+        env_constructors: one per member.
+        first_id: the env id of the first member.
+        concurrently: build each member in a thread of its own (see the module
+            docstring) instead of one after another in the calling thread.
+
+    Returns:
+        The members, in order.
+
+    Raises:
+        BaseException: what a constructor raised (the first member's, by
+            order); the members already built are closed first.
+    """
+    if not concurrently or len(env_constructors) < 2:
+        members: List[Any] = []
+        try:
+            for j, ctor in enumerate(env_constructors):
+                members.append(_construct(ctor, first_id + j))
+        except BaseException:
+            close_each(members)
+            raise
+        return members
+    with ThreadPoolExecutor(max_workers=len(env_constructors),
+                            thread_name_prefix="alf_env-build-member") as pool:
+        futures = [pool.submit(_construct, ctor, first_id + j)
+                   for j, ctor in enumerate(env_constructors)]
+    # Leaving the with block waited for every constructor.
+    errors = [f.exception() for f in futures if f.exception() is not None]
+    if errors:
+        close_each([f.result() for f in futures if f.exception() is None])
+        raise errors[0]
+    return [f.result() for f in futures]
 
 
 class EnvGroup(MembersSpecs, AlfEnvironment):
@@ -42,20 +91,22 @@ class EnvGroup(MembersSpecs, AlfEnvironment):
         env_constructors: one per member; each gets ``env_id=`` (the first
             member ``env_id``, the next ``env_id + 1``, ...) if it accepts one.
         env_id: the id of the first member (given by ``ProcessEnvironment``).
+        build_concurrently: build the members side by side, each in a thread
+            (``FastParallelEnvironment(start_serially=False)``; see the
+            module docstring).
 
     Raises:
         ValueError: the members' specs or batch sizes differ (naming the member).
     """
 
     def __init__(self, env_constructors: Sequence[Callable[..., Any]],
-                 env_id: Optional[int] = None) -> None:
+                 env_id: Optional[int] = None, *, build_concurrently: bool = False) -> None:
         super().__init__()
         first_id = env_id or 0
         self._first_id = first_id
-        self._members: List[AlfEnvironment] = []
+        self._members: List[AlfEnvironment] = build_members(env_constructors, first_id,
+                                                            build_concurrently)
         try:
-            for j, ctor in enumerate(env_constructors):
-                self._members.append(_construct(ctor, first_id + j))
             self._check_members()
         except BaseException:
             self._close()
@@ -145,6 +196,7 @@ class EnvGroup(MembersSpecs, AlfEnvironment):
         try:
             return fn(*args)
         except Exception as exc:
+            mark_raised_by(exc, self._first_id + j)  # the error report names this env
             exc.add_note(f"(raised by env {self._first_id + j} during {during}; its "
                          f"worker hosts envs {self._first_id}-"
                          f"{self._first_id + len(self._members) - 1})")

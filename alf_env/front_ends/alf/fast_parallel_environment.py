@@ -50,6 +50,7 @@ import torch
 from alf_env import nest
 from alf_env.nest_compiled import compile_nest
 from alf_env.control_plane.affinity import AUTO, WorkerCpus, usable_cpus
+from alf_env.control_plane.placement import adapt_placement
 from alf_env.data_structures import StepType, TimeStep
 from alf_env.front_ends.alf.env_group import EnvGroup, MemberProxy
 from alf_env.data_plane.job_board import JobBoard
@@ -92,6 +93,9 @@ class FastParallelEnvironment(ParallelAlfEnvironment):
             up to the CPUs, or the smallest one above them when that would
             leave most CPUs idle); one per env with spares or ``blocking``.
             ``num_workers=len(env_constructors)`` is one process per env.
+            With ``start_serially=False`` a worker builds its envs side by
+            side, each in a thread (see
+            :mod:`~alf_env.front_ends.alf.env_group`).
         timeout: as for ``ParallelAlfEnvironment``: seconds each reset, step
             and call may wait for the workers; then ``EnvTimeoutError`` and
             the environment can only be closed.
@@ -117,8 +121,11 @@ class FastParallelEnvironment(ParallelAlfEnvironment):
                                            num_spare_envs_for_reload, blocking)
         if self._group_size > 1:
             g = self._group_size
+            # start_serially=False: the workers start at once, and each builds
+            # its members at once too (as one process per env would).
             env_constructors = [
-                functools.partial(EnvGroup, env_constructors[begin:begin + g], begin)
+                functools.partial(EnvGroup, env_constructors[begin:begin + g], begin,
+                                  build_concurrently=not start_serially)
                 for begin in range(0, self._num_all_envs, g)]
         super().__init__(env_constructors, start_serially=start_serially,
                          blocking=blocking, flatten=flatten,
@@ -131,6 +138,8 @@ class FastParallelEnvironment(ParallelAlfEnvironment):
             self._background_resets = False
         try:
             self._attach_workers(spin_us)
+            self._board.step_timer = adapt_placement(
+                [env.pid for env in self._envs], worker_cpus, self._cpu_plan)
         except BaseException:
             self.close()
             raise
@@ -213,7 +222,7 @@ class FastParallelEnvironment(ParallelAlfEnvironment):
             handler = AlfRowsHandler((i * b, (i + 1) * b), tuple(action_names),
                                      tuple(time_step_names))
             spec = FastLoopSpec(self._block, i, spin_us, handler, self._workers_pinned)
-            env.start_fast_loop(spec, functools.partial(self._board.serve_pipe, i))
+            env.start_fast_loop(spec, self._board.doorbell(i))
         self._update_slot_rows()
 
     # -- jobs (see data_plane.job_board.JobBoard) ---------------------------
@@ -330,6 +339,13 @@ class FastParallelEnvironment(ParallelAlfEnvironment):
         if self._controller is not None:
             self._board.release()
         super()._close()
+        # The controller holds a pidfd per worker, the block and its views the
+        # region's descriptor: released now, not when this object is collected.
+        self._board = self._controller = None
+        if hasattr(self, "_block"):
+            self._block.close()
+        self._action_views = self._action_heads = self._time_step_fields = None
+        self._time_step_heads = self._step_type_view = None
 
 
 _LAST_BYTES = np.array(StepType.LAST, np.int32).tobytes()

@@ -48,7 +48,9 @@ from alf_env.environments.members_specs import MembersSpecs
 from alf_env.control_plane.leaf_codec import StepCodecs
 from alf_env.control_plane.channel import resolve_all
 from alf_env.control_plane.group import close_all, start_environments
+from alf_env.control_plane.guards import NotCopyable, OneThread
 from alf_env.control_plane.process_environment import ProcessEnvironment
+from alf_env.control_plane.shutdown import close_when_collected
 from alf_env.control_plane.spec_checks import ActionChecker
 from alf_env.errors import EnvironmentProcessError, EnvTimeoutError, WorkerDiedError
 
@@ -113,7 +115,7 @@ class SlotScheduler:
         return old, new
 
 
-class ParallelAlfEnvironment(MembersSpecs, AlfEnvironment):
+class ParallelAlfEnvironment(NotCopyable, MembersSpecs, AlfEnvironment):
     """Batches environments that run in worker processes, over pipes.
 
     Args:
@@ -158,6 +160,12 @@ class ParallelAlfEnvironment(MembersSpecs, AlfEnvironment):
     worker's traceback once every env has answered, and the environment stays
     usable; a worker that dies raises ``WorkerDiedError`` at once, and so
     does every later call but ``close()``.
+
+    One thread at a time: ``reset``, ``step``, ``seed``, ``sync_progress``,
+    ``render`` and ``call_envs_with_same_args`` called by a second thread
+    while another thread is in one of them raise
+    :class:`~alf_env.errors.ConcurrentUseError` before anything is sent. It
+    cannot be copied or pickled (``TypeError``; make a new one instead).
     """
 
     # Whether the workers will run the native loop (FastParallelEnvironment).
@@ -170,8 +178,10 @@ class ParallelAlfEnvironment(MembersSpecs, AlfEnvironment):
                  start_method: str = "fork", *, timeout: Optional[float] = None,
                  worker_cpus: WorkerCpus = None) -> None:
         super().__init__()
+        self._one_thread = OneThread(type(self).__name__)  # see _guarded
         self._broken: Optional[BaseException] = None
         self._envs: List[ProcessEnvironment] = []
+        self._finalizer: Any = None
         num_envs = len(env_constructors)
         if num_envs < 1:
             raise ValueError("env_constructors: expected at least one constructor, got none")
@@ -186,6 +196,7 @@ class ParallelAlfEnvironment(MembersSpecs, AlfEnvironment):
         cpu_plan = plan_worker_cpus(worker_cpus, num_envs,
                                     lockstep=self._FAST and not num_spare_envs_for_reload)
         self._workers_pinned = cpu_plan is not None
+        self._cpu_plan = cpu_plan
         self._blocking = blocking
         self._envs = [
             ProcessEnvironment(ctor, env_id=self._worker_env_id(i), flatten=flatten,
@@ -197,6 +208,9 @@ class ParallelAlfEnvironment(MembersSpecs, AlfEnvironment):
             for i, ctor in enumerate(env_constructors)
         ]
         start_environments(self._envs, start_serially)
+        # Dropped unclosed, the env is collected (nothing refers back to it)
+        # and this ends its workers all at once; close() detaches it.
+        self._finalizer = close_when_collected(self, self._envs)
         try:
             pin_workers([env.pid for env in self._envs], cpu_plan)
             check_same_specs(self._envs)
@@ -273,11 +287,14 @@ class ParallelAlfEnvironment(MembersSpecs, AlfEnvironment):
         if len(seeds) != len(self._envs):
             raise ValueError(f"seeds: expected {len(self._envs)} seeds (one per env, "
                              f"spares included), got {len(seeds)}")
-        self._guarded(lambda: self._resolve(
-            [env.call("seed", s) for env, s in zip(self._envs, seeds)], "seed"))
-        if self._background_resets and self._slots.fresh_slots:
-            # A reset under way used the old seed: start it again.
-            self._restart_background_resets()
+
+        def seed_all() -> None:
+            self._resolve([env.call("seed", s) for env, s in zip(self._envs, seeds)], "seed")
+            if self._background_resets and self._slots.fresh_slots:
+                # A reset under way used the old seed: start it again.
+                self._restart_background_resets()
+
+        self._guarded(seed_all, "seed()")
 
     def sync_progress(self, progress: Any = None) -> None:
         """Forwards the training progress to every env that defines ``sync_progress``.
@@ -306,6 +323,8 @@ class ParallelAlfEnvironment(MembersSpecs, AlfEnvironment):
 
     def _close(self) -> None:
         """Closes every worker (``close()`` is idempotent and bounded in time)."""
+        if self._finalizer is not None:
+            self._finalizer.detach()
         close_all(self._envs)
 
     # -- faults ----------------------------------------------------------------
@@ -322,13 +341,22 @@ class ParallelAlfEnvironment(MembersSpecs, AlfEnvironment):
             f"({self._broken}); its envs are out of step. close() it and create a "
             f"new one") from self._broken
 
-    def _guarded(self, fn: Callable[[], Any]) -> Any:
-        """Runs ``fn``; a dead worker or a timeout makes the env unusable."""
+    def _guarded(self, fn: Callable[[], Any], what: str = "a call") -> Any:
+        """Runs ``fn`` (``what``, for errors); a dead worker or a timeout makes
+        the env unusable.
+
+        From one thread at a time: a second thread's call raises
+        ``ConcurrentUseError`` before ``fn`` sends anything (two threads used to
+        deadlock on the pipes, or mix up the rows of the shared block).
+        """
+        self._one_thread.enter(what)
         try:
             return fn()
         except (WorkerDiedError, EnvTimeoutError) as exc:
             self._broken = exc
             raise
+        finally:
+            self._one_thread.leave()
 
     def _resolve(self, promises: List[Any], during: str) -> List[Any]:
         """Waits for the promises together (see ``resolve_all``), within ``timeout``."""
@@ -342,11 +370,11 @@ class ParallelAlfEnvironment(MembersSpecs, AlfEnvironment):
 
     def _reset(self) -> TimeStep:
         self._check_usable()
-        return self._guarded(self._do_reset)
+        return self._guarded(self._do_reset, "reset()")
 
     def _step(self, action: Any) -> TimeStep:
         self._check_usable()
-        return self._guarded(lambda: self._do_step(action))
+        return self._guarded(lambda: self._do_step(action), "step()")
 
     def _background_pending(self) -> Dict[int, Any]:
         """slot -> the background reset under way for it (see module doc)."""

@@ -15,7 +15,7 @@ raises its ``WorkerDiedError``); any other error but a timeout ends the
 pending call; a timeout keeps it, so waiting again picks it up.
 """
 
-from typing import Any, Callable, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 from absl import logging
@@ -23,6 +23,7 @@ from gymnasium.error import NoAsyncCallError
 from gymnasium.vector import AutoresetMode
 
 from alf_env.control_plane.channel import resolve_all
+from alf_env.data_plane.gym_rows import RESERVED_CALL_NAMES
 from alf_env.data_plane.shared_block import JobType
 from alf_env.errors import EnvTimeoutError, WorkerDiedError
 from alf_env.front_ends.gym.state import AsyncState
@@ -43,7 +44,8 @@ class JobEngine:
     and keeps ``_in_flight`` (the workers with an unreceived STEP/RESET),
     ``_last_received`` (the env ids, rows and workers of the last ``recv()``),
     ``_needs_reset`` (in the DISABLED mode),
-    ``_state`` and ``_broken`` up to date.
+    ``_state`` and ``_broken`` up to date. :meth:`call_envs` also reads
+    ``_workers`` and runs the state checks of ``StateChecks``.
     """
 
     def _guard(self, fn: Callable[[], Any]) -> Any:
@@ -99,7 +101,7 @@ class JobEngine:
 
     def _write_actions(self, actions: Any, ids: np.ndarray, rows: Any) -> None:
         """Checks ``actions`` (one per env of ``ids``) and writes them to ``rows``."""
-        arrays = self._act.encode_batch(actions, len(ids))
+        arrays = self._act.encode_batch(actions, len(ids), "same_kind")
         if self.autoreset_mode is AutoresetMode.DISABLED and self._needs_reset[ids].any():
             ended = ids[self._needs_reset[ids]].tolist()
             raise AssertionError(
@@ -224,3 +226,41 @@ class JobEngine:
         except WorkerDiedError as exc:
             self._broken = exc
             raise
+
+    def call_envs(self, name: str, calls: Mapping[int, Tuple[tuple, dict]]) -> Dict[int, Any]:
+        """Calls method ``name`` (or reads the attribute) of some envs, each with
+        its own arguments.
+
+        Unlike :meth:`call`, which sends every worker the same request, only
+        the workers that host the envs of ``calls`` get one, holding only
+        their envs' arguments (so a large argument for one env crosses one pipe).
+
+        Args:
+            name: as for ``call``.
+            calls: ``{env_id: (args, kwargs)}``.
+
+        Returns:
+            ``{env_id: what env_id's call returned}``.
+
+        Raises:
+            ValueError: an env id out of ``[0, num_envs)``, or ``step``,
+                ``reset`` or ``close`` as ``name``; nothing was sent.
+        """
+        self._assert_is_running()
+        bad = sorted(i for i in calls if not 0 <= i < self.num_envs)
+        if bad:
+            raise ValueError(f"call_envs({name!r}): expected env ids in [0, {self.num_envs}), "
+                             f"got {bad}")
+        if name in RESERVED_CALL_NAMES:
+            raise ValueError(f"call_envs({name!r}): use {type(self).__name__}.{name}() instead")
+        self._assert_state("call_envs")
+        self._settle()
+        by_worker: Dict[int, Dict[int, Tuple[tuple, dict]]] = {}
+        for env_id, call in calls.items():
+            w = int(self._row_worker[env_id])
+            by_worker.setdefault(w, {})[env_id - self._bounds[w][0]] = call
+        workers = sorted(by_worker)
+        answers = self._resolve(self._guard(lambda: [
+            self._workers[w].call("call_some", name, by_worker[w]) for w in workers]), None)
+        return {self._bounds[w][0] + k: value
+                for w, answer in zip(workers, answers) for k, value in answer.items()}

@@ -1,7 +1,7 @@
 """Starting a ``FastVectorEnv``: the plan of its workers, the workers and its shared rows.
 
-**Processes.** Worker ``w`` is a ``ProcessEnvironment(fast=True)`` hosting an
-:class:`~alf_env.data_plane.gym_rows.EnvGroup` of consecutive envs
+**Processes.** Worker ``w`` is a ``ProcessEnvironment(fast=True)`` hosting a
+:class:`~alf_env.front_ends.gym.pipe_path.PipeEnvGroup` of consecutive envs
 (:func:`plan_workers`). By default there are as many workers as CPUs this
 process may use (``num_workers``), the envs spread over them as evenly as
 possible (EnvPool's ``num_threads``); ``envs_per_worker=1`` gives one process
@@ -9,6 +9,18 @@ per env. Once every worker is up and the spaces are checked, each enters the
 native job loop with a :class:`~alf_env.data_plane.gym_rows.GymRowsHandler`;
 the pipe is then reached through CALL jobs (the doorbell of
 :class:`~alf_env.data_plane.job_board.JobBoard`).
+
+**The pipe path** (:mod:`~alf_env.front_ends.gym.pipe_path`) serves the envs
+instead when shared memory cannot (an action space with a sub-space of no
+fixed size) or is not wanted (``shared_memory=False``): the workers stay on
+the pipe and step through pipe requests
+(:class:`~alf_env.front_ends.gym.pipe_board.PipeBoard`). Observations of no
+fixed size need no pipe path: they travel beside the rows (pipe leaves).
+
+**Observation spaces** (``observation_mode``, as gymnasium's vector envs):
+``"same"`` (every env's space equals env 0's), ``"different"`` (spaces of
+a common shape and dtype, batched by ``batch_differing_spaces``) or a pair
+``(observation_space, single_observation_space)`` (:func:`observation_spaces`).
 
 **Shared memory** (one ``SharedBlock``, one row per env) holds every
 fixed-size datum of the hot path:
@@ -25,34 +37,63 @@ fixed-size datum of the hot path:
   costs no pipe message.
 
 This module holds the checks of the constructor's arguments
-(:func:`check_arguments`, :func:`plan_workers`, :func:`declared_infos`) and
+(:func:`check_arguments`, :func:`resolve_context`, :func:`plan_workers`,
+:func:`check_max_concurrency`, :func:`declared_infos`, :func:`observation_spaces`) and
 :class:`WorkerStartup`, the start-up steps ``FastVectorEnv.__init__`` runs.
 """
 
 import functools
+import multiprocessing
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
+import gymnasium as gym
 import numpy as np
+from absl import logging
+from gymnasium.spaces.utils import is_space_dtype_shape_equiv
 from gymnasium.vector import AutoresetMode
-from gymnasium.vector.utils import batch_space
+from gymnasium.vector.utils import batch_differing_spaces, batch_space
 
 from alf_env.control_plane.affinity import usable_cpus
+from alf_env.control_plane.channel import resolve_all
 from alf_env.control_plane.group import start_environments
 from alf_env.control_plane.process_environment import ProcessEnvironment
 from alf_env.control_plane.protocol import START_METHODS
-from alf_env.data_plane.gym_rows import EnvGroup, EnvRows, GymRowsHandler, block_fields
+from alf_env.data_plane.action_items import action_layout
+from alf_env.data_plane.gym_rows import EnvRows, GymRowsHandler, block_fields
 from alf_env.data_plane.info_codec import InfoDecoder, InfoLayout, signature_of
 from alf_env.data_plane.job_board import JobBoard
 from alf_env.data_plane.job_loop import FastLoopSpec
 from alf_env.data_plane.shared_block import SharedBlock
 from alf_env.data_plane.space_layout import SpaceLayout
+from alf_env.front_ends.gym.pipe_board import PipeBoard
+from alf_env.front_ends.gym.pipe_path import PipeEnvGroup, PipeLayout, PipeRows
 
-__all__ = ["check_arguments", "plan_workers", "declared_infos", "WorkerStartup"]
+__all__ = ["ObservationMode", "check_arguments", "resolve_context", "plan_workers",
+           "check_max_concurrency", "declared_infos", "observation_spaces", "WorkerStartup"]
+
+#: What ``observation_mode`` takes: ``"same"``, ``"different"`` or a pair
+#: ``(observation_space, single_observation_space)``.
+ObservationMode = Union[str, Tuple[gym.Space, gym.Space]]
+
+
+def resolve_context(context: Optional[str]) -> str:
+    """The start method: ``context``, or for ``None`` multiprocessing's default
+    (as ``AsyncVectorEnv(context=None)`` takes it)."""
+    if context is None:
+        return multiprocessing.get_context().get_start_method()
+    return context
 
 
 def check_arguments(env_fns: List[Any], batch_size: int, context: str,
-                    autoreset_mode: AutoresetMode) -> None:
+                    autoreset_mode: AutoresetMode, worker: Any = None,
+                    observation_mode: ObservationMode = "same") -> None:
     """Raises ValueError/TypeError for arguments FastVectorEnv cannot work with."""
+    if worker is not None:
+        raise TypeError("worker: a custom worker function is not supported by "
+                        "FastVectorEnv, whose workers run alf_env's own loop; wrap the env "
+                        "instead (a gymnasium.Wrapper changes what step and reset do) or "
+                        "use gymnasium.vector.AsyncVectorEnv")
+    _check_observation_mode(observation_mode)
     n, b = len(env_fns), batch_size
     if n == 0:
         raise ValueError("env_fns: expected at least one env constructor, got none")
@@ -68,10 +109,62 @@ def check_arguments(env_fns: List[Any], batch_size: int, context: str,
     if b < n and autoreset_mode is AutoresetMode.DISABLED:
         raise ValueError("autoreset_mode: the asynchronous mode (batch_size < num_envs) "
                          "resets envs on its own; use NEXT_STEP or SAME_STEP, not DISABLED")
+    if b < n and isinstance(observation_mode, str) and observation_mode == "different":
+        raise ValueError("observation_mode='different': the asynchronous mode (batch_size "
+                         "< num_envs) returns other envs at each recv(), so no batched "
+                         "space describes its observations; give the pair "
+                         "(observation_space, single_observation_space) instead")
+
+
+def _check_observation_mode(mode: Any) -> None:
+    """gymnasium's checks of ``observation_mode``, with its messages."""
+    if isinstance(mode, tuple) and len(mode) == 2:
+        if not isinstance(mode[0], gym.Space) or not isinstance(mode[1], gym.Space):
+            raise TypeError(f"Expected both elements of observation_mode to be Spaces, got "
+                            f"{type(mode[0])} and {type(mode[1])}")
+    elif not (isinstance(mode, str) and mode in ("same", "different")):
+        raise ValueError(f"Invalid `observation_mode`, expected: 'same' or 'different' or "
+                         f"tuple of single and batch observation space, actual got {mode}")
+
+
+def observation_spaces(mode: ObservationMode, spaces: Sequence[gym.Space],
+                       batch_size: int) -> Tuple[gym.Space, gym.Space]:
+    """``(single_observation_space, observation_space)`` of envs with ``spaces``.
+
+    The same spaces, and the same errors, as gymnasium's vector envs.
+
+    Raises:
+        RuntimeError: the envs' spaces do not fit the mode (naming the env
+            and the spaces).
+        ValueError, TypeError: ``"different"`` spaces that
+            ``batch_differing_spaces`` cannot batch (other shapes, other types).
+    """
+    if isinstance(mode, tuple):
+        batched, single = mode
+    elif mode == "same":
+        single = spaces[0]
+        for i, space in enumerate(spaces[1:], start=1):
+            if space != single:
+                raise RuntimeError(
+                    f"FastVectorEnv(..., observation_mode='same') however some of the "
+                    f"sub-environments observation spaces are not equivalent. env {i} has "
+                    f"observation space {space}, but env 0 has {single}. If this is "
+                    f"intentional, use `observation_mode='different'` instead.")
+        return single, batch_space(single, batch_size)
+    else:  # "different": batched first, as gymnasium does (its errors come first)
+        single, batched = spaces[0], batch_differing_spaces(spaces)
+    for i, space in enumerate(spaces):
+        if not is_space_dtype_shape_equiv(single, space):
+            raise RuntimeError(
+                f"FastVectorEnv(..., observation_mode='different' or custom space) however "
+                f"the sub-environment's observation spaces do not share a common shape and "
+                f"dtype: env {i} has observation space {space}, against {single}")
+    return single, batched
 
 
 def plan_workers(num_envs: int, batch_size: int, num_workers: Optional[int],
-                 envs_per_worker: Optional[int]) -> List[Tuple[int, int]]:
+                 envs_per_worker: Optional[int],
+                 max_concurrency: Optional[int] = None) -> List[Tuple[int, int]]:
     """The env rows ``(begin, end)`` of each worker.
 
     Args:
@@ -79,6 +172,9 @@ def plan_workers(num_envs: int, batch_size: int, num_workers: Optional[int],
         batch_size: envs per step (fewer than ``num_envs``: asynchronous mode).
         num_workers: worker processes, or ``None``.
         envs_per_worker: envs per worker, or ``None``.
+        max_concurrency: most envs stepping at once, or ``None``: a worker
+            steps its envs one after the other, so this is the most workers
+            (the default number is lowered to it; a larger one given is an error).
 
     Returns:
         consecutive, non-empty row ranges covering ``[0, num_envs)``, sizes
@@ -109,6 +205,14 @@ def plan_workers(num_envs: int, batch_size: int, num_workers: Optional[int],
                              f"got {num_workers}")
     else:
         num_workers = n if is_async else min(n, len(usable_cpus()))
+        if max_concurrency is not None and num_workers > max_concurrency:
+            # Equal workers in the asynchronous mode: the largest divisor that fits.
+            num_workers = (max(d for d in range(1, max_concurrency + 1) if n % d == 0)
+                           if is_async else max_concurrency)
+    if max_concurrency is not None and num_workers > max_concurrency:
+        raise ValueError(f"max_concurrency={max_concurrency}: {num_workers} workers would "
+                         f"step {num_workers} envs at once; give at most {max_concurrency} "
+                         f"workers (num_workers / envs_per_worker)")
     base, extra = divmod(n, num_workers)
     bounds, begin = [], 0
     for w in range(num_workers):
@@ -121,6 +225,19 @@ def plan_workers(num_envs: int, batch_size: int, num_workers: Optional[int],
                          f"so batch_size must be a multiple of envs_per_worker={e}; "
                          f"got {b}")
     return bounds
+
+
+def check_max_concurrency(max_concurrency: Any) -> Optional[int]:
+    """gymnasium's checks of ``max_concurrency`` (with its messages); the value."""
+    if max_concurrency is None:
+        return None
+    if not isinstance(max_concurrency, (int, np.integer)):
+        raise ValueError(f"`max_concurrency` must be an integer or None, got "
+                         f"{type(max_concurrency)}.")
+    if max_concurrency < 1:
+        raise ValueError(f"`max_concurrency` must be a positive or None, got "
+                         f"{max_concurrency}.")
+    return int(max_concurrency)
 
 
 def declared_infos(info_example: Union[None, Dict[str, Any], Sequence[Dict[str, Any]]],
@@ -147,63 +264,63 @@ def declared_infos(info_example: Union[None, Dict[str, Any], Sequence[Dict[str, 
 
 class WorkerStartup:
     """The start-up steps of ``FastVectorEnv`` (a mixin): start the workers,
-    check their spaces, build the shared rows and send each worker into its
-    native job loop.
+    check their spaces, then either build the shared rows and send each
+    worker into its native job loop, or set up the pipe path.
 
     They read the env's ``env_fns``, ``_bounds``, ``num_envs``, ``num_workers``,
-    ``batch_size``, ``autoreset_mode``, ``info_bytes``, ``_declared_infos``,
-    ``_workers_pinned`` and ``_row_worker``, and set its spaces, ``metadata``,
-    ``render_mode``, ``_workers``, ``_block``, ``_board``, the row views and
-    ``_info_decoder``.
+    ``batch_size``, ``autoreset_mode``, ``observation_mode``, ``info_bytes``,
+    ``_declared_infos``, ``_workers_pinned``, ``_row_worker`` and
+    ``_payloads``, and set its spaces, ``metadata``, ``render_mode``,
+    ``shared_memory`` (``False`` when the pipe path serves), ``_workers``,
+    ``_block``, ``_board``, the layouts, the row views and ``_info_decoder``.
     """
 
-    def _start_workers(self, context: str) -> None:
+    def _start_workers(self, context: str, daemon: bool = True) -> None:
         self._workers = [
             ProcessEnvironment(
-                functools.partial(EnvGroup, self.env_fns[begin:end]),
+                functools.partial(PipeEnvGroup, self.env_fns[begin:end], self.autoreset_mode),
                 env_id=begin, hosted_envs=end - begin, fast=True, num_envs=self.num_envs,
                 torch_num_threads_per_env=None, start_method=context,
-                name=f"alf_env-vector-{w}")
+                name=f"alf_env-vector-{w}", daemon=daemon)
             for w, (begin, end) in enumerate(self._bounds)]
         start_environments(self._workers, start_serially=False)
 
     def _check_spaces(self) -> None:
         promises = [w.call("describe") for w in self._workers]
         spaces = [pair for p in promises for pair in p()]
-        obs0, act0 = spaces[0]
-        for i, (obs, act) in enumerate(spaces[1:], start=1):
-            for what, mine, first in (("observation", obs, obs0), ("action", act, act0)):
-                if mine != first:
-                    raise RuntimeError(
-                        f"env {i} has {what} space {mine}, but env 0 has {first}; all "
-                        f"envs of a FastVectorEnv must have the same {what} space")
-        self.single_observation_space = obs0
+        act0 = spaces[0][1]
+        for i, (_, act) in enumerate(spaces[1:], start=1):
+            if act != act0:
+                raise RuntimeError(
+                    f"env {i} has action space {act}, but env 0 has {act0}; all envs of "
+                    f"a FastVectorEnv must have the same action space")
+        obs_spaces = [obs for obs, _ in spaces]
+        single, batched = observation_spaces(self.observation_mode, obs_spaces,
+                                             self.batch_size)
+        self.single_observation_space = single
         self.single_action_space = act0
-        self.observation_space = batch_space(obs0, self.batch_size)
+        self.observation_space = batched
         self.action_space = batch_space(act0, self.batch_size)
         metadata, self.render_mode = self._workers[0].call("info")()
         self.metadata = dict(metadata, autoreset_mode=self.autoreset_mode)
-        self._obs = SpaceLayout(obs0, "obs", "observation")
-        self._act = SpaceLayout(act0, "act", "action")
-        if self._act.num_pipe_leaves:
-            raise ValueError(f"action space {act0}: {list(self._act.pipe_paths)} have no "
-                             f"fixed size; FastVectorEnv moves actions through shared "
-                             f"memory only")
+        self._obs = SpaceLayout(single, "obs", "observation")
+        self._act = action_layout(act0)  # each env receives the caller's item
+        # Observations of no fixed size travel beside the rows (pipe leaves),
+        # and the shape and dtype that observation_mode requires of every env
+        # is what its rows need; actions have no such way.
+        if self.shared_memory and self._act.num_pipe_leaves:
+            logging.info("FastVectorEnv: action space %s: %s have no fixed size; the envs "
+                         "step through the pipe", act0, list(self._act.pipe_paths))
+            self.shared_memory = False
 
     def _attach_workers(self, spin_us: int) -> None:
+        if not self.shared_memory:
+            self._attach_pipe()
+            return
         self._block = SharedBlock(block_fields(self._obs, self._act, self.info_bytes),
                                   num_rows=self.num_envs, num_workers=self.num_workers)
         rows = EnvRows(self._block, self._obs, self._act)
-        self._obs_views, self._act_views = rows.obs, rows.act
-        self._reward, self._terminated = rows.reward, rows.terminated
-        self._truncated, self._report = rows.truncated, rows.report
-        info_view = rows.info if rows.info is not None else np.zeros((self.num_envs, 0),
-                                                                     np.uint8)
-        self._info_decoder = InfoDecoder(info_view, rows.info_layout, self._row_worker,
-                                         self.num_workers)
-        for w in range(self.num_workers):
-            for lid, signature in enumerate(self._declared_infos, start=1):
-                self._info_decoder.register(w, lid, signature)
+        self._set_rows(rows, rows.info, declared=True)
         controller = self._block.controller(spin_us, workers_pinned=self._workers_pinned)
         self._board = JobBoard(controller, self._workers, on_ok=self._collect_reports)
         for w, worker in enumerate(self._workers):
@@ -214,3 +331,30 @@ class WorkerStartup:
             worker.start_fast_loop(FastLoopSpec(self._block, w, spin_us, handler,
                                                 self._workers_pinned),
                                    functools.partial(self._board.serve_pipe, w))
+
+    def _attach_pipe(self) -> None:
+        """The pipe path: rows in this process, a board of pipe requests."""
+        observations, self._obs = self._obs, PipeLayout(self.single_observation_space,
+                                                        "observation", self.num_envs)
+        if self._act.num_pipe_leaves:
+            self._act = PipeLayout(self.single_action_space, "action", self.num_envs)
+        resolve_all([w.call("check_observations", observations) for w in self._workers])
+        rows = PipeRows(self._obs, self._act, self._bounds, self._payloads)
+        self._set_rows(rows, None, declared=False)  # every info is a pipe payload
+        self._board = PipeBoard(self._workers, rows.actions_of, rows.store)
+
+    def _set_rows(self, rows: Any, info: Optional[np.ndarray], declared: bool) -> None:
+        """Takes the row views (an ``EnvRows`` or a ``PipeRows``) and builds the
+        info decoder (``declared``: with the layouts of ``info_example``)."""
+        self._obs_views, self._act_views = rows.obs, rows.act
+        self._reward, self._terminated = rows.reward, rows.terminated
+        self._truncated, self._report = rows.truncated, rows.report
+        info_view = info if info is not None else np.zeros((self.num_envs, 0), np.uint8)
+        self._info_decoder = InfoDecoder(info_view, rows.info_layout, self._row_worker,
+                                         self.num_workers)
+        if not declared:
+            return
+        for w in range(self.num_workers):
+            for lid, signature in enumerate(self._declared_infos, start=1):
+                self._info_decoder.register(w, lid, signature)
+

@@ -83,12 +83,16 @@ class StateChecks:
         if self.is_async:
             raise ValueError("options['reset_mask']: the asynchronous mode resets every "
                              "env; reset_mask needs batch_size == num_envs")
+        # gymnasium's checks, types and words (AsyncVectorEnv.reset_async).
         if not isinstance(mask, np.ndarray):
-            raise TypeError(f"options['reset_mask']: expected a numpy array, got "
-                            f"{type(mask).__name__}")
-        if mask.shape != (self.num_envs,) or mask.dtype != np.bool_:
-            raise ValueError(f"options['reset_mask']: expected shape ({self.num_envs},) "
-                             f"and dtype bool, got shape {mask.shape} and dtype {mask.dtype}")
+            raise TypeError(f"`options['reset_mask']` must be a numpy array, got {type(mask)}")
+        if mask.shape != (self.num_envs,):
+            raise ValueError(f"`options['reset_mask']` must have shape `({self.num_envs},)`, "
+                             f"got {mask.shape}")
+        if mask.dtype != np.bool_:
+            raise TypeError(f"`options['reset_mask']` must have `dtype=np.bool_`, got "
+                            f"{mask.dtype}")
         if not mask.any():
-            raise ValueError("options['reset_mask']: expected at least one True value")
+            raise ValueError(f"`options['reset_mask']` must contain a boolean array with at "
+                             f"least one True value, got reset_mask={mask}")
         return mask

@@ -7,7 +7,8 @@ EnvPool-style asynchronous mode. This module holds its API (:func:`make` is in
 mixins hold the rest: :mod:`~alf_env.front_ends.gym.state` (the state
 machine), :mod:`~alf_env.front_ends.gym.startup` (workers, shared rows),
 :mod:`~alf_env.front_ends.gym.engine` (posting jobs, waiting for them) and
-:mod:`~alf_env.front_ends.gym.results` (pipe reports, batched results).
+:mod:`~alf_env.front_ends.gym.results` (pipe reports, batched results);
+:mod:`~alf_env.front_ends.gym.pipe_path` steps the envs through the pipe instead.
 
 **Autoreset** happens in the workers, per env, exactly as ``SyncVectorEnv``
 does it: NEXT_STEP (the step after an episode's end is a reset that returns
@@ -34,12 +35,14 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple, Un
 
 import gymnasium as gym
 import numpy as np
-from absl import logging
 from gymnasium.error import AlreadyPendingCallError, NoAsyncCallError
 from gymnasium.vector import AutoresetMode
 
 from alf_env.control_plane.affinity import AUTO, WorkerCpus, pin_workers, plan_worker_cpus
+from alf_env.control_plane.placement import adapt_placement
 from alf_env.control_plane.group import close_all
+from alf_env.control_plane.guards import NotCopyable, OneThread, guard_methods
+from alf_env.control_plane.shutdown import close_when_collected
 from alf_env.control_plane.process_environment import ProcessEnvironment
 from alf_env.data_plane.gym_rows import (RESERVED_CALL_NAMES, RESET_DEFAULT, RESET_STAGED,
                                          StagedReset)
@@ -49,19 +52,41 @@ from alf_env.data_plane.shared_block import SPIN_ADAPTIVE, JobType, SharedBlock
 from alf_env.errors import EnvTimeoutError
 from alf_env.front_ends.gym.engine import JobEngine
 from alf_env.front_ends.gym.results import ResultAssembly
-from alf_env.front_ends.gym.startup import (WorkerStartup, check_arguments, declared_infos,
-                                            plan_workers)
+from alf_env.front_ends.gym.startup import (ObservationMode, WorkerStartup, check_arguments,
+                                            check_max_concurrency, declared_infos,
+                                            plan_workers, resolve_context)
 from alf_env.front_ends.gym.state import AsyncState, Seeds, StateChecks
 
 __all__ = ["FastVectorEnv"]
 
 
-class FastVectorEnv(StateChecks, WorkerStartup, JobEngine, ResultAssembly, gym.vector.VectorEnv):
+class FastVectorEnv(NotCopyable, StateChecks, WorkerStartup, JobEngine, ResultAssembly,
+                    gym.vector.VectorEnv):
     """A gymnasium vector env whose envs run in worker processes, stepped through shared memory.
+
+    The arguments of ``gymnasium.vector.AsyncVectorEnv`` come first, in its
+    order (positional use works the same); alf_env's own are keyword-only.
 
     Args:
         env_fns: one constructor per env (called in the workers; lambdas and
             closures work with every start method).
+        shared_memory: ``False``, or an action space of no fixed size: the
+            pipe path (a pipe request per worker and step, results batched by
+            gymnasium's ``concatenate``, as ``AsyncVectorEnv(shared_memory=
+            False)``); ``self.shared_memory`` says which path serves.
+        copy: return copies of the observations (``True``), or views of the
+            shared rows that the next step overwrites (``False``, synchronous
+            mode only).
+        context: start method, ``"fork"``, ``"spawn"`` or ``"forkserver"``
+            (``None``: multiprocessing's default, as gymnasium takes it).
+        daemon: the workers' flag (``False``: envs may start processes); the
+            workers end with the program either way.
+        worker: not supported (``TypeError``); wrap the env instead.
+        observation_mode: ``"same"``, ``"different"`` (synchronous mode only)
+            or ``(observation_space, single_observation_space)``, as gymnasium.
+        autoreset_mode: a ``gymnasium.vector.AutoresetMode`` (or its value);
+            the asynchronous mode supports NEXT_STEP and SAME_STEP.
+        max_concurrency: most envs stepping at once: bounds the workers.
         batch_size: envs returned per step; ``None`` or ``len(env_fns)``:
             synchronous; fewer: the asynchronous (EnvPool) mode.
         num_workers: worker processes; the envs are spread over them as evenly
@@ -74,12 +99,6 @@ class FastVectorEnv(StateChecks, WorkerStartup, JobEngine, ResultAssembly, gym.v
             (must divide ``len(env_fns)`` and, asynchronous mode,
             ``batch_size``); ``1`` is one process per env. Give
             ``num_workers`` or ``envs_per_worker``, not both.
-        copy: return copies of the observations (``True``), or views of the
-            shared rows that the next step overwrites (``False``, synchronous
-            mode only).
-        context: start method, ``"fork"``, ``"spawn"`` or ``"forkserver"``.
-        autoreset_mode: a ``gymnasium.vector.AutoresetMode`` (or its value);
-            the asynchronous mode supports NEXT_STEP and SAME_STEP.
         spin_us: how long waiters spin before sleeping (-1 adaptive, 0 never).
         worker_cpus: where the worker processes run: ``"auto"`` (default:
             ``"spread"`` in the synchronous mode when there are at least as
@@ -99,26 +118,33 @@ class FastVectorEnv(StateChecks, WorkerStartup, JobEngine, ResultAssembly, gym.v
             are otherwise learned from the first infos.
 
     Raises:
-        ValueError: bad arguments, or an action space with a sub-space of no
-            fixed size.
-        RuntimeError: the envs' observation or action spaces differ (naming
-            the env and both spaces).
+        TypeError: ``worker`` given, or a malformed ``observation_mode`` pair.
+        ValueError: bad arguments.
+        RuntimeError: the envs' action spaces differ, or their observation
+            spaces do not fit ``observation_mode`` (naming the env and the spaces).
     """
 
-    def __init__(self, env_fns: Sequence[Callable[[], gym.Env]], *,
+    def __init__(self, env_fns: Sequence[Callable[[], gym.Env]], shared_memory: bool = True,
+                 copy: bool = True, context: Optional[str] = "fork", daemon: bool = True,
+                 worker: Optional[Callable[..., None]] = None,
+                 observation_mode: ObservationMode = "same",
+                 autoreset_mode: Union[AutoresetMode, str] = AutoresetMode.NEXT_STEP,
+                 max_concurrency: Optional[int] = None, *,
                  batch_size: Optional[int] = None, num_workers: Optional[int] = None,
                  envs_per_worker: Optional[int] = None,
-                 copy: bool = True, context: str = "fork",
-                 autoreset_mode: Union[AutoresetMode, str] = AutoresetMode.NEXT_STEP,
                  spin_us: int = SPIN_ADAPTIVE, worker_cpus: WorkerCpus = AUTO,
                  info_bytes: int = DEFAULT_INFO_BYTES,
                  info_example: Union[None, Dict[str, Any], Sequence[Dict[str, Any]]] = None
                  ) -> None:
+        self._one_thread = OneThread(type(self).__name__)  # see guard_methods below
         env_fns = list(env_fns)
         batch_size = len(env_fns) if batch_size is None else int(batch_size)
         autoreset_mode = AutoresetMode(autoreset_mode)
-        check_arguments(env_fns, batch_size, context, autoreset_mode)
-        self._bounds = plan_workers(len(env_fns), batch_size, num_workers, envs_per_worker)
+        context = resolve_context(context)
+        check_arguments(env_fns, batch_size, context, autoreset_mode, worker, observation_mode)
+        max_concurrency = check_max_concurrency(max_concurrency)
+        self._bounds = plan_workers(len(env_fns), batch_size, num_workers, envs_per_worker,
+                                    max_concurrency)
         self._declared_infos, info_bytes = declared_infos(info_example, info_bytes)
         cpu_plan = plan_worker_cpus(worker_cpus, len(self._bounds),
                                     lockstep=batch_size == len(env_fns))
@@ -133,6 +159,12 @@ class FastVectorEnv(StateChecks, WorkerStartup, JobEngine, ResultAssembly, gym.v
         self.info_bytes = info_bytes
         self.copy = copy
         self.autoreset_mode = autoreset_mode
+        #: Whether shared memory serves the steps (``False``: the pipe path).
+        self.shared_memory = bool(shared_memory)
+        self.context = context
+        self.daemon = daemon
+        self.observation_mode = observation_mode
+        self.max_concurrency = max_concurrency
         self._workers: List[ProcessEnvironment] = []
         self._board: Optional[JobBoard] = None
         self._block: Optional[SharedBlock] = None
@@ -155,17 +187,25 @@ class FastVectorEnv(StateChecks, WorkerStartup, JobEngine, ResultAssembly, gym.v
         self._pipe_leaves: Dict[int, list] = {}  # env id -> its pipe observation leaves
         self._pending_calls: List[Any] = []
         self._reset_rows: List[int] = []         # envs whose infos reset_wait returns
+        self._finalizer: Any = None
         try:
-            self._start_workers(context)
+            self._start_workers(context, daemon)
+            # Dropped unclosed, the env is collected (nothing refers back to
+            # it) and this ends its workers; close() detaches it.
+            self._finalizer = close_when_collected(self, self._workers)
             pin_workers([w.pid for w in self._workers], cpu_plan)
             self._check_spaces()
             self._attach_workers(spin_us)
+            if isinstance(self._board, JobBoard):
+                self._board.step_timer = adapt_placement(
+                    [w.pid for w in self._workers], worker_cpus, cpu_plan)
         except BaseException:
             self.close(terminate=True)
             raise
-        # Not closed by the program: the exit hook of control_plane.shutdown
-        # brings the workers back from the native loop (the board is
-        # registered) and closes them with every other worker, all at once.
+        # Not closed by the program but still referenced at exit: the exit
+        # hook of control_plane.shutdown brings the workers back from the
+        # native loop (the board is registered) and closes them with every
+        # other worker, all at once.
 
     # -- the gymnasium API ----------------------------------------------------------
 
@@ -240,15 +280,22 @@ class FastVectorEnv(StateChecks, WorkerStartup, JobEngine, ResultAssembly, gym.v
     def step_async(self, actions: Any) -> None:
         """Writes the actions and posts the steps; collect them with :meth:`step_wait`.
 
-        Actions are checked against ``single_action_space`` for structure,
-        shape and dtype (numpy's "safe" casting rule; non-contiguous arrays
-        are fine), not for bounds: a value outside a ``Box``'s bounds or a
+        Each env receives its item of the batch as ``AsyncVectorEnv`` sends
+        it (``gymnasium.vector.utils.iterate``): of the caller's type, dtype
+        and shape (:mod:`~alf_env.data_plane.action_items`). Items are checked
+        against ``single_action_space``: structure, a shape that broadcasts
+        to the space's, a dtype that casts to the space's under numpy's
+        "same_kind" rule (so float64 for a float32 ``Box``, not floats for a
+        ``Discrete``), integers within the range of an integer space's dtype.
+        Bounds are not checked: a value outside a ``Box``'s bounds or a
         ``Discrete``'s range reaches the env unchanged (never clipped), as
         with gymnasium's own vector envs.
 
         Raises:
-            ValueError: a malformed action (naming the field, the expected and
-                the actual shape and dtype); nothing was sent.
+            TypeError: ``actions`` cannot be iterated over (e.g. ``step(0)``).
+            ValueError: a malformed action (naming the field, the env where
+                one is at fault, the expected and the actual shape and
+                dtype); nothing was sent.
         """
         self._assert_is_running()
         self._assert_state("step_async")
@@ -401,16 +448,22 @@ class FastVectorEnv(StateChecks, WorkerStartup, JobEngine, ResultAssembly, gym.v
         terminated, then every worker closes its envs within
         ``CLOSE_POLITE_TIMEOUT`` (else it is terminated, then killed). An
         exception raised by an env's ``close()`` is logged, not raised.
+        Closing while a ``reset``/``step``/``call`` is pending warns
+        (``UserWarning``, as ``AsyncVectorEnv``) and drops its results.
 
         Args:
             timeout: seconds to let running jobs finish before workers are
                 terminated (default: ``CLOSE_POLITE_TIMEOUT``).
             terminate: terminate the workers at once.
         """
-        if self._state is not AsyncState.DEFAULT and not terminate:
-            logging.warning("FastVectorEnv.close() while a %s call is pending; waiting "
-                            "for it", self._state.value)
+        if self._state is not AsyncState.DEFAULT:
+            # AsyncVectorEnv's UserWarning, word for word; the workers finish
+            # the pending jobs (bounded by ``timeout``) before they close.
+            gym.logger.warn(f"Calling `close` while waiting for a pending call to "
+                            f"`{self._state.value}` to complete.")
         self._state = AsyncState.DEFAULT
+        if self._finalizer is not None:
+            self._finalizer.detach()
         if self._board is not None and not terminate:
             self._board.release(timeout)
         close_all(self._workers, polite_timeout=0.0 if terminate else None)
@@ -427,6 +480,11 @@ class FastVectorEnv(StateChecks, WorkerStartup, JobEngine, ResultAssembly, gym.v
     def __exit__(self, *exc_info: Any) -> None:
         self.close()
 
-    def __del__(self) -> None:
-        if not getattr(self, "closed", True) and hasattr(self, "_workers"):
-            self.close(terminate=True)
+
+# One thread at a time: a second thread's call raises ConcurrentUseError before it
+# writes or posts anything (it used to write its actions into the rows of the
+# first thread's step, and post jobs the first thread then waited for).
+guard_methods(FastVectorEnv, ("reset", "reset_async", "reset_wait", "step", "step_async",
+                              "step_wait", "call", "call_async", "call_wait", "get_attr",
+                              "set_attr", "render", "async_reset", "send", "recv",
+                              "call_envs"))

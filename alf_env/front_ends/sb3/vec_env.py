@@ -39,10 +39,21 @@ other numpy scalars and arrays as numpy values (equal to the env's values).
 ``get_attr``, ``set_attr``, ``env_method``, ``has_attr`` and
 ``env_is_wrapped`` act on the envs named by ``indices`` only, exactly as SB3
 does (``env.get_wrapper_attr`` for reading and calling, ``setattr`` on the
-outermost wrapper for writing): each env carries a small dispatcher (the
-attribute ``_alf_env_sb3_port``) that runs these requests in its worker.
+outermost wrapper for writing; negative indices count from the end): each
+env's worker hosts it with a small dispatcher
+(:class:`~alf_env.front_ends.sb3.worker.Port`) that runs these requests, and
+only the workers of the named envs get a request
+(``FastVectorEnv.call_envs``).
+
+**Actions** reach the envs as ``SubprocVecEnv`` sends them: env ``i`` gets
+``actions[i]``, one action per env (a list of dicts for a ``Dict`` space, of
+tuples for a ``Tuple`` space), never cast: what the shared rows cannot carry
+exactly (a float for a ``Discrete`` space, NaN, an integer beyond the space's
+dtype) is sent to that env as it is, on the pipe
+(:mod:`~alf_env.front_ends.sb3.actions`).
 """
 
+import collections
 import functools
 import multiprocessing as mp
 import warnings
@@ -50,7 +61,6 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Type
 
 import gymnasium as gym
 import numpy as np
-from gymnasium import spaces
 from gymnasium.vector import AutoresetMode
 try:
     from stable_baselines3.common.vec_env.base_vec_env import (VecEnv, VecEnvIndices, VecEnvObs,
@@ -60,9 +70,11 @@ except ImportError as exc:  # the optional extra is missing
                       f"pip install 'alf_env[sb3]'", name=exc.name) from exc
 
 from alf_env.control_plane.affinity import AUTO, WorkerCpus
+from alf_env.control_plane.guards import NotCopyable
 from alf_env.data_plane.shared_block import SPIN_ADAPTIVE
 from alf_env.control_plane.protocol import START_METHODS
-from alf_env.front_ends.sb3.worker import NOT_TARGETED, PORT_ATTR, build_env
+from alf_env.front_ends.sb3.actions import ActionRouter
+from alf_env.front_ends.sb3.worker import PORT_ATTR, build_env
 from alf_env.front_ends.gym.vector_env import FastVectorEnv
 
 __all__ = ["FastSubprocVecEnv"]
@@ -71,7 +83,7 @@ __all__ = ["FastSubprocVecEnv"]
 _PYTHON_SCALAR_DTYPES = (np.dtype(np.bool_), np.dtype(np.int64), np.dtype(np.float64))
 
 
-class FastSubprocVecEnv(VecEnv):
+class FastSubprocVecEnv(NotCopyable, VecEnv):
     """SB3's ``VecEnv`` API over :class:`alf_env.vector.FastVectorEnv` workers.
 
     A drop-in for ``SubprocVecEnv(env_fns, start_method=None)``: the same
@@ -109,13 +121,18 @@ class FastSubprocVecEnv(VecEnv):
         if start_method is None:
             start_method = ("forkserver" if "forkserver" in mp.get_all_start_methods()
                             else "spawn")
+        try:
+            mp.get_context(start_method)  # SubprocVecEnv's check, and its words
+        except ValueError as exc:
+            raise ValueError(f"start_method: {exc} (expected one of {START_METHODS} or "
+                             f"None)") from exc
         if start_method not in START_METHODS:
             raise ValueError(f"start_method: expected one of {START_METHODS} or None, got "
                              f"{start_method!r}")
         self.waiting = False
         self.closed = False
         self._vector_env = FastVectorEnv(
-            [functools.partial(build_env, fn, i) for i, fn in enumerate(env_fns)],
+            [functools.partial(build_env, fn) for fn in env_fns],
             num_workers=num_workers, envs_per_worker=envs_per_worker, context=start_method,
             autoreset_mode=AutoresetMode.SAME_STEP, spin_us=spin_us,
             worker_cpus=worker_cpus)
@@ -126,7 +143,7 @@ class FastSubprocVecEnv(VecEnv):
         except BaseException:
             self._vector_env.close(terminate=True)
             raise
-        self._actions: Any = None
+        self._actions = ActionRouter(self.action_space, self.num_envs)
 
     @property
     def vector_env(self) -> FastVectorEnv:
@@ -168,8 +185,23 @@ class FastSubprocVecEnv(VecEnv):
         return obs
 
     def step_async(self, actions: np.ndarray) -> None:
-        """Sends the actions (one row per env) to the workers."""
-        self._vector_env.step_async(_cast_actions(actions, self.action_space))
+        """Sends env ``i`` its action ``actions[i]`` (see the module doc).
+
+        Raises:
+            ValueError: not one action per env.
+        """
+        batch, passed = self._actions.split(actions)
+        if passed:  # each to its env, as it is, before the step that uses it
+            self._call_ports({i: ("stage", 1, action) for i, action in passed.items()})
+        try:
+            self._vector_env.step_async(batch)
+        except BaseException:
+            if passed:  # no step uses them
+                try:
+                    self._call_ports({i: ("unstage", 1) for i in passed})
+                except Exception:  # noqa: BLE001 -- the step's own error is the one to raise
+                    pass
+            raise
         self.waiting = True
 
     def step_wait(self) -> VecEnvStepReturn:
@@ -235,18 +267,27 @@ class FastSubprocVecEnv(VecEnv):
         return list(self._vector_env.render())
 
     def _request(self, op: str, indices: VecEnvIndices, *args: Any) -> List[Any]:
-        """Runs ``op`` on the envs ``indices`` (in that order, repeats included)."""
+        """Runs ``op`` on the envs ``indices`` (in that order, repeats included;
+        negative ones count from the end, as SB3's list indexing does)."""
         if isinstance(indices, np.integer):
             indices = int(indices)
-        targets = [int(i) for i in self._get_indices(indices)]
-        for i in targets:
-            if not 0 <= i < self.num_envs:
-                raise IndexError(f"indices: expected env indices in [0, {self.num_envs}), "
-                                 f"got {i}")
-        per_env = self._vector_env.call(PORT_ATTR, op, targets, *args)
-        taken = {i: iter(results) for i, results in enumerate(per_env)
-                 if results is not NOT_TARGETED}
+        n = self.num_envs
+        targets = []
+        for i in self._get_indices(indices):
+            i = int(i)
+            if not -n <= i < n:
+                raise IndexError(f"indices: expected env indices in [0, {n}), got {i} "
+                                 f"(negative ones count from the end, down to -{n})")
+            targets.append(i % n)
+        times = collections.Counter(targets)
+        results = self._call_ports({i: (op, count) + args for i, count in times.items()})
+        taken = {i: iter(values) for i, values in results.items()}
         return [next(taken[i]) for i in targets]
+
+    def _call_ports(self, calls: Dict[int, tuple]) -> Dict[int, List[Any]]:
+        """Runs ``port(op, times, *args)`` (``calls[i]``) on the port of each env
+        ``i`` of ``calls``; only their workers get a request."""
+        return self._vector_env.call_envs(PORT_ATTR, {i: (call, {}) for i, call in calls.items()})
 
 
 def _group_options(options: List[Dict[str, Any]]) -> List[tuple]:
@@ -291,14 +332,3 @@ def _unbatch_info(infos: Dict[str, Any], i: int, skip: tuple = ()) -> Dict[str, 
                 item = item.item()
         info[key] = item
     return info
-
-
-def _cast_actions(actions: Any, space: spaces.Space) -> Any:
-    """Actions in the dtypes of ``space`` (SB3 passes whatever the policy produced)."""
-    if isinstance(space, spaces.Dict):
-        return {key: _cast_actions(actions[key], sub) for key, sub in space.spaces.items()}
-    if isinstance(space, spaces.Tuple):
-        return tuple(_cast_actions(a, sub) for a, sub in zip(actions, space.spaces))
-    if space.dtype is None:
-        return actions
-    return np.asarray(actions).astype(space.dtype, copy=False)

@@ -1,26 +1,21 @@
 """The worker side of :class:`alf_env.sb3.FastSubprocVecEnv`.
 
+Each env of a worker is hosted as an :class:`Sb3Env`: the user's env, left as
+it was made, with a :class:`Port` that runs SB3's per-env requests on it and
+holds the action that a step passes to the env as the user gave it (see
+:mod:`alf_env.front_ends.sb3.actions`).
+
 Kept apart from :mod:`alf_env.sb3` so that a worker started with spawn or
 forkserver does not import stable-baselines3 (and torch with it) unless an
 env needs SB3's patching of old ``gym`` envs.
 """
 
-from typing import Any, Callable, Sequence, Type
+from typing import Any, Callable, List, Type
 
 import gymnasium as gym
 
-#: Name of the dispatcher attribute each env gets in its worker.
+#: Name by which the vector env's calls reach an env's :class:`Port`.
 PORT_ATTR = "_alf_env_sb3_port"
-
-
-class _NotTargeted:
-    """Marks the result of an env that a request did not name."""
-
-    def __reduce__(self) -> str:
-        return "NOT_TARGETED"  # one instance, also after pickling
-
-
-NOT_TARGETED = _NotTargeted()
 
 
 class Port:
@@ -28,19 +23,15 @@ class Port:
 
     Args:
         env: the env (the outermost wrapper).
-        index: the env's index in the vector env.
     """
 
-    def __init__(self, env: gym.Env, index: int) -> None:
+    def __init__(self, env: gym.Env) -> None:
         self.env = env
-        self.index = index
+        self._staged: List[Any] = []  # the next step's action, as the user gave it
 
-    def __call__(self, op: str, indices: Sequence[int], *args: Any) -> Any:
-        """The results of ``op`` for each time ``indices`` names this env, else
-        :data:`NOT_TARGETED`."""
-        times = sum(1 for i in indices if i == self.index)
-        if not times:
-            return NOT_TARGETED
+    def __call__(self, op: str, times: int, *args: Any) -> List[Any]:
+        """The results of ``op(*args)`` run ``times`` times (SB3's ``indices``
+        may name an env more than once)."""
         return [getattr(self, op)(*args) for _ in range(times)]
 
     def get_attr(self, name: str) -> Any:
@@ -68,13 +59,67 @@ class Port:
             env = env.env
         return False
 
+    def stage(self, action: Any) -> None:
+        """Makes the next step use ``action`` instead of the one in the shared rows."""
+        self._staged[:] = [action]
 
-def build_env(env_fn: Callable[[], gym.Env], index: int) -> gym.Env:
-    """Builds env ``index`` in its worker as SB3 does (an old ``gym`` env is patched
-    by SB3) and gives it its :class:`Port`."""
+    def unstage(self) -> None:
+        """Forgets a staged action (its step was not posted)."""
+        self._staged.clear()
+
+    def action_for(self, action: Any) -> Any:
+        """The action of this step: the staged one (used up), else ``action``."""
+        if self._staged:
+            return self._staged.pop()
+        return action
+
+
+class Sb3Env:
+    """What a worker hosts for each SB3 env: the env and its :class:`Port`.
+
+    The worker's env group steps, resets, renders and closes this object; it
+    forwards everything to the env, except that a step takes the port's
+    staged action if there is one, and that :data:`PORT_ATTR` reads the port.
+    So the env itself is neither wrapped (its ``spec`` and wrappers stay as
+    SB3's own vec envs show them) nor given attributes.
+
+    Args:
+        env: the env (the outermost wrapper).
+    """
+
+    def __init__(self, env: gym.Env) -> None:
+        self.env = env
+        self.port = Port(env)
+
+    def step(self, action: Any) -> Any:
+        return self.env.step(self.port.action_for(action))
+
+    def reset(self, **kwargs: Any) -> Any:
+        return self.env.reset(**kwargs)
+
+    def render(self) -> Any:
+        return self.env.render()
+
+    def close(self) -> None:
+        self.env.close()
+
+    def get_wrapper_attr(self, name: str) -> Any:
+        return self.port if name == PORT_ATTR else self.env.get_wrapper_attr(name)
+
+    def set_wrapper_attr(self, name: str, value: Any, **kwargs: Any) -> Any:
+        return self.env.set_wrapper_attr(name, value, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        if name in ("env", "port"):  # not set yet (e.g. during unpickling)
+            raise AttributeError(name)
+        return getattr(self.env, name)
+
+
+def build_env(env_fn: Callable[[], gym.Env]) -> Sb3Env:
+    """Builds an env in its worker as SB3 does (an old ``gym`` env is patched by
+    SB3) and hosts it with its :class:`Port`."""
     env = env_fn()
     if not isinstance(env, gym.Env):
         from stable_baselines3.common.vec_env.patch_gym import _patch_env
         env = _patch_env(env)
-    setattr(env, PORT_ATTR, Port(env, index))
-    return env
+    return Sb3Env(env)

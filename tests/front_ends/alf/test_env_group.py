@@ -5,6 +5,7 @@ errors that name the env, and member resets that overlap the trainer."""
 import functools
 import os
 import signal
+import threading
 import time
 
 import numpy as np
@@ -12,7 +13,7 @@ import pytest
 import torch
 
 from alf_env.control_plane.affinity import usable_cpus
-from alf_env.front_ends.alf.env_group import EnvGroup, MemberProxy
+from alf_env.front_ends.alf.env_group import EnvGroup, MemberProxy, build_members
 from alf_env.environments.fast_parallel_environment import (FastParallelEnvironment,
                                                             plan_group_size)
 from alf_env.environments.parallel_environment import ParallelAlfEnvironment
@@ -140,9 +141,10 @@ def test_a_dead_worker_names_every_env_it_held():
 
 
 def test_a_member_resets_while_the_trainer_works():
-    # Episodes of exactly 3 steps and a 0.4 s reset: the step after LAST finds
-    # the reset done if the trainer spent that time elsewhere.
-    reset_delay = 0.4
+    # Episodes of exactly 3 steps and a 1 s reset: the step after LAST finds
+    # the reset done if the trainer spent that time elsewhere. (Without the
+    # overlap it would take 2 s; a busy machine's step is far below 1 s.)
+    reset_delay = 1.0
     ctors = [functools.partial(CountingEnv, env_id=i, min_length=3, max_length=3,
                                reset_delay=reset_delay) for i in range(2)]
     with FastParallelEnvironment(ctors, num_workers=1) as env:
@@ -194,3 +196,71 @@ def test_members_with_other_specs_are_named_and_closed():
                                          r"env group member 0 has .*identical specs"):
         EnvGroup([CountingEnv, CountingEnv, OtherSpec], 0)
     assert len(closed) == 1
+
+
+class BuiltEnv(CountingEnv):
+    """A CountingEnv whose constructor sleeps ``build_delay`` seconds (a slow
+    simulator start) and notes the thread that built it."""
+
+    def __init__(self, env_id: int = 0, build_delay: float = 0.0, **kwargs) -> None:
+        time.sleep(build_delay)
+        self.built_in_main_thread = threading.current_thread() is threading.main_thread()
+        super().__init__(env_id=env_id, **kwargs)
+
+
+# 10 constructors of 1 s on 2 workers: 5 s one after another, about 1 s side by
+# side. Sleeping takes no CPU, so a busy machine stays far below the bound.
+SLOW_BUILDS, BUILD_DELAY, BUILD_BOUND = 10, 1.0, 4.0
+
+
+@pytest.mark.parametrize("num_workers", [2, None])
+def test_start_serially_false_builds_the_members_of_a_worker_side_by_side(num_workers):
+    ctors = [functools.partial(BuiltEnv, env_id=i, build_delay=BUILD_DELAY)
+             for i in range(SLOW_BUILDS)]
+    begin = time.monotonic()
+    with FastParallelEnvironment(ctors, start_serially=False, blocking=False,
+                                 num_workers=num_workers) as env:
+        took = time.monotonic() - begin
+        assert took < BUILD_BOUND, f"{SLOW_BUILDS} envs of {BUILD_DELAY} s took {took:.2f} s"
+        if num_workers is None:
+            assert env.num_workers == plan_workers(SLOW_BUILDS)
+        first = env.reset()
+        assert first.observation[:, 0].tolist() == list(range(SLOW_BUILDS))  # row i is env i
+        if env.num_workers < SLOW_BUILDS:
+            assert [h.built_in_main_thread for h in env.envs] == [False] * SLOW_BUILDS
+
+
+def plan_workers(num_envs: int) -> int:
+    return num_envs // plan_group_size(num_envs, None, 0, False)
+
+
+def test_start_serially_builds_the_members_one_after_another_in_the_main_thread():
+    ctors = [functools.partial(BuiltEnv, env_id=i) for i in range(4)]
+    with FastParallelEnvironment(ctors, num_workers=2) as env:
+        assert [h.built_in_main_thread for h in env.envs] == [True] * 4
+        assert env.reset().observation[:, 0].tolist() == [0, 1, 2, 3]
+
+
+class ClosedEnv(BuiltEnv):
+    closed: list = []
+
+    def close(self):
+        ClosedEnv.closed.append(self._env_id)
+        super().close()
+
+
+@pytest.mark.parametrize("concurrently", [True, False])
+def test_a_failed_member_build_closes_the_members_built_and_raises_the_first_error(
+        concurrently):
+    ClosedEnv.closed = []
+    ctors = [ClosedEnv] * 4
+    ctors[1] = functools.partial(ClosedEnv, fault="raise", fault_phase="ctor")
+    ctors[3] = functools.partial(ClosedEnv, fault="unknown", fault_phase="ctor")
+    with pytest.raises(ValueError, match="injected failure"):
+        build_members(ctors, 10, concurrently)
+    # Member 1 raised (member 3's AssertionError comes later in order); the
+    # members built (0, and 2 when built side by side) are closed.
+    assert sorted(ClosedEnv.closed) == ([10, 12] if concurrently else [10])
+    members = build_members([functools.partial(BuiltEnv)] * 3, 5, concurrently)
+    assert [m._env_id for m in members] == [5, 6, 7]
+    assert [m.built_in_main_thread for m in members] == [not concurrently] * 3

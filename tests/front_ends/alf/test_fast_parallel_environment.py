@@ -14,7 +14,7 @@ import torch
 from alf_env.environments import suite_gym
 from alf_env.environments.fast_parallel_environment import FastParallelEnvironment
 from alf_env.environments.parallel_environment import ParallelAlfEnvironment
-from alf_env.errors import WorkerDiedError
+from alf_env.errors import EnvironmentProcessError, EnvTimeoutError, WorkerDiedError
 from alf_env.tensor_specs import TensorSpec
 from tests.support.alf_envs import CountingEnv
 from tests.support.alf_runs import (InProcessReference, assert_same_sequences, cartpole, image_env,
@@ -130,6 +130,45 @@ def test_signal_interrupts_a_hung_step_and_close_is_bounded(monkeypatch):
     bound = 0.5 + shutdown.CLOSE_TERMINATE_TIMEOUT + \
         shutdown.CLOSE_KILL_TIMEOUT
     assert closed_in < bound + 1.0
+
+
+def _counting_envs(num_envs: int, faulty: int, fault: str) -> list:
+    """``CountingEnv`` constructors; env ``faulty`` injects ``fault`` at its first step."""
+    return [functools.partial(CountingEnv, env_id=i, fault=fault, fault_phase="step",
+                              fault_step=1) if i == faulty else
+            functools.partial(CountingEnv, env_id=i) for i in range(num_envs)]
+
+
+@pytest.mark.parametrize("num_envs, num_workers, named", [
+    (3, 3, r"^envs \[1\] did not finish step"),              # one env per worker
+    (4, 2, r"^envs \[0, 1\] \(worker 0\) did not finish step"),
+])
+def test_a_timeout_names_only_the_envs_that_did_not_finish(monkeypatch, num_envs,
+                                                           num_workers, named):
+    # Env 1 hangs; the other workers finish their step. The timeout names the
+    # envs of the workers still stepping (and the worker when it hosts
+    # several), not every env, nor worker indices.
+    from alf_env.control_plane import shutdown
+    monkeypatch.setattr(shutdown, "CLOSE_POLITE_TIMEOUT", 0.5)
+    env = FastParallelEnvironment(_counting_envs(num_envs, 1, "hang"), timeout=0.5,
+                                  num_workers=num_workers)
+    try:
+        env.reset()
+        with pytest.raises(EnvTimeoutError, match=named):
+            env.step(torch.zeros(num_envs, dtype=torch.int64))
+    finally:
+        env.close()
+
+
+def test_an_exception_of_a_member_names_that_env_not_its_workers_first():
+    with FastParallelEnvironment(_counting_envs(4, 3, "raise"), num_workers=2) as env:
+        env.reset()
+        with pytest.raises(ValueError, match="injected failure") as info:
+            env.step(torch.zeros(4, dtype=torch.int64))
+        cause = info.value.__cause__
+        assert isinstance(cause, EnvironmentProcessError) and cause.env_id == 3
+        assert "raised in the worker of env 3 during step" in str(cause)
+        assert "worker of env 2" not in "".join(info.value.__notes__)
 
 
 def test_wrong_observation_shape_is_named_by_the_worker():

@@ -125,15 +125,20 @@ def test_spare_envs_take_over_after_last(make_parallel):
 
 
 def test_spares_hide_slow_resets(make_parallel):
-    # Resets take 0.3 s; with spares the batch rarely waits for one.
-    ctors = counting_ctors(4, reset_delay=0.3, min_length=20, max_length=20)
+    # Resets take 1 s; episodes 20 steps. Once the spares' own first resets
+    # are done, the two slots' episode ends (step 20) cost the batch nothing:
+    # the spares take over at once. A stall would cost a whole reset, so the
+    # bound leaves the 21 steps of a busy machine most of a second.
+    reset_delay = 1.0
+    ctors = counting_ctors(4, reset_delay=reset_delay, min_length=20, max_length=20)
     env = make_parallel(ctors, num_spare_envs_for_reload=2, start_serially=False)
     env.reset()
+    time.sleep(reset_delay + 0.3)  # the trainer's work, while the spares reset
     begin = time.monotonic()
-    for action in random_actions(42, 2):
-        env.step(action)
-    # Without spares each of the 4 episode ends would stall the batch 0.3 s.
-    assert time.monotonic() - begin < 4 * 0.3
+    for action in random_actions(21, 2):
+        time_step = env.step(action)
+    assert time.monotonic() - begin < reset_delay
+    assert bool(time_step.is_first().all())  # the spares' FIRST steps
 
 
 def test_spares_need_unbatched_envs(backend):
@@ -274,7 +279,7 @@ def test_context_manager_closes(backend):
     assert not any(psutil.pid_exists(p) for p in pids)
 
 
-# -- ALF behaviours kept (issue 12) ---------------------------------------------
+# -- ALF behaviours kept ---------------------------------------------------------
 
 
 def test_is_tensor_based_as_in_alf(make_parallel):

@@ -119,12 +119,6 @@ def test_every_fixed_size_action_space_reaches_the_envs(action_name):
     run_both([fn] * 2, 10, seed=4, autoreset_mode=AutoresetMode.SAME_STEP)
 
 
-def test_action_space_without_fixed_size_is_refused():
-    fn = functools.partial(SpaceEnv, spaces.Discrete(3), spaces.Sequence(spaces.Discrete(2)))
-    with pytest.raises(ValueError, match=r"action space .*\['action'\] have no fixed size"):
-        FastVectorEnv([fn])
-
-
 @pytest.mark.parametrize("context", ["fork", "spawn", "forkserver"])
 def test_start_methods_with_closures(context):
     episode = 15  # a closure: spawn and forkserver need cloudpickle for it
@@ -175,7 +169,7 @@ def test_reset_seeds_options_and_reset_mask():
             env.reset(seed=[1, 2])
         with pytest.raises(ValueError, match="at least one True"):
             env.reset(options={"reset_mask": np.zeros(4, bool)})
-        with pytest.raises(ValueError, match=r"shape \(4,\)"):
+        with pytest.raises(ValueError, match=r"shape `\(4,\)`"):
             env.reset(options={"reset_mask": np.ones(3, bool)})
     ref.close()
 
@@ -284,7 +278,7 @@ def test_bad_actions_raise_and_change_nothing():
             ((np.array([1, 2]), np.zeros((2, 3), np.float32)),
              r"action\[1\]: expected shape \(2, 2\) .* and dtype float32, got shape \(2, 3\)"),
             ((np.array([1.0, 2.0]), good[1]),
-             r"action\[0\]: expected shape \(2,\) .* dtype int64, got .* dtype float64"),
+             r"action\[0\]: expected dtype int64 .*got the actions of dtype float64"),
             ((np.array([1, 2, 0]), good[1]), r"action\[0\]: expected shape \(2,\)"),
             (good[0], r"action: expected a tuple of 2 batched values"),
         ]

@@ -2,24 +2,23 @@
 module, and the leak check of tests/conftest.py made aware of Ray's own
 processes (which live for the whole module by design)."""
 
-import os
-
 import pytest
 
 from tests.support.ray import (RAY_INIT, assert_no_children, python_path_for_workers,
                                restore_python_path, wait_no_strays)
+from tests.support.shm_leaks import leaked_shm_entries, shm_entries
 
 
 @pytest.fixture(autouse=True)
 def no_leaked_workers_or_segments():
     """Overrides the suite-wide check: no actor, no env worker and no new
     /dev/shm entry may outlive a test (Ray's daemons may)."""
-    shm_before = set(os.listdir("/dev/shm"))
+    shm_before = shm_entries()
     yield
     left = wait_no_strays()
     assert not left, f"the test left actors or env workers behind: {left}"
-    new_shm = set(os.listdir("/dev/shm")) - shm_before
-    assert not new_shm, f"the test left /dev/shm entries behind: {sorted(new_shm)}"
+    new_shm = leaked_shm_entries(shm_before)  # other programs' entries aside
+    assert not new_shm, f"the test left /dev/shm entries behind: {new_shm}"
 
 
 @pytest.fixture(scope="module")

@@ -148,7 +148,9 @@ def test_async_mode_returns_whole_actors_and_each_env_steps_as_alone():
 
 
 def test_send_returns_at_once_and_recv_returns_the_first_actors_to_finish():
-    fns = [functools.partial(FaultyEnv, "", delay=0.4 if i < 2 else 0.0, env_id=i)
+    # The slow actor's steps take 2 s: a send that waited for one is told apart
+    # from one that returns at once even on a busy machine.
+    fns = [functools.partial(FaultyEnv, "", delay=2.0 if i < 2 else 0.0, env_id=i)
            for i in range(4)]
     with make(fns, batch_size=2) as env:
         env.async_reset()
@@ -158,7 +160,7 @@ def test_send_returns_at_once_and_recv_returns_the_first_actors_to_finish():
         env.send(np.zeros(2, np.int64), [0, 1])  # the slow actor
         begin = time.monotonic()
         env.send(np.zeros(2, np.int64), [2, 3])
-        assert time.monotonic() - begin < 0.3  # in flight while the trainer works
+        assert time.monotonic() - begin < 1.0  # in flight while the trainer works
         assert env.recv(timeout=PROMPT_SECONDS)[-1]["env_id"].tolist() == [2, 3]
         assert env.recv(timeout=PROMPT_SECONDS)[-1]["env_id"].tolist() == [0, 1]
 

@@ -1,5 +1,6 @@
 """alf_env.sb3.FastSubprocVecEnv: SB3's VecEnv contract, value for value against SB3's own."""
 
+import functools
 import subprocess
 import sys
 import warnings
@@ -18,6 +19,8 @@ from stable_baselines3.common.monitor import Monitor
 from stable_baselines3.common.vec_env import (DummyVecEnv, SubprocVecEnv, VecCheckNan,
                                               VecFrameStack, VecMonitor, VecNormalize)
 
+from alf_env.errors import EnvironmentProcessError
+from alf_env.control_plane.process_environment import ProcessEnvironment
 from alf_env.sb3 import FastSubprocVecEnv
 from tests.support.gym_envs import InfoEnv, ModulesEnv, assert_tree_equal
 
@@ -275,6 +278,26 @@ def test_env_error_comes_back_with_its_type_and_close_ends_the_workers():
     assert all_gone(workers)
 
 
+def test_env_error_names_the_env_that_raised_when_a_worker_holds_several():
+    # Env 3 shares its worker with env 2; the error names env 3 alone.
+    fns = probe_fns(3) + [lambda: Sb3ProbeEnv(fault="raise")]
+    venv = FastSubprocVecEnv(fns, "fork", num_workers=2)
+    try:
+        venv.seed(0)
+        venv.reset()
+        venv.step(actions_for(0, 4))
+        venv.step(actions_for(1, 4))
+        with pytest.raises(ProbeError, match="probe failure at step 3") as info:
+            venv.step(actions_for(2, 4))
+        cause = info.value.__cause__
+        assert isinstance(cause, EnvironmentProcessError) and cause.env_id == 3
+        assert "raised in the worker of env 3 during step" in str(cause)
+        notes = "".join(info.value.__notes__)
+        assert "raised by env 3 " in notes and "env 2" not in notes
+    finally:
+        venv.close()
+
+
 def test_reset_while_a_step_is_pending_cancels_it():
     venv = FastSubprocVecEnv(probe_fns(2), "fork")
     try:
@@ -293,7 +316,9 @@ def test_reset_while_a_step_is_pending_cancels_it():
 
 
 def test_bad_start_method_names_the_argument():
-    with pytest.raises(ValueError, match="start_method: expected one of"):
+    # multiprocessing's own words, which SB3's tests match for SubprocVecEnv.
+    with pytest.raises(ValueError, match=r"start_method: cannot find context for 'threads' "
+                                         r"\(expected one of"):
         FastSubprocVecEnv(probe_fns(2), "threads")
 
 
@@ -363,5 +388,114 @@ def test_spawned_workers_do_not_import_stable_baselines3_or_torch():
     try:
         assert venv.env_method("imported", "stable_baselines3") == [False]
         assert venv.env_method("imported", "torch") == [False]
+    finally:
+        venv.close()
+
+
+class ActionRecorder(gym.Env):
+    """Keeps the action of its last step (``last_action``), as it received it."""
+
+    observation_space = spaces.Box(-1.0, 1.0, (1,), np.float32)
+
+    def __init__(self, action_space: spaces.Space) -> None:
+        self.action_space = action_space
+        self.last_action: Any = None
+
+    def reset(self, *, seed=None, options=None):
+        return np.zeros(1, np.float32), {}
+
+    def step(self, action):
+        self.last_action = action
+        return np.zeros(1, np.float32), 0.0, False, False, {}
+
+
+def same_item(a: Any, b: Any) -> bool:
+    """``a`` and ``b`` are the same value of the same type (and dtype), NaN included."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(same_item(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(same_item(x, y) for x, y in zip(a, b))
+    if isinstance(a, (np.ndarray, np.generic)):
+        return (a.dtype == b.dtype and a.shape == b.shape
+                and np.array_equal(a, b, equal_nan=a.dtype.kind in "fc"))
+    return a == b or (a != a and b != b)
+
+
+_DISCRETE = spaces.Discrete(5)
+_PAIR = spaces.Tuple((spaces.Discrete(5), spaces.Discrete(5)))
+
+
+@pytest.mark.parametrize("space, actions", [
+    (_DISCRETE, np.array([0.7, 1.0])),                      # floats: not cast to 0 and 1
+    (_DISCRETE, np.array([np.nan, 2.0])),                   # nor NaN to INT64_MIN
+    (_DISCRETE, [np.inf, 3]),
+    (_DISCRETE, np.array([2 ** 63, 1], np.uint64)),          # beyond int64
+    (_DISCRETE, [2 ** 70, 4]),                               # beyond any dtype
+    (_DISCRETE, np.array([1, 2], np.int32)),                 # exact: the shared rows
+    (spaces.Box(-1.0, 1.0, (2,), np.float32), np.array([[0.1, 0.2], [0.5, 0.25]])),
+    (_PAIR, [(1, 2), (3, 4)]),                               # one tuple per env, not per field
+    (_PAIR, [(1, 2, 3), (0, 1)]),                            # not the space's structure
+    (spaces.Dict({"a": _DISCRETE, "b": spaces.Box(-1.0, 1.0, (2,), np.float32)}),
+     [{"a": 1, "b": np.zeros(2, np.float32)}, {"a": 0.5, "b": np.ones(2, np.float32)}]),
+], ids=["discrete_0.7", "discrete_nan", "discrete_inf", "discrete_2**63", "discrete_2**70",
+        "discrete_int32", "box_float64", "tuple_per_env", "tuple_other_length", "dict_per_env"])
+def test_each_env_receives_its_action_as_subproc_vec_env_sends_it(space, actions):
+    """Env ``i`` gets ``actions[i]``, of the same type, dtype and value as with
+    ``SubprocVecEnv``: never cast (an exact one through shared memory, any
+    other as it is, on the pipe)."""
+    received = []
+    for cls in (SubprocVecEnv, FastSubprocVecEnv):
+        venv = cls([functools.partial(ActionRecorder, space)] * 2, start_method="fork")
+        try:
+            venv.reset()
+            venv.step(actions)
+            received.append(venv.get_attr("last_action"))
+            venv.step(np.zeros(2, np.int64) if space is _DISCRETE else actions)
+            received.append(venv.get_attr("last_action"))  # a passed action is used once
+        finally:
+            venv.close()
+    subproc, _, ours, after = received
+    for env, (theirs, mine) in enumerate(zip(subproc, ours)):
+        assert same_item(mine, theirs), (env, mine, theirs)
+    if space is _DISCRETE:
+        assert after == [0, 0] and all(type(a) is np.int64 for a in after)
+
+
+def test_actions_must_be_one_per_env():
+    venv = FastSubprocVecEnv([functools.partial(ActionRecorder, _PAIR)] * 2, "fork")
+    try:
+        venv.reset()
+        with pytest.raises(ValueError, match=r"actions: expected one action per env \(2\), "
+                                             r"got 3"):
+            venv.step([(0, 0)] * 3)
+        with pytest.raises(ValueError, match="got a dict; SB3 takes a list of per-env"):
+            venv.step({"0": [0, 0], "1": [0, 0]})
+        venv.step([(1, 2), (3, 4)])  # still usable
+        assert venv.get_attr("last_action") == [(1, 2), (3, 4)]
+    finally:
+        venv.close()
+
+
+def test_per_env_requests_reach_only_the_workers_of_those_envs(monkeypatch):
+    venv = FastSubprocVecEnv(probe_fns(4), "fork", envs_per_worker=2)  # envs 0-1, 2-3
+    try:
+        sent = []
+        real_call = ProcessEnvironment.call
+
+        def spy(env, name, *args, **kwargs):
+            sent.append((env.env_id, name))
+            return real_call(env, name, *args, **kwargs)
+
+        monkeypatch.setattr(ProcessEnvironment, "call", spy)
+        payload = np.arange(1000.0)
+        venv.env_method("set_wrapper_attr", "payload", payload, indices=[-1])
+        assert sent == [(2, "call_some")]  # the worker of envs 2 and 3 only
+        # Negative indices count from the end, as SB3's list indexing does.
+        np.testing.assert_array_equal(venv.get_attr("payload", indices=[-1])[0], payload)
+        assert venv.get_attr("scale", indices=[-4, 3, -1]) == [1.0, 1.0, 1.0]
+        with pytest.raises(IndexError, match=r"expected env indices in \[0, 4\), got -5"):
+            venv.get_attr("scale", indices=[-5])
     finally:
         venv.close()

@@ -1,0 +1,177 @@
+"""The job board of ``FastVectorEnv``'s pipe path: jobs as pipe requests.
+
+:class:`PipeBoard` has the interface of
+:class:`~alf_env.data_plane.job_board.JobBoard` that
+:class:`~alf_env.front_ends.gym.engine.JobEngine` drives (``post``, ``run``,
+``wait_for``, ``wait_first``, ``pop_errors``, ``job_of``, ``release``), so
+both paths share every rule of the engine and of the API (states, timeouts,
+errors, the asynchronous mode). Here a job is one pipe request per worker
+(``ProcessEnvironment.call``): a STEP job sends the worker its envs'
+actions, a RESET job the reset's argument; the worker answers with every
+env's results, pickled, and the board hands them to its ``on_result`` hook as
+soon as it reads them. Waiting watches every worker's pipe and process
+together (:func:`~alf_env.control_plane.channel.wait_answers`): a dead worker
+raises ``WorkerDiedError`` at once, a timeout loses nothing, and
+:meth:`PipeBoard.wait_first` returns workers in the order their answers
+arrived (EnvPool's ``recv``).
+"""
+
+import time
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set
+
+from absl import logging
+
+from alf_env.control_plane import shutdown
+from alf_env.control_plane.channel import wait_answers
+from alf_env.control_plane.group import close_all
+from alf_env.control_plane.process_environment import ProcessEnvironment
+from alf_env.data_plane.shared_block import JobType
+from alf_env.errors import EnvTimeoutError, WorkerDiedError
+
+__all__ = ["PipeBoard"]
+
+#: ``on_result(worker, job, answer)``: the answer of a finished STEP or RESET.
+ResultHook = Callable[[int, Any, Any], None]
+
+
+class PipeBoard:
+    """Posts STEP and RESET jobs to workers as pipe requests and collects the answers.
+
+    Args:
+        envs: the workers (not in a native loop).
+        actions_of: ``actions_of(worker)``: the actions of the worker's envs,
+            in order, for a STEP job.
+        on_result: called with each finished job's answer (what it raises
+            is raised by the waits as the job's error).
+    """
+
+    def __init__(self, envs: Sequence[ProcessEnvironment],
+                 actions_of: Callable[[int], List[Any]], on_result: ResultHook) -> None:
+        self.envs = envs
+        self._actions_of = actions_of
+        self._on_result = on_result
+        self._promises: Dict[int, Any] = {}       # the answer each busy worker owes
+        self._done: Dict[int, None] = {}         # finished workers, in completion order
+        self._errors: Dict[int, BaseException] = {}
+        self._jobs: Dict[int, Any] = {}
+
+    # -- posting ---------------------------------------------------------------
+
+    def post(self, workers: Iterable[int], job: Any, arg: int = 0) -> None:
+        """Sends ``job`` to ``workers``, first finishing any job they still run."""
+        workers = list(workers)
+        busy = [w for w in workers if w in self._promises]
+        if busy:
+            self.wait_for(busy, "finishing an earlier job")
+        if job is not JobType.STEP and job is not JobType.RESET:
+            raise ValueError(f"the pipe path runs STEP and RESET jobs, not {job!r}")
+        for w in workers:
+            self._done.pop(w, None)
+            self._jobs[w] = job
+            if job is JobType.STEP:
+                self._promises[w] = self.envs[w].call("step", self._actions_of(w))
+            else:
+                self._promises[w] = self.envs[w].call("reset", arg)
+
+    def run(self, workers: Sequence[int], job: Any, arg: int, during: str,
+            timeout: Optional[float] = None) -> None:
+        """:meth:`post`, then :meth:`wait_for` the same workers."""
+        self.post(workers, job, arg)
+        self.wait_for(workers, during, timeout)
+
+    def job_of(self, worker: int) -> Any:
+        """The last job posted to ``worker`` (a ``JobType``), or ``None``."""
+        return self._jobs.get(worker)
+
+    # -- waiting ---------------------------------------------------------------
+
+    def wait_for(self, workers: Iterable[int], during: str,
+                 timeout: Optional[float] = None, raise_errors: bool = True) -> None:
+        """Waits until each of ``workers`` answered; raises what one raised.
+
+        Raises:
+            EnvTimeoutError: ``timeout`` passed first (nothing is lost).
+            WorkerDiedError: a worker died before answering.
+            Exception: what a worker's job raised (the first in ``workers``),
+                unless ``raise_errors`` is false (then see :meth:`pop_errors`).
+        """
+        workers = list(workers)
+        busy = [w for w in workers if w in self._promises]
+        if busy:
+            wait_answers([self._promises[w] for w in busy], None, timeout, during)
+            for w in busy:
+                self._finish(w)
+        if raise_errors:
+            errors = self.pop_errors(workers)
+            if errors:
+                raise next(iter(errors.values()))
+
+    def wait_first(self, candidates: Set[int], k: int, during: str,
+                   timeout: Optional[float] = None) -> List[int]:
+        """The first ``k`` of ``candidates`` to answer, in the order of their answers.
+
+        Workers that finished earlier come first. Errors of their jobs are
+        not raised: ask :meth:`pop_errors`.
+
+        Raises:
+            EnvTimeoutError, WorkerDiedError: as :meth:`wait_for`.
+        """
+        ready = [w for w in self._done if w in candidates]
+        if len(ready) < k:
+            busy = sorted(w for w in candidates if w in self._promises)
+            order = wait_answers([self._promises[w] for w in busy], k - len(ready),
+                                 timeout, during)
+            for i in order:
+                self._finish(busy[i])
+                ready.append(busy[i])
+        return ready[:k]
+
+    def _finish(self, worker: int) -> None:
+        """Takes the answer of ``worker`` (it has arrived) and hands it on."""
+        promise = self._promises.pop(worker)
+        self._done[worker] = None
+        try:
+            self._on_result(worker, self._jobs[worker], promise())
+        except Exception as exc:  # noqa: BLE001 -- raised by the waits
+            self._errors[worker] = exc
+
+    def pop_errors(self, workers: Iterable[int]) -> Dict[int, BaseException]:
+        """Removes and returns what the finished jobs of ``workers`` raised."""
+        return {w: self._errors.pop(w) for w in workers if w in self._errors}
+
+    # -- closing ---------------------------------------------------------------
+
+    def release(self, timeout: Optional[float] = None) -> None:
+        """Lets the workers finish their jobs before they are closed; never raises.
+
+        Reading the answers keeps a worker from blocking on a full pipe while
+        it should be closing. Workers still in a job when ``timeout`` (default
+        ``CLOSE_POLITE_TIMEOUT``) passes are terminated, side by side.
+        """
+        total = shutdown.CLOSE_POLITE_TIMEOUT if timeout is None else timeout
+        deadline = time.monotonic() + total
+        pending = dict(self._promises)
+        self._promises.clear()
+        while pending:
+            workers = sorted(pending)
+            promises = [pending[w] for w in workers]
+            try:
+                wait_answers(promises, None, max(0.0, deadline - time.monotonic()),
+                             "closing")
+                return
+            except WorkerDiedError as exc:  # that worker owes nothing any more
+                dead = [w for w in workers if self.envs[w].env_id == exc.env_id]
+                for w in dead or workers:
+                    pending.pop(w)
+            except EnvTimeoutError:
+                answered = {workers[i] for i in wait_answers(promises, 0)}
+                stuck = [w for w in workers if w not in answered]
+                logging.warning("envs %s did not finish their jobs within %.3g s; "
+                                "terminating them", stuck, total)
+                close_all([self.envs[w] for w in stuck], polite_timeout=0.0)
+                return
+            except Exception as exc:  # noqa: BLE001 -- close() must not raise
+                logging.warning("could not wait for the jobs of workers %s (%s); they "
+                                "will be terminated", workers, exc)
+                close_all([self.envs[w] for w in workers], polite_timeout=0.0)
+                return

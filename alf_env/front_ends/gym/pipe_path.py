@@ -1,0 +1,258 @@
+"""``FastVectorEnv``'s pipe path: the envs step through pipe requests, results pickled.
+
+Used where shared memory cannot serve (an action space with a sub-space of
+no fixed size: Graph, Sequence, custom spaces; envs whose observation spaces
+map to different shared-memory fields) or is not wanted
+(``shared_memory=False``). Like ``AsyncVectorEnv(shared_memory=False)``:
+
+* each STEP or RESET is one pipe request per worker (the
+  :class:`~alf_env.front_ends.gym.pipe_board.PipeBoard`), answered with every
+  env's ``(obs, reward, terminated, truncated, info)``, pickled;
+* observations are batched by gymnasium's own
+  ``gymnasium.vector.utils.concatenate`` into ``create_empty_array``
+  (:class:`PipeLayout`), infos by gymnasium's algorithm
+  (:class:`~alf_env.data_plane.info_codec.InfoDecoder` with every info a
+  pipe payload), and actions of no fixed size are split with ``iterate``.
+
+Everything else is the shared-memory path's: the workers host the same
+group (:class:`PipeEnvGroup` is an
+:class:`~alf_env.data_plane.gym_rows.EnvGroup` with the same autoreset rule,
+:class:`~alf_env.data_plane.gym_rows.Autoreset`), and the same engine and API
+drive them through the board, so states, timeouts, errors naming the env, the
+autoreset modes, the asynchronous (EnvPool) mode, ``call`` / ``get_attr`` /
+``set_attr`` and ``close`` behave the same. Fixed-size actions are still
+checked against ``single_action_space`` (``SpaceLayout.encode_batch``)
+before anything is sent.
+"""
+
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+
+import gymnasium as gym
+import numpy as np
+from gymnasium.error import CustomSpaceError
+from gymnasium.vector.utils import batch_space, concatenate, create_empty_array, iterate
+
+from alf_env.data_plane.gym_rows import Autoreset, EnvGroup, name_env
+from alf_env.data_plane.info_codec import Payload
+from alf_env.data_plane.space_layout import Rows, SpaceLayout
+
+__all__ = ["PipeEnvGroup", "PipeLayout", "PipeRows"]
+
+#: One env's answer: ``(obs, reward, terminated, truncated, info)``.
+EnvResult = Tuple[Any, Any, Any, Any, dict]
+
+
+class PipeEnvGroup(EnvGroup):
+    """The envs of one ``FastVectorEnv`` worker, with the pipe path's step and reset.
+
+    Every worker hosts one: which path serves the envs is known only once
+    their spaces are (``describe``). The shared-memory path runs its own job
+    handler on the same envs; the pipe path calls :meth:`step` and
+    :meth:`reset` over the pipe.
+
+    Args:
+        env_fns: constructors of this worker's envs.
+        autoreset_mode: a ``gymnasium.vector.AutoresetMode``.
+        env_id: index of the first env (given by ``ProcessEnvironment``).
+    """
+
+    def __init__(self, env_fns: Sequence[Any], autoreset_mode: gym.vector.AutoresetMode,
+                 env_id: Optional[int] = None) -> None:
+        super().__init__(env_fns, env_id)
+        self._autoreset = Autoreset(autoreset_mode, len(self.envs))
+        self._observation: Optional[SpaceLayout] = None
+        self._scratch: List[np.ndarray] = []
+
+    def check_observations(self, layout: SpaceLayout) -> None:
+        """From now on, checks each observation against ``layout`` (shape and
+        dtype, as the shared-memory path writes them), so that one that does
+        not fit is refused here, naming its env, as there."""
+        self._observation = layout
+        self._scratch = _private_rows(layout, 1)
+
+    def step(self, actions: Sequence[Any]) -> List[EnvResult]:
+        """Steps env ``k`` with ``actions[k]`` under the autoreset rule; their results."""
+        results = []
+        for k, (env, action) in enumerate(zip(self.envs, actions)):
+            try:
+                result = self._autoreset.step(k, env, action)
+            except Exception as exc:
+                name_env(exc, self.first_env + k, "step")
+                raise
+            self._check(k, result[0])
+            results.append(result)
+        return results
+
+    def reset(self, arg: int) -> List[Optional[EnvResult]]:
+        """Runs a RESET job (``arg`` as on the shared-memory path); per env, its
+        result, or ``None`` for an env that ``reset_mask`` left alone."""
+        staged = self.take_reset(arg)
+        results: List[Optional[EnvResult]] = []
+        for k, env in enumerate(self.envs):
+            if not staged.mask[k]:
+                results.append(None)
+                continue
+            try:
+                obs, info = self._autoreset.reset(k, env, staged.seeds[k], staged.options)
+            except Exception as exc:
+                name_env(exc, self.first_env + k, "reset")
+                raise
+            self._check(k, obs)
+            results.append((obs, 0.0, False, False, info))
+        return results
+
+    def _check(self, k: int, obs: Any) -> None:
+        if self._observation is None:
+            return
+        try:
+            self._observation.write_row(self._scratch, 0, obs)
+        except ValueError as exc:
+            raise ValueError(f"env {self.first_env + k} returned an observation that does "
+                             f"not fit its observation space {self._observation.space}: "
+                             f"{exc}") from None
+
+
+class PipeLayout:
+    """The values of one space kept whole, one object per env, batched by gymnasium.
+
+    The pipe path's stand-in for
+    :class:`~alf_env.data_plane.space_layout.SpaceLayout` (the methods the
+    engine and the results call): the *rows* are one object array with an
+    entry per env; a batch is ``concatenate(space, items,
+    create_empty_array(space, n))``, as ``AsyncVectorEnv(shared_memory=False)``
+    makes it (with ``copy=False``, into one array that the next step
+    overwrites, as there); a batched value is split with ``iterate``.
+
+    Args:
+        space: the per-env space.
+        path: the name of the value in error messages (e.g. ``"action"``).
+        num_envs: envs of the vector env.
+    """
+
+    #: No sub-value travels apart: the whole value is on the pipe.
+    num_pipe_leaves = 0
+
+    def __init__(self, space: gym.Space, path: str, num_envs: int) -> None:
+        self.space = space
+        self.path = path
+        self._num_envs = num_envs
+        self._buffer: Any = None  # the batch of every env with copy=False
+        self._batched: Dict[int, gym.Space] = {}
+
+    def rows(self) -> List[np.ndarray]:
+        """New (parent-side) rows: one object array of ``num_envs`` entries."""
+        return [np.full(self._num_envs, None, dtype=object)]
+
+    def write_row(self, views: Sequence[np.ndarray], row: int, value: Any) -> List[Any]:
+        """Keeps ``value`` as the entry of ``row`` (nothing travels apart)."""
+        views[0][row] = value
+        return []
+
+    def read_row(self, views: Sequence[np.ndarray], row: int, pipe_leaves: Any = ()) -> Any:
+        """The entry of ``row``."""
+        return views[0][row]
+
+    def encode_batch(self, values: Any, n: int, casting: str = "safe") -> List[List[Any]]:
+        """Splits a batched value into its ``n`` per-env values (``iterate``).
+
+        Raises:
+            ValueError: ``values`` is not a batch of ``n`` values of the space.
+            TypeError: ``values`` cannot be iterated (as ``iterate`` raises).
+        """
+        batched = self._batched.get(n)
+        if batched is None:
+            batched = self._batched[n] = batch_space(self.space, n)
+        try:
+            items = list(iterate(batched, values))
+        except TypeError as exc:  # not iterable at all, as iterate says
+            raise TypeError(f"{self.path}: {exc}") from None
+        except (ValueError, KeyError, IndexError, CustomSpaceError) as exc:
+            raise ValueError(f"{self.path}: expected a batch of {n} values of {self.space} "
+                             f"(as {batched}), got {type(values).__name__}: {exc}") from None
+        if len(items) != n:
+            raise ValueError(f"{self.path}: expected a batch of {n} values of {self.space}, "
+                             f"got {len(items)}")
+        return [items]
+
+    @staticmethod
+    def write_rows(views: Sequence[np.ndarray], rows: Rows,
+                   arrays: Sequence[List[Any]]) -> None:
+        """Keeps what :meth:`encode_batch` returned as the entries of ``rows``."""
+        column = views[0]
+        indices = range(*rows.indices(len(column))) if isinstance(rows, slice) else rows
+        for row, item in zip(indices, arrays[0]):
+            column[row] = item
+
+    def read_rows(self, views: Sequence[np.ndarray], rows: Rows, row_list: List[int],
+                  pipe_rows: Any = None, copy: bool = True) -> Any:
+        """The batch of ``row_list``, by gymnasium's ``concatenate``."""
+        items = [views[0][row] for row in row_list]
+        if copy or len(items) != self._num_envs:
+            out = create_empty_array(self.space, len(items), fn=np.zeros)
+            return concatenate(self.space, items, out)
+        if self._buffer is None:
+            self._buffer = create_empty_array(self.space, self._num_envs, fn=np.zeros)
+        return concatenate(self.space, items, self._buffer)
+
+
+def _private_rows(layout: Union[SpaceLayout, PipeLayout], num_envs: int) -> List[np.ndarray]:
+    """Rows of ``layout`` in this process's memory (a SpaceLayout's fields)."""
+    if isinstance(layout, PipeLayout):
+        return layout.rows()
+    return layout.views({name: np.zeros((num_envs, *shape), dtype)
+                         for name, shape, dtype in layout.fields})
+
+
+class PipeRows:
+    """The parent's rows on the pipe path: the actions to send, and what the
+    answers said, per env, until the engine reads them (as it reads shared rows).
+
+    Args:
+        observation: the observations' layout (a :class:`PipeLayout`).
+        action: the actions' layout (a ``SpaceLayout`` when the action space
+            has a fixed size: actions are checked as on the shared-memory
+            path; else a :class:`PipeLayout`).
+        bounds: the env rows ``(begin, end)`` of each worker.
+        payloads: the env's ``{row: info}`` of the last answers (the engine's
+            pipe payloads: every info of this path is one).
+
+    Attributes:
+        obs, act: the rows of the two layouts.
+        reward, terminated, truncated, report, info_layout: ``(num_envs,)``
+            arrays (``report`` and ``info_layout`` stay zero: no info area).
+    """
+
+    def __init__(self, observation: PipeLayout, action: Union[SpaceLayout, PipeLayout],
+                 bounds: Sequence[Tuple[int, int]], payloads: Dict[int, Payload]) -> None:
+        num_envs = bounds[-1][1]
+        self._observation = observation
+        self._action = action
+        self._bounds = bounds
+        self._payloads = payloads
+        self.obs = observation.rows()
+        self.act = _private_rows(action, num_envs)
+        self.reward = np.zeros(num_envs, np.float64)
+        self.terminated = np.zeros(num_envs, np.bool_)
+        self.truncated = np.zeros(num_envs, np.bool_)
+        self.report = np.zeros(num_envs, np.bool_)
+        self.info_layout = np.zeros(num_envs, np.int32)
+
+    def actions_of(self, worker: int) -> List[Any]:
+        """The actions of the envs of ``worker`` (what its STEP job sends)."""
+        return [self._action.read_row(self.act, row) for row in range(*self._bounds[worker])]
+
+    def store(self, worker: int, job: Any, answer: List[Optional[EnvResult]]) -> None:
+        """Keeps the results of a finished STEP or RESET job of ``worker``."""
+        begin, end = self._bounds[worker]
+        for row in range(begin, end):
+            self._payloads.pop(row, None)
+        for row, result in enumerate(answer, start=begin):
+            if result is None:  # left alone by reset_mask
+                continue
+            obs, reward, terminated, truncated, info = result
+            self._observation.write_row(self.obs, row, obs)
+            self.reward[row] = reward
+            self.terminated[row] = terminated
+            self.truncated[row] = truncated
+            if info:
+                self._payloads[row] = info

@@ -1,0 +1,139 @@
+"""SB3's actions, one per env, to the envs: through shared memory, or as given.
+
+SB3's ``SubprocVecEnv`` sends env ``i`` the ``i``-th item of the actions, as
+it is, pickled (``zip(remotes, actions)``): a list of per-env dicts for a
+``Dict`` space, a tuple per env for a ``Tuple`` space, a float for a
+``Discrete`` space if the caller passed one. :class:`ActionRouter` keeps
+that contract on :class:`~alf_env.vector.FastVectorEnv`, whose batches have
+gymnasium's layout (a dict of batches, a tuple of batches):
+
+* the per-env actions are put in gymnasium's layout, so env ``i`` always
+  gets ``actions[i]`` (never a transposed batch, even when ``num_envs`` equals
+  the number of sub-spaces);
+* an env's action that the shared rows carry exactly (of its type, dtype,
+  shape and value: see :mod:`alf_env.data_plane.action_items`) goes through
+  them; any other (a float, NaN or inf for a ``Discrete`` space, an integer
+  beyond the space's dtype, another shape, an object) is *passed*: sent to
+  that env as it is, on the pipe, so the env sees what ``SubprocVecEnv``
+  would give it and decides.
+
+A batch of the space's dtype and shape (what SB3's algorithms pass) takes the
+first path with no per-env work.
+"""
+
+from typing import Any, Dict, List, Mapping, Tuple
+
+import numpy as np
+from gymnasium import spaces
+
+from alf_env.data_plane.action_items import action_layout
+
+__all__ = ["ActionRouter"]
+
+
+class ActionRouter:
+    """Splits SB3's actions into a batch for the shared rows and the passed ones.
+
+    Args:
+        space: the per-env action space.
+        num_envs: the number of envs.
+    """
+
+    def __init__(self, space: spaces.Space, num_envs: int) -> None:
+        self.space = space
+        self.num_envs = num_envs
+        # The checks of the vector env's rows (the same code), to find the
+        # envs whose actions they refuse before anything is sent.
+        self._layout = action_layout(space)
+        self._array = _is_array(space)
+        self._blank = _blank(space)
+
+    def split(self, actions: Any) -> Tuple[Any, Dict[int, Any]]:
+        """``(batch, passed)``: the batch to step the vector env with (gymnasium's
+        layout; a blank action for each passed env) and ``{env: its action as
+        given}`` for the envs whose actions go on the pipe.
+
+        Raises:
+            ValueError: not one action per env (a dict, or a wrong count).
+            TypeError: ``actions`` cannot be iterated over.
+        """
+        n = self.num_envs
+        space = self.space
+        if (self._array and type(actions) is np.ndarray and actions.dtype == space.dtype
+                and actions.shape == (n,) + space.shape):
+            return actions, {}  # what SB3's algorithms pass: nothing to look at
+        if isinstance(actions, Mapping):
+            raise ValueError(f"actions: expected one action per env (a sequence of {n}), "
+                             f"got a {type(actions).__name__}; SB3 takes a list of per-env "
+                             f"actions, not gymnasium's batched layout")
+        try:
+            items = list(actions)
+        except TypeError:
+            raise TypeError(f"actions: expected one action per env (a sequence of {n}), "
+                            f"got {type(actions).__name__}") from None
+        if len(items) != n:
+            raise ValueError(f"actions: expected one action per env ({n}), got {len(items)}")
+        whole = actions if self._array and isinstance(actions, np.ndarray) else None
+        if whole is None:
+            try:
+                whole = _batched(space, items)
+            except (KeyError, IndexError, TypeError, ValueError):
+                whole = None  # some env's action does not have the space's structure
+        if whole is not None and self._fits(whole, n):
+            return whole, {}
+        passed = {i: item for i, item in enumerate(items) if not self._fits_one(item)}
+        kept = [self._blank if i in passed else item for i, item in enumerate(items)]
+        return _batched(space, kept), passed
+
+    def _fits_one(self, item: Any) -> bool:
+        """Whether the rows carry this env's action exactly."""
+        try:
+            return self._fits(_batched(self.space, [item]), 1)
+        except (KeyError, IndexError, TypeError, ValueError):
+            return False
+
+    def _fits(self, batch: Any, n: int) -> bool:
+        try:
+            self._layout.encode_batch(batch, n, "same_kind")
+        except (TypeError, ValueError):
+            return False
+        return True
+
+
+def _batched(space: spaces.Space, items: List[Any]) -> Any:
+    """Per-env actions in gymnasium's batched layout (a dict / tuple of batches).
+
+    Raises:
+        KeyError, IndexError, TypeError, ValueError: an item does not have the
+            structure of ``space`` (other keys, another length).
+    """
+    if isinstance(space, spaces.Dict):
+        for item in items:
+            if not isinstance(item, Mapping) or set(item) != set(space.spaces):
+                raise KeyError(f"expected a dict with keys {list(space.spaces)}")
+        return {key: _batched(sub, [item[key] for item in items])
+                for key, sub in space.spaces.items()}
+    if isinstance(space, spaces.Tuple):
+        for item in items:
+            if isinstance(item, (str, bytes, Mapping)) or len(item) != len(space.spaces):
+                raise ValueError(f"expected a sequence of {len(space.spaces)}")
+        return tuple(_batched(sub, [item[j] for item in items])
+                     for j, sub in enumerate(space.spaces))
+    return list(items)
+
+
+def _blank(space: spaces.Space) -> Any:
+    """An action the rows carry, for an env whose own action goes on the pipe."""
+    if isinstance(space, spaces.Dict):
+        return {key: _blank(sub) for key, sub in space.spaces.items()}
+    if isinstance(space, spaces.Tuple):
+        return tuple(_blank(sub) for sub in space.spaces)
+    if _is_array(space):
+        return np.zeros(space.shape, space.dtype)
+    return space.sample()
+
+
+def _is_array(space: spaces.Space) -> bool:
+    """Whether the space is one array (its actions: one array leaf)."""
+    return isinstance(space, (spaces.Box, spaces.Discrete, spaces.MultiDiscrete,
+                              spaces.MultiBinary))
