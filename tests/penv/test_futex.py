@@ -155,13 +155,21 @@ def test_adaptive_spin_keeps_its_budget_for_short_jobs(start_process):
     block = SharedBlock([("rec", (3,), np.int64)], num_rows=cpus, num_workers=cpus)
     controller = block.controller()
     process, = start_job_workers(start_process, block, controller, 1)
+    waits = []
     for serial in range(1, 200):
         controller.post([0], JobType.STEP, _workers.step_arg(serial))
+        begin = time.perf_counter()
         assert controller.wait(1, timeout_s=30)[0] == _penv.WaitStatus.OK
-    assert controller.spin_budget_us > 0
+        waits.append(time.perf_counter() - begin)
+    budget = controller.spin_budget_us
     controller.post([0], JobType.CLOSE)
     assert controller.wait(1, timeout_s=10)[0] == _penv.WaitStatus.OK
     process.join(10)
+    # On a busy machine an instant job waits for a time slice (milliseconds), past
+    # the budget: spinning rightly stops paying there, and there is nothing to test.
+    if sorted(waits)[len(waits) // 2] > 500e-6:
+        pytest.skip("the machine is too busy: instant jobs took over 0.5 ms (median)")
+    assert budget > 0
 
 
 def test_yield_only_spinners_leave_the_cpu_to_busy_workers(start_process):
