@@ -179,6 +179,10 @@ def test_plots_are_rgba_pngs_with_a_title(run, name, title):
     (["--load", "-1"], "--load: give a number of busy processes >= 0"),
     (["--torch-threads", "0"], "--torch-threads: give a thread count >= 1"),
     (["--policy", "cnn"], "--policy: invalid choice: 'cnn'"),
+    (["--tune"], "--tune: name the env to tune with --env"),
+    (["--env", "CartPole-v1", "--workload", "W1"], "--env: give --env or --workload"),
+    (["--env", "nosuchmodule_for_alf:make"], "cannot import 'nosuchmodule_for_alf'"),
+    (["--env", "CartPole-v1", "--budget-s", "0"], "--budget-s: give a number of seconds"),
 ])
 def test_bad_arguments_are_refused(argv, message, capsys):
     with pytest.raises(SystemExit) as exit_info:

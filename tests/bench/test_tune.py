@@ -88,19 +88,6 @@ def test_tune_on_a_module_of_the_users_prints_the_fastest_layout_as_a_constructo
     assert "[" in proc.stderr  # the progress bar
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--tune"], "--tune: name the env to tune with --env"),
-    (["--env", "CartPole-v1", "--workload", "W1"], "--env: give --env or --workload"),
-    (["--env", "nosuchmodule_for_alf:make"], "cannot import 'nosuchmodule_for_alf'"),
-    (["--env", "CartPole-v1", "--budget-s", "0"], "--budget-s: give a number of seconds"),
-])
-def test_bad_env_arguments_are_refused(argv, message, capsys):
-    with pytest.raises(SystemExit) as exit_info:
-        cli.parse_args(argv)
-    assert exit_info.value.code == 2
-    assert message in capsys.readouterr().err
-
-
 def test_env_alone_compares_the_env_with_the_usual_alternatives():
     args = cli.parse_args(["--env", "CartPole-v1"])
     assert args.workloads == ["CartPole-v1"] and args.backends == list(cli.ENV_BACKENDS)

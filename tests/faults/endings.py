@@ -95,6 +95,18 @@ def session_processes(sid: int) -> List[int]:
     return [pid for pid, fields in processes() if int(fields[3]) == sid and fields[0] != "Z"]
 
 
+def reap_session(sid: int, grace: float = 1.0) -> List[int]:
+    """Gives the processes of session ``sid`` ``grace`` s to end, then kills
+    those still running; returns them (what the script left behind)."""
+    deadline = time.monotonic() + grace
+    left = session_processes(sid)
+    while left and time.monotonic() < deadline:
+        time.sleep(0.05)
+        left = session_processes(sid)
+    kill_leftovers(left)
+    return left
+
+
 def run_cell(cell: Cell) -> Outcome:
     """Runs the script of ``cell`` to its end and reports what happened."""
     shm_before = shm_entries()
@@ -143,12 +155,7 @@ def run_cell(cell: Cell) -> Outcome:
             watchdog.cancel()
             # Let the session's processes end (SIGKILL: the workers notice
             # their parent is gone), then note and remove what is left.
-            deadline = time.monotonic() + 1.0
-            left = session_processes(proc.pid)
-            while left and time.monotonic() < deadline:
-                time.sleep(0.05)
-                left = session_processes(proc.pid)
-            kill_leftovers(left)
+            left = reap_session(proc.pid)
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()

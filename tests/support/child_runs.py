@@ -13,8 +13,7 @@ import sys
 import time
 from typing import List, NamedTuple, Sequence
 
-from tests.faults.endings import lasting_new_shm_entries, session_processes, shm_entries
-from tests.support.faults import kill_leftovers
+from tests.faults.endings import lasting_new_shm_entries, reap_session, shm_entries
 from tests.support.paths import REPO_ROOT
 
 
@@ -56,12 +55,6 @@ def run_module(module: str, args: Sequence[str], timeout: float) -> ChildRun:
         stdout, stderr = proc.communicate()
         status = None
     seconds = time.monotonic() - begin
-    # Give the session's processes a moment to end, then note and remove what is left.
-    deadline = time.monotonic() + 1.0
-    left = session_processes(proc.pid)
-    while left and time.monotonic() < deadline:
-        time.sleep(0.05)
-        left = session_processes(proc.pid)
-    kill_leftovers(left)
+    left = reap_session(proc.pid)  # the session's processes get a moment to end
     return ChildRun(status, seconds, stdout, stderr, left,
                     lasting_new_shm_entries(shm_before))
