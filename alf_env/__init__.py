@@ -15,8 +15,12 @@ from typing import Any
 __version__ = "0.1.0"
 
 from alf_env import nest
-from alf_env.errors import (EnvironmentClosedError, EnvironmentProcessError,
-                            EnvTimeoutError, WorkerDiedError)
+from alf_env.errors import (
+    EnvironmentClosedError,
+    EnvironmentProcessError,
+    EnvTimeoutError,
+    WorkerDiedError,
+)
 
 # Re-exported names -> the module that defines them (imported on first use).
 _LAZY = {

@@ -21,7 +21,7 @@ the observation leaves), batched or not.
 """
 
 import collections
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 import numpy as np
 import torch
@@ -55,7 +55,7 @@ class StepType:
     LAST = np.int32(2)
     """The last step of an episode (terminated or truncated)."""
 
-    def __new__(cls, value: Any) -> np.int32:
+    def __new__(cls, value: Any) -> np.int32:  # type: ignore[misc]  # ALF's: an np.int32
         """Validates ``value`` and returns it as the matching ``np.int32``.
 
         Raises:
@@ -68,19 +68,18 @@ class StepType:
             f"StepType must be one of FIRST=0, MID=1, LAST=2, got {value!r}")
 
 
-_TIME_STEP_FIELDS = ("step_type", "reward", "discount", "observation",
-                     "prev_action", "env_id", "untransformed", "env_info")
-
-
 def _equal(step_type: Any, value: np.int32) -> Any:
     if torch.is_tensor(step_type):
         return torch.eq(step_type, int(value))
     return np.equal(step_type, value)
 
 
+# The fields and their defaults as literals: so type checkers see them too.
 class TimeStep(
-        collections.namedtuple("TimeStep", _TIME_STEP_FIELDS,
-                               defaults=((), ) * len(_TIME_STEP_FIELDS))):
+        collections.namedtuple("TimeStep", ("step_type", "reward", "discount", "observation",
+                                            "prev_action", "env_id", "untransformed",
+                                            "env_info"),
+                               defaults=((), (), (), (), (), (), (), ()))):
     """One step of an environment; see the module docstring for the fields.
 
     ``is_first()``, ``is_mid()`` and ``is_last()`` compare ``step_type`` and
@@ -194,7 +193,7 @@ def _outer_array(value: Any, dtype: Any, outer: tuple) -> np.ndarray:
 
 def generate_time_step(batched: bool,
                        observation: Any,
-                       step_type: int,
+                       step_type: Union[int, np.integer],
                        discount: Any,
                        prev_action: Any = None,
                        action_spec: Any = None,
@@ -246,16 +245,16 @@ def generate_time_step(batched: bool,
 
     if not outer and type(step_type) is np.int32:
         # np.full((), x, int32) of an int32 scalar is a new 0-d array of x.
-        step_type_a = np.array(step_type)
+        step_type_a: Any = np.array(step_type)  # these become tensors with md_torch
     else:
         step_type_a = np.full(outer, step_type, dtype=np.int32)
-    discount_a = _outer_array(discount, np.float32, outer)
+    discount_a: Any = _outer_array(discount, np.float32, outer)
     if reward is None:
-        reward_a = reward_spec.numpy_zeros(outer)
+        reward_a: Any = reward_spec.numpy_zeros(outer)
     else:
         reward_a = _to_np(reward, reward_np_dtype)
     if env_id is None:
-        env_id_a = (np.arange(outer[0], dtype=np.int32) if batched
+        env_id_a: Any = (np.arange(outer[0], dtype=np.int32) if batched
                     else np.zeros((), dtype=np.int32))
     else:
         env_id_a = _outer_array(env_id, np.int32, outer)

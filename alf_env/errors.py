@@ -8,7 +8,7 @@ pickled (see :class:`alf_env.control_plane.remote.RemoteException`).
 import errno
 import multiprocessing
 import signal
-from typing import Optional, Sequence
+from typing import List, Optional, Sequence
 
 
 class EnvironmentProcessError(RuntimeError):
@@ -60,8 +60,8 @@ class WorkerDiedError(EnvironmentProcessError):
                  during: str = "", env_ids: Optional[Sequence[int]] = None,
                  remote_traceback: str = "") -> None:
         where = f" during {during}" if during else ""
-        env_ids = [env_id] if env_ids is None else list(env_ids)
-        envs = f"env {env_id}" if len(env_ids) <= 1 else f"envs {env_ids}"
+        ids: List[Optional[int]] = [env_id] if env_ids is None else list(env_ids)
+        envs = f"env {env_id}" if len(ids) <= 1 else f"envs {ids}"
         # A worker that asked to exit (sys.exit(), KeyboardInterrupt in its env)
         # says where first: without it an env bug looks like a crash.
         last_words = f"\nWorker traceback:\n{remote_traceback}" if remote_traceback else ""
@@ -70,7 +70,7 @@ class WorkerDiedError(EnvironmentProcessError):
             f"{describe_exit(exitcode)}.{last_words}", env_id, remote_traceback)
         self.exitcode = exitcode
         self.during = during
-        self.env_ids = env_ids
+        self.env_ids: Sequence[Optional[int]] = ids
 
     def __reduce__(self):
         return (type(self), (self.env_id, self.exitcode, self.during, self.env_ids,

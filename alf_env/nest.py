@@ -42,9 +42,20 @@ from typing import Any, Callable, Iterator, List, Sequence
 import numpy as np
 
 from alf_env.nest_errors import NestStructureError, NestTypeError, _Mismatch
-from alf_env.nest_kinds import (_BUILTIN_KINDS, _KINDS, _LEAF, _MAPPING, _SEQUENCE, _kind,
-                                _namedtuple_children, _new_kind, _sorted_keys, _sync_kinds,
-                                is_namedtuple, is_nested)
+from alf_env.nest_kinds import (
+    _BUILTIN_KINDS,
+    _KINDS,
+    _LEAF,
+    _MAPPING,
+    _SEQUENCE,
+    _kind,
+    _namedtuple_children,
+    _new_kind,
+    _sorted_keys,
+    _sync_kinds,
+    is_namedtuple,
+    is_nested,
+)
 from alf_env.nest_paths import flatten_with_path
 
 __all__ = [
@@ -118,7 +129,7 @@ def _pack(structure: Any, kind: int, leaves: Iterator[Any]) -> Any:
         children = structure
     else:
         children = _namedtuple_children(structure, kind)
-    values = []
+    values: List[Any] = []
     append = values.append
     for child in children:
         child_type = type(child)

@@ -18,7 +18,7 @@ class _Field(NamedTuple):
     """How :func:`compile_nest` moves one field of a namedtuple spec."""
     name: str
     sub: Any                    # the field's spec if it is a nest, else None (a leaf)
-    count: int                  # its number of leaves
+    num_leaves: int             # its number of leaves
     empty: Optional[type]       # the type of a bare empty container, rebuilt per value
     dict_order: Optional[Tuple[List[Any], List[int]]]  # see _dict_order
 
@@ -104,7 +104,7 @@ def compile_nest(spec: Any) -> Tuple[Callable[[Any], List[Any]], Callable[[List[
                 if isinstance(field, (list, tuple, dict)):
                     return nest.flatten(value)  # a nest where the spec has a leaf
                 out.append(field)
-            elif field_spec.count:
+            elif field_spec.num_leaves:
                 out.extend(nest.flatten(field))
             elif field:  # the spec has none here: keep it, to be refused
                 out.append(field)

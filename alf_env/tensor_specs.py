@@ -18,10 +18,22 @@ from typing import Any, Iterable, Optional, Sequence, Union
 import numpy as np
 import torch
 
-from alf_env.dtypes import (_TORCH_TO_NUMPY, DTypeLike, as_torch_dtype, numpy_dtype_to_torch,
-                            torch_dtype_to_numpy, torch_dtype_to_str)
-from alf_env.spec_bounds import (_TORCH_SEED_LIMIT, _bound_array, _compact, _default_bound,
-                                 _sample_float, _sample_int)
+from alf_env.dtypes import (
+    _TORCH_TO_NUMPY,
+    DTypeLike,
+    as_torch_dtype,
+    numpy_dtype_to_torch,
+    torch_dtype_to_numpy,
+    torch_dtype_to_str,
+)
+from alf_env.spec_bounds import (
+    _TORCH_SEED_LIMIT,
+    _bound_array,
+    _compact,
+    _default_bound,
+    _sample_float,
+    _sample_int,
+)
 
 __all__ = [
     "SpecBoundsError",

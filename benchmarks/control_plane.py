@@ -33,7 +33,6 @@ from alf_env.environments.parallel_environment import ParallelAlfEnvironment
 from alf_env.environments.process_environment import ProcessEnvironment
 from alf_env.workloads import TrivialEnv
 
-
 #: The target: ``ProcessEnvironment.step`` <= this x (bare Pipe round trip + in-process step).
 ROUND_TRIP_TARGET = 1.3
 WARMUP = 100

@@ -187,9 +187,9 @@ def main(argv: List[str]) -> int:
         local, remote, overhead, cpu = {}, {}, [], []
         for e in SWEEP_ENVS:
             w1 = fns("W1", e)
-            local[str(e)] = median_of(repeats, lambda: FastVectorEnv(w1), steps, warmup)
-            remote[str(e)] = median_of(repeats, lambda: RayVectorEnv(
-                w1, num_actors=1, actor_options={"num_cpus": 0}), steps, warmup)
+            local[str(e)] = median_of(repeats, functools.partial(FastVectorEnv, w1), steps, warmup)
+            remote[str(e)] = median_of(repeats, functools.partial(
+                RayVectorEnv, w1, num_actors=1, actor_options={"num_cpus": 0}), steps, warmup)
             overhead.append(remote[str(e)]["batch_s"] - local[str(e)]["batch_s"])
             cpu.append(remote[str(e)]["cpu_s"])
         m["w1_local_batch_s"] = {k: v["batch_s"] for k, v in local.items()}

@@ -23,8 +23,7 @@ from typing import Dict, List, Tuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.faults.endings import (ENDINGS, FRONT_ENDS, Cell, Outcome,  # noqa: E402
-                                  problems, run_cell)
+from tests.faults.endings import ENDINGS, FRONT_ENDS, Cell, Outcome, problems, run_cell
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 

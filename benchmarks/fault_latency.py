@@ -28,12 +28,19 @@ from typing import Callable, Dict, List
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from alf_env.environments.fast_parallel_environment import FastParallelEnvironment  # noqa: E402
-from alf_env.environments.parallel_environment import ParallelAlfEnvironment  # noqa: E402
-from alf_env.errors import EnvTimeoutError, WorkerDiedError  # noqa: E402
-from tests.support.faults import (WAIT_TIMEOUT, AlfBatchedFrontEnd, Fault,  # noqa: E402
-                               FrontEnd, ProcessFrontEnd, VectorFrontEnd, died_at,
-                               kill_later)
+from alf_env.environments.fast_parallel_environment import FastParallelEnvironment
+from alf_env.environments.parallel_environment import ParallelAlfEnvironment
+from alf_env.errors import EnvTimeoutError, WorkerDiedError
+from tests.support.faults import (
+    WAIT_TIMEOUT,
+    AlfBatchedFrontEnd,
+    Fault,
+    FrontEnd,
+    ProcessFrontEnd,
+    VectorFrontEnd,
+    died_at,
+    kill_later,
+)
 
 FRONT_ENDS = [ProcessFrontEnd(), AlfBatchedFrontEnd(ParallelAlfEnvironment, "parallel"),
               AlfBatchedFrontEnd(FastParallelEnvironment, "fast"), VectorFrontEnd()]

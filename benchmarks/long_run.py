@@ -143,8 +143,7 @@ def _vector(num_envs: int, shared_memory: bool = True) -> _Driver:
 
 
 def _process(num_envs: int) -> _Driver:
-    from alf_env.environments.process_environment import (ProcessEnvironment, close_all,
-                                                          resolve_all)
+    from alf_env.environments.process_environment import ProcessEnvironment, close_all, resolve_all
     envs = [ProcessEnvironment(functools.partial(trivial_alf_env, i), env_id=i)
             for i in range(num_envs)]
     try:

@@ -117,7 +117,8 @@ def main() -> None:
         raw_us = _best_us(_raw_step_fn(make(), raw_action), args.steps, args.repeats)
         env = AlfGymWrapper(make())
         env.reset()
-        wrapped_us = _best_us(lambda: env.step(action), args.steps, args.repeats)
+        wrapped_us = _best_us(lambda env=env, action=action: env.step(action), args.steps,
+                              args.repeats)
         env.close()
         print(f"{'AlfGymWrapper.step ' + name:<34}{wrapped_us:>10.2f}"
               f"   (raw gym step {raw_us:.2f}, overhead {wrapped_us - raw_us:.2f})")

@@ -5,8 +5,16 @@ import pytest
 import torch
 
 from alf_env import nest
-from alf_env.data_structures import (StepType, TimeStep, generate_time_step, restart,
-                                     termination, time_step_spec, transition, truncation)
+from alf_env.data_structures import (
+    StepType,
+    TimeStep,
+    generate_time_step,
+    restart,
+    termination,
+    time_step_spec,
+    transition,
+    truncation,
+)
 from alf_env.tensor_specs import BoundedTensorSpec, TensorSpec
 
 FIELDS = ("step_type", "reward", "discount", "observation", "prev_action", "env_id",

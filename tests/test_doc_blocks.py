@@ -23,6 +23,7 @@ from typing import Dict, List, NamedTuple
 import pytest
 
 from tests.support.paths import REPO_ROOT
+
 FRAGMENT_MARK = "# fragment:"
 MAX_FRAGMENTS = 3
 ALF_IMPORT = re.compile(r"^\s*(from|import) alf(\.|\s)", re.M)

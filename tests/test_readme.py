@@ -7,6 +7,7 @@ Its Python examples are run one by one, each as its own file, by
 import re
 
 from tests.support.paths import REPO_ROOT
+
 README = (REPO_ROOT / "README.md").read_text()
 
 

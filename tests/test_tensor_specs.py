@@ -6,9 +6,15 @@ import numpy as np
 import pytest
 import torch
 
-from alf_env.tensor_specs import (BoundedTensorSpec, SpecBoundsError, TensorSpec, as_torch_dtype,
-                                  numpy_dtype_to_torch, torch_dtype_to_numpy,
-                                  torch_dtype_to_str)
+from alf_env.tensor_specs import (
+    BoundedTensorSpec,
+    SpecBoundsError,
+    TensorSpec,
+    as_torch_dtype,
+    numpy_dtype_to_torch,
+    torch_dtype_to_numpy,
+    torch_dtype_to_str,
+)
 
 INT64 = np.iinfo(np.int64)
 NUM_SAMPLES = 4096

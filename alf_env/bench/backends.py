@@ -16,6 +16,7 @@ import functools
 import importlib
 import importlib.util
 import inspect
+import threading
 from typing import Any, Callable, Dict, List, NamedTuple, Optional
 
 import gymnasium as gym
@@ -222,15 +223,61 @@ def _pufferlib_runner(workload: str, num_envs: int, actions: Actions,
                       backend=multiprocessing_backend, num_workers=workers,
                       batch_size=batch_size, overwork=True)
 
+    watchdog = _PufferWatchdog(env, vector.MAIN)
+
     def close() -> None:
+        watchdog.stop()
         env.close()  # terminates its workers without reaping them
         for proc in env.processes:
             proc.join(5.0)
 
+    def step(k: int) -> Any:
+        out = env.step(batches[k % NUM_ACTIONS])
+        watchdog.check()
+        return out
+
     _started(env, lambda: env.reset(seed=ACTION_SEED))
     batches = [b[:batch_size] for b in actions.numpy]
-    return Runner(step=lambda k: env.step(batches[k % NUM_ACTIONS]), close=close,
-                  env_steps_per_round=batch_size)
+    return Runner(step=step, close=close, env_steps_per_round=batch_size)
+
+
+class _PufferWatchdog:
+    """Ends PufferLib's wait for a worker that died.
+
+    ``Multiprocessing.recv`` spins on its workers' semaphores with no timeout,
+    so a dead worker would hang the whole bench. A thread polls the workers;
+    when one has exited it marks every worker's semaphore done, which ends the
+    spin, and :meth:`check` (after the step) raises, naming the worker.
+    """
+
+    POLL_S = 0.2
+
+    def __init__(self, env: Any, done_flag: int) -> None:
+        self._env = env
+        self._done_flag = done_flag  # pufferlib.vector.MAIN: "your turn, main"
+        self._dead: Optional[str] = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="pufferlib-watchdog",
+                                        daemon=True)
+        self._thread.start()
+
+    def _watch(self) -> None:
+        while not self._stop.wait(self.POLL_S):
+            for i, proc in enumerate(self._env.processes):
+                if proc.exitcode is not None:
+                    self._dead = f"PufferLib worker {i} exited with code {proc.exitcode}"
+                    self._env.buf["semaphores"][:] = self._done_flag
+                    return
+
+    def check(self) -> None:
+        """Raises ``RuntimeError`` if a worker died."""
+        if self._dead is not None:
+            raise RuntimeError(self._dead)
+
+    def stop(self) -> None:
+        """Ends the thread (bounded; repeat-safe)."""
+        self._stop.set()
+        self._thread.join(2 * self.POLL_S + 1.0)
 
 
 def _gym_async(fns: List[Callable[[], gym.Env]]) -> Any:

@@ -24,8 +24,15 @@ from alf_env.bench.loads import POLICIES, BusyLoad, make_policy
 from alf_env.bench.measure import ProgressBar, run_all
 from alf_env.bench.once_stderr import OnceStderr
 from alf_env.bench.plot import plot, plot_ratios, plot_workload, scaling_workloads, workload_png
-from alf_env.bench.report import (REFERENCE_COLUMNS, RATIOS, median_or_none, notes,
-                                  paired_ratios, ratio_summary, report_markdown)
+from alf_env.bench.report import (
+    RATIOS,
+    REFERENCE_COLUMNS,
+    median_or_none,
+    notes,
+    paired_ratios,
+    ratio_summary,
+    report_markdown,
+)
 
 #: What ``--quick`` runs (about two minutes on 2 cores): the defaults it changes.
 #: Its workloads whose packages are missing are left out.
@@ -105,7 +112,8 @@ def _int_csv(text: str) -> List[int]:
     try:
         return [int(x) for x in _csv(text)]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}")
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated integers, got {text!r}") from None
 
 
 def _backend_help() -> str:
@@ -294,9 +302,9 @@ def write_results(out_dir: str, cases: Sequence[List[CaseResult]], text: str,
         paths["plot"] = os.path.join(out_dir, PLOT_PNG)
     workloads = list(dict.fromkeys(rs[0].workload for rs in cases))
     paths["workload_plots"] = {w: os.path.join(out_dir, workload_png(w)) for w in workloads}
-    files = {kind: (os.path.basename(p) if isinstance(p, str)
-                    else {w: os.path.basename(q) for w, q in p.items()})
-             for kind, p in paths.items()}
+    files: Dict[str, Any] = {kind: (os.path.basename(p) if isinstance(p, str)
+                                    else {w: os.path.basename(q) for w, q in p.items()})
+                             for kind, p in paths.items()}
     report = {"meta": meta,
               "backends": {name: backend.label for name, backend in BACKENDS.items()},
               "workloads": {name: w.title for name, w in bench_workloads.WORKLOADS.items()},

@@ -168,7 +168,7 @@ def run_case(results: Dict[str, CaseResult], plan: Plan, repeats: int,
         return
     try:
         actions = Actions.make(workload, num_envs)
-    except Exception as err:  # the workload itself does not build: every row says so
+    except Exception as err:  # noqa: BLE001 -- the workload does not build: every row says so
         _skip_case(results, "error", f"{type(err).__name__}: {err}", repeats, progress)
         progress.note(f"{workload}: ERROR {first.note}")
         return
@@ -188,7 +188,7 @@ def run_case(results: Dict[str, CaseResult], plan: Plan, repeats: int,
                 result.status, result.note = "skipped", str(skip)
                 progress.advance(f"{where}: skipped ({skip})")
                 continue
-            except Exception as err:  # report, keep measuring the others
+            except Exception as err:  # noqa: BLE001 -- report, keep measuring the others
                 result.status, result.note = "error", f"{type(err).__name__}: {err}"
                 result.runs.clear()
                 progress.note(f"{where}: ERROR {result.note}")
@@ -217,6 +217,7 @@ def run_all(case_list: Sequence[Tuple[str, int]], backends: Sequence[str], plan:
     finally:
         progress.close()
         for name in backends:
-            if BACKENDS[name].teardown is not None:
-                BACKENDS[name].teardown()
+            teardown = BACKENDS[name].teardown
+            if teardown is not None:
+                teardown()
     return cases, False

@@ -110,8 +110,8 @@ def scaling_workloads(cases: Sequence[List[CaseResult]]) -> List[str]:
 def plot(cases: Sequence[List[CaseResult]], path: str) -> None:
     """Writes a PNG: env-steps/s against the number of envs, one line per backend.
 
-    One panel per workload measured at several env counts; both axes are logarithmic; the bars show the min-max spread of
-    the repeats. Backends keep their colour in every panel.
+    One panel per workload measured at several env counts; both axes are logarithmic; the bars
+    show the min-max spread of the repeats. Backends keep their colour in every panel.
 
     Args:
         cases: the results, as ``run_all`` returns them.
@@ -213,6 +213,7 @@ def plot_workload(cases: Sequence[List[CaseResult]], workload: str, path: str) -
         for i, r in enumerate(bars):
             x = g + (i - (len(bars) - 1) / 2) * width
             med = r.median
+            assert med is not None  # it has runs
             drawn[r.backend] = ax.bar(
                 x, med, width * 0.9, color=COLOURS.get(r.backend, "k"),
                 yerr=[[med - min(r.rates)], [max(r.rates) - med]], capsize=2,

@@ -79,7 +79,7 @@ def _ceiling_worker(conn: Connection, workload: str, env_id: int,
             conn.send(("done", (count, clock() - begin)))
         finally:
             env.close()
-    except Exception as err:  # reported by the parent as the backend's error
+    except Exception as err:  # noqa: BLE001 -- reported by the parent as the backend's error
         conn.send(("error", f"{type(err).__name__}: {err}"))
     finally:
         conn.close()

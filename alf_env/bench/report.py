@@ -98,8 +98,9 @@ def rate_table(cases: Sequence[List[CaseResult]]) -> str:
     rows = []
     for results in cases:
         for r in results:
-            if r.runs:
-                cells = [_fmt_rate(r.median), _fmt_spread(r.rates, _fmt_rate)]
+            median = r.median  # None without runs
+            if median is not None:
+                cells = [_fmt_rate(median), _fmt_spread(r.rates, _fmt_rate)]
                 cells += [fmt_paired(paired_ratios(results, r.backend, ref))
                           for ref, _ in references]
             else:

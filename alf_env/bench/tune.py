@@ -15,10 +15,10 @@ both conditions, so that it is not a layout that only wins on a quiet machine.
 import functools
 import math
 import time
-from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Dict, List, NamedTuple, Optional, Sequence
 
 from alf_env.bench.backends import BACKENDS, BuildRunner, fast_vector_runner
-from alf_env.bench.core import Actions, CaseResult, Plan
+from alf_env.bench.core import CaseResult, Plan
 from alf_env.bench.loads import BusyLoad
 from alf_env.bench.measure import Policy, ProgressBar, run_case
 from alf_env.bench.report import markdown_table
@@ -132,9 +132,10 @@ class Choice(NamedTuple):
 
 
 def _score(medians: Sequence[Optional[float]]) -> Optional[float]:
-    if not medians or any(m is None or m <= 0 for m in medians):
+    positive = [m for m in medians if m is not None and m > 0]
+    if not medians or len(positive) != len(medians):
         return None
-    return math.exp(sum(math.log(m) for m in medians) / len(medians))  # type: ignore[arg-type]
+    return math.exp(sum(math.log(m) for m in positive) / len(positive))
 
 
 def choose(scores: Dict[str, List[Optional[float]]], layouts: Sequence[str]) -> Choice:

@@ -25,9 +25,8 @@ from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import gymnasium as gym
 
-from alf_env.workloads import SWEEP_MICROSECONDS
+from alf_env.workloads import SWEEP_MICROSECONDS, make_workload
 from alf_env.workloads import WORKLOADS as SYNTHETIC
-from alf_env.workloads import make_workload
 
 #: The name ``--workload`` expands to every sweep workload.
 SWEEP = "sweep"
@@ -153,7 +152,7 @@ def constructor(spec: str) -> Callable[[], gym.Env]:
         target = getattr(target, part, None)
     if not callable(target):
         raise ValueError(f"{spec!r}: {module_name!r} has no callable {function!r}")
-    return target  # type: ignore[return-value]
+    return target
 
 
 def _call(spec: str, env_id: int = 0) -> gym.Env:

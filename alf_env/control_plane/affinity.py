@@ -15,7 +15,7 @@ when both hold:
 * the workers step in lockstep (a synchronous ``FastVectorEnv``, a
   ``FastParallelEnvironment`` without spares): in the asynchronous (EnvPool)
   mode the first workers to finish make the batch, and pinning cost 2-8%
-  there (docs/benchmarks.md, "Worker placement");
+  there (docs/benchmarks.md, "Choices the defaults rest on");
 * there are at least as many workers as CPUs this process may use, so every
   CPU gets a worker (or the same number of workers, +-1). Several trainings
   that each spread this way still load every core alike; with fewer workers
@@ -29,23 +29,15 @@ pinned and OS-placed and keeps the faster, again and again as the load changes.
 
 Scheduling policy
 -----------------
-Every worker runs under Linux's ``SCHED_BATCH`` policy
-(:func:`batch_scheduling`, called as the worker starts). A worker woken by a
-job or a pipe message then does not preempt the process that woke it: the
-trainer, posting a step to n workers one after the other, finishes posting
-before they take its core, rather than being preempted by the first worker
-it wakes while the others still wait for their actions. Measured on this
-machine's 2 CPUs, 8 envs, 5 interleaved repeats (docs/benchmarks.md, "Worker
-scheduling policy"): the pipe front end (``ParallelAlfEnvironment``) gains
-14% on CartPole, 4% on HalfCheetah and 1% on Pong; the shared-memory front
-ends, whose posts are one futex wake per worker, are unchanged (0.98-1.02).
-The policy only changes how wake-ups preempt and how the kernel
-scores the worker, never its share of CPU time (its nice value is kept).
-Processes the env starts inherit the policy, as Linux does for any child.
-The shared-memory front ends put their workers back under ``SCHED_OTHER``
-(:func:`normal_scheduling`): they gain nothing from ``SCHED_BATCH`` on a quiet
-machine, and on a busy one a worker woken for a job must be able to preempt
-whatever holds its core.
+Every worker starts under Linux's ``SCHED_BATCH`` policy
+(:func:`batch_scheduling`): a worker woken by a job or a pipe message does not
+preempt the process that woke it, so the pipe front end's trainer finishes
+posting a step to all its workers before they take its core. The policy
+changes how wake-ups preempt, never a worker's share of CPU time. The
+shared-memory front ends put their workers back under ``SCHED_OTHER``
+(:func:`normal_scheduling`): their posts are one futex wake per worker, and on
+a busy machine a worker woken for a job must be able to preempt whatever holds
+its core. The measurements behind both choices are in docs/benchmarks.md.
 """
 
 import os

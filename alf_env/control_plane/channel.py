@@ -32,11 +32,22 @@ import weakref
 from multiprocessing.reduction import ForkingPickler
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
-from alf_env.control_plane.protocol import (_DEATH_GRACE, RAW_REQUESTS, MessageType, _State,
-                                            read_last_words, read_message, send_message)
+from alf_env.control_plane.protocol import (
+    _DEATH_GRACE,
+    RAW_REQUESTS,
+    MessageType,
+    _State,
+    read_last_words,
+    read_message,
+    send_message,
+)
 from alf_env.control_plane.shutdown import CLOSE_KILL_TIMEOUT
-from alf_env.errors import (EnvironmentClosedError, EnvironmentProcessError,
-                            EnvTimeoutError, WorkerDiedError)
+from alf_env.errors import (
+    EnvironmentClosedError,
+    EnvironmentProcessError,
+    EnvTimeoutError,
+    WorkerDiedError,
+)
 
 
 class _Promise:
@@ -107,8 +118,8 @@ class WorkerChannel:
     _hosted_env_ids: Optional[List[int]]
     _fast: bool
     _state: _State
-    _conn: Optional[multiprocessing.connection.Connection]
-    _process: Optional[multiprocessing.process.BaseProcess]
+    _conn: multiprocessing.connection.Connection  # None until started: not read before
+    _process: multiprocessing.process.BaseProcess  # None until started: not read before
     _poller: Any  # select.poll() of the pipe and the sentinel
     _death: Optional[WorkerDiedError]
     _out_of_step: Optional[EnvironmentProcessError]
@@ -117,6 +128,7 @@ class WorkerChannel:
     _received_seq: int
     _waiting: Dict[int, "weakref.ReferenceType[_Promise]"]  # by sequence number
     _doorbell: Optional[Callable[[Callable[[], None]], None]]
+    wait_start: Callable[[], None]  # the subclass's method
 
     # -- native loop (FastParallelEnvironment) --------------------------------
 
@@ -176,9 +188,9 @@ class WorkerChannel:
     def _check_usable(self) -> None:
         if self._state is _State.RUNNING:
             return
-        if self._state is _State.DEAD:
+        if self._state is _State.DEAD and self._death is not None:
             raise self._death
-        if self._state is _State.OUT_OF_STEP:
+        if self._state is _State.OUT_OF_STEP and self._out_of_step is not None:
             raise self._out_of_step
         if self._state is _State.CLOSED:
             raise EnvironmentClosedError(
@@ -467,7 +479,7 @@ def _receive_until(last_seq: Dict[WorkerChannel, int], deadline: Optional[float]
         remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
         ready = poller.poll(None if remaining is None else int(remaining * 1000))
         if not ready:
-            ids = sorted(env.env_id for env in last_seq)
+            ids = sorted((env._env_id for env in last_seq), key=lambda i: -1 if i is None else i)
             raise EnvTimeoutError(f"envs {ids} gave no answer within {timeout:.3g} s "
                                   f"during {during}")
         served = set()

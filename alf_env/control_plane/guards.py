@@ -18,7 +18,7 @@ refuse them up front, before anything reaches a worker:
 
 import functools
 import threading
-from typing import Any, Callable, NoReturn, Sequence
+from typing import Any, Callable, NoReturn, Sequence, TypeVar, cast
 
 from alf_env.errors import ConcurrentUseError
 
@@ -93,7 +93,10 @@ class NotCopyable:
         self._refuse_copy("pickling")
 
 
-def one_thread_at_a_time(method: Callable[..., Any], what: str) -> Callable[..., Any]:
+_Method = TypeVar("_Method", bound=Callable[..., Any])
+
+
+def one_thread_at_a_time(method: _Method, what: str) -> _Method:
     """``method`` (of a class whose instances have a :class:`OneThread` in
     ``_one_thread``), refusing a second thread while another is inside.
 
@@ -111,7 +114,7 @@ def one_thread_at_a_time(method: Callable[..., Any], what: str) -> Callable[...,
         finally:
             guard.leave()
 
-    return guarded
+    return cast(_Method, guarded)
 
 
 def guard_methods(cls: type, names: Sequence[str]) -> None:

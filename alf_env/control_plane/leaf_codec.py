@@ -53,7 +53,7 @@ class LeafCodec:
         self.layouts = [(tuple(shape), np.dtype(dtype)) for shape, dtype in layouts]
         self.dtype = np.dtype([(f"f{i}", (dtype, shape))
                                for i, (shape, dtype) in enumerate(self.layouts)])
-        self.names = list(self.dtype.names)
+        self.names = list(self.dtype.names or ())
         self._buffer = bytearray(self.dtype.itemsize)
         self._views = []
         offset = 0

@@ -27,7 +27,7 @@ logged at INFO when the placement changes.
 import enum
 import os
 import time
-from typing import Callable, List, NamedTuple, Optional, Sequence
+from typing import Callable, Dict, List, NamedTuple, Optional, Sequence
 
 from absl import logging
 
@@ -111,7 +111,7 @@ class PlacementTuner:
         self._first = Placement.PINNED  # which placement the current pair timed first
         self._count = 0
         self._total = 0.0
-        self._means: dict = {}
+        self._means: Dict[Placement, float] = {}
         self._settled_until = 0.0
 
     def _switch(self, placement: Placement) -> None:

@@ -21,20 +21,27 @@ from absl import logging
 
 from alf_env import nest
 from alf_env.control_plane.channel import WorkerChannel, _Promise
-from alf_env.control_plane.guards import (NotCopyable, OneThread, guard_methods,
-                                          one_thread_at_a_time)
-from alf_env.control_plane.protocol import (START_METHODS, SYNC_PROGRESS_CALL, MessageType,
-                                            _State)
+from alf_env.control_plane.guards import NotCopyable, OneThread, guard_methods, one_thread_at_a_time
+from alf_env.control_plane.protocol import START_METHODS, SYNC_PROGRESS_CALL, MessageType, _State
 from alf_env.control_plane.remote import RemoteMethod
-from alf_env.control_plane.shutdown import (_install_hooks, _Stopping, register_worker, stop_all,
-                                            unregister_worker)
+from alf_env.control_plane.shutdown import (
+    _install_hooks,
+    _Stopping,
+    register_worker,
+    stop_all,
+    unregister_worker,
+)
 from alf_env.control_plane.watchdog import _signals_deferred, parent_death_plan
 from alf_env.control_plane.worker import _worker_main
-from alf_env.errors import (EnvironmentClosedAttributeError, EnvironmentClosedError,
-                            EnvironmentProcessError, WorkerDiedError)
+from alf_env.errors import (
+    EnvironmentClosedAttributeError,
+    EnvironmentClosedError,
+    EnvironmentProcessError,
+    WorkerDiedError,
+)
 
 
-def _call_blocking(env: "ProcessEnvironment", name: str, *args, **kwargs) -> Any:
+def _call_blocking(env: "ProcessEnvironment", name: str, *args: Any, **kwargs: Any) -> Any:
     return env._one_thread.run(f"{name}()", lambda: env.call(name, *args, **kwargs)())
 
 
@@ -100,10 +107,10 @@ class ProcessEnvironment(NotCopyable, WorkerChannel):
         self._start_method = start_method
         self._daemon = bool(daemon)
         self._name = name or f"alf_env-worker-{env_id if env_id is not None else 0}"
-        self._ctx = multiprocessing.get_context(start_method)
+        self._ctx: Any = multiprocessing.get_context(start_method)  # typed without Process
         self._state = _State.NEW
-        self._conn: Optional[multiprocessing.connection.Connection] = None
-        self._process: Optional[multiprocessing.process.BaseProcess] = None
+        self._conn = None  # type: ignore[assignment]  # set by start(), not read before
+        self._process = None  # type: ignore[assignment]  # set by start(), not read before
         self._pid: Optional[int] = None
         self._finalizer: Any = None  # ends the process if this env is collected unclosed
         self._death: Optional[WorkerDiedError] = None
@@ -197,7 +204,7 @@ class ProcessEnvironment(NotCopyable, WorkerChannel):
             self._state = _State.RUNNING
             return
         if msg_type is MessageType.EXCEPTION and getattr(payload, "fatal", False):
-            error = self._died("start", payload.traceback_text)  # before close() reaps it
+            error: Exception = self._died("start", payload.traceback_text)  # before close()
         elif msg_type is MessageType.EXCEPTION:
             error = payload.to_exception()
         else:
@@ -268,17 +275,18 @@ class ProcessEnvironment(NotCopyable, WorkerChannel):
             return
         self._state = _State.CLOSED
         self._doorbell = None
-        multiprocessing.process._children.discard(self._process)
+        # A private name (no stub has it).
+        multiprocessing.process._children.discard(self._process)  # type: ignore[attr-defined]
 
     def __enter__(self) -> "ProcessEnvironment":
         return self
 
-    def __exit__(self, *exc_info) -> None:
+    def __exit__(self, *exc_info: Any) -> None:
         self.close()
 
     # -- requests ------------------------------------------------------------
 
-    def call(self, name: str, *args, **kwargs) -> _Promise:
+    def call(self, name: str, *args: Any, **kwargs: Any) -> _Promise:
         """Calls ``env.name(*args, **kwargs)`` in the worker.
 
         Returns:
@@ -340,7 +348,7 @@ class ProcessEnvironment(NotCopyable, WorkerChannel):
                 if self._cached_attr("is_tensor_based"):
                     self._codecs = False
                 else:
-                    rows = self.batch_size if self.batched else 0
+                    rows = (self.batch_size or 0) if self.batched else 0
                     self._codecs = StepCodecs(self.action_spec(), self.time_step_spec(),
                                               rows)
             except AttributeError:
@@ -410,11 +418,13 @@ class ProcessEnvironment(NotCopyable, WorkerChannel):
 
     @property
     def batched(self) -> bool:
-        return self._cached_attr("batched")
+        batched: bool = self._cached_attr("batched")
+        return batched
 
     @property
     def batch_size(self) -> Optional[int]:
-        return self._cached_attr("batch_size")
+        batch_size: Optional[int] = self._cached_attr("batch_size")
+        return batch_size
 
     @property
     def env_id(self) -> Optional[int]:

@@ -52,7 +52,7 @@ import select
 import struct
 from multiprocessing.connection import Connection
 from multiprocessing.reduction import ForkingPickler
-from typing import Any, Callable, Optional, Sequence, Tuple
+from typing import Any, Callable, Optional, Sequence, Tuple, Union
 
 START_METHODS = ("fork", "spawn", "forkserver")
 
@@ -83,12 +83,14 @@ _PICKLE_FIRST_BYTE = pickle.PROTO[0]
 assert all(0 < t.value < _PICKLE_FIRST_BYTE for t in MessageType), \
     "a MessageType value must fit below the pickle PROTO opcode to tag a raw frame"
 _BY_FIRST_BYTE = {t.value: t for t in MessageType}
+#: Bytes of a message: a raw frame's record, or a pickle (ForkingPickler gives a memoryview).
+Bytes = Union[bytes, memoryview]
 # Connection's framing: a 4-byte big-endian length, then the message.
 _LENGTH_AND_TAG = struct.Struct("!iB")
 _MAX_FRAME = 0x7fffffff  # longer messages get Connection's 12-byte header
 
 
-def send_raw(conn: Connection, msg_type: MessageType, record: bytes = b"") -> None:
+def send_raw(conn: Connection, msg_type: MessageType, record: Bytes = b"") -> None:
     """Sends ``(msg_type, record)`` as a raw frame (no pickling), in one write.
 
     ``Connection.send_bytes`` writes a message over 16 KiB as two writes
@@ -106,7 +108,7 @@ def send_raw(conn: Connection, msg_type: MessageType, record: bytes = b"") -> No
         frame = frame[os.write(fd, frame):]
 
 
-def frame_parts(msg_type: Optional[MessageType], data: bytes) -> Tuple[bytes, ...]:
+def frame_parts(msg_type: Optional[MessageType], data: Bytes) -> Tuple[Bytes, ...]:
     """The bytes ``Connection.recv_bytes`` reads as one message, in parts to write in turn.
 
     Args:
@@ -121,7 +123,7 @@ def frame_parts(msg_type: Optional[MessageType], data: bytes) -> Tuple[bytes, ..
     return header + tag, data
 
 
-def send_message(conn: Connection, msg_type: Optional[MessageType], data: bytes,
+def send_message(conn: Connection, msg_type: Optional[MessageType], data: Bytes,
                  sentinel: int, owed: Callable[[], bool], receive: Callable[[], None]) -> bool:
     """Sends one message whole: a raw frame of type ``msg_type``, or pickled ``data``.
 
@@ -137,7 +139,7 @@ def send_message(conn: Connection, msg_type: Optional[MessageType], data: bytes,
     return True
 
 
-def send_receiving(conn: Connection, parts: Sequence[bytes], sentinel: int,
+def send_receiving(conn: Connection, parts: Sequence[Bytes], sentinel: int,
                    owed: Callable[[], bool], receive: Callable[[], None]) -> bool:
     """Writes ``parts`` on ``conn`` without ever blocking on a full pipe.
 
@@ -213,8 +215,9 @@ def decode_message(data: bytes) -> Tuple[MessageType, Any]:
     """
     first = data[0] if data else None
     if first == _PICKLE_FIRST_BYTE:
-        return ForkingPickler.loads(data)
-    msg_type = _BY_FIRST_BYTE.get(first)
+        message: Tuple[MessageType, Any] = ForkingPickler.loads(data)
+        return message
+    msg_type = None if first is None else _BY_FIRST_BYTE.get(first)
     if msg_type is None:
         raise ValueError(f"pipe message: expected a pickle (first byte 0x80) or a raw "
                          f"frame tagged with a MessageType value "

@@ -58,7 +58,6 @@ from absl import logging
 from alf_env.control_plane.protocol import _DEATH_GRACE, MessageType, read_message
 from alf_env.errors import EnvironmentProcessError, describe_exit
 
-
 # Seconds the parent waits for a worker to exit after asking it politely, then
 # after SIGTERM, then after SIGKILL. Their sum bounds ``close()``.
 CLOSE_POLITE_TIMEOUT = 5.0
@@ -125,7 +124,7 @@ def register_board(board: Any) -> None:
     _registry.boards.add(board)
 
 
-def register_worker(env: Worker) -> "weakref.finalize":
+def register_worker(env: Worker) -> "weakref.finalize[..., None]":
     """Puts a started worker in the registry, and ends its process if ``env``
     is garbage collected unclosed.
 
@@ -139,14 +138,14 @@ def register_worker(env: Worker) -> "weakref.finalize":
     return _finalizer(env, _end_process, env._process, env._conn)
 
 
-def unregister_worker(env: Worker, finalizer: "Optional[weakref.finalize]") -> None:
+def unregister_worker(env: Worker, finalizer: "Optional[weakref.finalize[..., None]]") -> None:
     """Takes a closing worker out of the registry (its finalizer has nothing left to do)."""
     _registry.envs.pop(id(env), None)
     if finalizer is not None:
         finalizer.detach()
 
 
-def close_when_collected(owner: Any, envs: Sequence[Worker]) -> "weakref.finalize":
+def close_when_collected(owner: Any, envs: Sequence[Worker]) -> "weakref.finalize[..., None]":
     """Ends the workers ``envs`` all at once when ``owner`` (a front end) is
     garbage collected without being closed.
 
@@ -161,7 +160,7 @@ def close_when_collected(owner: Any, envs: Sequence[Worker]) -> "weakref.finaliz
     return _finalizer(owner, stop_all, list(envs), 0.0)
 
 
-def _finalizer(owner: Any, stop: Any, *args: Any) -> "weakref.finalize":
+def _finalizer(owner: Any, stop: Any, *args: Any) -> "weakref.finalize[..., None]":
     """``weakref.finalize(owner, ...)`` that runs ``stop(*args)`` only in this
     process (a forked child inherits the finalizer, not the workers) and not
     at exit (:func:`shutdown` does that, politely)."""
@@ -170,7 +169,7 @@ def _finalizer(owner: Any, stop: Any, *args: Any) -> "weakref.finalize":
     return finalizer
 
 
-def _in_process(pid: int, stop: Any, args: tuple) -> None:
+def _in_process(pid: int, stop: Any, args: Tuple[Any, ...]) -> None:
     if os.getpid() == pid:
         stop(*args)
 

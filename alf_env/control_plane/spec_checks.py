@@ -24,7 +24,7 @@ shared-memory path checks time steps as it writes them into the rows
 """
 
 import sys
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -38,12 +38,14 @@ _ALF_ENVIRONMENT_MODULE = "alf_env.environments.alf_environment"
 # spec, a float any float spec, a bool any spec.
 _WEAK_KINDS = {bool: "biufc", int: "iufc", float: "fc"}
 
+Shape = Tuple[int, ...]
+
 
 def _field(prefix: str, path: str) -> str:
     return f"{prefix}.{path}" if path else prefix
 
 
-def _shape_and_dtype(leaf: Any) -> Tuple[tuple, np.dtype]:
+def _shape_and_dtype(leaf: Any) -> Tuple[Shape, np.dtype]:
     """The shape and numpy dtype of an array, tensor, scalar or array-like."""
     if isinstance(leaf, np.ndarray):
         return leaf.shape, leaf.dtype
@@ -56,8 +58,8 @@ def _shape_and_dtype(leaf: Any) -> Tuple[tuple, np.dtype]:
     return array.shape, array.dtype
 
 
-def time_step_leaf_error(env_id: Any, path: str, shape: tuple, dtype: np.dtype,
-                         expected_shape: tuple, expected_dtype: np.dtype) -> ValueError:
+def time_step_leaf_error(env_id: Any, path: str, shape: Shape, dtype: np.dtype,
+                         expected_shape: Shape, expected_dtype: np.dtype) -> ValueError:
     """The error for a time step leaf that does not fit its spec."""
     if tuple(shape) != tuple(expected_shape):
         return ValueError(
@@ -99,7 +101,7 @@ class ActionChecker:
             self._leaves.append((_field("action", path), spec.numpy_dtype,
                                  outer + tuple(spec.shape), tuple(spec.shape)))
         self._batch_size = batch_size
-        self._casts: dict = {}
+        self._casts: Dict[Tuple[np.dtype, np.dtype], bool] = {}
 
     def flat(self, action: Any) -> List[np.ndarray]:
         """Returns the flattened action as C-contiguous arrays of the spec dtypes.
@@ -157,8 +159,8 @@ class ActionChecker:
             return nest.flatten(action)
         return [action]
 
-    def _convert(self, leaf: Any, field: str, dtype: np.dtype, shape: tuple,
-                 spec_shape: tuple) -> np.ndarray:
+    def _convert(self, leaf: Any, field: str, dtype: np.dtype, shape: Shape,
+                 spec_shape: Shape) -> np.ndarray:
         if type(leaf).__module__ == "torch" and hasattr(leaf, "detach"):
             try:
                 # A CPU tensor that needs no grad (the common case): its view,
@@ -172,8 +174,8 @@ class ActionChecker:
         self._check_leaf(field, dtype, shape, spec_shape, array.shape, array.dtype)
         return np.ascontiguousarray(array, dtype=dtype)
 
-    def _check_leaf(self, field: str, dtype: np.dtype, shape: tuple, spec_shape: tuple,
-                    got_shape: tuple, got_dtype: np.dtype) -> None:
+    def _check_leaf(self, field: str, dtype: np.dtype, shape: Shape, spec_shape: Shape,
+                    got_shape: Shape, got_dtype: np.dtype) -> None:
         if got_shape != shape and tuple(got_shape) != shape:
             self._raise_shape(field, dtype, shape, spec_shape, tuple(got_shape))
         if got_dtype != dtype and not self._safe(got_dtype, dtype):
@@ -187,8 +189,8 @@ class ActionChecker:
             allowed = self._casts[key] = bool(np.can_cast(source, target, casting="safe"))
         return allowed
 
-    def _raise_shape(self, field: str, dtype: np.dtype, shape: tuple, spec_shape: tuple,
-                     got: tuple) -> None:
+    def _raise_shape(self, field: str, dtype: np.dtype, shape: Shape, spec_shape: Shape,
+                     got: Shape) -> None:
         batch = ("" if self._batch_size is None else
                  f" (batch size {self._batch_size} x spec shape {spec_shape})")
         raise ValueError(f"{field}: expected shape {shape}{batch} and dtype {dtype}, "
@@ -216,7 +218,7 @@ class TimeStepChecker:
         self._leaves = [(path, outer + tuple(spec.shape), spec.numpy_dtype, spec.dtype)
                         for path, spec in nest.flatten_with_path(time_step_spec)]
         self._paths = [path for path, *_ in self._leaves]
-        self._casts: dict = {}
+        self._casts: Dict[Tuple[np.dtype, np.dtype], bool] = {}
 
     def __call__(self, time_step: Any) -> Any:
         """Returns ``time_step``, its leaves converted to the spec dtypes if needed.

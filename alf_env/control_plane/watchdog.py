@@ -22,7 +22,6 @@ import threading
 import time
 from typing import Any, List, Optional
 
-
 # How often a worker without pidfd support checks whether its parent is alive.
 _PARENT_POLL_INTERVAL = 0.2
 
@@ -99,7 +98,7 @@ def _let_the_fork_server_end() -> None:
     """
     server = getattr(multiprocessing.forkserver, "_forkserver", None)
     fd = getattr(server, "_forkserver_alive_fd", None)
-    if fd is None:
+    if server is None or fd is None:
         return
     server._forkserver_alive_fd = None
     try:
@@ -189,7 +188,7 @@ class _signals_deferred:
                           for sig in (signal.SIGINT, signal.SIGTERM)}
         self._mask = signal.pthread_sigmask(signal.SIG_BLOCK, self._blocked)
 
-    def __exit__(self, *exc_info) -> None:
+    def __exit__(self, *exc_info: Any) -> None:
         if not self._active:
             return
         for sig, handler in self._previous.items():
@@ -198,9 +197,9 @@ class _signals_deferred:
                 handler = signal.default_int_handler if sig == signal.SIGINT else signal.SIG_DFL
             signal.signal(sig, handler)
         signal.pthread_sigmask(signal.SIG_SETMASK, self._mask)
-        for sig in dict.fromkeys(self._received):
-            handler = signal.getsignal(sig)
+        for signum in dict.fromkeys(self._received):
+            handler = signal.getsignal(signum)
             if callable(handler):
-                handler(sig, None)  # e.g. raises KeyboardInterrupt
+                handler(signum, None)  # e.g. raises KeyboardInterrupt
             elif handler == signal.SIG_DFL:
-                os.kill(os.getpid(), sig)
+                os.kill(os.getpid(), signum)

@@ -19,17 +19,19 @@ import multiprocessing.connection
 import multiprocessing.util
 import os
 import sys
-from typing import Any, Callable, Optional, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Dict, Mapping, Optional, Protocol, Sequence, Tuple
 
 import cloudpickle
 from absl import logging
 
 from alf_env import nest
 from alf_env.control_plane.affinity import batch_scheduling
-from alf_env.control_plane.protocol import (SYNC_PROGRESS_CALL, MessageType, read_message,
-                                            send_raw)
+from alf_env.control_plane.protocol import SYNC_PROGRESS_CALL, MessageType, read_message, send_raw
 from alf_env.control_plane.remote import RemoteException, RemoteMethod
 from alf_env.control_plane.watchdog import die_with_parent, start_parent_watchdog, worker_signals
+
+if TYPE_CHECKING:
+    from alf_env.control_plane.leaf_codec import StepCodecs
 
 
 class FastLoopEntry(Protocol):
@@ -47,7 +49,7 @@ class FastLoopEntry(Protocol):
 def _construct(env_constructor: Callable[..., Any], env_id: Optional[int]) -> Any:
     """Calls ``env_constructor``, passing ``env_id`` when it accepts one."""
     try:
-        params = inspect.signature(env_constructor).parameters
+        params: Mapping[str, inspect.Parameter] = inspect.signature(env_constructor).parameters
     except (TypeError, ValueError):
         params = {}
     accepts = "env_id" in params or any(
@@ -86,7 +88,7 @@ class _WorkerEnvProxy:
         self.env_id = env_id
         self._guard: Any = None
         self._guard_built = False
-        self._codecs: Any = None
+        self._codecs: Optional["StepCodecs"] = None
         self._flat_step: Any = None  # the env's flat step, made with the codecs
 
     def access(self, name: str) -> Any:
@@ -96,7 +98,7 @@ class _WorkerEnvProxy:
             return RemoteMethod(name)
         return value
 
-    def call(self, name: str, args: tuple, kwargs: dict) -> Any:
+    def call(self, name: str, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Any:
         if name == SYNC_PROGRESS_CALL:
             return forward_progress(self.env, *args, **kwargs)
         guard = self.guard() if name in ("step", "reset") else None
@@ -138,8 +140,9 @@ class _WorkerEnvProxy:
         return self._pack(self.env.reset())
 
     def _pack(self, time_step: Any) -> bytes:
-        codec = self._codecs.time_step
-        record = codec.encode_exact(self._codecs.flatten_time_step(time_step))
+        codecs = self._codecs or self._build_codecs()
+        codec = codecs.time_step
+        record = codec.encode_exact(codecs.flatten_time_step(time_step))
         if record is not None:
             return record  # every leaf has the spec's exact shape and dtype
         guard = self.guard()  # names what does not fit, casts what may be cast
@@ -147,7 +150,7 @@ class _WorkerEnvProxy:
             time_step)
         return codec.encode(leaves)
 
-    def _build_codecs(self) -> Any:
+    def _build_codecs(self) -> "StepCodecs":
         """The ``StepCodecs`` of the packed messages."""
         from alf_env.control_plane.leaf_codec import StepCodecs
         env = self.env
@@ -246,7 +249,7 @@ def _exit_worker(status: int = 0) -> None:
     Args:
         status: the exit status (0: closed as asked).
     """
-    multiprocessing.util._exit_function()
+    multiprocessing.util._exit_function()  # type: ignore[attr-defined]  # private: no stub
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
@@ -301,7 +304,8 @@ def handle_message(conn: multiprocessing.connection.Connection,
         _answer(conn, env_id, "reset", proxy.reset_packed, plain=True)
         return True
     if msg_type is MessageType.FAST_LOOP:
-        return payload.run(conn, proxy, env_id)  # a FastLoopEntry
+        entry: FastLoopEntry = payload
+        return entry.run(conn, proxy, env_id)
     if msg_type in (MessageType.READY, MessageType.RESULT, MessageType.EXCEPTION):
         raise ValueError(f"env {env_id} worker: {msg_type} is sent by workers, "
                          f"not to them")

@@ -88,7 +88,7 @@ class ItemRows:
         self.kinds = kinds    # (num_rows, 2 + len(shape)) int64: code, ndim, dims
         self.codes = kinds[:, 0]
         self._typed: Dict[str, np.ndarray] = {}
-        self._kinds_seen: Dict[bytes, tuple] = {}  # a kind row -> how to rebuild its item
+        self._kinds_seen: Dict[bytes, Tuple[Any, ...]] = {}  # a kind row -> how to rebuild its item
         size = int(np.prod(shape, dtype=np.int64))
         self.default = self.typed(dtype)[:, :size].reshape((len(data),) + tuple(shape))
         # Rows whose kind is not DEFAULT (kept by the writer, the parent).
@@ -185,7 +185,7 @@ class ItemNode(Node):
         self.fields = [("", (ITEM_BYTES * max(self.size, 1),), np.dtype(np.uint8)),
                        ("kind", (2 + len(self.shape),), np.dtype(np.int64))]
         self._integer = self.dtype.kind in "biu"
-        self._kinds: Dict[tuple, np.ndarray] = {}
+        self._kinds: Dict[Tuple[Any, ...], np.ndarray] = {}
         # (dtype, shape) of batch arrays accepted before whose values need no check.
         self._batches_seen: Dict[Tuple[np.dtype, Tuple[int, ...]], np.ndarray] = {}
 
@@ -344,7 +344,7 @@ class ItemNode(Node):
         return value.copy() if type(value) is np.ndarray else value
 
 
-def action_layout(space: spaces.Space, prefix: str = "act",
+def action_layout(space: spaces.Space[Any], prefix: str = "act",
                   path: str = "action") -> SpaceLayout:
     """The layout of an action space whose envs receive exactly the caller's items.
 

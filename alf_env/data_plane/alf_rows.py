@@ -14,15 +14,15 @@ out and into the rows, no ``TimeStep`` built; a step that is no plain one
 (a reset after ``LAST``) goes through the env's ``step()`` as any other env's.
 """
 
-from typing import Any, List, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
 from alf_env import nest
-from alf_env.nest_compiled import compile_nest
 from alf_env._penv import _copy_leaves
 from alf_env.control_plane.spec_checks import time_step_count_error, time_step_leaf_error
 from alf_env.control_plane.worker import flat_stepper_of
+from alf_env.nest_compiled import compile_nest
 
 
 class _Rows:
@@ -36,7 +36,7 @@ class _Rows:
         # (`v[0, ...]` stays a writable view, also for scalar fields).
         self.views = views if batched else [v[0, ...] for v in views]
         self.paths = paths
-        self._casts: dict = {}
+        self._casts: Dict[Tuple[np.dtype, np.dtype], bool] = {}
         # Flattening and packing compiled for the spec (a TimeStep field by field).
         self._flatten, self._pack = compile_nest(spec)
 
@@ -110,9 +110,10 @@ class AlfRowsHandler:
                           time_step_spec))
 
         self._actions, self._outputs = rows_of(self.rows, batched)
-        self._flat_step = None if batched else flat_stepper_of(env)
+        self._flat_step: Optional[Callable[[List[Any]], Any]] = (
+            None if batched else flat_stepper_of(env))
         if self._flat_step is not None:
-            self.step = self._step_flat
+            self.step = self._step_flat  # type: ignore[method-assign]  # chosen per env
         # An EnvGroup resets its members that ended once the step is reported.
         reset_ended = getattr(env, "reset_ended", None)
         if callable(reset_ended):
@@ -130,7 +131,9 @@ class AlfRowsHandler:
                 + ((env_id or 0) + j,
                    None if member_batched else flat_stepper_of(env.members[j]))
                 for j in range(n)]
-            self.step, self.reset = self._step_members, self._reset_members
+            # Chosen per env (the job loop calls step and reset).
+            self.step, self.reset = (  # type: ignore[method-assign]
+                self._step_members, self._reset_members)
         return self
 
     def step(self, arg: int) -> None:
@@ -141,7 +144,9 @@ class AlfRowsHandler:
 
     def _step_flat(self, arg: int) -> None:
         actions = self._actions.read_leaves()
-        result = self._flat_step(actions)
+        flat_step = self._flat_step
+        assert flat_step is not None  # this step is chosen only with a flat step
+        result = flat_step(actions)
         if result is None:  # not a plain step (a reset): the env's step() does it
             self._outputs.write(self._env.step(self._actions.read()), self._env_id)
         else:

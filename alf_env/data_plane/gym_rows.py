@@ -32,17 +32,18 @@ job's argument says to use them (``RESET_STAGED``).
 
 import threading
 from multiprocessing.reduction import ForkingPickler
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import gymnasium as gym
 import numpy as np
+import numpy.typing as npt
 
 from alf_env import _penv
 from alf_env.control_plane.protocol import MessageType
 from alf_env.control_plane.remote import mark_raised_by
 from alf_env.control_plane.worker import close_each
-from alf_env.data_plane.info_codec import InfoEncoder, Signature
-from alf_env.data_plane.space_layout import FieldSpec, SpaceLayout
+from alf_env.data_plane.info_codec import InfoEncoder, Payload, Signature
+from alf_env.data_plane.space_layout import SpaceLayout
 
 # Arguments of RESET jobs.
 RESET_DEFAULT = 0   # every env, no seed, no options
@@ -67,9 +68,10 @@ INFO_FIELD = "info"
 
 
 def block_fields(observation: SpaceLayout, action: SpaceLayout,
-                 info_bytes: int = 0) -> List[FieldSpec]:
+                 info_bytes: int = 0) -> List[Tuple[str, Tuple[int, ...], npt.DTypeLike]]:
     """Every field of a FastVectorEnv's shared block (one row per env)."""
-    fields = list(observation.fields) + list(action.fields) + list(SCALAR_FIELDS)
+    fields: List[Tuple[str, Tuple[int, ...], npt.DTypeLike]] = [
+        *observation.fields, *action.fields, *SCALAR_FIELDS]
     if info_bytes > 0:
         fields.append((INFO_FIELD, (int(info_bytes),), np.dtype(np.uint8)))
     return fields
@@ -102,8 +104,8 @@ class StagedReset:
         mask: which local envs to reset.
     """
 
-    def __init__(self, seeds: Sequence[Optional[int]], options: Optional[dict],
-                 mask: Sequence[bool]) -> None:
+    def __init__(self, seeds: Sequence[Optional[int]], options: Optional[Dict[str, Any]],
+                 mask: Iterable[bool]) -> None:
         self.seeds = list(seeds)
         self.options = options
         self.mask = [bool(m) for m in mask]
@@ -131,24 +133,26 @@ class EnvGroup:
             raise
         self.staged: Optional[StagedReset] = None
 
-    def describe(self) -> List[Tuple[gym.Space, gym.Space]]:
+    def describe(self) -> List[Tuple[gym.Space[Any], gym.Space[Any]]]:
         """``(observation_space, action_space)`` of each env."""
         return [(env.observation_space, env.action_space) for env in self.envs]
 
-    def info(self) -> Tuple[dict, Optional[str]]:
+    def info(self) -> Tuple[Dict[str, Any], Optional[str]]:
         """``(metadata, render_mode)`` of the first env."""
         env = self.envs[0]
         return dict(env.metadata), env.render_mode
 
-    def call_each(self, name: str, args: tuple, kwargs: dict) -> List[Any]:
+    def call_each(self, name: str, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> List[Any]:
         """``env.name(*args, **kwargs)`` (or the attribute) for each env, like gymnasium."""
         return [self._call(k, name, args, kwargs) for k in range(len(self.envs))]
 
-    def call_some(self, name: str, calls: Dict[int, Tuple[tuple, dict]]) -> Dict[int, Any]:
-        """``name`` of local env ``k`` with its own ``(args, kwargs)``, for each ``k`` of ``calls``."""
+    def call_some(self, name: str,
+                  calls: Dict[int, Tuple[Tuple[Any, ...], Dict[str, Any]]]) -> Dict[int, Any]:
+        """``name`` of local env ``k`` with its own ``(args, kwargs)``, for each ``k`` of
+        ``calls``."""
         return {k: self._call(k, name, args, kwargs) for k, (args, kwargs) in calls.items()}
 
-    def _call(self, k: int, name: str, args: tuple, kwargs: dict) -> Any:
+    def _call(self, k: int, name: str, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Any:
         if name in RESERVED_CALL_NAMES:
             raise ValueError(f"call({name!r}): use the vector env's own {name}() instead")
         try:
@@ -176,6 +180,7 @@ class EnvGroup:
         (``RESET_STAGED``, used up), else every env with no seed and no options."""
         if arg == RESET_STAGED:
             staged, self.staged = self.staged, None
+            assert staged is not None  # stage_reset() came first
             return staged
         n = len(self.envs)
         return StagedReset([None] * n, None, [True] * n)
@@ -209,22 +214,22 @@ class Autoreset:
                      modes.DISABLED: self._step_disabled}[mode]
 
     def reset(self, k: int, env: gym.Env, seed: Optional[int],
-              options: Optional[dict]) -> Tuple[Any, dict]:
+              options: Optional[Dict[str, Any]]) -> Tuple[Any, Dict[str, Any]]:
         """Resets local env ``k``; returns ``(obs, info)``."""
         obs, info = env.reset(seed=seed, options=options)
         self.needs_reset[k] = False
         return obs, info
 
-    def _step_next(self, k: int, env: gym.Env, action: Any) -> tuple:
+    def _step_next(self, k: int, env: gym.Env, action: Any) -> Tuple[Any, ...]:
         if self.needs_reset[k]:
             obs, info = env.reset()
-            result = (obs, 0.0, False, False, info)
+            result: Tuple[Any, ...] = (obs, 0.0, False, False, info)
         else:
             result = env.step(action)
         self.needs_reset[k] = bool(result[2] or result[3])
         return result
 
-    def _step_same(self, k: int, env: gym.Env, action: Any) -> tuple:
+    def _step_same(self, k: int, env: gym.Env, action: Any) -> Tuple[Any, ...]:
         obs, reward, terminated, truncated, info = env.step(action)
         if terminated or truncated:
             reset_obs, reset_info = env.reset()
@@ -233,7 +238,7 @@ class Autoreset:
             obs = reset_obs
         return obs, reward, terminated, truncated, info
 
-    def _step_disabled(self, k: int, env: gym.Env, action: Any) -> tuple:
+    def _step_disabled(self, k: int, env: gym.Env, action: Any) -> Tuple[Any, ...]:
         # The parent refuses to step an env that needs a reset.
         return env.step(action)
 
@@ -275,12 +280,12 @@ class GymRowsHandler:
         # The exact write (see _write_exact): each env's row views of
         # observation, reward, terminated and truncated, then (per layout id,
         # made when first used) the fields of its info record.
-        self._exact_rows: Optional[List[list]] = None
+        self._exact_rows: Optional[List[List[Any]]] = None
         if self.observation.is_single_array:
             self._exact_rows = [[rows.obs[0][row, ...], rows.reward[row, ...],
                                  rows.terminated[row, ...], rows.truncated[row, ...]]
                                 for row in range(*self.rows)]
-        self._exact_info_rows: Dict[Tuple[int, int], list] = {}
+        self._exact_info_rows: Dict[Tuple[int, int], List[Any]] = {}
         # What each env's info_layout and report rows hold, as last written
         # here: (layout id, report), or None when not known.
         self._marks: List[Optional[Tuple[int, bool]]] = [None] * n
@@ -291,7 +296,7 @@ class GymRowsHandler:
 
     def step(self, arg: int) -> None:
         """Steps every env of the group with its action row."""
-        report: Dict[int, Tuple[Optional[dict], Optional[list]]] = {}
+        report: Dict[int, Tuple[Payload, Optional[List[Any]]]] = {}
         begin = self.rows[0]
         for k, env in enumerate(self._group.envs):
             row = begin + k
@@ -308,7 +313,7 @@ class GymRowsHandler:
         """Resets the envs (all, or what ``stage_reset`` said) and writes their rows."""
         envs = self._group.envs
         staged = self._group.take_reset(arg)
-        report: Dict[int, Tuple[Optional[dict], Optional[list]]] = {}
+        report: Dict[int, Tuple[Payload, Optional[List[Any]]]] = {}
         begin = self.rows[0]
         for k, env in enumerate(envs):
             row = begin + k
@@ -327,10 +332,10 @@ class GymRowsHandler:
     # -- rows and reports --------------------------------------------------------
 
     def _write(self, k: int, row: int, obs: Any, reward: Any, terminated: Any,
-               truncated: Any, info: dict,
-               report: Dict[int, Tuple[Optional[dict], Optional[list]]]) -> None:
-        if (self._exact_rows is not None
-                and self._write_exact(k, row, obs, reward, terminated, truncated, info)):
+               truncated: Any, info: Dict[str, Any],
+               report: Dict[int, Tuple[Payload, Optional[List[Any]]]]) -> None:
+        if (self._exact_rows is not None and self._write_exact(
+                self._exact_rows[k], k, row, obs, reward, terminated, truncated, info)):
             return
         try:
             pipe_leaves = self.observation.write_row(self._rows.obs, row, obs)
@@ -352,16 +357,15 @@ class GymRowsHandler:
         if has_report:
             report[k] = (payload, pipe_leaves or None)
 
-    def _write_exact(self, k: int, row: int, obs: Any, reward: Any, terminated: Any,
-                     truncated: Any, info: dict) -> bool:
+    def _write_exact(self, dst: List[Any], k: int, row: int, obs: Any, reward: Any,
+                     terminated: Any, truncated: Any, info: Dict[str, Any]) -> bool:
         """The common step's write, in one native copy: an observation array of
         the space's exact dtype and shape, scalars the rows take exactly
         (``_penv._copy_leaves``), and an empty info or one of the env's last
         layout with no pipe values. Returns ``False`` for anything else (the
         caller's :meth:`_write` converts, checks and reports; what was copied
         here is written again there)."""
-        dst = self._exact_rows[k]
-        leaves: tuple = (obs, reward, terminated, truncated)
+        leaves: Tuple[Any, ...] = (obs, reward, terminated, truncated)
         lid = 0
         if info:
             cached = self._encoder.cached_record(k, info)

@@ -44,7 +44,7 @@ that step, and a layout bigger than the info area, or past
 ``MAX_LAYOUTS`` per worker, does the same: nothing is lost, only slower.
 """
 
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 from absl import logging
@@ -70,7 +70,7 @@ Kind = Union[str, Tuple[type, str, Tuple[int, ...]]]
 Signature = Tuple[Tuple[Any, Kind], ...]
 #: What a worker sends home for one env's info: ``None`` (nothing), a dict
 #: (the whole info, layout 0) or a list (the pipe values of its layout).
-Payload = Union[None, dict, list]
+Payload = Union[None, Dict[Any, Any], List[Any]]
 
 
 def _kind(key: Any, value: Any) -> Kind:
@@ -112,11 +112,11 @@ class InfoLayout:
         self.signature = signature
         self.keys = [key for key, _ in signature]
         self.kinds = [kind for _, kind in signature]
-        self.shm: List[Tuple[int, Any, str, Kind]] = []
+        self.shm: List[Tuple[int, Any, str, Tuple[type, str, Tuple[int, ...]]]] = []
         self.pipe: List[int] = []
         names, formats, offsets, offset = [], [], [], 0
         for i, (key, kind) in enumerate(signature):
-            if kind == PIPE:
+            if isinstance(kind, str):  # PIPE
                 self.pipe.append(i)
                 continue
             _, dtype_str, shape = kind
@@ -161,17 +161,17 @@ class InfoLayout:
                 return False
         return True
 
-    def record_values(self, values: Sequence[Any]) -> tuple:
+    def record_values(self, values: Sequence[Any]) -> Tuple[Any, ...]:
         """The fixed-size values, in field order."""
         if self._all_shm:
             return tuple(values)
         return tuple(values[i] for i in self._shm_positions)
 
-    def pipe_values(self, values: Sequence[Any]) -> Optional[list]:
+    def pipe_values(self, values: Sequence[Any]) -> Optional[List[Any]]:
         """The pipe values (``None`` if the layout has none)."""
         return [values[i] for i in self.pipe] if self.pipe else None
 
-    def decode(self, record: Any, pipe_values: Optional[list]) -> Dict[Any, Any]:
+    def decode(self, record: Any, pipe_values: Optional[List[Any]]) -> Dict[Any, Any]:
         """One env's info from its record (an ``np.void``) and its pipe values."""
         values: List[Any] = [None] * len(self.keys)
         for i, _, name, kind in self.shm:
@@ -208,7 +208,7 @@ class InfoEncoder:
                  declared: Sequence[Signature] = ()) -> None:
         self.capacity = capacity
         self._by_signature: Dict[Signature, int] = {}
-        self._layouts: List[Optional[InfoLayout]] = [None]
+        self._layouts = [InfoLayout((), 0)]  # layout id 0: the info cannot be packed
         self._cache = [_EnvCache() for _ in range(num_envs)]
         self._records: Dict[int, np.ndarray] = {}
         self._warned = False
@@ -234,7 +234,7 @@ class InfoEncoder:
         return lid
 
     def cached_record(self, k: int, info: Dict[Any, Any]
-                      ) -> Optional[Tuple[int, InfoLayout, tuple]]:
+                      ) -> Optional[Tuple[int, InfoLayout, Tuple[Any, ...]]]:
         """``(layout id, layout, record values)`` when env ``k``'s ``info`` has
         the layout of its last packed info and no pipe values (the common
         step, which the caller may then store itself); ``None`` otherwise
@@ -248,15 +248,17 @@ class InfoEncoder:
             return None
         return cache.lid, layout, layout.record_values(values)
 
-    def record_rows(self, lid: int, info_view: np.ndarray) -> np.ndarray:
+    def record_rows(self, lid: int, info_view: Optional[np.ndarray]) -> np.ndarray:
         """Every row of ``info_view`` (the block's ``info`` field) seen as a record
         of layout ``lid`` (made once per layout)."""
         records = self._records.get(lid)
         if records is None:
-            records = self._records[lid] = info_view.view(self._layouts[lid].dtype)[:, 0]
+            dtype = self._layouts[lid].dtype
+            assert dtype is not None and info_view is not None  # lid > 0: a layout that fits
+            records = self._records[lid] = info_view.view(dtype)[:, 0]
         return records
 
-    def encode(self, k: int, info: Dict[Any, Any], info_view: np.ndarray, row: int,
+    def encode(self, k: int, info: Dict[Any, Any], info_view: Optional[np.ndarray], row: int,
                new_layouts: List[Tuple[int, Signature]]) -> Tuple[int, Payload]:
         """Packs env ``k``'s ``info`` into ``info_view[row]``.
 
@@ -317,12 +319,12 @@ class InfoDecoder:
         # gid 0: no layout. _table[w, lid] is the global id of worker w's layout lid.
         self._table = np.zeros((num_workers, MAX_LAYOUTS + 2), dtype=np.int32)
         self._gids: Dict[Signature, int] = {}
-        self._layouts: List[Optional[InfoLayout]] = [None]
-        self._records: List[Optional[np.ndarray]] = [None]
+        self._layouts = [InfoLayout((), 0)]  # gid 0: no info (an empty layout)
+        self._records: List[np.ndarray] = [np.empty(0, np.uint8)]  # and no records
         self._pure: List[bool] = [False]  # layout without pipe values
         # Per layout, its fixed-size keys grouped by (dtype, shape):
         # [(dtype, shape, [(key, field name)], view or None)] (see _batch_shared).
-        self._groups: List[list] = [[]]
+        self._groups: List[List[Tuple[Any, ...]]] = [[]]
         # Per layout, (key, mask key) in the layout's key order, and all-True
         # masks by batch size (copied for each batch, see _batch_shared).
         self._key_pairs: List[List[Tuple[Any, str]]] = [[]]
@@ -332,35 +334,38 @@ class InfoDecoder:
         # info". Mixed rows are not kept: their combinations could grow without
         # bound, and they take the slow path anyway. Cleared when a layout is
         # registered.
-        self._whole_batch: Dict[tuple, int] = {}
+        self._whole_batch: Dict[Tuple[Any, ...], int] = {}
 
     def register(self, worker: int, lid: int, signature: Signature) -> None:
         """Learns that worker ``worker`` numbers ``signature`` as ``lid``."""
         gid = self._gids.get(signature)
         if gid is None:
             layout = InfoLayout(signature, self._capacity)
+            # Workers register only layouts that fit: a structured dtype.
+            assert layout.dtype is not None and layout.dtype.fields is not None
             gid = len(self._layouts)
             self._gids[signature] = gid
             self._layouts.append(layout)
             self._records.append(self._info.view(layout.dtype)[:, 0])
             self._pure.append(not layout.pipe)
-            groups: Dict[Tuple[str, tuple], list] = {}
+            groups: Dict[Tuple[str, Tuple[int, ...]], List[Tuple[Any, str]]] = {}
             for _, key, name, kind in layout.shm:
                 groups.setdefault((kind[1], kind[2]), []).append((key, name))
             self._groups.append([(np.dtype(d), shape, fields,
-                                  self._group_view(layout, np.dtype(d), shape, fields))
+                                  self._group_view(layout.dtype.fields, np.dtype(d), shape,
+                                                   fields))
                                  for (d, shape), fields in groups.items()])
             self._key_pairs.append([(key, f"_{key}") for _, key, _, _ in layout.shm])
             self._true_masks.append({})
         self._table[worker, lid] = gid
         self._whole_batch.clear()
 
-    def _group_view(self, layout: InfoLayout, dtype: np.dtype, shape: Tuple[int, ...],
-                    fields: List[Tuple[Any, str]]) -> Optional[np.ndarray]:
+    def _group_view(self, record_fields: Mapping[str, Tuple[Any, ...]], dtype: np.dtype,
+                    shape: Tuple[int, ...], fields: List[Tuple[Any, str]]) -> Optional[np.ndarray]:
         """A ``(rows, len(fields), *shape)`` view of the fields of one group when
         they lie back to back in the info area (one copy reads them all), else ``None``."""
         size = dtype.itemsize * int(np.prod(shape, dtype=np.int64))
-        offsets = [layout.dtype.fields[name][1] for _, name in fields]
+        offsets = [record_fields[name][1] for _, name in fields]
         start = offsets[0]
         if offsets != [start + j * size for j in range(len(fields))] or start % dtype.alignment:
             return None
@@ -451,9 +456,9 @@ class InfoDecoder:
                 continue
             payload = payloads.get(row)
             gid = int(gids[position])
-            if gid:
+            if gid and not isinstance(payload, dict):  # a layout's payload: its pipe values
                 info = self._layouts[gid].decode(self._records[gid][row], payload)
-            elif payload:
+            elif isinstance(payload, dict) and payload:  # no layout: the whole info
                 info = payload
             else:
                 continue

@@ -21,6 +21,7 @@ Shared by the front ends that drive ``ProcessEnvironment`` workers through a
   closes it (bounded in time; a worker stuck in a job is terminated).
 """
 
+import functools
 import inspect
 import time
 import weakref
@@ -29,13 +30,12 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set
 import numpy as np
 from absl import logging
 
-from alf_env.data_plane.shared_block import JobType, WaitStatus
 from alf_env.control_plane import shutdown
 from alf_env.control_plane.channel import receive_answers
 from alf_env.control_plane.group import close_all
 from alf_env.control_plane.process_environment import ProcessEnvironment
+from alf_env.data_plane.shared_block import JobType, WaitStatus
 from alf_env.errors import EnvironmentClosedError, EnvTimeoutError, WorkerDiedError
-
 
 # on_ok(workers): called with the workers whose jobs just finished OK (see
 # JobBoard.job_of), before anything else is sent to them; returns what went
@@ -202,7 +202,7 @@ class JobBoard:
             dead = int(ids[0])
             self.controller.abandon(dead)
             raise self.envs[dead].mark_died(during)
-        finished = ids.tolist()
+        finished: List[int] = ids.tolist()
         if finished:
             self._on_finished(finished)
         if status == WaitStatus.TIMEOUT:
@@ -337,7 +337,7 @@ class JobBoard:
                     closing.update(idle)
                 try:
                     finished = self._wait_some(1, "closing", deadline, total,
-                                               lambda: sorted(waiting))
+                                               functools.partial(sorted, waiting))
                 except EnvTimeoutError:
                     break
                 except WorkerDiedError:

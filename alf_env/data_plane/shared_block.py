@@ -8,95 +8,10 @@ rewards, ...), each with ``num_rows`` rows. ``FastParallelEnvironment`` writes
 actions into the rows of a worker, posts a ``STEP`` job, and reads the
 worker's observation rows once :meth:`Controller.wait` returns the worker.
 
-Layout
-------
-``compute_layout(num_workers, num_rows, row_bytes)`` gives the same offsets in
-every process::
-
-    offset 0          control block (size depends on num_workers only):
-                      header (magic, layout version, num_workers, sizes),
-                      completion futex word + sleeping flag of the main
-                      process, tail of the finished queue, one 64-byte
-                      JobSlot per worker, the queue's cells
-    (64-aligned)      field 0: num_rows rows, row_stride bytes apart
-    (64-aligned)      field 1: ...
-
-Each row is padded to a multiple of 64 bytes (``row_stride``) so that workers
-writing neighbouring rows never share a cache line, and every array starts
-64-byte aligned (enough for any numpy dtype). The numpy view of a field has
-shape ``(num_rows, *shape)`` and strides ``(row_stride, <C-contiguous>)``:
-each row is C-contiguous, the rows are not adjacent.
-
-Job-slot state machine
-----------------------
-One job at a time per worker::
-
-    idle --post()--> posted --worker wait_job()--> running
-         --worker finish()--> finished --main wait() returns it--> idle
-
-* ``Controller.post(ids, job, arg)`` writes the job type and its 64-bit
-  argument into each slot, bumps the slot's ``seq`` futex word and wakes the
-  worker if (and only if) its "sleeping" flag is set. It refuses (ValueError,
-  nothing posted) if any id is out of range, repeated, or still busy.
-* ``WorkerPort.wait_job()`` returns ``(JobType, arg)`` for each new ``seq``,
-  or ``(JobType.NONE, 0)`` on timeout so a Python worker can check its pipe
-  and its parent in between.
-* ``WorkerPort.finish(status)`` stores the status, pushes the worker id on
-  a lock-free multi-producer queue, bumps the main process's completion
-  futex word and wakes it if it sleeps.
-* ``Controller.wait(k, timeout_s)`` returns the first ``k`` finished workers in
-  completion order (EnvPool's "receive the first K"); ``post(all)`` +
-  ``wait(n)`` is the synchronous step. Completions beyond ``k`` stay queued
-  for the next ``wait``. It returns ``(WaitStatus.TIMEOUT, [])`` when the
-  timeout passes (nothing is lost: finished workers come out of the next
-  wait), and ``(WaitStatus.WORKER_DIED, [ids])`` when a worker with an
-  unfinished job has died (pidfd polled at least every 50 ms, so a crash is
-  reported within ~50 ms, never a hang). ``abandon(id)`` then forgets the
-  dead worker's job so ``close()`` can proceed.
-* ``JobType.CALL`` means "a message waits on your pipe"; ``CLOSE`` means
-  "leave the native loop" (finish it, then exit). ``JobStatus.ERROR`` means
-  the worker's Python code raised; the details travel on the pipe.
-
-Memory orders
--------------
-* main writes action rows, job type and arg, then stores ``seq`` (release,
-  seq_cst); the worker acquire-loads ``seq`` and then reads the job and rows.
-* the worker writes its observation rows and status, then pushes its id with
-  a release CAS; the main process acquire-loads the queue cell before it
-  reads the status and the rows.
-* sleeping flags: a waiter stores "sleeping" and re-checks the futex word,
-  the waker changes the word and loads the flag - all four seq_cst
-  (Dekker), so either the waiter sees the change or the waker sees the flag
-  and calls FUTEX_WAKE; the kernel's own value check closes the rest.
-* the queue is Vyukov-style (cells tagged with sequence numbers), but a
-  cell is claimed and published by one 64-bit CAS, so a worker killed while
-  finishing can never block the queue.
-
-Waiting and CPU use
--------------------
-Waiters spin briefly (``pause``, then ``sched_yield``) before they sleep on a
-futex. ``spin_us=-1`` (default) is adaptive: a budget that halves whenever
-spinning did not pay off (and grows back when it does), up to 100 us; when
-``num_workers + 1`` exceeds the CPUs this process may use, every spin round
-yields the core to any runnable process instead of pausing on it, and the
-budget goes up to 2 ms, 5 ms with pinned workers (16 workers on 2 cores
-take no CPU from each other). ``spin_us=0`` never spins; ``spin_us>0`` spins that
-many microseconds. Blocking calls release the GIL and raise pending Python
-signals (e.g. ``KeyboardInterrupt``) within ~50 ms.
-
-Lifetime
---------
-The region is a ``memfd``: it has no name, so nothing ever appears in
-``/dev/shm`` and nothing needs unlinking. Its memory is freed by the kernel
-when the last process closes its descriptor and unmaps it - whatever way the
-processes end, including the main process being SIGKILLed. The mapping of a
-process lives as long as any numpy view of it does (views keep the region
-object alive); :meth:`SharedBlock.close` only drops the block's own
-references. Workers receive the region through pickling: ``__reduce__``
-passes a duplicate of the descriptor with ``multiprocessing.reduction.DupFd``
-(as ``multiprocessing.heap.Arena`` does), which works with the ``spawn`` and
-``forkserver`` start methods and, via the resource sharer, over pipes; under
-``fork`` the block is simply inherited.
+The layout, the job-slot state machine, the memory orders, waiting and CPU
+use, and the region's lifetime are described once, in ``docs/shared_memory.rst``.
+The region is a ``memfd``: nothing appears in ``/dev/shm``, and the kernel frees
+it when the last process that maps it ends, however it ends.
 
 Example::
 
@@ -123,8 +38,15 @@ from typing import Any, Iterable, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 from alf_env import _penv
-from alf_env._penv import (Controller, JobStatus, JobType, Layout, SharedRegion,
-                           WaitStatus, WorkerPort)
+from alf_env._penv import (
+    Controller,
+    JobStatus,
+    JobType,
+    Layout,
+    SharedRegion,
+    WaitStatus,
+    WorkerPort,
+)
 
 __all__ = [
     "SharedBlock",
@@ -262,8 +184,7 @@ class SharedBlock:
     @property
     def region(self) -> SharedRegion:
         """The underlying :class:`alf_env._penv.SharedRegion`."""
-        self._check_open()
-        return self._region
+        return self._check_open()
 
     @property
     def fd(self) -> int:
@@ -279,6 +200,7 @@ class SharedBlock:
     def views(self) -> Mapping[str, np.ndarray]:
         """Read-only mapping from field name to its numpy view."""
         self._check_open()
+        assert self._views is not None  # set with the region
         return self._views
 
     def __getitem__(self, name: str) -> np.ndarray:
@@ -298,9 +220,10 @@ class SharedBlock:
         """Whether :meth:`close` was called."""
         return self._region is None
 
-    def _check_open(self) -> None:
+    def _check_open(self) -> SharedRegion:
         if self._region is None:
             raise ValueError("the SharedBlock is closed")
+        return self._region
 
     # ---------------------------------------------------------- endpoints --
     def controller(self, spin_us: int = SPIN_ADAPTIVE,
@@ -345,15 +268,15 @@ class SharedBlock:
     def __exit__(self, *exc_info: Any) -> None:
         self.close()
 
-    def __reduce__(self):
+    def __reduce__(self) -> Tuple[Any, ...]:
         """Pickles as a duplicate of the memfd plus the layout arguments."""
-        self._check_open()
+        region = self._check_open()
         return (_rebuild_shared_block,
-                (reduction.DupFd(self._region.fd), self.fields, self.num_rows,
+                (reduction.DupFd(region.fd), self.fields, self.num_rows,
                  self.num_workers, self.layout.total_size))
 
     def __repr__(self) -> str:
-        state = "closed" if self.closed else f"fd={self._region.fd}"
+        state = "closed" if self._region is None else f"fd={self._region.fd}"
         names = ", ".join(name for name, _, _ in self.fields)
         return (f"SharedBlock({state}, size={self.layout.total_size}, "
                 f"num_rows={self.num_rows}, num_workers={self.num_workers}, "

@@ -62,7 +62,8 @@ def can_cast(source: np.dtype, target: np.dtype, casting: str) -> bool:
     key = (source, target, casting)
     allowed = _CAST_CACHE.get(key)
     if allowed is None:
-        allowed = _CAST_CACHE[key] = bool(np.can_cast(source, target, casting=casting))
+        rule: Any = casting  # a str: numpy's stubs take only the rule names' Literal
+        allowed = _CAST_CACHE[key] = bool(np.can_cast(source, target, casting=rule))
     return allowed
 
 
@@ -94,8 +95,8 @@ class Node:
         """Appends one array per field (``None``: leave the row alone) and pipe leaves."""
         raise NotImplementedError
 
-    def decode(self, views: Sequence[np.ndarray], row: int, pipe: Iterator[Any]) -> Any:
-        """Reads the value of one row (pipe leaves come from ``pipe``)."""
+    def decode(self, views: Sequence[np.ndarray], row: int, pipe: Optional[Iterator[Any]]) -> Any:
+        """Reads the value of one row (pipe leaves come from ``pipe``; a leaf has none)."""
         raise NotImplementedError
 
     def encode_batch(self, values: Any, n: int, casting: str, arrays: List[Any]) -> None:
@@ -104,8 +105,8 @@ class Node:
 
     def decode_batch(self, views: Sequence[np.ndarray], rows: Rows, row_list: List[int],
                      pipe_rows: Sequence[Sequence[Any]], copy: bool) -> Any:
-        """Reads the batched value of ``rows`` (``row_list``: the same, as ints)."""
-        raise NotImplementedError
+        """The batched value of ``rows`` (``row_list``: the same, as ints); default: row by row."""
+        return tuple(self.decode(views, row, iter(())) for row in row_list)
 
     def _check_sequence(self, values: Any, length: int, what: str) -> None:
         if not isinstance(values, (tuple, list)) or len(values) != length:
@@ -140,17 +141,18 @@ class _ArrayNode(Node):
                 f"{array.shape} and dtype {array.dtype}{hint}")
         return array
 
-    def encode(self, value, casting, arrays, pipe):
+    def encode(self, value: Any, casting: str, arrays: List[Any], pipe: List[Any]) -> None:
         arrays.append(self._check(value, self.shape, casting, None))
 
-    def decode(self, views, row, pipe):
+    def decode(self, views: Sequence[np.ndarray], row: int, pipe: Optional[Iterator[Any]]) -> Any:
         value = views[self.first][row]
         return value.copy() if type(value) is np.ndarray else value
 
-    def encode_batch(self, values, n, casting, arrays):
+    def encode_batch(self, values: Any, n: int, casting: str, arrays: List[Any]) -> None:
         arrays.append(self._check(values, (n,) + self.shape, casting, n))
 
-    def decode_batch(self, views, rows, row_list, pipe_rows, copy):
+    def decode_batch(self, views: Sequence[np.ndarray], rows: Rows, row_list: List[int],
+                     pipe_rows: Sequence[Sequence[Any]], copy: bool) -> Any:
         value = views[self.first][rows]
         # A slice is a view of the shared rows; an index array already copied.
         return np.array(value) if copy and isinstance(rows, slice) else value
@@ -180,22 +182,19 @@ class _TextNode(Node):
         padded[:len(codes)] = codes
         return padded
 
-    def encode(self, value, casting, arrays, pipe):
+    def encode(self, value: Any, casting: str, arrays: List[Any], pipe: List[Any]) -> None:
         arrays.append(self._padded(value))
         arrays.append(np.asarray(len(value), INDEX_DTYPE))
 
-    def decode(self, views, row, pipe):
+    def decode(self, views: Sequence[np.ndarray], row: int, pipe: Optional[Iterator[Any]]) -> Any:
         length = int(views[self.first + 1][row])
         return views[self.first][row, :length].tobytes().decode(_TEXT_ENCODING)
 
-    def encode_batch(self, values, n, casting, arrays):
+    def encode_batch(self, values: Any, n: int, casting: str, arrays: List[Any]) -> None:
         self._check_sequence(values, n, "str (one per env)")
         arrays.append(np.stack([self._padded(v) for v in values]) if n else
                       np.zeros((0, self.max_length), TEXT_CODE_DTYPE))
         arrays.append(np.asarray([len(v) for v in values], INDEX_DTYPE))
-
-    def decode_batch(self, views, rows, row_list, pipe_rows, copy):
-        return tuple(self.decode(views, row, iter(())) for row in row_list)
 
 
 class _TupleNode(Node):
@@ -205,20 +204,21 @@ class _TupleNode(Node):
         super().__init__(path)
         self.children = children
 
-    def encode(self, value, casting, arrays, pipe):
+    def encode(self, value: Any, casting: str, arrays: List[Any], pipe: List[Any]) -> None:
         self._check_sequence(value, len(self.children), "values")
         for child, item in zip(self.children, value):
             child.encode(item, casting, arrays, pipe)
 
-    def decode(self, views, row, pipe):
+    def decode(self, views: Sequence[np.ndarray], row: int, pipe: Optional[Iterator[Any]]) -> Any:
         return tuple(child.decode(views, row, pipe) for child in self.children)
 
-    def encode_batch(self, values, n, casting, arrays):
+    def encode_batch(self, values: Any, n: int, casting: str, arrays: List[Any]) -> None:
         self._check_sequence(values, len(self.children), "batched values")
         for child, item in zip(self.children, values):
             child.encode_batch(item, n, casting, arrays)
 
-    def decode_batch(self, views, rows, row_list, pipe_rows, copy):
+    def decode_batch(self, views: Sequence[np.ndarray], rows: Rows, row_list: List[int],
+                     pipe_rows: Sequence[Sequence[Any]], copy: bool) -> Any:
         return tuple(child.decode_batch(views, rows, row_list, pipe_rows, copy)
                      for child in self.children)
 
@@ -241,18 +241,19 @@ class _DictNode(Node):
                              f"missing {missing}")
         return [value[k] for k in self.keys]
 
-    def encode(self, value, casting, arrays, pipe):
+    def encode(self, value: Any, casting: str, arrays: List[Any], pipe: List[Any]) -> None:
         for child, item in zip(self.children, self._items(value)):
             child.encode(item, casting, arrays, pipe)
 
-    def decode(self, views, row, pipe):
+    def decode(self, views: Sequence[np.ndarray], row: int, pipe: Optional[Iterator[Any]]) -> Any:
         return {k: c.decode(views, row, pipe) for k, c in zip(self.keys, self.children)}
 
-    def encode_batch(self, values, n, casting, arrays):
+    def encode_batch(self, values: Any, n: int, casting: str, arrays: List[Any]) -> None:
         for child, item in zip(self.children, self._items(values)):
             child.encode_batch(item, n, casting, arrays)
 
-    def decode_batch(self, views, rows, row_list, pipe_rows, copy):
+    def decode_batch(self, views: Sequence[np.ndarray], rows: Rows, row_list: List[int],
+                     pipe_rows: Sequence[Sequence[Any]], copy: bool) -> Any:
         return {k: c.decode_batch(views, rows, row_list, pipe_rows, copy)
                 for k, c in zip(self.keys, self.children)}
 
@@ -276,7 +277,7 @@ class _OneOfNode(Node):
                              f"got {index!r}")
         return int(index), item
 
-    def encode(self, value, casting, arrays, pipe):
+    def encode(self, value: Any, casting: str, arrays: List[Any], pipe: List[Any]) -> None:
         index, item = self._split(value)
         arrays.append(np.asarray(index, INDEX_DTYPE))
         for k, child in enumerate(self.children):
@@ -285,11 +286,11 @@ class _OneOfNode(Node):
             else:
                 arrays.extend([None] * len(self._child_fields[k]))
 
-    def decode(self, views, row, pipe):
+    def decode(self, views: Sequence[np.ndarray], row: int, pipe: Optional[Iterator[Any]]) -> Any:
         index = views[self.first][row]
         return index, self.children[int(index)].decode(views, row, pipe)
 
-    def encode_batch(self, values, n, casting, arrays):
+    def encode_batch(self, values: Any, n: int, casting: str, arrays: List[Any]) -> None:
         self._check_sequence(values, n, "(index, value) pairs (one per env)")
         pairs = [self._split(v) for v in values]
         arrays.append(np.asarray([index for index, _ in pairs], INDEX_DTYPE).reshape(n))
@@ -303,9 +304,6 @@ class _OneOfNode(Node):
                         column[row] = array
             arrays.extend(batch)
 
-    def decode_batch(self, views, rows, row_list, pipe_rows, copy):
-        return tuple(self.decode(views, row, iter(())) for row in row_list)
-
 
 class _PipeNode(Node):
     """A space of no fixed size: its value is a pipe leaf."""
@@ -315,17 +313,19 @@ class _PipeNode(Node):
         self.num_pipe = 1
         self.pipe_index = 0
 
-    def encode(self, value, casting, arrays, pipe):
+    def encode(self, value: Any, casting: str, arrays: List[Any], pipe: List[Any]) -> None:
         pipe.append(value)
 
-    def decode(self, views, row, pipe):
+    def decode(self, views: Sequence[np.ndarray], row: int, pipe: Optional[Iterator[Any]]) -> Any:
+        assert pipe is not None  # only a leaf (read alone) gets no pipe
         return next(pipe)
 
-    def encode_batch(self, values, n, casting, arrays):
+    def encode_batch(self, values: Any, n: int, casting: str, arrays: List[Any]) -> None:
         raise ValueError(f"{self.path}: a space of no fixed size cannot be written to "
                          f"shared memory")
 
-    def decode_batch(self, views, rows, row_list, pipe_rows, copy):
+    def decode_batch(self, views: Sequence[np.ndarray], rows: Rows, row_list: List[int],
+                     pipe_rows: Sequence[Sequence[Any]], copy: bool) -> Any:
         return tuple(leaves[self.pipe_index] for leaves in pipe_rows)
 
 
@@ -345,7 +345,7 @@ def _has_pipe(node: Node) -> bool:
     return node.num_pipe > 0 or any(_has_pipe(c) for c in _children(node))
 
 
-def _build(space: spaces.Space, path: str, leaf: LeafFactory) -> Node:
+def _build(space: spaces.Space[Any], path: str, leaf: LeafFactory) -> Node:
     """The node tree of ``space`` (fields not numbered yet)."""
     if isinstance(space, spaces.Discrete):
         return leaf(path, (), space.dtype)
@@ -402,7 +402,7 @@ class SpaceLayout:
         pipe_paths: paths of the sub-values that travel on the pipe.
     """
 
-    def __init__(self, space: spaces.Space, prefix: str, path: str,
+    def __init__(self, space: spaces.Space[Any], prefix: str, path: str,
                  leaf: Optional[LeafFactory] = None) -> None:
         self.space = space
         self._root = _build(space, path, leaf or _ArrayNode)

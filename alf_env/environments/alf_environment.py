@@ -158,7 +158,7 @@ class AlfEnvironment(abc.ABC):
         """Subclass hook of :meth:`step`; reset (ignoring action) after LAST."""
 
     # ----- misc -------------------------------------------------------------
-    def sync_progress(self, progress: Any = None) -> None:
+    def sync_progress(self, progress: Any = None) -> None:  # noqa: B027 -- optional hook
         """Receives the trainer's training progress; does nothing by default.
 
         ALF's trainer calls ``env.sync_progress()`` on any env; batched envs
@@ -176,8 +176,9 @@ class AlfEnvironment(abc.ABC):
         """
         raise NotImplementedError(f"{type(self).__name__} does not support get_info()")
 
-    def seed(self, seed: int) -> None:
-        """Seeds the env's random number generators.
+    def seed(self, seed: Any) -> None:
+        """Seeds the env's random number generators (with an int; the batched envs
+        of workers, e.g. ``ParallelAlfEnvironment``, take one seed per env).
 
         Raises:
             NotImplementedError: unless a subclass supports seeding.
@@ -204,7 +205,7 @@ class AlfEnvironment(abc.ABC):
         self._closed = True
         self._close()
 
-    def _close(self) -> None:
+    def _close(self) -> None:  # noqa: B027 -- optional hook
         """Subclass hook of :meth:`close`, called once."""
 
     def _check_not_closed(self) -> None:

@@ -42,16 +42,36 @@ import numpy as np
 from gymnasium import spaces
 
 from alf_env import nest
-from alf_env.data_structures import (TimeStep, _scalar_array, restart, termination,
-                                     transition, truncation)
+from alf_env.data_structures import (
+    TimeStep,
+    _scalar_array,
+    restart,
+    termination,
+    transition,
+    truncation,
+)
 from alf_env.environments.alf_environment import AlfEnvironment, forward_attribute
-from alf_env.environments.gym_conversions import (_FIRST_ARRAY, _LAST_ARRAY, _MID_ARRAY,
-                                                  _ONE_DISCOUNT_ARRAY, _ZERO_DISCOUNT_ARRAY,
-                                                  _compile_gym_action, _compile_structure,
-                                                  _compile_zeros, _Converter, _field,
-                                                  _action_leaf, _observation_leaf, _to_numpy)
-from alf_env.environments.gym_env_info import (_compile_info, _fetch_info, _info_spec,
-                                               _merge_info_specs)
+from alf_env.environments.gym_conversions import (
+    _FIRST_ARRAY,
+    _LAST_ARRAY,
+    _MID_ARRAY,
+    _ONE_DISCOUNT_ARRAY,
+    _ZERO_DISCOUNT_ARRAY,
+    _action_leaf,
+    _compile_gym_action,
+    _compile_structure,
+    _compile_zeros,
+    _Converter,
+    _field,
+    _observation_leaf,
+    _to_numpy,
+)
+from alf_env.environments.gym_env_info import (
+    _compile_info,
+    _fetch_info,
+    _info_spec,
+    _merge_info_specs,
+)
 from alf_env.environments.gym_space_specs import tensor_spec_from_gym_space
 from alf_env.tensor_specs import TensorSpec
 
@@ -311,7 +331,7 @@ class AlfGymWrapper(AlfEnvironment):
         if convert is not None:
             try:
                 return convert(observation)
-            except Exception:  # not the common case: the general path decides
+            except Exception:  # noqa: BLE001 -- not the common case: the general path decides
                 pass
         return self._observation_general(observation)
 
@@ -332,7 +352,7 @@ class AlfGymWrapper(AlfEnvironment):
         if convert is not None:
             try:
                 return convert(action)
-            except Exception:  # not the common case: the general path decides
+            except Exception:  # noqa: BLE001 -- not the common case: the general path decides
                 pass
         return self._action_arrays_general(action)
 
@@ -371,7 +391,7 @@ class AlfGymWrapper(AlfEnvironment):
         if fetch is not None:
             try:
                 return fetch(info)
-            except Exception:  # not the common case: the general path decides
+            except Exception:  # noqa: BLE001 -- not the common case: the general path decides
                 pass
         return _fetch_info(self._env_info_spec, info, "")
 
@@ -426,7 +446,7 @@ class AlfGymWrapper(AlfEnvironment):
         action = self._action_arrays(action)
         space = self._gym_env.action_space
         if space is self._gym_action_space and self._direct_gym_action:
-            gym_action = self._fast_gym_action(action)
+            gym_action = self._fast_gym_action(action)  # type: ignore[misc]  # compiled
         else:
             gym_action = self._to_gym_action(space, action)
         observation, reward, terminated, truncated, info = self._gym_env.step(gym_action)

@@ -26,8 +26,8 @@ class AlfEnvironmentBaseWrapper(AlfEnvironment):
     ``reset()`` / ``step()`` call the wrapped env's; specs, ``batched``,
     ``batch_size``, ``is_tensor_based``, ``num_tasks``, ``task_names``,
     ``seed``, ``render``, ``sync_progress``, ``get_info`` and every other
-    public attribute are the wrapped env's; ``close()`` closes it. Override ``_reset`` / ``_step`` (calling
-    ``self._env``) or the spec methods to change them.
+    public attribute are the wrapped env's; ``close()`` closes it. Override ``_reset`` /
+    ``_step`` (calling ``self._env``) or the spec methods to change them.
     """
 
     def __init__(self, env: AlfEnvironment) -> None:

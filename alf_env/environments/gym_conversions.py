@@ -29,7 +29,6 @@ from alf_env import nest
 from alf_env.data_structures import StepType, _scalar_array
 from alf_env.tensor_specs import BoundedTensorSpec, TensorSpec
 
-
 # What generate_time_step() makes of the step types and the discount 0 of a
 # termination, made once; every time step gets its own copy, as before.
 _FIRST_ARRAY = _scalar_array(StepType.FIRST, np.int32)
@@ -85,8 +84,9 @@ def _compile_structure(spec: Any, leaf: Callable[[TensorSpec], _Converter]
             keys = sorted(spec)
         except TypeError:
             return None  # unorderable keys: the general path sorts by str
-        children = [_compile_structure(spec[k], leaf) for k in keys]
-        if any(child is None for child in children):
+        compiled = [_compile_structure(spec[k], leaf) for k in keys]
+        children = [child for child in compiled if child is not None]
+        if len(children) != len(compiled):
             return None
         pairs = list(zip(keys, children))
         spec_order = list(spec)
@@ -106,8 +106,9 @@ def _compile_structure(spec: Any, leaf: Callable[[TensorSpec], _Converter]
 
         return convert_dict
     if spec_type is tuple or spec_type is list:
-        children = [_compile_structure(s, leaf) for s in spec]
-        if any(child is None for child in children):
+        compiled = [_compile_structure(s, leaf) for s in spec]
+        children = [child for child in compiled if child is not None]
+        if len(children) != len(compiled):
             return None
         size = len(children)
 
@@ -172,17 +173,19 @@ def _compile_zeros(spec: Any) -> Optional[Callable[[], Any]]:
             keys = sorted(spec)
         except TypeError:
             return None
-        children = [_compile_zeros(spec[k]) for k in keys]
-        if any(child is None for child in children):
+        compiled_zeros = [_compile_zeros(spec[k]) for k in keys]
+        zeros = [child for child in compiled_zeros if child is not None]
+        if len(zeros) != len(compiled_zeros):
             return None
-        by_spec_order = [children[keys.index(k)] for k in spec]
+        by_spec_order = [zeros[keys.index(k)] for k in spec]
         spec_order = list(spec)
         return lambda: dict(zip(spec_order, [child() for child in by_spec_order]))
     if spec_type is tuple or spec_type is list:
-        children = [_compile_zeros(s) for s in spec]
-        if any(child is None for child in children):
+        compiled_zeros = [_compile_zeros(s) for s in spec]
+        zeros = [child for child in compiled_zeros if child is not None]
+        if len(zeros) != len(compiled_zeros):
             return None
-        return lambda: spec_type([child() for child in children])
+        return lambda: spec_type([child() for child in zeros])
     if type(spec) in (TensorSpec, BoundedTensorSpec):
         # numpy_zeros(()) is np.zeros(() + shape, dtype) for these classes.
         shape, dtype = tuple(spec.shape), spec.numpy_dtype
@@ -196,8 +199,8 @@ def _compile_gym_action(space: spaces.Space) -> _Converter:
         children = [(k, _compile_gym_action(s)) for k, s in space.spaces.items()]
         return lambda action: {k: child(action[k]) for k, child in children}
     if isinstance(space, spaces.Tuple):
-        children = [_compile_gym_action(s) for s in space.spaces]
-        return lambda action: tuple(child(a) for child, a in zip(children, action))
+        converters = [_compile_gym_action(s) for s in space.spaces]
+        return lambda action: tuple(child(a) for child, a in zip(converters, action))
     dtype = space.dtype
     if isinstance(space, spaces.Discrete):
 

@@ -11,8 +11,13 @@ from typing import Any, Dict, Optional
 
 import numpy as np
 
-from alf_env.environments.gym_conversions import (_FAST_MAPPINGS, _Converter, _Fallback, _field,
-                                                  _to_numpy)
+from alf_env.environments.gym_conversions import (
+    _FAST_MAPPINGS,
+    _Converter,
+    _Fallback,
+    _field,
+    _to_numpy,
+)
 from alf_env.nest_paths import _join
 from alf_env.tensor_specs import TensorSpec
 
@@ -96,8 +101,9 @@ def _compile_info(spec: Any) -> Optional[_Converter]:
         keys = sorted(spec)
     except TypeError:
         return None
-    children = [_compile_info(spec[k]) for k in keys]
-    if any(child is None for child in children):
+    compiled = [_compile_info(spec[k]) for k in keys]
+    children = [child for child in compiled if child is not None]
+    if len(children) != len(compiled):
         return None
     if not keys:
         return _no_info  # an empty spec selects nothing from any info

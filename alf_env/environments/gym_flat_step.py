@@ -114,7 +114,7 @@ def _compile_raw_info(spec: Any) -> Optional[Callable[[Any], Optional[List[Any]]
         keys = sorted(spec)
     except TypeError:
         return None
-    allowed = []
+    allowed: List[Tuple[Any, Tuple[type, ...]]] = []
     for key in keys:
         leaf = spec[key]
         if nest.is_nested(leaf) or tuple(leaf.shape) != ():
@@ -132,7 +132,7 @@ def _compile_raw_info(spec: Any) -> Optional[Callable[[Any], Optional[List[Any]]
             return None
         leaves = []
         for key, types in allowed:
-            value = info.get(key)
+            value: Any = info.get(key)
             kind = type(value)
             if kind not in types:
                 return None

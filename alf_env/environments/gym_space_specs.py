@@ -77,10 +77,10 @@ def tensor_spec_from_gym_space(space: spaces.Space, simplify_box_bounds: bool = 
         return BoundedTensorSpec((), numpy_dtype_to_torch(space.dtype), start,
                                  start + int(space.n) - 1)
     if isinstance(space, spaces.MultiDiscrete):
-        start = np.asarray(space.start, dtype=space.dtype)
-        high = (start + np.asarray(space.nvec) - 1).astype(space.dtype)
+        low = np.asarray(space.start, dtype=space.dtype)
+        high = (low + np.asarray(space.nvec) - 1).astype(space.dtype)
         return BoundedTensorSpec(space.nvec.shape, space.dtype,
-                                 _simplified(start, simplify_box_bounds),
+                                 _simplified(low, simplify_box_bounds),
                                  _simplified(high, simplify_box_bounds))
     if isinstance(space, spaces.MultiBinary):
         return BoundedTensorSpec(space.shape, space.dtype, 0, 1)

@@ -1,4 +1,5 @@
-"""Re-export (public import path): ProcessEnvironment and its pipe protocol live in :mod:`alf_env.control_plane`."""
+"""Re-export (public import path): ProcessEnvironment and its pipe protocol live in
+:mod:`alf_env.control_plane`."""
 
 from alf_env.control_plane.channel import resolve_all
 from alf_env.control_plane.group import close_all

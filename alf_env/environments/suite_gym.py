@@ -130,8 +130,8 @@ def wrap_env(gym_env: gymnasium.Env,
             env = gymnasium.wrappers.TimeLimit(env, int(max_episode_steps))
         env = AlfGymWrapper(env, env_id=env_id, discount=discount, auto_reset=auto_reset,
                             float_dtype=float_dtype)
-        for wrapper in alf_env_wrappers:
-            env = wrapper(env)
+        for alf_wrapper in alf_env_wrappers:
+            env = alf_wrapper(env)
     except BaseException:
         env.close()
         raise

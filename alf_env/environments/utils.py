@@ -1,6 +1,8 @@
-"""Re-export (public import path): create_environment lives in :mod:`alf_env.front_ends.alf.create`."""
+"""Re-export (public import path): create_environment lives in
+:mod:`alf_env.front_ends.alf.create`."""
 
-from alf_env.front_ends.alf.create import (  # noqa: F401
-    create_environment,)
+from alf_env.front_ends.alf.create import (
+    create_environment,
+)
 
 __all__ = ['create_environment']

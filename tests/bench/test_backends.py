@@ -8,6 +8,7 @@ import types
 from typing import Any, Dict, List
 
 import gymnasium as gym
+import psutil
 import pytest
 
 from alf_env.bench import backends, references, workloads
@@ -124,7 +125,8 @@ def test_helper_backends_report_not_available_when_their_module_does_not_import(
     cases, _ = run_all([("W1", 2)], [backend], PLAN, 2, ProgressBar(2, open("/dev/null", "w")))
     (result,) = cases[0]
     assert (result.status, result.runs) == ("skipped", [])
-    assert result.note.startswith(f"{module}.") and " not available (ModuleNotFoundError: " in result.note
+    assert result.note.startswith(f"{module}.")
+    assert " not available (ModuleNotFoundError: " in result.note
 
 
 def test_sb3_alf_runs_fast_subproc_vec_env_with_default_arguments(monkeypatch):
@@ -213,3 +215,20 @@ def test_pufferlib_needs_envs_divisible_by_its_workers():
         pytest.skip("pufferlib-core is not installed (.ci/run installs it)")
     with pytest.raises(Skip, match="divisible"):
         backends.BACKENDS["pufferlib"].build("CartPole-v1", 3, Actions.make("CartPole-v1", 3))
+
+
+@pytest.mark.skipif(not HAS_PUFFERLIB,
+                    reason="pufferlib-core is not installed (.ci/run installs it)")
+def test_a_pufferlib_worker_that_dies_ends_the_step_with_an_error_naming_it():
+    before = set(psutil.Process().children())
+    runner = backends.BACKENDS["pufferlib"].build("W3", 4, Actions.make("W3", 4))
+    try:
+        runner.step(0)
+        workers = set(psutil.Process().children()) - before
+        assert len(workers) == 2
+        workers.pop().kill()
+        with pytest.raises(RuntimeError, match=r"PufferLib worker [01] exited with code -9"):
+            for k in range(1, 1000):  # PufferLib alone would spin forever here
+                runner.step(k)
+    finally:
+        runner.close()

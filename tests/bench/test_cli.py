@@ -17,8 +17,8 @@ import pytest
 from alf_env import bench
 from alf_env.bench import cli
 from alf_env.bench import workloads as bench_workloads
-
 from tests.support.paths import REPO_ROOT
+
 HAS_SB3 = importlib.util.find_spec("stable_baselines3") is not None
 BACKENDS = ["fast", "gym_sync", "gym_async", "sb3_subproc", "ceiling", "envpool"]
 WORKLOADS = ["W1", "CartPole-v1"]
@@ -52,8 +52,8 @@ def run(tmp_path_factory) -> Dict[str, object]:
     """One tiny benchmark run through the console script, as a user runs it."""
     out = tmp_path_factory.mktemp("bench") / "results"
     proc = subprocess.run(
-        [console_script(), "--workload", ",".join(WORKLOADS), "--num-envs", str(NUM_ENVS), "--steps",
-         str(STEPS), "--repeats", str(REPEATS), "--backends", ",".join(BACKENDS),
+        [console_script(), "--workload", ",".join(WORKLOADS), "--num-envs", str(NUM_ENVS),
+         "--steps", str(STEPS), "--repeats", str(REPEATS), "--backends", ",".join(BACKENDS),
          "--out", str(out)],
         cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
     return {"proc": proc, "out": out}
@@ -265,7 +265,7 @@ def test_doc_tables_turn_a_run_into_the_docs_tables(run):
     assert "x `ceiling` (paired ratios, median (min–max)):" in lines
     assert "x `envpool` (paired ratios, median (min–max)):" in lines
     # The targets are stated for other cases than this tiny run's.
-    assert "| 3 | W1, 8 | `fast/gym_async` | ≥ 4 | not measured | – |" in lines
+    assert "| transport | W1, 8 | `fast/gym_async` | ≥ 4 | not measured | – |" in lines
 
 
 def test_leftover_check_sees_workers_but_not_multiprocessing_session_helpers():

@@ -11,7 +11,6 @@ import pytest
 
 from alf_env.bench import cli, tune
 from alf_env.bench.tune import Layout, candidates, choose
-
 from tests.support.paths import REPO_ROOT
 
 
@@ -37,7 +36,8 @@ def test_one_cpu_tries_no_placement_and_the_async_mode_needs_whole_workers():
 
 
 def test_constructor_lines_are_what_a_user_pastes():
-    assert Layout(2, None).constructor() == "FastVectorEnv(env_fns, num_workers=2, worker_cpus=None)"
+    assert Layout(2, None).constructor() == (
+        "FastVectorEnv(env_fns, num_workers=2, worker_cpus=None)")
     assert Layout(2, "auto", 4).constructor() == (
         "FastVectorEnv(env_fns, num_workers=2, batch_size=4)  # EnvPool-style: drive it "
         "with send() / recv()")

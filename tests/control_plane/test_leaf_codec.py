@@ -60,11 +60,10 @@ def test_leaf_layouts_of_a_spec_nest():
 
 def test_process_environment_steps_exact_actions_as_packed_records():
     # Packed or not, ProcessEnvironment.step returns what the env returned.
+    from alf_env.control_plane.protocol import MessageType
     from alf_env.environments import suite_gym
     from alf_env.environments.process_environment import ProcessEnvironment
     from alf_env.environments.random_alf_environment import RandomAlfEnvironment
-
-    from alf_env.control_plane.protocol import MessageType
 
     reference = suite_gym.load("CartPole-v1")  # action spec: int64, shape ()
     reference.seed(3)

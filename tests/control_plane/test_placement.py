@@ -7,8 +7,7 @@ import time
 import pytest
 
 from alf_env.control_plane.affinity import normal_scheduling
-from alf_env.control_plane.placement import (Decision, Placement, PlacementTuner,
-                                             place_workers)
+from alf_env.control_plane.placement import Decision, Placement, PlacementTuner, place_workers
 
 
 class FakeClock:
@@ -125,6 +124,7 @@ def test_default_shared_memory_front_ends_tune_their_placement_and_move_the_work
         step = lambda: env.step(np.zeros(env.num_envs, np.int64))  # noqa: E731
     else:
         import torch
+
         from alf_env.environments import suite_gym
         from alf_env.environments.fast_parallel_environment import FastParallelEnvironment
         env = FastParallelEnvironment([lambda env_id: suite_gym.load("CartPole-v1",

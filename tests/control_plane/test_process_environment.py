@@ -15,8 +15,12 @@ import pytest
 
 from alf_env.control_plane import shutdown
 from alf_env.environments.process_environment import MessageType, ProcessEnvironment
-from alf_env.errors import (EnvironmentClosedError, EnvironmentProcessError,
-                            EnvTimeoutError, WorkerDiedError)
+from alf_env.errors import (
+    EnvironmentClosedError,
+    EnvironmentProcessError,
+    EnvTimeoutError,
+    WorkerDiedError,
+)
 from tests.support.probe_envs import NoEnvIdProbe, ProbeEnv, UnpicklableError
 
 START_METHODS = ["fork", "spawn", "forkserver"]

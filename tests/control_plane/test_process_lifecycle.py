@@ -8,9 +8,9 @@ front end and start method.
 """
 
 import builtins
-import logging
 import copy
 import functools
+import logging
 import sys
 import threading
 import time

@@ -108,7 +108,7 @@ def test_spaces_without_fixed_size_are_pipe_leaves(name):
     assert layout.fields == ()
     items = samples(space)
     leaves = [layout.write_row([], row, item) for row, item in enumerate(items)]
-    assert all(len(l) == 1 for l in leaves)
+    assert all(len(leaf) == 1 for leaf in leaves)
     rows = list(range(NUM_ROWS))
     assert_tree_equal(layout.read_rows([], slice(0, NUM_ROWS), rows, leaves),
                       gym_batch(space, items))
@@ -126,7 +126,7 @@ def test_mixed_space_puts_only_the_unsized_parts_on_the_pipe():
     views = views_of(layout)
     items = samples(space)
     leaves = [layout.write_row(views, row, item) for row, item in enumerate(items)]
-    assert all(len(l) == 2 for l in leaves)
+    assert all(len(leaf) == 2 for leaf in leaves)
     assert_tree_equal(layout.read_rows(views, slice(0, NUM_ROWS), list(range(NUM_ROWS)),
                                        leaves), gym_batch(space, items))
 

@@ -413,7 +413,7 @@ def _describe(value):
 def _outcome(call):
     try:
         return ("ok", _describe(call()))
-    except Exception as err:  # the same error, type and message, is expected
+    except Exception as err:  # noqa: BLE001 -- the same error, type and message, is expected
         return ("error", type(err), str(err))
 
 
@@ -471,7 +471,7 @@ def test_fast_paths_match_general_path(space, transform):
             action = [sample, transform(sample), _as_torch(sample),
                       nest.map_structure(lambda x: x[()] if x.ndim == 0 else x, sample),
                       nest.map_structure(_to_list, sample)][i % 5]
-            outcomes.append(_outcome(lambda: env.step(action)))
+            outcomes.append(_outcome(lambda action=action: env.step(action)))
         return outcomes, [repr(a) for a in env.gym_env.actions]
 
     for reward in (1.0, np.float64(2.5), 3, torch.tensor(0.5), np.zeros(1)):
@@ -682,7 +682,7 @@ def _flat_outcome(env, flat_step, action):
             assert len(leaves) == len(nest.flatten(env.time_step_spec()))
             leaves = _as_stored(leaves, env.time_step_spec())
         return ("ok", _leaf_bytes(leaves), last)
-    except Exception as err:  # the same error, type and message, is expected
+    except Exception as err:  # noqa: BLE001 -- the same error, type and message, is expected
         return ("error", type(err), str(err))
 
 
@@ -690,7 +690,7 @@ def _step_outcome(env, action):
     try:
         time_step = env.step(action)
         return ("ok", _leaf_bytes(nest.flatten(time_step)), bool(time_step.is_last()))
-    except Exception as err:
+    except Exception as err:  # noqa: BLE001 -- compared with the other path's outcome
         return ("error", type(err), str(err))
 
 
@@ -704,9 +704,10 @@ def _twin_runs(make, num_steps, seed=0, reset=True):
         assert flat_step is not None
         env.seed(seed)
         rng = np.random.RandomState(seed)
-        history = [_outcome(lambda: nest.flatten(env.reset()))] if reset else []
+        history = [_outcome(lambda env=env: nest.flatten(env.reset()))] if reset else []
         for _ in range(num_steps):
-            action = nest.map_structure(lambda s: s.numpy_sample(rng=rng), env.action_spec())
+            action = nest.map_structure(lambda s, rng=rng: s.numpy_sample(rng=rng),
+                                        env.action_spec())
             history.append(_flat_outcome(env, flat_step, action) if flat
                            else _step_outcome(env, action))
             history.append(_leaf_bytes(nest.flatten(env.current_time_step()))

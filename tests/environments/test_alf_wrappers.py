@@ -92,7 +92,8 @@ def test_seeded_runs_reproducible():
     (RandomAlfEnvironment({"pos": TensorSpec((3, ))}, ACTION_SPEC), "observation_spec",
      r"at 'pos' expected BoundedTensorSpec\(shape=\(2,\).*got TensorSpec\(shape=\(3,\)"),
     (RandomAlfEnvironment({"pos": OBS_SPEC["pos"], "x": TensorSpec(())}, ACTION_SPEC),
-     "observation_spec", r"The two nests differ at the root: expected keys \['pos'\], got keys \['pos', 'x'\]"),
+     "observation_spec",
+     r"The two nests differ at the root: expected keys \['pos'\], got keys \['pos', 'x'\]"),
     (RandomAlfEnvironment(OBS_SPEC, TensorSpec(())), "action_spec",
      r"at the root expected BoundedTensorSpec"),
 ])

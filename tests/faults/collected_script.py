@@ -68,6 +68,7 @@ def make(front_end: str, slow_close: bool = False) -> Any:
         env.reset()
     elif front_end in ("parallel", "fast"):
         import torch
+
         from alf_env.environments.fast_parallel_environment import FastParallelEnvironment
         from alf_env.environments.parallel_environment import ParallelAlfEnvironment
         ctor = functools.partial(alf_cartpole, slow_close)

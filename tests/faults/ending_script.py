@@ -123,11 +123,11 @@ class _Trainer:
         elif front_end in ("parallel", "fast"):
             import torch
             if front_end == "parallel":
-                from alf_env.environments.parallel_environment import \
-                    ParallelAlfEnvironment as cls
+                from alf_env.environments.parallel_environment import ParallelAlfEnvironment as cls
             else:
-                from alf_env.environments.fast_parallel_environment import \
-                    FastParallelEnvironment as cls
+                from alf_env.environments.fast_parallel_environment import (
+                    FastParallelEnvironment as cls,
+                )
             kwargs = {}
             if "num_workers" in inspect.signature(cls).parameters:
                 kwargs["num_workers"] = num_envs  # one process per env, as for the others
@@ -254,7 +254,7 @@ def main(front_end: str, start_method: str, num_envs: int, ending: str) -> None:
 
 def _import(front_end: str) -> None:
     if front_end.startswith("vector"):
-        import alf_env.vector  # noqa: F401
+        import alf_env.vector
     else:
         import alf_env.environments.fast_parallel_environment  # noqa: F401
         import tests.support.alf_envs  # noqa: F401

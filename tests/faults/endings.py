@@ -20,9 +20,9 @@ import threading
 import time
 from typing import List, NamedTuple, Optional
 
+from tests.faults.ending_script import ENDINGS, FRONT_ENDS, processes
 from tests.support.faults import REPO_ROOT, SLACK, kill_leftovers, wait_all_gone
 from tests.support.shm_leaks import leaked_shm_entries, shm_entries
-from tests.faults.ending_script import ENDINGS, FRONT_ENDS, processes
 
 __all__ = ["Cell", "Outcome", "run_cell", "problems", "ENDINGS", "FRONT_ENDS", "EXIT_BOUND"]
 

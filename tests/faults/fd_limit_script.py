@@ -30,6 +30,7 @@ def main(front_end: str, limit: int, num_workers: int, unchecked: bool) -> None:
     print("started", time.monotonic(), flush=True)
     if front_end == "vector":
         import gymnasium as gym
+
         from alf_env.vector import FastVectorEnv
         env = FastVectorEnv([functools.partial(gym.make, "CartPole-v1")] * num_workers,
                             num_workers=num_workers)

@@ -21,8 +21,7 @@ from typing import Dict, List
 
 import pytest
 
-from tests.faults.endings import (ENDINGS, EXIT_BOUND, FRONT_ENDS, Cell, Outcome, problems,
-                                  run_cell)
+from tests.faults.endings import ENDINGS, EXIT_BOUND, FRONT_ENDS, Cell, Outcome, problems, run_cell
 
 CONCURRENCY = 4      # child scripts run at the same time
 # The bound is the contract (measured one script at a time by

@@ -14,8 +14,7 @@ import pytest
 from alf_env.environments.fast_parallel_environment import FastParallelEnvironment
 from alf_env.environments.parallel_environment import ParallelAlfEnvironment
 from tests.support.alf_envs import CountingEnv
-from tests.support.faults import (NUM_ENVS, AlfBatchedFrontEnd, BatchedFaultContract,
-                               FaultyAlfEnv)
+from tests.support.faults import NUM_ENVS, AlfBatchedFrontEnd, BatchedFaultContract, FaultyAlfEnv
 
 
 class TestFastParallelEnvironmentFaults(BatchedFaultContract):

@@ -22,8 +22,11 @@ from typing import List
 import pytest
 
 from alf_env.environments.process_environment import ProcessEnvironment
-from alf_env.errors import (ConcurrentUseError, EnvironmentClosedAttributeError,
-                            EnvironmentClosedError)
+from alf_env.errors import (
+    ConcurrentUseError,
+    EnvironmentClosedAttributeError,
+    EnvironmentClosedError,
+)
 from tests.faults.endings import lasting_new_shm_entries, session_processes, shm_entries
 from tests.faults.hostile_script import FRONT_ENDS
 from tests.support.child_runs import ChildRun, run_module

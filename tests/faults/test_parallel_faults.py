@@ -12,8 +12,15 @@ import pytest
 from alf_env.control_plane import shutdown
 from alf_env.environments.parallel_environment import ParallelAlfEnvironment
 from alf_env.errors import EnvTimeoutError
-from tests.support.faults import (NUM_ENVS, SHORT_POLITE, WAIT_TIMEOUT, AlfBatchedFrontEnd,
-                               BatchedFaultContract, Fault, FaultyAlfEnv)
+from tests.support.faults import (
+    NUM_ENVS,
+    SHORT_POLITE,
+    WAIT_TIMEOUT,
+    AlfBatchedFrontEnd,
+    BatchedFaultContract,
+    Fault,
+    FaultyAlfEnv,
+)
 
 
 class TestParallelAlfEnvironmentFaults(BatchedFaultContract):

@@ -165,10 +165,11 @@ def test_adaptive_spin_keeps_its_budget_for_short_jobs(start_process):
     controller.post([0], JobType.CLOSE)
     assert controller.wait(1, timeout_s=10)[0] == _penv.WaitStatus.OK
     process.join(10)
-    # On a busy machine an instant job waits for a time slice (milliseconds), past
-    # the budget: spinning rightly stops paying there, and there is nothing to test.
-    if sorted(waits)[len(waits) // 2] > 500e-6:
-        pytest.skip("the machine is too busy: instant jobs took over 0.5 ms (median)")
+    # On a busy machine an instant job often waits for a time slice (milliseconds),
+    # past the budget: spinning rightly stops paying there, and each such wait
+    # halves the budget, so there is nothing to test.
+    if sorted(waits)[len(waits) * 9 // 10] > 200e-6:
+        pytest.skip("the machine is too busy: a tenth of the instant jobs took over 0.2 ms")
     assert budget > 0
 
 

@@ -106,7 +106,8 @@ def test_post_checks_all_ids_before_posting_anything():
 def test_wait_argument_checks():
     _, controller, _ = _engine(2)
     controller.post([0], JobType.STEP)
-    with pytest.raises(ValueError, match=r"asked for k=2 completions, but only 1 jobs are outstanding"):
+    with pytest.raises(ValueError,
+                       match=r"asked for k=2 completions, but only 1 jobs are outstanding"):
         controller.wait(2, timeout_s=0)
     with pytest.raises(ValueError, match="k must be >= 0"):
         controller.wait(-1)
@@ -176,7 +177,8 @@ def test_worker_attach_validates_the_header():
     block.controller()
     with pytest.raises(ValueError, match=r"worker_index 2 is out of range"):
         block.worker_port(2)
-    with pytest.raises(ValueError, match=r"expected num_workers=1, but the control block was made for 2"):
+    with pytest.raises(ValueError,
+                       match=r"expected num_workers=1, but the control block was made for 2"):
         _penv.WorkerPort(block.region, 1, 0)
     # A region too small for the claimed number of workers.
     with pytest.raises(ValueError, match=r"needs \d+"):

@@ -19,6 +19,7 @@ from alf_env.tensor_specs import BoundedTensorSpec
 from alf_env.workloads import ImageEnv, TrivialEnv
 from tests.support.alf_envs import NUM_ACTIONS
 
+
 def random_actions(num_steps, batch_size, seed=0):
     rng = np.random.RandomState(seed)
     return [torch.as_tensor(rng.randint(0, NUM_ACTIONS, batch_size)) for _ in range(num_steps)]

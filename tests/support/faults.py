@@ -46,9 +46,8 @@ from alf_env.environments.process_environment import ProcessEnvironment
 from alf_env.errors import EnvironmentProcessError, EnvTimeoutError, WorkerDiedError
 from alf_env.vector import FastVectorEnv
 from tests.support.alf_envs import CountingEnv
-from tests.support.probe_envs import UnpicklableError, inject
-
 from tests.support.paths import REPO_ROOT
+from tests.support.probe_envs import UnpicklableError, inject
 from tests.support.signals import alarm
 
 PHASES = ("ctor", "reset", "step", "call", "close")

@@ -66,7 +66,7 @@ def create_environment(env_name: str = "CartPole-v1",
     if nonparallel:
         envs = [env_load_fn(env_name, env_id=i, **load_kwargs)
                 for i in range(num_parallel_environments * batch_size_per_env)]
-        env = BatchEnvironmentWrapper(envs)
+        env: AlfEnvironment = BatchEnvironmentWrapper(envs)
         if seed is not None:
             env.seed(seed)
         return env

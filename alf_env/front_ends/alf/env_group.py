@@ -32,18 +32,19 @@ forwarded to the member through its group's worker.
 """
 
 import functools
+import operator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 
 from alf_env import nest
-from alf_env.data_structures import StepType, TimeStep
-from alf_env.environments.alf_environment import AlfEnvironment
-from alf_env.environments.members_specs import SPEC_METHODS, MembersSpecs, check_same_specs
 from alf_env.control_plane.process_environment import ProcessEnvironment
 from alf_env.control_plane.remote import RemoteMethod, mark_raised_by
 from alf_env.control_plane.worker import _construct, close_each
+from alf_env.data_structures import StepType, TimeStep
+from alf_env.environments.alf_environment import AlfEnvironment
+from alf_env.environments.members_specs import SPEC_METHODS, MembersSpecs, check_same_specs
 
 
 def build_members(env_constructors: Sequence[Callable[..., Any]], first_id: int,
@@ -77,7 +78,7 @@ def build_members(env_constructors: Sequence[Callable[..., Any]], first_id: int,
         futures = [pool.submit(_construct, ctor, first_id + j)
                    for j, ctor in enumerate(env_constructors)]
     # Leaving the with block waited for every constructor.
-    errors = [f.exception() for f in futures if f.exception() is not None]
+    errors = [e for e in (f.exception() for f in futures) if e is not None]
     if errors:
         close_each([f.result() for f in futures if f.exception() is None])
         raise errors[0]
@@ -150,7 +151,8 @@ class EnvGroup(MembersSpecs, AlfEnvironment):
         results = []
         for j in range(len(self._members)):
             rows = slice(j * b, (j + 1) * b) if self._member_batched else j
-            results.append(self.step_member(j, nest.map_structure(lambda a: a[rows], action)))
+            member_action = nest.map_structure(operator.itemgetter(rows), action)
+            results.append(self.step_member(j, member_action))
         return self._batch(results)
 
     # The worker's job handler steps the members one by one (each writes its
@@ -197,9 +199,10 @@ class EnvGroup(MembersSpecs, AlfEnvironment):
             return fn(*args)
         except Exception as exc:
             mark_raised_by(exc, self._first_id + j)  # the error report names this env
-            exc.add_note(f"(raised by env {self._first_id + j} during {during}; its "
-                         f"worker hosts envs {self._first_id}-"
-                         f"{self._first_id + len(self._members) - 1})")
+            if hasattr(exc, "add_note"):  # Python 3.11+
+                exc.add_note(f"(raised by env {self._first_id + j} during {during}; its "
+                             f"worker hosts envs {self._first_id}-"
+                             f"{self._first_id + len(self._members) - 1})")
             raise
 
     def _batch(self, results: List[TimeStep]) -> TimeStep:

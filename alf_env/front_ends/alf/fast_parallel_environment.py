@@ -42,21 +42,21 @@ out of the pipes:
 """
 
 import functools
-from typing import Any, Callable, Iterable, List, Optional, Sequence
+from typing import Any, Callable, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
 
 from alf_env import nest
-from alf_env.nest_compiled import compile_nest
 from alf_env.control_plane.affinity import AUTO, WorkerCpus, usable_cpus
 from alf_env.control_plane.placement import adapt_placement
+from alf_env.data_plane.alf_rows import AlfRowsHandler
+from alf_env.data_plane.job_board import JobBoard
+from alf_env.data_plane.job_loop import FastLoopSpec
 from alf_env.data_structures import StepType, TimeStep
 from alf_env.front_ends.alf.env_group import EnvGroup, MemberProxy
-from alf_env.data_plane.job_board import JobBoard
-from alf_env.data_plane.alf_rows import AlfRowsHandler
-from alf_env.data_plane.job_loop import FastLoopSpec
 from alf_env.front_ends.alf.parallel_environment import ParallelAlfEnvironment
+from alf_env.nest_compiled import compile_nest
 
 try:
     from alf_env import _penv
@@ -139,7 +139,8 @@ class FastParallelEnvironment(ParallelAlfEnvironment):
         try:
             self._attach_workers(spin_us)
             self._board.step_timer = adapt_placement(
-                [env.pid for env in self._envs], worker_cpus, self._cpu_plan)
+                [env.pid for env in self._envs if env.pid is not None], worker_cpus,
+                self._cpu_plan)
         except BaseException:
             self.close()
             raise
@@ -189,7 +190,9 @@ class FastParallelEnvironment(ParallelAlfEnvironment):
 
     def _attach_workers(self, spin_us: int) -> None:
         b = self._env_batch_size
-        fields, action_names, time_step_names = [], [], []
+        fields: List[Tuple[str, Tuple[int, ...], np.dtype]] = []
+        action_names: List[str] = []
+        time_step_names: List[str] = []
         for prefix, spec, names in (("action", self._action_spec, action_names),
                                     ("time_step", self._time_step_spec, time_step_names)):
             for path, leaf in nest.flatten_with_path(spec):
@@ -218,6 +221,7 @@ class FastParallelEnvironment(ParallelAlfEnvironment):
                                                   workers_pinned=self._workers_pinned)
         self._board = JobBoard(self._controller, self._envs, timeout=self._timeout)
         for i, env in enumerate(self._envs):
+            assert env.pid is not None  # started
             self._controller.set_worker_pid(i, env.pid)
             handler = AlfRowsHandler((i * b, (i + 1) * b), tuple(action_names),
                                      tuple(time_step_names))
@@ -341,11 +345,13 @@ class FastParallelEnvironment(ParallelAlfEnvironment):
         super()._close()
         # The controller holds a pidfd per worker, the block and its views the
         # region's descriptor: released now, not when this object is collected.
-        self._board = self._controller = None
+        # (Typed as when open: nothing reads them once the env is closed.)
+        self._board = self._controller = None  # type: ignore[assignment]
         if hasattr(self, "_block"):
             self._block.close()
-        self._action_views = self._action_heads = self._time_step_fields = None
-        self._time_step_heads = self._step_type_view = None
+        self._action_views = self._action_heads = None  # type: ignore[assignment]
+        self._time_step_fields = self._time_step_heads = None  # type: ignore[assignment]
+        self._step_type_view = None  # type: ignore[assignment]
 
 
 _LAST_BYTES = np.array(StepType.LAST, np.int32).tobytes()

@@ -41,19 +41,18 @@ import torch
 
 from alf_env import nest
 from alf_env.control_plane.affinity import WorkerCpus, pin_workers, plan_worker_cpus
-from alf_env.data_structures import StepType, TimeStep
-from alf_env.environments.alf_environment import AlfEnvironment
-from alf_env.environments import members_specs
-from alf_env.environments.members_specs import MembersSpecs
-from alf_env.control_plane.leaf_codec import StepCodecs
 from alf_env.control_plane.channel import resolve_all
 from alf_env.control_plane.group import close_all, start_environments
 from alf_env.control_plane.guards import NotCopyable, OneThread
+from alf_env.control_plane.leaf_codec import StepCodecs
 from alf_env.control_plane.process_environment import ProcessEnvironment
 from alf_env.control_plane.shutdown import close_when_collected
 from alf_env.control_plane.spec_checks import ActionChecker
+from alf_env.data_structures import StepType, TimeStep
+from alf_env.environments import members_specs
+from alf_env.environments.alf_environment import AlfEnvironment
+from alf_env.environments.members_specs import MembersSpecs
 from alf_env.errors import EnvironmentProcessError, EnvTimeoutError, WorkerDiedError
-
 
 # What the workers' envs must agree on (their time step specs follow from these).
 _SAME_SPECS = ("observation_spec", "action_spec", "reward_spec", "env_info_spec",
@@ -137,7 +136,7 @@ class ParallelAlfEnvironment(NotCopyable, MembersSpecs, AlfEnvironment):
             ``"auto"`` spreads the workers of a ``FastParallelEnvironment``
             without spares when they are at least as many as the usable CPUs
             (its default); on the pipe path here it means ``None``, which
-            measured faster (docs/benchmarks.md, "Worker placement").
+            measured faster (docs/benchmarks.md, "Choices the defaults rest on").
         timeout: seconds that each ``reset()``, ``step()`` and call
             (``seed``, ``render``, ``call_envs_with_same_args``) may wait for
             the workers (``None``: no limit; starting is not limited). When
@@ -212,11 +211,13 @@ class ParallelAlfEnvironment(NotCopyable, MembersSpecs, AlfEnvironment):
         # and this ends its workers all at once; close() detaches it.
         self._finalizer = close_when_collected(self, self._envs)
         try:
-            pin_workers([env.pid for env in self._envs], cpu_plan)
+            pin_workers([env.pid for env in self._envs if env.pid is not None], cpu_plan)
             check_same_specs(self._envs)
             first = self._envs[0]
             self._env_batched = bool(first.batched)
-            self._env_batch_size = first.batch_size if self._env_batched else 1
+            batch_size = first.batch_size if self._env_batched else 1
+            assert batch_size is not None  # a batched env has a batch size
+            self._env_batch_size = batch_size
             if num_spare_envs_for_reload and self._env_batched:
                 raise ValueError(
                     "num_spare_envs_for_reload: spares replace one env at the end of "
@@ -273,7 +274,7 @@ class ParallelAlfEnvironment(NotCopyable, MembersSpecs, AlfEnvironment):
 
     def worker_pids(self) -> List[int]:
         """Pids of every worker process, spares included."""
-        return [env.pid for env in self._envs]
+        return [env.pid for env in self._envs if env.pid is not None]
 
     @property
     def timeout(self) -> Optional[float]:

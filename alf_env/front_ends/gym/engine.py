@@ -15,7 +15,7 @@ raises its ``WorkerDiedError``); any other error but a timeout ends the
 pending call; a timeout keeps it, so waiting again picks it up.
 """
 
-from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
 
 import numpy as np
 from absl import logging
@@ -23,8 +23,11 @@ from gymnasium.error import NoAsyncCallError
 from gymnasium.vector import AutoresetMode
 
 from alf_env.control_plane.channel import resolve_all
+from alf_env.control_plane.process_environment import ProcessEnvironment
 from alf_env.data_plane.gym_rows import RESERVED_CALL_NAMES
+from alf_env.data_plane.info_codec import InfoDecoder, Payload
 from alf_env.data_plane.shared_block import JobType
+from alf_env.data_plane.space_layout import Rows
 from alf_env.errors import EnvTimeoutError, WorkerDiedError
 from alf_env.front_ends.gym.state import AsyncState
 
@@ -47,6 +50,36 @@ class JobEngine:
     ``_state`` and ``_broken`` up to date. :meth:`call_envs` also reads
     ``_workers`` and runs the state checks of ``StateChecks``.
     """
+
+    _board: Any  # a JobBoard, or a PipeBoard on the pipe path (None once closed)
+    _bounds: List[Tuple[int, int]]
+    _row_worker: np.ndarray
+    _act: Any  # a SpaceLayout, or a PipeLayout on the pipe path
+    _act_views: Any  # the action rows (EnvRows.act or PipeRows.act)
+    _obs: Any  # as _act, for the observations
+    _obs_views: Any
+    _reward: np.ndarray
+    _terminated: np.ndarray
+    _truncated: np.ndarray
+    _info_decoder: InfoDecoder
+    num_envs: int
+    batch_size: int
+    envs_per_worker: Optional[int]
+    autoreset_mode: AutoresetMode
+    _all_ids: np.ndarray
+    _all_rows: slice
+    _all_workers: List[int]
+    _in_flight: Set[int]
+    _last_received: Optional[Tuple[np.ndarray, Any, List[int]]]
+    _needs_reset: np.ndarray
+    _state: AsyncState
+    _broken: Optional[BaseException]
+    _workers: List[ProcessEnvironment]
+    # Of the other mixins (StateChecks, ResultAssembly).
+    _assert_is_running: Callable[[], None]
+    _assert_state: Callable[[str], None]
+    _payloads_of: Callable[[List[int]], Dict[int, Payload]]
+    _pipe_rows: Callable[[List[int]], Optional[List[List[Any]]]]
 
     def _guard(self, fn: Callable[[], Any]) -> Any:
         """Runs a post or a wait: a dead worker breaks the env; any other error
@@ -87,6 +120,7 @@ class JobEngine:
         ``received``: ``(rows, workers)`` of ``env_ids`` when they are the ids
         of the last recv() (checked then): only whether they are idle is checked.
         """
+        rows: Rows
         if env_ids is None:
             ids, rows, workers = self._all_ids, self._all_rows, self._all_workers
         elif received is not None:
@@ -135,6 +169,12 @@ class JobEngine:
         if np.unique(ids).size != ids.size:
             raise ValueError(f"env_ids: each env may be listed once, got {ids.tolist()}")
         e = self.envs_per_worker
+        if e is None:
+            sizes = "/".join(str(stop - start) for start, stop in self._bounds)
+            raise ValueError(f"env_ids: stepping some of the envs needs workers of one "
+                             f"size; these {self.num_envs} envs are spread {sizes} over "
+                             f"{len(self._bounds)} workers (pass envs_per_worker, or a "
+                             f"num_workers that divides the number of envs)")
         workers = set(self._row_worker[ids].tolist())
         if len(workers) * e != ids.size:
             raise ValueError(f"env_ids: with envs_per_worker={e} a worker is stepped "
@@ -178,7 +218,8 @@ class JobEngine:
     def _receive(self, timeout: Optional[float]
                  ) -> Tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict]:
         """The first ``batch_size`` envs in flight to finish (the EnvPool recv)."""
-        e = self.envs_per_worker  # the asynchronous mode has workers of equal size
+        e = self.envs_per_worker
+        assert e is not None  # the asynchronous mode has workers of equal size
         k = self.batch_size // e
         if len(self._in_flight) < k:
             self._state = AsyncState.DEFAULT

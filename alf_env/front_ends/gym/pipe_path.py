@@ -188,7 +188,8 @@ class PipeLayout:
         """The batch of ``row_list``, by gymnasium's ``concatenate``."""
         items = [views[0][row] for row in row_list]
         if copy or len(items) != self._num_envs:
-            out = create_empty_array(self.space, len(items), fn=np.zeros)
+            # None for a custom space, which concatenate takes (not in its annotation).
+            out: Any = create_empty_array(self.space, len(items), fn=np.zeros)
             return concatenate(self.space, items, out)
         if self._buffer is None:
             self._buffer = create_empty_array(self.space, self._num_envs, fn=np.zeros)

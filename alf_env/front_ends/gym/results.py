@@ -28,7 +28,8 @@ from typing import Any, Dict, List, Optional, Tuple
 import numpy as np
 from gymnasium.vector import AutoresetMode
 
-from alf_env.data_plane.info_codec import Payload
+from alf_env.control_plane.process_environment import ProcessEnvironment
+from alf_env.data_plane.info_codec import InfoDecoder, Payload
 from alf_env.data_plane.shared_block import JobType
 
 __all__ = ["ResultAssembly"]
@@ -46,6 +47,25 @@ class ResultAssembly:
     pipe observation leaves), and in the DISABLED mode (``autoreset_mode``)
     ``_needs_reset`` (the envs that ended).
     """
+
+    _board: Any  # a JobBoard, or a PipeBoard on the pipe path (None once closed)
+    _workers: List[ProcessEnvironment]
+    _bounds: List[Tuple[int, int]]
+    _obs: Any  # a SpaceLayout, or a PipeLayout on the pipe path
+    _obs_views: Any  # the observation rows (EnvRows.obs or PipeRows.obs)
+    _report: np.ndarray
+    _reward: np.ndarray
+    _terminated: np.ndarray
+    _truncated: np.ndarray
+    _info_decoder: InfoDecoder
+    copy: bool
+    num_envs: int
+    autoreset_mode: AutoresetMode
+    _all_rows: slice
+    _all_row_list: List[int]
+    _payloads: Dict[int, Payload]
+    _pipe_leaves: Dict[int, List[Any]]
+    _needs_reset: np.ndarray
 
     def _collect_reports(self, workers: List[int]) -> Dict[int, BaseException]:
         """Reads the pipe reports of finished STEP/RESET jobs (JobBoard's on_ok hook).
@@ -113,7 +133,7 @@ class ResultAssembly:
             return {}
         return {row: self._payloads[row] for row in row_list if row in self._payloads}
 
-    def _pipe_rows(self, row_list: List[int]) -> Optional[List[list]]:
+    def _pipe_rows(self, row_list: List[int]) -> Optional[List[List[Any]]]:
         if not self._obs.num_pipe_leaves:
             return None
         return [self._pipe_leaves[row] for row in row_list]

@@ -44,7 +44,7 @@ This module holds the checks of the constructor's arguments
 
 import functools
 import multiprocessing
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import gymnasium as gym
 import numpy as np
@@ -60,7 +60,7 @@ from alf_env.control_plane.process_environment import ProcessEnvironment
 from alf_env.control_plane.protocol import START_METHODS
 from alf_env.data_plane.action_items import action_layout
 from alf_env.data_plane.gym_rows import EnvRows, GymRowsHandler, block_fields
-from alf_env.data_plane.info_codec import InfoDecoder, InfoLayout, signature_of
+from alf_env.data_plane.info_codec import InfoDecoder, InfoLayout, Payload, signature_of
 from alf_env.data_plane.job_board import JobBoard
 from alf_env.data_plane.job_loop import FastLoopSpec
 from alf_env.data_plane.shared_block import SharedBlock
@@ -275,6 +275,26 @@ class WorkerStartup:
     ``_block``, ``_board``, the layouts, the row views and ``_info_decoder``.
     """
 
+    env_fns: List[Callable[[], gym.Env]]
+    _bounds: List[Tuple[int, int]]
+    num_envs: int
+    num_workers: int
+    batch_size: int
+    autoreset_mode: AutoresetMode
+    observation_mode: ObservationMode
+    info_bytes: int
+    _declared_infos: List[Any]
+    _workers_pinned: bool
+    _row_worker: np.ndarray
+    _payloads: Dict[int, Payload]
+    shared_memory: bool
+    _workers: List[ProcessEnvironment]
+    _block: Optional[SharedBlock]
+    _board: Any  # a JobBoard, or a PipeBoard on the pipe path (None once closed)
+    _obs: Any  # a SpaceLayout, or a PipeLayout on the pipe path
+    _act: Any  # as _obs, for the actions
+    _collect_reports: Callable[[List[int]], Dict[int, BaseException]]  # ResultAssembly's
+
     def _start_workers(self, context: str, daemon: bool = True) -> None:
         self._workers = [
             ProcessEnvironment(
@@ -324,6 +344,7 @@ class WorkerStartup:
         controller = self._block.controller(spin_us, workers_pinned=self._workers_pinned)
         self._board = JobBoard(controller, self._workers, on_ok=self._collect_reports)
         for w, worker in enumerate(self._workers):
+            assert worker.pid is not None  # started
             controller.set_worker_pid(w, worker.pid)
             handler = GymRowsHandler(self._bounds[w], self._obs, self._act,
                                      self.autoreset_mode, self.info_bytes,

@@ -48,6 +48,12 @@ class StateChecks:
     :class:`AsyncState`), ``num_envs`` and ``is_async``.
     """
 
+    closed: bool
+    _broken: Optional[BaseException]
+    _state: AsyncState
+    num_envs: int
+    is_async: bool
+
     def _assert_is_running(self) -> None:
         if self.closed:
             raise ClosedEnvironmentError(

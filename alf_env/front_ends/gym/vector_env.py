@@ -39,22 +39,32 @@ from gymnasium.error import AlreadyPendingCallError, NoAsyncCallError
 from gymnasium.vector import AutoresetMode
 
 from alf_env.control_plane.affinity import AUTO, WorkerCpus, pin_workers, plan_worker_cpus
-from alf_env.control_plane.placement import adapt_placement
 from alf_env.control_plane.group import close_all
 from alf_env.control_plane.guards import NotCopyable, OneThread, guard_methods
-from alf_env.control_plane.shutdown import close_when_collected
+from alf_env.control_plane.placement import adapt_placement
 from alf_env.control_plane.process_environment import ProcessEnvironment
-from alf_env.data_plane.gym_rows import (RESERVED_CALL_NAMES, RESET_DEFAULT, RESET_STAGED,
-                                         StagedReset)
+from alf_env.control_plane.shutdown import close_when_collected
+from alf_env.data_plane.gym_rows import (
+    RESERVED_CALL_NAMES,
+    RESET_DEFAULT,
+    RESET_STAGED,
+    StagedReset,
+)
 from alf_env.data_plane.info_codec import DEFAULT_INFO_BYTES, Payload
 from alf_env.data_plane.job_board import JobBoard
 from alf_env.data_plane.shared_block import SPIN_ADAPTIVE, JobType, SharedBlock
 from alf_env.errors import EnvTimeoutError
 from alf_env.front_ends.gym.engine import JobEngine
 from alf_env.front_ends.gym.results import ResultAssembly
-from alf_env.front_ends.gym.startup import (ObservationMode, WorkerStartup, check_arguments,
-                                            check_max_concurrency, declared_infos,
-                                            plan_workers, resolve_context)
+from alf_env.front_ends.gym.startup import (
+    ObservationMode,
+    WorkerStartup,
+    check_arguments,
+    check_max_concurrency,
+    declared_infos,
+    plan_workers,
+    resolve_context,
+)
 from alf_env.front_ends.gym.state import AsyncState, Seeds, StateChecks
 
 __all__ = ["FastVectorEnv"]
@@ -193,7 +203,7 @@ class FastVectorEnv(NotCopyable, StateChecks, WorkerStartup, JobEngine, ResultAs
             # Dropped unclosed, the env is collected (nothing refers back to
             # it) and this ends its workers; close() detaches it.
             self._finalizer = close_when_collected(self, self._workers)
-            pin_workers([w.pid for w in self._workers], cpu_plan)
+            pin_workers([w.pid for w in self._workers if w.pid is not None], cpu_plan)
             self._check_spaces()
             self._attach_workers(spin_us)
             if isinstance(self._board, JobBoard):
@@ -392,18 +402,18 @@ class FastVectorEnv(NotCopyable, StateChecks, WorkerStartup, JobEngine, ResultAs
         return self.call("render")
 
     @property
-    def np_random_seed(self) -> Tuple[Any, ...]:
+    def np_random_seed(self) -> Tuple[Any, ...]:  # type: ignore[override]  # AsyncVectorEnv's
         """The ``np_random_seed`` of every env (as gymnasium's vector envs give it)."""
         return self.get_attr("np_random_seed")
 
-    @property
-    def np_random(self) -> Tuple[np.random.Generator, ...]:
+    @property  # type: ignore[misc]  # read-only, as AsyncVectorEnv's
+    def np_random(self) -> Tuple[np.random.Generator, ...]:  # type: ignore[override]  # same
         """The numpy generator of every env (copies: they live in the workers)."""
         return self.get_attr("np_random")
 
     def worker_pids(self) -> List[int]:
         """The pids of the worker processes (for monitoring and CPU pinning)."""
-        return [w.pid for w in self._workers]
+        return [w.pid for w in self._workers if w.pid is not None]
 
     # -- the EnvPool API ----------------------------------------------------------
 

@@ -29,9 +29,9 @@ class Failure:
         if isinstance(exc, WorkerDiedError) and local is not None:
             # A dead env worker of the actor: the same error, naming the front end's id.
             exc = WorkerDiedError(local + offset, exc.exitcode, exc.during,
-                                  env_ids=[i + offset for i in exc.env_ids])
+                                  env_ids=[i + offset for i in exc.env_ids if i is not None])
         self.remote = RemoteException(exc, None if local is None else local + offset, during)
-        if self.remote.exception is not None and getattr(exc, "__notes__", None):
+        if self.remote.exception is not None and hasattr(exc, "__notes__") and exc.__notes__:
             exc.__notes__ = []  # they name the local env id; to_exception names the global one
         self.node = node
 
@@ -49,7 +49,7 @@ class Failure:
         return exc
 
 
-def _local_env_id(exc: BaseException) -> Optional[int]:
+def _local_env_id(exc: Optional[BaseException]) -> Optional[int]:
     """The env id (local to the hosted env) that an alf_env error chain names."""
     seen = set()
     while exc is not None and id(exc) not in seen:

@@ -19,16 +19,21 @@ import numpy as np
 import torch
 
 from alf_env import nest
+from alf_env.control_plane.spec_checks import ActionChecker
 from alf_env.data_structures import TimeStep
-from alf_env.front_ends.ray.engine import (ActorGroup, ActorOptions, Job, options_per_actor,
-                                        raise_first_failure)
-from alf_env.front_ends.ray.hosts import AlfHost
-from alf_env.front_ends.ray.shares import plan_shares
-from alf_env.front_ends.ray.restart import RestartPolicy
 from alf_env.environments.alf_environment import AlfEnvironment
 from alf_env.environments.members_specs import MembersSpecs
-from alf_env.control_plane.spec_checks import ActionChecker
 from alf_env.errors import EnvTimeoutError
+from alf_env.front_ends.ray.engine import (
+    ActorGroup,
+    ActorOptions,
+    Job,
+    options_per_actor,
+    raise_first_failure,
+)
+from alf_env.front_ends.ray.hosts import AlfHost
+from alf_env.front_ends.ray.restart import RestartPolicy
+from alf_env.front_ends.ray.shares import plan_shares
 
 __all__ = ["RayParallelAlfEnvironment"]
 

@@ -35,14 +35,14 @@ def split_batch(space: spaces.Space, batch: Any, bounds: Sequence[Tuple[int, int
         if not isinstance(batch, (tuple, list)) or len(batch) != len(space.spaces):
             raise ValueError(f"{path}: expected a tuple of {len(space.spaces)} batches, "
                              f"got {type(batch).__name__}")
-        parts = [split_batch(s, b, bounds, f"{path}[{i}]")
-                 for i, (s, b) in enumerate(zip(space.spaces, batch))]
-        return [tuple(p[i] for p in parts) for i in range(len(bounds))]
+        pieces = [split_batch(s, b, bounds, f"{path}[{i}]")
+                  for i, (s, b) in enumerate(zip(space.spaces, batch))]
+        return [tuple(p[i] for p in pieces) for i in range(len(bounds))]
     if isinstance(space, _ARRAY_SPACES):
         batch = np.asarray(batch)
         if batch.ndim == 0 or batch.shape[0] != n:
             raise ValueError(f"{path}: expected a batch of {n} (shape ({n}, "
-                             f"{', '.join(map(str, space.shape))}) and dtype {space.dtype}), "
+                             f"{', '.join(map(str, space.shape or ()))}) and dtype {space.dtype}), "
                              f"got shape {batch.shape}")
         return [batch[lo:hi] for lo, hi in bounds]
     batch = tuple(batch)

@@ -17,10 +17,10 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple, Un
 
 from absl import logging
 
+from alf_env.errors import EnvironmentProcessError, EnvTimeoutError, WorkerDiedError
 from alf_env.front_ends.ray._ray import ensure_initialized, is_death
 from alf_env.front_ends.ray.actor import Failure, actor_class
 from alf_env.front_ends.ray.restart import ActorDiedError, RestartPolicy
-from alf_env.errors import EnvironmentProcessError, EnvTimeoutError, WorkerDiedError
 
 #: ``ray.remote`` options of every actor when ``actor_options`` is ``None``.
 DEFAULT_ACTOR_OPTIONS: Dict[str, Any] = {"num_cpus": 1, "scheduling_strategy": "SPREAD"}
@@ -357,7 +357,7 @@ def options_per_actor(actor_options: ActorOptions, num_actors: int) -> List[Dict
     return options
 
 
-def raise_first_failure(results: Sequence[Tuple[int, Job, Any]]) -> None:
+def raise_first_failure(results: Sequence[Tuple[int, Optional[Job], Any]]) -> None:
     """Raises the env exception of the first failed job, if any."""
     for j, _, value in results:
         if isinstance(value, Failure):

@@ -29,17 +29,22 @@ from gymnasium.error import AlreadyPendingCallError, NoAsyncCallError
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 
-from alf_env.front_ends.ray.actor import Failure
-from alf_env.front_ends.ray.batching import concat_arrays, concat_batches, merge_infos, split_batch
-from alf_env.front_ends.ray.engine import (ActorGroup, ActorOptions, Job, options_per_actor,
-                                        raise_first_failure)
-from alf_env.front_ends.ray.hosts import GymHost
-from alf_env.front_ends.ray.shares import actors_of, plan_shares
-from alf_env.front_ends.ray.restart import RestartPolicy
+from alf_env.data_plane.space_layout import SpaceLayout
 from alf_env.errors import EnvTimeoutError
 from alf_env.front_ends.gym.engine import ENV_ID_DTYPE
 from alf_env.front_ends.gym.state import AsyncState, Seeds, StateChecks
-from alf_env.data_plane.space_layout import SpaceLayout
+from alf_env.front_ends.ray.actor import Failure
+from alf_env.front_ends.ray.batching import concat_arrays, concat_batches, merge_infos, split_batch
+from alf_env.front_ends.ray.engine import (
+    ActorGroup,
+    ActorOptions,
+    Job,
+    options_per_actor,
+    raise_first_failure,
+)
+from alf_env.front_ends.ray.hosts import GymHost
+from alf_env.front_ends.ray.restart import RestartPolicy
+from alf_env.front_ends.ray.shares import actors_of, plan_shares
 
 __all__ = ["RayVectorEnv"]
 
@@ -97,7 +102,8 @@ class RayVectorEnv(StateChecks, gym.vector.VectorEnv):
         self._needs_reset = np.zeros(self.num_envs, dtype=np.bool_)
         self._last_obs: List[Any] = [None] * self.num_actors
         self._reset_actors: List[int] = []
-        self._group: Optional[ActorGroup] = None
+        # Typed as once built: None only if building it below fails (see _broken).
+        self._group: ActorGroup = None  # type: ignore[assignment]
         kwargs = dict(vector_kwargs or {}, autoreset_mode=self.autoreset_mode, copy=False)
         factories = [functools.partial(GymHost, env_fns[s.start:s.stop], kwargs)
                      for s in self.shares]
@@ -254,7 +260,7 @@ class RayVectorEnv(StateChecks, gym.vector.VectorEnv):
         return self.call("render")
 
     @property
-    def np_random_seed(self) -> Tuple[Any, ...]:
+    def np_random_seed(self) -> Tuple[Any, ...]:  # type: ignore[override]  # AsyncVectorEnv's
         """The ``np_random_seed`` of every env."""
         return self.get_attr("np_random_seed")
 
@@ -381,7 +387,10 @@ class RayVectorEnv(StateChecks, gym.vector.VectorEnv):
             else:
                 o, r, te, tr, info = value
             self._last_obs[j] = o
-            obs.append(o), rewards.append(r), terminated.append(te), truncated.append(tr)
+            obs.append(o)
+            rewards.append(r)
+            terminated.append(te)
+            truncated.append(tr)
             parts.append((info, offset))
             offset += k
             s = self.shares[j]
@@ -431,7 +440,7 @@ class RayVectorEnv(StateChecks, gym.vector.VectorEnv):
                                     "%r; dropped", value.to_exception(j))
 
     @property
-    def _broken(self) -> Optional[BaseException]:
+    def _broken(self) -> Optional[BaseException]:  # type: ignore[override]  # read-only here
         """The death that broke the env (only ``close()`` works then), if any."""
         return None if self._group is None else self._group.broken
 

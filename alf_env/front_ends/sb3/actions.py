@@ -60,7 +60,7 @@ class ActionRouter:
         n = self.num_envs
         space = self.space
         if (self._array and type(actions) is np.ndarray and actions.dtype == space.dtype
-                and actions.shape == (n,) + space.shape):
+                and actions.shape == (n,) + (space.shape or ())):
             return actions, {}  # what SB3's algorithms pass: nothing to look at
         if isinstance(actions, Mapping):
             raise ValueError(f"actions: expected one action per env (a sequence of {n}), "

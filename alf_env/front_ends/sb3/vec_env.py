@@ -62,20 +62,25 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Type
 import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AutoresetMode
+
 try:
-    from stable_baselines3.common.vec_env.base_vec_env import (VecEnv, VecEnvIndices, VecEnvObs,
-                                                               VecEnvStepReturn)
+    from stable_baselines3.common.vec_env.base_vec_env import (
+        VecEnv,
+        VecEnvIndices,
+        VecEnvObs,
+        VecEnvStepReturn,
+    )
 except ImportError as exc:  # the optional extra is missing
     raise ImportError(f"alf_env.sb3 needs stable-baselines3 ({exc}); install it with "
                       f"pip install 'alf_env[sb3]'", name=exc.name) from exc
 
 from alf_env.control_plane.affinity import AUTO, WorkerCpus
 from alf_env.control_plane.guards import NotCopyable
-from alf_env.data_plane.shared_block import SPIN_ADAPTIVE
 from alf_env.control_plane.protocol import START_METHODS
+from alf_env.data_plane.shared_block import SPIN_ADAPTIVE
+from alf_env.front_ends.gym.vector_env import FastVectorEnv
 from alf_env.front_ends.sb3.actions import ActionRouter
 from alf_env.front_ends.sb3.worker import PORT_ATTR, build_env
-from alf_env.front_ends.gym.vector_env import FastVectorEnv
 
 __all__ = ["FastSubprocVecEnv"]
 
@@ -131,8 +136,10 @@ class FastSubprocVecEnv(NotCopyable, VecEnv):
                              f"{start_method!r}")
         self.waiting = False
         self.closed = False
+        # Each worker hosts an Sb3Env per env: not a gymnasium.Env, but stepped like one.
+        builders: List[Callable[[], Any]] = [functools.partial(build_env, fn) for fn in env_fns]
         self._vector_env = FastVectorEnv(
-            [functools.partial(build_env, fn) for fn in env_fns],
+            builders,
             num_workers=num_workers, envs_per_worker=envs_per_worker, context=start_method,
             autoreset_mode=AutoresetMode.SAME_STEP, spin_us=spin_us,
             worker_cpus=worker_cpus)
@@ -182,6 +189,7 @@ class FastSubprocVecEnv(NotCopyable, VecEnv):
         self.reset_infos = reset_infos
         self._reset_seeds()
         self._reset_options()
+        assert obs is not None  # every env is in a group
         return obs
 
     def step_async(self, actions: np.ndarray) -> None:
@@ -262,7 +270,7 @@ class FastSubprocVecEnv(NotCopyable, VecEnv):
         a warning, as SB3 does)."""
         if self.render_mode != "rgb_array":
             warnings.warn(f"The render mode is {self.render_mode}, but this method assumes "
-                          f"it is `rgb_array` to obtain images.")
+                          f"it is `rgb_array` to obtain images.", stacklevel=2)
             return [None] * self.num_envs
         return list(self._vector_env.render())
 

@@ -13,15 +13,13 @@ import pytest
 import torch
 
 from alf_env.control_plane.affinity import usable_cpus
-from alf_env.front_ends.alf.env_group import EnvGroup, MemberProxy, build_members
-from alf_env.environments.fast_parallel_environment import (FastParallelEnvironment,
-                                                            plan_group_size)
+from alf_env.environments.fast_parallel_environment import FastParallelEnvironment, plan_group_size
 from alf_env.environments.parallel_environment import ParallelAlfEnvironment
 from alf_env.environments.random_alf_environment import RandomAlfEnvironment
 from alf_env.errors import WorkerDiedError
+from alf_env.front_ends.alf.env_group import EnvGroup, MemberProxy, build_members
 from tests.support.alf_envs import CountingEnv
-from tests.support.alf_runs import (assert_same_sequences,
-                                                               cartpole, random_env, run)
+from tests.support.alf_runs import assert_same_sequences, cartpole, random_env, run
 
 
 @pytest.mark.parametrize("num_workers", [None, 1, 2, 3])
@@ -101,7 +99,7 @@ def test_envs_are_per_env_handles_that_forward_calls_and_attributes():
         assert handles[2].call("observation_spec")() == env.observation_spec()
         assert handles[1].action_spec() == env.action_spec()  # a method, called remotely
         with pytest.raises(AttributeError):
-            handles[0].__wrapped__
+            handles[0].__wrapped__  # noqa: B018 -- the access raises
         env.seed([5, 6, 7, 8])
         reference = RandomAlfEnvironment(env.observation_spec(), env.action_spec(), seed=1)
         reference.seed(7)

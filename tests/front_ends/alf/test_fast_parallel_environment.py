@@ -17,9 +17,17 @@ from alf_env.environments.parallel_environment import ParallelAlfEnvironment
 from alf_env.errors import EnvironmentProcessError, EnvTimeoutError, WorkerDiedError
 from alf_env.tensor_specs import TensorSpec
 from tests.support.alf_envs import CountingEnv
-from tests.support.alf_runs import (InProcessReference, assert_same_sequences, cartpole, image_env,
-                                    assert_rows_equal, random_actions, random_env, run,
-                                    trivial_env)
+from tests.support.alf_runs import (
+    InProcessReference,
+    assert_rows_equal,
+    assert_same_sequences,
+    cartpole,
+    image_env,
+    random_actions,
+    random_env,
+    run,
+    trivial_env,
+)
 from tests.support.signals import alarm
 
 

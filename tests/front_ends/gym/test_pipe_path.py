@@ -20,11 +20,10 @@ from gymnasium.vector import AsyncVectorEnv, AutoresetMode
 from gymnasium.vector.utils import batch_differing_spaces
 
 from alf_env.vector import FastVectorEnv
-from tests.faults.endings import EXIT_BOUND, Cell, problems, run_cell
 from tests.faults.ending_script import PIPE_FRONT_END
+from tests.faults.endings import EXIT_BOUND, Cell, problems, run_cell
 from tests.support.faults import BatchedFaultContract, VectorFrontEnd
-from tests.support.gym_envs import (InfoEnv, JitterEnv, SpaceEnv, assert_tree_equal,
-                                    info_env)
+from tests.support.gym_envs import InfoEnv, JitterEnv, SpaceEnv, assert_tree_equal, info_env
 from tests.support.gym_runs import Trajectories, run_both, stepped_alone
 
 EXIT_SLACK = 3.0  # as tests/faults/test_endings.py: a busy machine, torch's teardown

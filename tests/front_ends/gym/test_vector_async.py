@@ -120,6 +120,15 @@ def test_step_after_recv_refuses_envs_already_sent():
         assert len(env.recv()[-1]["env_id"]) == 2  # nothing was lost
 
 
+def test_send_with_env_ids_names_workers_of_different_sizes():
+    fns = [functools.partial(FaultyEnv, env_id=i) for i in range(5)]
+    with FastVectorEnv(fns, num_workers=2) as env:
+        env.reset(seed=0)
+        with pytest.raises(ValueError, match=r"these 5 envs are spread 3/2 over 2 workers"):
+            env.send(np.zeros(2, np.int64), [3, 4])
+        assert env.step(np.zeros(5, np.int64))[0].shape[0] == 5  # still usable
+
+
 def test_send_and_recv_check_their_arguments():
     fns = [functools.partial(FaultyEnv, env_id=i) for i in range(6)]
     with FastVectorEnv(fns, batch_size=2, envs_per_worker=2) as env:

@@ -22,12 +22,17 @@ from gymnasium.vector.utils import batch_space
 import alf_env.vector
 from alf_env.errors import EnvironmentProcessError, EnvTimeoutError, WorkerDiedError
 from alf_env.vector import FastVectorEnv
-from tests.support.probe_envs import UnpicklableError
-from tests.support.gym_envs import (FaultyEnv, InfoEnv, ModulesEnv, SpaceEnv, assert_tree_equal,
-                               info_env)
-
+from tests.support.gym_envs import (
+    FaultyEnv,
+    InfoEnv,
+    ModulesEnv,
+    SpaceEnv,
+    assert_tree_equal,
+    info_env,
+)
 from tests.support.gym_runs import run_both
 from tests.support.paths import REPO_ROOT
+from tests.support.probe_envs import UnpicklableError
 
 MODES = list(AutoresetMode)
 # Generous: only a hang would take this long.

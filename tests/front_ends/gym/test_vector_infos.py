@@ -10,14 +10,20 @@ import psutil
 import pytest
 from gymnasium.vector import AutoresetMode
 
-from alf_env.data_plane import info_codec as vector_infos
 from alf_env.control_plane.affinity import usable_cpus
+from alf_env.data_plane import info_codec as vector_infos
+from alf_env.data_plane.info_codec import (
+    PIPE,
+    InfoDecoder,
+    InfoEncoder,
+    InfoLayout,
+    add_info,
+    signature_of,
+)
 from alf_env.vector import FastVectorEnv, plan_workers
-from alf_env.data_plane.info_codec import (PIPE, InfoDecoder, InfoEncoder, InfoLayout, add_info,
-                                  signature_of)
+from tests.support.gym_envs import InfoEnv, NumericInfoEnv, assert_tree_equal
 from tests.support.gym_runs import Trajectories, stepped_alone
 from tests.support.gym_runs import run_both as vector_run_both
-from tests.support.gym_envs import InfoEnv, NumericInfoEnv, assert_tree_equal
 
 MODES = list(AutoresetMode)
 PATTERNS = ["fixed", "come_go", "type_change"]

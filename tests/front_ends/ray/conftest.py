@@ -4,8 +4,13 @@ processes (which live for the whole module by design)."""
 
 import pytest
 
-from tests.support.ray import (RAY_INIT, assert_no_children, python_path_for_workers,
-                               restore_python_path, wait_no_strays)
+from tests.support.ray import (
+    RAY_INIT,
+    assert_no_children,
+    python_path_for_workers,
+    restore_python_path,
+    wait_no_strays,
+)
 from tests.support.shm_leaks import leaked_shm_entries, shm_entries
 
 

@@ -13,9 +13,8 @@ from alf_env.distributed import ActorDiedError, RayParallelAlfEnvironment, Resta
 from alf_env.environments.parallel_environment import ParallelAlfEnvironment
 from alf_env.errors import EnvironmentClosedError, EnvTimeoutError
 from tests.support.alf_envs import CountingEnv
+from tests.support.alf_runs import assert_same_sequences, random_env, run
 from tests.support.ray import kill_actor
-from tests.support.alf_runs import (assert_same_sequences,
-                                                               random_env, run)
 
 PROMPT_SECONDS = 20.0
 FIT = {"num_cpus": 0}

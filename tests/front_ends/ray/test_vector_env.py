@@ -18,9 +18,9 @@ from gymnasium.vector import AutoresetMode
 
 from alf_env.distributed import ActorDiedError, RayVectorEnv, RestartPolicy
 from alf_env.errors import EnvTimeoutError, WorkerDiedError
+from tests.support.gym_envs import FaultyEnv, assert_tree_equal, info_env
 from tests.support.paths import REPO_ROOT
 from tests.support.ray import KEEP_PIDS, kill_actor
-from tests.support.gym_envs import FaultyEnv, assert_tree_equal, info_env
 
 # Generous: only a hang would take this long.
 PROMPT_SECONDS = 20.0

@@ -16,14 +16,19 @@ from stable_baselines3.common.env_checker import check_env
 from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.evaluation import evaluate_policy
 from stable_baselines3.common.monitor import Monitor
-from stable_baselines3.common.vec_env import (DummyVecEnv, SubprocVecEnv, VecCheckNan,
-                                              VecFrameStack, VecMonitor, VecNormalize)
+from stable_baselines3.common.vec_env import (
+    DummyVecEnv,
+    SubprocVecEnv,
+    VecCheckNan,
+    VecFrameStack,
+    VecMonitor,
+    VecNormalize,
+)
 
-from alf_env.errors import EnvironmentProcessError
 from alf_env.control_plane.process_environment import ProcessEnvironment
+from alf_env.errors import EnvironmentProcessError
 from alf_env.sb3 import FastSubprocVecEnv
 from tests.support.gym_envs import InfoEnv, ModulesEnv, assert_tree_equal
-
 from tests.support.paths import REPO_ROOT
 
 
