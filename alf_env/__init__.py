@@ -9,9 +9,6 @@ so that a worker process that never touches torch (e.g. one of
 is ~1 s of each such worker's start-up.
 """
 
-import importlib
-from typing import Any
-
 __version__ = "0.1.0"
 
 from alf_env import nest
@@ -21,6 +18,7 @@ from alf_env.errors import (
     EnvTimeoutError,
     WorkerDiedError,
 )
+from alf_env.lazy_import import lazy_exports
 
 # Re-exported names -> the module that defines them (imported on first use).
 _LAZY = {
@@ -38,14 +36,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'alf_env' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # later lookups skip this function
-    return value
-
-
-def __dir__() -> list:
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)

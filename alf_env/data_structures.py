@@ -173,7 +173,7 @@ _SCALAR_TYPES = frozenset({
 })
 
 
-def _scalar_array(value: Any, dtype: Any) -> np.ndarray:
+def scalar_array(value: Any, dtype: Any) -> np.ndarray:
     """``np.broadcast_to(_to_np(value, dtype), ()).copy()``: a new 0-d array.
 
     Raises:
@@ -187,7 +187,7 @@ def _scalar_array(value: Any, dtype: Any) -> np.ndarray:
 def _outer_array(value: Any, dtype: Any, outer: tuple) -> np.ndarray:
     """``value`` broadcast to ``outer`` as a new array of ``dtype``."""
     if not outer:
-        return _scalar_array(value, dtype)
+        return scalar_array(value, dtype)
     return np.broadcast_to(_to_np(value, dtype), outer).copy()
 
 

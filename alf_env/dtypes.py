@@ -18,11 +18,13 @@ __all__ = [
     "torch_dtype_to_str",
     "numpy_dtype_to_torch",
     "as_torch_dtype",
+    "TORCH_TO_NUMPY",
 ]
 
 DTypeLike = Union[torch.dtype, np.dtype, type, str]
 
-_TORCH_TO_NUMPY = {
+#: The numpy dtype of each torch dtype that has one.
+TORCH_TO_NUMPY = {
     torch.bool: np.dtype(np.bool_),
     torch.uint8: np.dtype(np.uint8),
     torch.int8: np.dtype(np.int8),
@@ -38,8 +40,8 @@ _TORCH_TO_NUMPY = {
 for _name, _np_type in (("uint16", np.uint16), ("uint32", np.uint32),
                         ("uint64", np.uint64)):
     if hasattr(torch, _name):
-        _TORCH_TO_NUMPY[getattr(torch, _name)] = np.dtype(_np_type)
-_NUMPY_TO_TORCH = {v: k for k, v in _TORCH_TO_NUMPY.items()}
+        TORCH_TO_NUMPY[getattr(torch, _name)] = np.dtype(_np_type)
+_NUMPY_TO_TORCH = {v: k for k, v in TORCH_TO_NUMPY.items()}
 
 
 def torch_dtype_to_numpy(dtype: DTypeLike) -> np.dtype:
@@ -50,15 +52,15 @@ def torch_dtype_to_numpy(dtype: DTypeLike) -> np.dtype:
     """
     # A torch dtype (the common case) is its own as_torch_dtype: look it up
     # directly.
-    np_dtype = _TORCH_TO_NUMPY.get(dtype) if type(dtype) is torch.dtype else None
+    np_dtype = TORCH_TO_NUMPY.get(dtype) if type(dtype) is torch.dtype else None
     if np_dtype is not None:
         return np_dtype
     dtype = as_torch_dtype(dtype)
     try:
-        return _TORCH_TO_NUMPY[dtype]
+        return TORCH_TO_NUMPY[dtype]
     except KeyError:
         raise TypeError(f"torch dtype {dtype} has no numpy equivalent; "
-                        f"expected one of {sorted(map(str, _TORCH_TO_NUMPY))}"
+                        f"expected one of {sorted(map(str, TORCH_TO_NUMPY))}"
                         ) from None
 
 

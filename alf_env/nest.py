@@ -41,20 +41,20 @@ from typing import Any, Callable, Iterator, List, Sequence
 
 import numpy as np
 
-from alf_env.nest_errors import NestStructureError, NestTypeError, _Mismatch
+from alf_env.nest_errors import Mismatch, NestStructureError, NestTypeError
 from alf_env.nest_kinds import (
-    _BUILTIN_KINDS,
-    _KINDS,
-    _LEAF,
-    _MAPPING,
-    _SEQUENCE,
-    _kind,
-    _namedtuple_children,
-    _new_kind,
-    _sorted_keys,
-    _sync_kinds,
+    BUILTIN_KINDS,
+    KINDS,
+    LEAF,
+    MAPPING,
+    SEQUENCE,
     is_namedtuple,
     is_nested,
+    kind_of,
+    namedtuple_children,
+    new_kind_of,
+    sorted_keys,
+    sync_kinds,
 )
 from alf_env.nest_paths import flatten_with_path
 
@@ -76,21 +76,21 @@ __all__ = [
 
 def _flatten_into(nest: Any, kind: int, out: List[Any]) -> None:
     """Appends the leaves of the container ``nest`` (of ``kind``) to ``out``."""
-    if kind == _SEQUENCE:
+    if kind == SEQUENCE:
         children = nest
-    elif kind == _MAPPING:
-        children = [nest[k] for k in _sorted_keys(nest)]
+    elif kind == MAPPING:
+        children = [nest[k] for k in sorted_keys(nest)]
     else:
-        children = _namedtuple_children(nest, kind)
+        children = namedtuple_children(nest, kind)
     append = out.append
-    kinds_get = _KINDS.get
+    kinds_get = KINDS.get
     for child in children:
         child_kind = kinds_get(type(child))
         if child_kind is None:
-            child_kind = _new_kind(child)
-        if child_kind == _LEAF:
+            child_kind = new_kind_of(child)
+        if child_kind == LEAF:
             append(child)
-        elif type(child) in _BUILTIN_KINDS and not child:
+        elif type(child) in BUILTIN_KINDS and not child:
             continue  # an empty builtin container (e.g. an unused field) has no leaves
         else:
             _flatten_into(child, child_kind, out)
@@ -106,9 +106,9 @@ def flatten(nest: Any) -> List[Any]:
         The leaves; ``[nest]`` if ``nest`` is itself a leaf, ``[]`` for an empty
         container.
     """
-    _sync_kinds()
-    kind = _kind(nest)
-    if kind == _LEAF:
+    sync_kinds()
+    kind = kind_of(nest)
+    if kind == LEAF:
         return [nest]
     out: List[Any] = []
     _flatten_into(nest, kind, out)
@@ -121,33 +121,33 @@ def _pack(structure: Any, kind: int, leaves: Iterator[Any]) -> Any:
     Raises ``StopIteration`` when ``leaves`` runs out (the caller turns that
     into its leaf-count error).
     """
-    kinds_get = _KINDS.get
-    if kind == _MAPPING:
-        keys = _sorted_keys(structure)
+    kinds_get = KINDS.get
+    if kind == MAPPING:
+        keys = sorted_keys(structure)
         children: Any = [structure[k] for k in keys]
-    elif kind == _SEQUENCE:
+    elif kind == SEQUENCE:
         children = structure
     else:
-        children = _namedtuple_children(structure, kind)
+        children = namedtuple_children(structure, kind)
     values: List[Any] = []
     append = values.append
     for child in children:
         child_type = type(child)
         child_kind = kinds_get(child_type)
         if child_kind is None:
-            child_kind = _new_kind(child)
-        if child_kind == _LEAF:
+            child_kind = new_kind_of(child)
+        if child_kind == LEAF:
             append(next(leaves))
-        elif child_type in _BUILTIN_KINDS and not child:
+        elif child_type in BUILTIN_KINDS and not child:
             # What packing an empty builtin container gives: tuple([]) is the
             # () singleton, list([]) and dict([]) are new empty containers.
             append(() if child_type is tuple else child_type())
         else:
             append(_pack(child, child_kind, leaves))
     cls = type(structure)
-    if kind == _SEQUENCE:
+    if kind == SEQUENCE:
         return cls(values)
-    if kind != _MAPPING:
+    if kind != MAPPING:
         return cls(*values)
     # Keep the structure's own key order (it matters to OrderedDict).
     if cls is dict:
@@ -191,11 +191,11 @@ def pack_sequence_as(structure: Any, flat_sequence: Sequence[Any]) -> Any:
         NestStructureError: if the number of leaves does not match
             ``structure`` (a ``RuntimeError`` and a ``ValueError``).
     """
-    _sync_kinds()
+    sync_kinds()
     # A list is only read here, so it needs no defensive copy.
     flat = flat_sequence if type(flat_sequence) is list else list(flat_sequence)
-    kind = _kind(structure)
-    if kind == _LEAF:
+    kind = kind_of(structure)
+    if kind == LEAF:
         if len(flat) != 1:
             raise _leaf_count_error(structure, len(flat))
         return flat[0]
@@ -215,48 +215,48 @@ def pack_sequence_as(structure: Any, flat_sequence: Sequence[Any]) -> Any:
 
 
 def _assert_same_structure(a: Any, b: Any, check_types: bool) -> None:
-    a_kind, b_kind = _kind(a), _kind(b)
-    if a_kind == _LEAF or b_kind == _LEAF:
+    a_kind, b_kind = kind_of(a), kind_of(b)
+    if a_kind == LEAF or b_kind == LEAF:
         if a_kind != b_kind:
-            raise _Mismatch(NestStructureError, a, b)
+            raise Mismatch(NestStructureError, a, b)
         return
-    a_map = a_kind == _MAPPING
-    b_map = b_kind == _MAPPING
+    a_map = a_kind == MAPPING
+    b_map = b_kind == MAPPING
     if a_map != b_map or (check_types and not a_map and type(a) is not type(b)):
-        raise _Mismatch(NestTypeError, a, b)
-    kinds_get = _KINDS.get
+        raise Mismatch(NestTypeError, a, b)
+    kinds_get = KINDS.get
     if a_map:
-        a_keys = _sorted_keys(a)
-        if a_keys != _sorted_keys(b):
-            raise _Mismatch(NestStructureError, a, b, keys=True)
+        a_keys = sorted_keys(a)
+        if a_keys != sorted_keys(b):
+            raise Mismatch(NestStructureError, a, b, keys=True)
         for k in a_keys:
             a_child, b_child = a[k], b[k]
             # Two leaves always match: skip the call.
-            if kinds_get(type(a_child)) == _LEAF and kinds_get(type(b_child)) == _LEAF:
+            if kinds_get(type(a_child)) == LEAF and kinds_get(type(b_child)) == LEAF:
                 continue
             try:
                 _assert_same_structure(a_child, b_child, check_types)
-            except _Mismatch as mismatch:
+            except Mismatch as mismatch:
                 mismatch.reversed_path.append(k)
                 raise
         return
     if len(a) != len(b):
-        raise _Mismatch(NestStructureError, a, b)
-    a_children = a if a_kind == _SEQUENCE else _namedtuple_children(a, a_kind)
-    b_children = b if b_kind == _SEQUENCE else _namedtuple_children(b, b_kind)
+        raise Mismatch(NestStructureError, a, b)
+    a_children = a if a_kind == SEQUENCE else namedtuple_children(a, a_kind)
+    b_children = b if b_kind == SEQUENCE else namedtuple_children(b, b_kind)
     for index, (a_child, b_child) in enumerate(zip(a_children, b_children)):
         a_type = type(a_child)
-        if kinds_get(a_type) == _LEAF and kinds_get(type(b_child)) == _LEAF:
+        if kinds_get(a_type) == LEAF and kinds_get(type(b_child)) == LEAF:
             continue
-        if (a_type is type(b_child) and a_type in _BUILTIN_KINDS and not a_child
+        if (a_type is type(b_child) and a_type in BUILTIN_KINDS and not a_child
                 and not b_child):
             continue  # two empty builtin containers of one type always match
         try:
             _assert_same_structure(a_child, b_child, check_types)
-        except _Mismatch as mismatch:
+        except Mismatch as mismatch:
             # The key of a child is its index, or its field for a namedtuple.
             mismatch.reversed_path.append(
-                index if a_kind == _SEQUENCE else type(a)._fields[index])
+                index if a_kind == SEQUENCE else type(a)._fields[index])
             raise
 
 
@@ -281,11 +281,11 @@ def assert_same_structure(nest1: Any, nest2: Any, check_types: bool = True) -> N
         The message names the path where the nests differ and gives the
         expected and actual node.
     """
-    _sync_kinds()
+    sync_kinds()
     try:
         _assert_same_structure(nest1, nest2, check_types)
         return
-    except _Mismatch as found:
+    except Mismatch as found:
         mismatch = found
     # Raised outside the handler, so the error carries no internal context.
     raise mismatch.to_error()

@@ -9,7 +9,7 @@ and gets the same leaves and the same packed values for a fraction of that.
 from typing import Any, Callable, List, NamedTuple, Optional, Tuple
 
 from alf_env import nest
-from alf_env.nest_kinds import _sorted_keys
+from alf_env.nest_kinds import sorted_keys
 
 __all__ = ["compile_nest"]
 
@@ -30,9 +30,9 @@ def _dict_order(spec: Any) -> Optional[Tuple[List[Any], List[int]]]:
     ``nest.pack_sequence_as`` gives; ``None`` for anything else."""
     if type(spec) is not dict or not spec or any(nest.is_nested(v) for v in spec.values()):
         return None
-    sorted_keys = _sorted_keys(spec)
+    key_order = sorted_keys(spec)
     keys = list(spec)
-    return keys, [sorted_keys.index(k) for k in keys]
+    return keys, [key_order.index(k) for k in keys]
 
 
 def _compile_dict(spec: dict, dict_order: Tuple[List[Any], List[int]]
@@ -44,12 +44,12 @@ def _compile_dict(spec: dict, dict_order: Tuple[List[Any], List[int]]
     ``nest`` itself.
     """
     keys, positions = dict_order
-    sorted_keys = _sorted_keys(spec)
+    key_order = sorted_keys(spec)
 
     def flatten(value: Any) -> List[Any]:
-        if type(value) is dict and len(value) == len(sorted_keys):
+        if type(value) is dict and len(value) == len(key_order):
             try:
-                leaves = [value[k] for k in sorted_keys]
+                leaves = [value[k] for k in key_order]
             except KeyError:  # other keys: nest names the mismatch
                 return nest.flatten(value)
             if not any(isinstance(leaf, (list, tuple, dict)) for leaf in leaves):

@@ -2,7 +2,7 @@
 
 Structure mismatches raise :class:`NestStructureError` (a leaf against a
 container, different lengths or keys) or :class:`NestTypeError` (different
-container types); :class:`_Mismatch` carries a difference found deep in a
+container types); :class:`Mismatch` carries a difference found deep in a
 walk up to the public function, which turns it into one of them with a
 message naming the path where the nests differ and what was expected vs got.
 """
@@ -10,10 +10,10 @@ message naming the path where the nests differ and what was expected vs got.
 import collections.abc
 from typing import Any, List
 
-from alf_env.nest_kinds import _sorted_keys, is_nested
-from alf_env.nest_paths import _join
+from alf_env.nest_kinds import is_nested, sorted_keys
+from alf_env.nest_paths import join_path
 
-__all__ = ["NestStructureError", "NestTypeError"]
+__all__ = ["Mismatch", "NestStructureError", "NestTypeError"]
 
 
 class NestStructureError(RuntimeError, ValueError):
@@ -43,13 +43,13 @@ def _type_name(value: Any) -> str:
 def _describe(value: Any) -> str:
     """A short description of a node, for error messages."""
     if isinstance(value, collections.abc.Mapping):
-        return f"{_type_name(value)} with keys {_sorted_keys(value)}"
+        return f"{_type_name(value)} with keys {sorted_keys(value)}"
     if is_nested(value):
         return f"{_type_name(value)} of length {len(value)}"
     return f"leaf of type {_type_name(value)}"
 
 
-class _Mismatch(Exception):
+class Mismatch(Exception):
     """A structure difference found deep in a nest, carrying its path upwards.
 
     The dotted path is only built (by the caller of the walk) when the nests
@@ -67,11 +67,11 @@ class _Mismatch(Exception):
     def to_error(self) -> Exception:
         path = ""
         for key in reversed(self.reversed_path):
-            path = _join(path, key)
+            path = join_path(path, key)
         where = _describe_path(path)
         a, b = self.expected, self.got
         if self.keys:
-            a_keys, b_keys = _sorted_keys(a), _sorted_keys(b)
+            a_keys, b_keys = sorted_keys(a), sorted_keys(b)
             missing = [k for k in a_keys if k not in b]
             extra = [k for k in b_keys if k not in a]
             return self.error(

@@ -7,31 +7,32 @@ names on the way down with ``"."``, e.g. ``"observation.0"`` or
 
 from typing import Any, List, Tuple
 
-from alf_env.nest_kinds import _LEAF, _MAPPING, _SEQUENCE, _kind, _sorted_keys, _sync_kinds
+from alf_env.nest_kinds import LEAF, MAPPING, SEQUENCE, kind_of, sorted_keys, sync_kinds
 
-__all__ = ["flatten_with_path"]
+__all__ = ["flatten_with_path", "join_path"]
 
 _PATH_SEPARATOR = "."
 
 
-def _join(path: str, key: Any) -> str:
+def join_path(path: str, key: Any) -> str:
+    """The path of the child ``key`` of the node at ``path``."""
     return f"{path}{_PATH_SEPARATOR}{key}" if path else str(key)
 
 
 def _flatten_with_path_into(nest: Any, path: str,
                             out: List[Tuple[str, Any]]) -> None:
-    kind = _kind(nest)
-    if kind == _LEAF:
+    kind = kind_of(nest)
+    if kind == LEAF:
         out.append((path, nest))
         return
-    if kind == _SEQUENCE:
+    if kind == SEQUENCE:
         pairs: Any = enumerate(nest)
-    elif kind == _MAPPING:
-        pairs = [(k, nest[k]) for k in _sorted_keys(nest)]
+    elif kind == MAPPING:
+        pairs = [(k, nest[k]) for k in sorted_keys(nest)]
     else:
         pairs = list(zip(type(nest)._fields, nest))
     for key, child in pairs:
-        _flatten_with_path_into(child, _join(path, key), out)
+        _flatten_with_path_into(child, join_path(path, key), out)
 
 
 def flatten_with_path(nest: Any) -> List[Tuple[str, Any]]:
@@ -43,7 +44,7 @@ def flatten_with_path(nest: Any) -> List[Tuple[str, Any]]:
     Returns:
         A list of ``(dotted_path, leaf)``; the root leaf's path is ``""``.
     """
-    _sync_kinds()
+    sync_kinds()
     out: List[Tuple[str, Any]] = []
     _flatten_with_path_into(nest, "", out)
     return out

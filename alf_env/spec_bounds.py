@@ -3,7 +3,7 @@
 How :class:`~alf_env.tensor_specs.BoundedTensorSpec` defaults, checks and
 stores its bounds (read-only arrays of the spec's dtype), shows them in its
 ``repr``, and draws values inside them (uniform integers over the inclusive
-range, finite floats). Internal to :mod:`alf_env.tensor_specs`.
+range, finite floats), for :mod:`alf_env.tensor_specs`.
 """
 
 from typing import Any
@@ -13,10 +13,10 @@ import torch
 
 # Upper limit (exclusive) of the seed drawn from torch's RNG for
 # ``BoundedTensorSpec.sample()``.
-_TORCH_SEED_LIMIT = 2**62
+TORCH_SEED_LIMIT = 2**62
 
 
-def _default_bound(dtype: torch.dtype, np_dtype: np.dtype, upper: bool) -> Any:
+def default_bound(dtype: torch.dtype, np_dtype: np.dtype, upper: bool) -> Any:
     """Default bound: the dtype range for ints/bool, ALF's [0, 1] for floats."""
     if dtype == torch.bool:
         return upper
@@ -26,8 +26,8 @@ def _default_bound(dtype: torch.dtype, np_dtype: np.dtype, upper: bool) -> Any:
     return 1.0 if upper else 0.0
 
 
-def _bound_array(value: Any, name: str, shape: torch.Size,
-                 np_dtype: np.dtype) -> np.ndarray:
+def bound_array(value: Any, name: str, shape: torch.Size,
+                np_dtype: np.dtype) -> np.ndarray:
     """Converts a bound to a read-only array of ``np_dtype``, of its own shape.
 
     The bound keeps the shape it was given (a scalar a 0-d array, a row of
@@ -61,15 +61,15 @@ def _bound_array(value: Any, name: str, shape: torch.Size,
     return arr
 
 
-def _compact(bound: np.ndarray) -> str:
+def compact_bound(bound: np.ndarray) -> str:
     """Shows a bound as a scalar when it is uniform."""
     if bound.size > 0 and np.all(bound == bound.flat[0]):
         return str(bound.flat[0])
     return np.array2string(bound, separator=", ")
 
 
-def _sample_int(rng: Any, low: np.ndarray, high: np.ndarray, shape: tuple,
-                np_dtype: np.dtype) -> np.ndarray:
+def sample_int(rng: Any, low: np.ndarray, high: np.ndarray, shape: tuple,
+               np_dtype: np.dtype) -> np.ndarray:
     """Uniform integers in the inclusive range ``[low, high]``."""
     out_dtype = np.dtype(np.int64) if np_dtype == np.bool_ else np_dtype
     # C order matters: RandomState.randint misreads non-C-ordered object arrays.
@@ -85,8 +85,8 @@ def _sample_int(rng: Any, low: np.ndarray, high: np.ndarray, shape: tuple,
     return np.asarray(values).astype(np_dtype, copy=False)
 
 
-def _sample_float(rng: Any, low: np.ndarray, high: np.ndarray, shape: tuple,
-                  np_dtype: np.dtype) -> np.ndarray:
+def sample_float(rng: Any, low: np.ndarray, high: np.ndarray, shape: tuple,
+                 np_dtype: np.dtype) -> np.ndarray:
     """Finite floats inside ``[low, high]`` (uniform when both are finite)."""
     low = low.astype(np.float64)
     high = high.astype(np.float64)

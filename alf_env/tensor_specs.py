@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from alf_env.dtypes import (
-    _TORCH_TO_NUMPY,
+    TORCH_TO_NUMPY,
     DTypeLike,
     as_torch_dtype,
     numpy_dtype_to_torch,
@@ -27,12 +27,12 @@ from alf_env.dtypes import (
     torch_dtype_to_str,
 )
 from alf_env.spec_bounds import (
-    _TORCH_SEED_LIMIT,
-    _bound_array,
-    _compact,
-    _default_bound,
-    _sample_float,
-    _sample_int,
+    TORCH_SEED_LIMIT,
+    bound_array,
+    compact_bound,
+    default_bound,
+    sample_float,
+    sample_int,
 )
 
 __all__ = [
@@ -148,7 +148,7 @@ class TensorSpec:
     @property
     def numpy_dtype(self) -> np.dtype:
         """The numpy dtype equivalent to :attr:`dtype`."""
-        np_dtype = _TORCH_TO_NUMPY.get(self._dtype)
+        np_dtype = TORCH_TO_NUMPY.get(self._dtype)
         if np_dtype is None:
             return torch_dtype_to_numpy(self._dtype)  # raises the TypeError
         return np_dtype
@@ -279,11 +279,11 @@ class BoundedTensorSpec(TensorSpec):
         super().__init__(shape, dtype)
         np_dtype = self.numpy_dtype
         if minimum is None:
-            minimum = _default_bound(self._dtype, np_dtype, upper=False)
+            minimum = default_bound(self._dtype, np_dtype, upper=False)
         if maximum is None:
-            maximum = _default_bound(self._dtype, np_dtype, upper=True)
-        self._minimum = _bound_array(minimum, "minimum", self._shape, np_dtype)
-        self._maximum = _bound_array(maximum, "maximum", self._shape, np_dtype)
+            maximum = default_bound(self._dtype, np_dtype, upper=True)
+        self._minimum = bound_array(minimum, "minimum", self._shape, np_dtype)
+        self._maximum = bound_array(maximum, "maximum", self._shape, np_dtype)
         bad = self._minimum > self._maximum
         if np.any(bad):
             bad = np.broadcast_to(bad, tuple(self._shape))
@@ -369,8 +369,8 @@ class BoundedTensorSpec(TensorSpec):
             low = np.broadcast_to(self._minimum, shape)
             high = np.broadcast_to(self._maximum, shape)
         if self.is_continuous:
-            return _sample_float(rng, low, high, shape, np_dtype)
-        return _sample_int(rng, low, high, shape, np_dtype)
+            return sample_float(rng, low, high, shape, np_dtype)
+        return sample_int(rng, low, high, shape, np_dtype)
 
     def sample(self, outer_dims: OuterDims = None) -> torch.Tensor:
         """Samples a tensor of shape ``outer_dims + shape`` inside the bounds.
@@ -378,7 +378,7 @@ class BoundedTensorSpec(TensorSpec):
         Draws from torch's global RNG, so ``torch.manual_seed`` makes it
         reproducible. See :meth:`numpy_sample` for the distribution.
         """
-        seed = int(torch.randint(0, _TORCH_SEED_LIMIT, (), dtype=torch.int64))
+        seed = int(torch.randint(0, TORCH_SEED_LIMIT, (), dtype=torch.int64))
         return torch.from_numpy(self.numpy_sample(outer_dims, np.random.default_rng(seed)))
 
     # ----- comparison / pickling ------------------------------------------
@@ -398,7 +398,7 @@ class BoundedTensorSpec(TensorSpec):
 
     def __repr__(self) -> str:
         return (f"BoundedTensorSpec(shape={tuple(self._shape)}, dtype={self._dtype}, "
-                f"minimum={_compact(self._minimum)}, maximum={_compact(self._maximum)})")
+                f"minimum={compact_bound(self._minimum)}, maximum={compact_bound(self._maximum)})")
 
     def __reduce__(self):
         return BoundedTensorSpec, (tuple(self._shape), self._dtype,

@@ -31,7 +31,7 @@ from alf_env.environments import suite_gym
 from alf_env.environments.alf_gym_wrapper import AlfGymWrapper
 from alf_env.environments.parallel_environment import ParallelAlfEnvironment
 from alf_env.environments.process_environment import ProcessEnvironment
-from alf_env.workloads import TrivialEnv
+from alf_env.synthetic_envs import TrivialEnv
 
 #: The target: ``ProcessEnvironment.step`` <= this x (bare Pipe round trip + in-process step).
 ROUND_TRIP_TARGET = 1.3

@@ -50,10 +50,11 @@ import numpy as np
 
 from alf_env import _penv
 from alf_env.bench.backends import env_fns
-from alf_env.bench.core import Actions, usable_cpus
+from alf_env.bench.core import Actions
 from alf_env.bench.references import _plain_loop
 from alf_env.bench.report import markdown_table
 from alf_env.bench.workloads import make_env
+from alf_env.control_plane.affinity import usable_cpu_count
 from alf_env.data_plane.shared_block import SPIN_ADAPTIVE, SharedBlock
 from alf_env.front_ends.gym.startup import plan_workers
 
@@ -248,7 +249,7 @@ def floor_of(workload: str, num_envs: int, steps: int,
     """One measurement of every term (µs) and the two bounds, for ``workload``
     (``drop_info``: the replay envs return empty infos, i.e. the fixed cost
     if infos cost nothing)."""
-    cpus = usable_cpus()
+    cpus = usable_cpu_count()
     actions = Actions.make(workload, num_envs)
     groups = [end - begin for begin, end in plan_workers(num_envs, num_envs, None, None)]
     times = env_step_times(env_fns(workload, 1)[0], actions.per_env(), steps * 4)

@@ -1,6 +1,6 @@
 """Long-run reliability check: memory, descriptors and shared memory stay flat.
 
-Steps the trivial env (W1, ``alf_env.workloads.TrivialEnv``: episodes of 100
+Steps the trivial env (W1, ``alf_env.synthetic_envs.TrivialEnv``: episodes of 100
 steps, so every env resets every 100 steps) across ``--num-envs`` envs for
 ``--env-steps`` env-steps through one front end, with a pipe call (a spec
 query / ``get_attr``) every ``--call-every`` batch steps, and compares the end of the
@@ -33,7 +33,7 @@ import numpy as np
 import psutil
 
 from alf_env.environments.alf_gym_wrapper import AlfGymWrapper
-from alf_env.workloads import TrivialEnv
+from alf_env.synthetic_envs import TrivialEnv
 
 BACKENDS = ("fast", "parallel", "vector", "vector_pipe", "process")
 

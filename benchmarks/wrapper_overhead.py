@@ -7,7 +7,7 @@ What it measures
   (``wrapper - raw``) can be read off:
 
   - ``TrivialEnv``: float32[4] observation, Discrete(2) action, empty info
-    (``alf_env.workloads.W1``);
+    (W1 of ``alf_env.synthetic_envs``);
   - ``DictObsEnv``: a Dict observation (Box float32, Box uint8, Discrete and
     a Tuple of Box + MultiBinary) with a Discrete action and empty info;
   - ``CartPole-v1`` (observations are float32, info empty, truncation at 500).
@@ -34,7 +34,7 @@ import numpy as np
 
 from alf_env import nest
 from alf_env.environments.alf_gym_wrapper import AlfGymWrapper
-from alf_env.workloads import TrivialEnv
+from alf_env.synthetic_envs import TrivialEnv
 
 
 class DictObsEnv(gym.Env):

@@ -239,6 +239,19 @@ PYBIND11_MODULE(_penv, m) {
       .def_property_readonly("num_outstanding", &Controller::num_outstanding)
       .def("abandon", &Controller::abandon, py::arg("worker"),
            "Forgets the outstanding job of `worker`; returns whether it had one.")
+      .def_property(
+          "job_wait_spin_us", &Controller::job_wait_spin_us,
+          [](Controller& controller, std::int64_t cap_us) {
+            if (cap_us < 0 || cap_us > kMaxSpinUs) {
+              throw std::invalid_argument(
+                  "Controller.job_wait_spin_us: expected a cap in [0, " +
+                  std::to_string(kMaxSpinUs) +
+                  "] µs (0: the spin mode's own cap), got " + std::to_string(cap_us));
+            }
+            controller.set_job_wait_spin_us(static_cast<std::uint32_t>(cap_us));
+          },
+          "Cap (µs) of each worker's adaptive spin while it waits for its next "
+          "job; 0 means the spin mode's own cap. Workers apply it at their next wait.")
       .def_property_readonly("spin_budget_us", [](const Controller& c) {
         return to_us(c.spin_budget());
       })

@@ -66,6 +66,24 @@ void Controller::set_worker_pid(std::size_t worker, pid_t pid) {
   pidfds_[worker].reset(pid > 0 ? pidfd_open(pid) : -1);
 }
 
+void Controller::set_job_wait_spin_us(std::uint32_t cap_us) {
+  if (cap_us > static_cast<std::uint32_t>(kMaxSpinUs)) {
+    throw std::invalid_argument(
+        "Controller.set_job_wait_spin_us: expected a cap in [0, " +
+        std::to_string(kMaxSpinUs) + "] µs (0: the spin mode's own cap), got " +
+        std::to_string(cap_us));
+  }
+  for (std::size_t w = 0; w < num_workers_; ++w) {
+    // relaxed: a hint the worker reads at its next wait; it publishes no data.
+    block_.slot(w).job_wait_spin_us.store(cap_us, std::memory_order_relaxed);
+  }
+}
+
+std::uint32_t Controller::job_wait_spin_us() const noexcept {
+  // relaxed: only this process writes it.
+  return block_.slot(0).job_wait_spin_us.load(std::memory_order_relaxed);
+}
+
 void Controller::post(const std::vector<std::int64_t>& workers, JobType job,
                       std::int64_t arg) {
   BusyGuard guard(busy_, "Controller.post");

@@ -84,6 +84,12 @@ class Controller {
   // was a job to forget. A completion that still arrives for it is dropped.
   bool abandon(std::size_t worker);
 
+  // Sets the cap of every worker's adaptive spin while it waits for its next
+  // job (kJobWaitSpinModeCap: the spin mode's own cap); each worker applies
+  // it at its next wait. Throws std::invalid_argument beyond kMaxSpinUs.
+  void set_job_wait_spin_us(std::uint32_t cap_us);
+  std::uint32_t job_wait_spin_us() const noexcept;
+
   std::chrono::nanoseconds spin_budget() const noexcept {
     return spin_.budget();
   }

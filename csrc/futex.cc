@@ -133,10 +133,11 @@ SpinPolicy::SpinPolicy(int spin_us, std::size_t num_processes,
     : pause_rounds_(num_processes > static_cast<std::size_t>(usable_cpu_count())
                         ? 0  // oversubscribed: yield from the first round
                         : kPauseRounds),
+      mode_cap_ns_(pause_rounds_ != 0 ? kAdaptiveMaxSpin.count()
+                   : workers_pinned   ? kAdaptiveMaxPinnedSpin.count()
+                                      : kAdaptiveMaxYieldSpin.count()),
       max_budget_ns_(adaptive_cap.count() > 0 ? adaptive_cap.count()
-                     : pause_rounds_ != 0     ? kAdaptiveMaxSpin.count()
-                     : workers_pinned         ? kAdaptiveMaxPinnedSpin.count()
-                                              : kAdaptiveMaxYieldSpin.count()) {
+                                              : mode_cap_ns_) {
   if (spin_us < kSpinAdaptive || spin_us > kMaxSpinUs) {
     throw std::invalid_argument(
         "spin_us must be -1 (adaptive), 0 (never spin) or a number of "
@@ -154,6 +155,15 @@ SpinPolicy::SpinPolicy(int spin_us, std::size_t num_processes,
     mode_ = Mode::kAdaptive;
     budget_ns_ = max_budget_ns_;
   }
+}
+
+void SpinPolicy::set_cap(std::chrono::nanoseconds cap) {
+  if (mode_ != Mode::kAdaptive) return;
+  max_budget_ns_ = cap.count() > 0 ? cap.count() : mode_cap_ns_;
+  // Start from the new cap, as a fresh policy would: a budget that shrank
+  // under the old cap would hide what the new one does.
+  budget_ns_ = max_budget_ns_;
+  waits_since_probe_ = 0;
 }
 
 std::int64_t SpinPolicy::next_budget_ns() {

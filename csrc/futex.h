@@ -61,7 +61,7 @@
 // kAdaptiveMaxPinnedSpin (5 ms) for the main process: it spins through a
 // ~2 ms step (4 envs of ~1 ms on 2 cores), worth ~5% there. A worker waiting
 // for its next job is capped at kAdaptiveMaxJobWaitSpin (50 µs) in every mode
-// (see there).
+// (see there) until the main process sets another cap in the job slot.
 //   The budget never exceeds the caller's remaining timeout.
 #pragma once
 
@@ -157,6 +157,13 @@ inline constexpr std::chrono::nanoseconds kAdaptiveMinSpin =
 // most a few wake-ups' worth and sleeps through anything longer.
 inline constexpr std::chrono::nanoseconds kAdaptiveMaxJobWaitSpin =
     std::chrono::microseconds(50);
+// The value of JobSlot::job_wait_spin_us that means "the mode's own cap"
+// (kAdaptiveMaxSpin, kAdaptiveMaxYieldSpin or kAdaptiveMaxPinnedSpin): when
+// the trainer's time between steps is short, as in a loop of env steps
+// alone, a worker that spins through it answers the next step without a
+// wake-up. Which cap serves a training loop better is measured while it runs
+// (alf_env/control_plane/step_tuner.py).
+inline constexpr std::uint32_t kJobWaitSpinModeCap = 0;
 inline constexpr std::uint32_t kAdaptiveProbePeriod = 64;
 // Rounds of `pause` before switching to sched_yield(); the clock is read
 // every kClockCheckPeriod pause rounds and after every sched_yield().
@@ -184,6 +191,10 @@ class SpinPolicy {
   // Whether every spin round yields the core (more processes than CPUs).
   bool yields_only() const noexcept { return pause_rounds_ == 0; }
 
+  // Replaces the adaptive budget's cap (0: the mode's own cap) and restarts
+  // the budget at it. No effect unless the policy is adaptive.
+  void set_cap(std::chrono::nanoseconds cap);
+
   // The current budget (0 when the waiter sleeps at once).
   std::chrono::nanoseconds budget() const noexcept {
     return std::chrono::nanoseconds(budget_ns_);
@@ -199,8 +210,10 @@ class SpinPolicy {
   std::int64_t budget_ns_;
   // Pause rounds before yielding: kPauseRounds, or 0 when oversubscribed.
   std::uint32_t pause_rounds_;
-  // The adaptive budget's cap: kAdaptiveMaxSpin, or when only yielding
+  // The mode's cap: kAdaptiveMaxSpin, or when only yielding
   // kAdaptiveMaxYieldSpin (kAdaptiveMaxPinnedSpin with pinned workers).
+  std::int64_t mode_cap_ns_;
+  // The adaptive budget's cap: the caller's adaptive_cap, or mode_cap_ns_.
   std::int64_t max_budget_ns_;
   std::uint32_t waits_since_probe_ = 0;
 };

@@ -1,10 +1,12 @@
 #include "job_slots.h"
 
+#include <chrono>
 #include <new>
 #include <sstream>
 #include <stdexcept>
 #include <string>
 
+#include "futex.h"
 #include "region.h"
 
 namespace alf_env::penv {
@@ -108,6 +110,12 @@ ControlBlock ControlBlock::initialize(SharedRegion& region,
                        std::memory_order_relaxed);
     slot->arg.store(0, std::memory_order_relaxed);
     slot->done_seq.store(0, std::memory_order_relaxed);
+    slot->job_wait_spin_us.store(
+        static_cast<std::uint32_t>(
+            std::chrono::duration_cast<std::chrono::microseconds>(
+                kAdaptiveMaxJobWaitSpin)
+                .count()),
+        std::memory_order_relaxed);
   }
   new (base + kQueueTailOffset) QueueTail;
   for (std::size_t i = 0; i < block.queue_.capacity(); ++i) {

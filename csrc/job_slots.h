@@ -86,8 +86,8 @@ struct alignas(kCacheLineSize) CompletionWord {
   std::atomic<std::uint32_t> wake_at;   // wake main once count reaches this
 };
 
-// One worker's mailbox. Written by the main process: seq, job_type, arg;
-// by the worker: sleeping, status, done_seq.
+// One worker's mailbox. Written by the main process: seq, job_type, arg,
+// job_wait_spin_us; by the worker: sleeping, status, done_seq.
 struct alignas(kCacheLineSize) JobSlot {
   std::atomic<std::uint32_t> seq;       // futex word: +1 per posted job
   std::atomic<std::uint32_t> sleeping;  // kSleeping while the worker sleeps
@@ -95,6 +95,9 @@ struct alignas(kCacheLineSize) JobSlot {
   std::atomic<std::uint32_t> status;    // a JobStatus of the finished job
   std::atomic<std::int64_t> arg;        // the job's 64-bit argument
   std::atomic<std::uint32_t> done_seq;  // seq of the last finished job
+  // Cap (µs) of the adaptive spin while waiting for the next job;
+  // kJobWaitSpinModeCap: the spin mode's own cap (see futex.h).
+  std::atomic<std::uint32_t> job_wait_spin_us;
 };
 
 static_assert(sizeof(ControlHeader) == kCacheLineSize &&

@@ -37,6 +37,10 @@ WorkerPort::WorkerPort(std::shared_ptr<SharedRegion> region,
       block_(ControlBlock::attach(*region_, num_workers)),
       index_(checked_index(worker_index, num_workers)),
       spin_(spin_us, num_workers + 1, workers_pinned, kAdaptiveMaxJobWaitSpin),
+      spin_cap_us_(static_cast<std::uint32_t>(
+          std::chrono::duration_cast<std::chrono::microseconds>(
+              kAdaptiveMaxJobWaitSpin)
+              .count())),
       // relaxed: ControlBlock::attach acquired the magic; later changes of
       // done_seq are only made by this worker. Starting from the last
       // *finished* job means a job posted before we attached is not missed.
@@ -82,6 +86,13 @@ WorkerPort::Job WorkerPort::wait_job(const Deadline& deadline,
         "finish(status) before waiting for the next job");
   }
   JobSlot& slot = block_.slot(index_);
+  // relaxed: a tuning hint; nothing else is read through it, and a change
+  // seen one wait late costs one wait at the old cap.
+  const std::uint32_t cap_us = slot.job_wait_spin_us.load(std::memory_order_relaxed);
+  if (cap_us != spin_cap_us_) {
+    spin_cap_us_ = cap_us;
+    spin_.set_cap(std::chrono::microseconds(cap_us));
+  }
   Job job{JobType::NONE, 0};
   for (;;) {
     if (try_take_job(job)) return job;

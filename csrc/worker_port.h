@@ -9,7 +9,9 @@
 //         port.finish(JobStatus.OK)   # or ERROR, details on the pipe
 //         if job == CLOSE: break
 //
-// wait_job() spins per SpinPolicy and then sleeps on the slot's seq futex
+// wait_job() spins per SpinPolicy, capped by the slot's job_wait_spin_us
+// (set by the main process, read at every wait), and then sleeps on the
+// slot's seq futex
 // (in slices of at most kMaxSleepSlice, checking Python signals in between).
 // It returns JobType::NONE when the timeout passes, so a Python worker can
 // periodically check for parent death or pipe traffic. Jobs posted before
@@ -71,6 +73,7 @@ class WorkerPort {
   ControlBlock block_;
   std::size_t index_;
   SpinPolicy spin_;
+  std::uint32_t spin_cap_us_;  // the slot's job_wait_spin_us spin_ follows
   std::uint32_t seen_seq_;     // last seq this port consumed (or skipped)
   std::uint32_t current_seq_ = 0;
   bool has_job_ = false;

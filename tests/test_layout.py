@@ -4,8 +4,11 @@
 (shared memory and the job loop) and front ends (ALF API, gymnasium, SB3, Ray)
 over a shared vocabulary (nest, specs, time steps, errors, the ALF environment
 model). Imports may only point down that stack; re-export modules (the public
-import paths kept for users) sit on top and only import. These tests read the
-source with ``ast``, so an import inside a function counts as well.
+import paths kept for users) sit on top and only import. The native module
+``alf_env._penv`` is part of the data plane, and the data plane is transport
+only: no gymnasium, no front end, no name of a front end's class. No module
+imports another module's underscore-prefixed (private) name. These tests
+read the source with ``ast``, so an import inside a function counts as well.
 """
 
 import ast
@@ -25,6 +28,7 @@ RE_EXPORT = "Re-export (public import path):"
 # Layer of each part: a module may import only from its own layer or lower ones.
 VOCABULARY, CONTROL_PLANE, DATA_PLANE, FRONT_ENDS, TOOLS = range(5)
 LAYER_OF_PREFIX = {
+    "alf_env._penv": DATA_PLANE,
     "alf_env.control_plane": CONTROL_PLANE,
     "alf_env.data_plane": DATA_PLANE,
     "alf_env.front_ends": FRONT_ENDS,
@@ -47,6 +51,15 @@ def source_files() -> Dict[str, Path]:
 
 
 MODULES = source_files()
+# Native extension modules: imported like the others, with no source to read.
+NATIVE = {"alf_env._penv"}
+
+# What the data plane may not import (module prefixes) and may not name: the
+# front ends, the ALF environment model and the libraries they wrap.
+FRONT_END_MODULES = ("gymnasium", "gym", "stable_baselines3", "ray", "torch",
+                     "alf_env.front_ends", "alf_env.environments", "alf_env.data_structures",
+                     "alf_env.vector", "alf_env.sb3")
+FRONT_END_WORDS = {"TimeStep", "StepType", "AlfEnvironment", "EnvGroup", "gym", "gymnasium"}
 
 
 def is_re_export(name: str) -> bool:
@@ -63,20 +76,62 @@ def layer(name: str) -> int:
 
 def imports_of(name: str) -> Set[str]:
     """The alf_env modules that ``name`` imports (anywhere in its source)."""
+    return {target for target in imported_names(MODULES[name].read_text())
+            if target.startswith("alf_env") and target != name}
+
+
+def imported_names(source: str) -> Set[str]:
+    """Every module ``source`` imports: an ``alf_env`` one as the module (or native
+    module) it names, any other as written."""
+    known = set(MODULES) | NATIVE
     found = set()
-    for node in ast.walk(ast.parse(MODULES[name].read_text())):
+    for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Import):
             targets = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             targets = [f"{node.module}.{alias.name}" for alias in node.names]
-            targets = [t if t in MODULES else node.module for t in targets]
+            targets = [t if t in known else node.module for t in targets]
         else:
             continue
         for target in targets:
-            while target and target not in MODULES:  # `import a.b.c` of a package path
-                target = target.rpartition(".")[0]
-            if target and target.startswith("alf_env") and target != name:
+            if not target.startswith("alf_env"):
                 found.add(target)
+                continue
+            while target and target not in known:  # `import a.b.c` of a package path
+                target = target.rpartition(".")[0]
+            if target:
+                found.add(target)
+    return found
+
+
+def front_end_class_names() -> Set[str]:
+    """The classes the front ends define, and the front ends' words."""
+    names = set(FRONT_END_WORDS)
+    for path in sorted((PACKAGE / "front_ends").rglob("*.py")):
+        names |= {node.name for node in ast.walk(ast.parse(path.read_text()))
+                  if isinstance(node, ast.ClassDef)}
+    return names
+
+
+def front_end_mentions(source: str, class_names: Set[str]) -> List[str]:
+    """What of the front ends ``source`` imports or names (identifiers, not prose)."""
+    found = [f"imports {target}" for target in sorted(imported_names(source))
+             if any(target == p or target.startswith(p + ".") for p in FRONT_END_MODULES)]
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Name):
+            words = [node.id]
+        elif isinstance(node, ast.Attribute):
+            words = [node.attr]
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            words = [node.name]
+        elif isinstance(node, ast.arg):
+            words = [node.arg]
+        elif isinstance(node, ast.alias):
+            words = [node.name.rpartition(".")[2], node.asname or ""]
+        else:
+            continue
+        found += [f"names {word} (line {node.lineno})" for word in words
+                  if word in class_names and hasattr(node, "lineno")]
     return found
 
 
@@ -148,6 +203,39 @@ def test_imports_only_point_down_the_layers():
     assert wrong == []
 
 
+def test_the_native_module_is_imported_from_the_data_plane_up():
+    below = [f"{name} ({LAYER_NAMES[layer(name)]})" for name, targets in graph().items()
+             if "alf_env._penv" in targets and layer(name) < DATA_PLANE]
+    assert below == []
+
+
+def test_the_import_reader_sees_the_native_module():
+    assert imported_names("from alf_env._penv import _copy_leaves") == {"alf_env._penv"}
+    assert imported_names("from alf_env import _penv") == {"alf_env._penv"}
+    assert layer("alf_env._penv") == DATA_PLANE
+
+
+def test_the_data_plane_knows_no_front_end():
+    class_names = front_end_class_names()
+    assert {"FastVectorEnv", "GymRowsHandler", "EnvGroup", "TimeStep"} <= class_names
+    found = {name: mentions for name in MODULES if layer(name) == DATA_PLANE
+             for mentions in [front_end_mentions(MODULES[name].read_text(), class_names)]
+             if mentions}
+    assert found == {}
+
+
+@pytest.mark.parametrize("source", [
+    "import gymnasium as gym",
+    "from gymnasium import spaces",
+    "from alf_env.front_ends.gym import gym_rows",
+    "from alf_env.data_structures import TimeStep",
+    "def f(env):\n    return env.step_member if isinstance(env, EnvGroup) else None",
+    "x: 'int' = handler.GymEnvBatch",
+])
+def test_the_front_end_check_finds_a_planted_mention(source):
+    assert front_end_mentions(source, front_end_class_names() | {"GymEnvBatch"}) != []
+
+
 def test_re_export_modules_only_import():
     re_exports = [name for name in MODULES if is_re_export(name)]
     assert {"alf_env.vector", "alf_env.sb3",
@@ -159,6 +247,41 @@ def test_re_export_modules_only_import():
         for node in body:
             if isinstance(node, ast.Assign):  # only __all__
                 assert [t.id for t in node.targets] == ["__all__"], name
+
+
+def private_imports(name: str, source: str) -> List[str]:
+    """``module: name from other_module`` for each underscore-prefixed name that
+    ``source`` (the module ``name``) imports from another ``alf_env`` module; the
+    native module's names aside."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not (isinstance(node, ast.ImportFrom) and node.module and node.level == 0):
+            continue
+        if not (node.module == "alf_env" or node.module.startswith("alf_env.")):
+            continue
+        if node.module == name or node.module in NATIVE:
+            continue
+        for alias in node.names:
+            private = alias.name.startswith("_") and not alias.name.startswith("__")
+            if private and f"{node.module}.{alias.name}" not in NATIVE:
+                found.append(f"{name}: {alias.name} from {node.module}")
+    return found
+
+
+def test_no_private_name_is_imported_across_modules():
+    found = [entry for name, path in MODULES.items()
+             for entry in private_imports(name, path.read_text())]
+    assert found == []
+
+
+def test_the_private_import_finder_finds_a_planted_import():
+    source = ("from alf_env.nest_kinds import KINDS, _MAX_CACHED_KINDS\n"
+              "def f():\n    from alf_env.control_plane import _hidden\n"
+              "from alf_env._penv import _copy_leaves\nfrom alf_env import _penv\n"
+              "from alf_env.x import __version__\nfrom other import _ok\n")
+    assert private_imports("alf_env.y", source) == [
+        "alf_env.y: _MAX_CACHED_KINDS from alf_env.nest_kinds",
+        "alf_env.y: _hidden from alf_env.control_plane"]
 
 
 @pytest.mark.parametrize("folder, suffixes", [("alf_env", (".py",)),

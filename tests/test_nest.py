@@ -354,7 +354,7 @@ def test_kind_cache_stays_bounded_with_classes_made_on_the_fly():
     for i in range(nest_kinds._MAX_CACHED_KINDS + 10):
         leaf_type = type(f"Leaf{i}", (), {})
         assert nest.flatten((leaf_type(), )) != []
-    assert len(nest_kinds._KINDS) <= nest_kinds._MAX_CACHED_KINDS
+    assert len(nest_kinds.KINDS) <= nest_kinds._MAX_CACHED_KINDS
 
 
 def test_per_instance_class_is_not_cached():

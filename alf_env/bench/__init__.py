@@ -108,8 +108,7 @@ a worker that unpickles a workload constructor imports neither torch nor
 matplotlib.
 """
 
-import importlib
-from typing import Any
+from alf_env.lazy_import import lazy_exports
 
 # Names re-exported here -> the module that defines them (imported on first use).
 _LAZY = {
@@ -123,15 +122,4 @@ _LAZY = {
 
 __all__ = sorted(_LAZY)
 
-
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'alf_env.bench' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list:
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)

@@ -13,7 +13,6 @@ argument explicitly.
 """
 
 import functools
-import importlib
 import importlib.util
 import inspect
 import threading
@@ -21,9 +20,11 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional
 
 import gymnasium as gym
 
-from alf_env.bench.core import ACTION_SEED, NUM_ACTIONS, Actions, Runner, Skip, usable_cpus
+from alf_env.bench.core import ACTION_SEED, NUM_ACTIONS, Actions, Runner, Skip
 from alf_env.bench.references import ceiling_runner, envpool_runner, single_runner
 from alf_env.bench.workloads import make_env
+from alf_env.control_plane.affinity import usable_cpu_count
+from alf_env.lazy_import import import_from
 
 #: Envs per worker of the ``fast_vector_epw4`` backend.
 ENVS_PER_WORKER = 4
@@ -36,7 +37,7 @@ REFERENCES = ("single", "ceiling", "envpool")
 def _import(module: str, name: str, what: str) -> Any:
     """``module.name``, or :class:`Skip` saying why it is not available."""
     try:
-        return getattr(importlib.import_module(module), name)
+        return import_from(module, name)
     except (ImportError, AttributeError) as err:
         raise Skip(f"{what} not available ({type(err).__name__}: {err})") from None
 
@@ -153,7 +154,7 @@ class _LocalRay:
             raise Skip("ray is not installed (`pip install alf_env[ray]` adds this "
                        "backend)") from None
         if not ray.is_initialized():
-            ray.init(num_cpus=usable_cpus(), include_dashboard=False,
+            ray.init(num_cpus=usable_cpu_count(), include_dashboard=False,
                      log_to_driver=False)
             cls.started = True
 
@@ -193,9 +194,8 @@ def _ray_vector_runner(workload: str, num_envs: int, actions: Actions) -> Runner
 def _puffer_env(workload: str, env_id: int, buf: Any = None, seed: int = 0) -> Any:
     """Env ``env_id`` of ``workload`` in PufferLib's gymnasium emulation (a
     picklable constructor; PufferLib passes its shared buffer and seed)."""
-    emulation = importlib.import_module("pufferlib.emulation")
-    return emulation.GymnasiumPufferEnv(env_creator=make_env, env_args=[workload, env_id],
-                                        buf=buf, seed=seed)
+    puffer_env = import_from("pufferlib.emulation", "GymnasiumPufferEnv")
+    return puffer_env(env_creator=make_env, env_args=[workload, env_id], buf=buf, seed=seed)
 
 
 def _pufferlib_runner(workload: str, num_envs: int, actions: Actions,
@@ -209,8 +209,8 @@ def _pufferlib_runner(workload: str, num_envs: int, actions: Actions,
     multiprocessing_backend = _import("pufferlib.vector", "Multiprocessing",
                                       "pufferlib-core (`pip install --no-deps pufferlib-core "
                                       "rich rich-argparse`)")
-    vector = importlib.import_module("pufferlib.vector")
-    workers = min(num_workers or usable_cpus(), num_envs)
+    vector = import_from("pufferlib.vector")
+    workers = min(num_workers or usable_cpu_count(), num_envs)
     if num_envs % workers:
         raise Skip(f"PufferLib needs num_envs divisible by its {workers} workers")
     batch_size = num_envs // 2 if async_mode else num_envs

@@ -19,7 +19,7 @@ import alf_env
 from alf_env.bench import tune
 from alf_env.bench import workloads as bench_workloads
 from alf_env.bench.backends import BACKENDS
-from alf_env.bench.core import CaseResult, Plan, usable_cpus
+from alf_env.bench.core import CaseResult, Plan
 from alf_env.bench.loads import POLICIES, BusyLoad, make_policy
 from alf_env.bench.measure import ProgressBar, run_all
 from alf_env.bench.once_stderr import OnceStderr
@@ -33,6 +33,7 @@ from alf_env.bench.report import (
     ratio_summary,
     report_markdown,
 )
+from alf_env.control_plane.affinity import usable_cpu_count
 
 #: What ``--quick`` runs (about two minutes on 2 cores): the defaults it changes.
 #: Its workloads whose packages are missing are left out.
@@ -252,7 +253,7 @@ def environment_info() -> Dict[str, Any]:
     """Versions and machine facts recorded with the results."""
     info = {"alf_env": alf_env.__version__, "python": platform.python_version(),
             "torch": version("torch"), "gymnasium": gym.__version__,
-            "numpy": np.__version__, "cpus": os.cpu_count(), "usable_cpus": usable_cpus(),
+            "numpy": np.__version__, "cpus": os.cpu_count(), "usable_cpus": usable_cpu_count(),
             "platform": platform.platform(), "date": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     for package, distribution in PACKAGES.items():
         if importlib.util.find_spec(package) is not None:
@@ -376,7 +377,7 @@ def main_tune(args: argparse.Namespace) -> int:
     policy = make_policy(args.policy, args.torch_threads)
     with OnceStderr() as once:
         try:
-            tuned = tune.tune(args.env, num_envs, usable_cpus(), args.budget_s, args.load,
+            tuned = tune.tune(args.env, num_envs, usable_cpu_count(), args.budget_s, args.load,
                               once.stream or sys.stderr, policy)
         except KeyboardInterrupt:
             sys.stderr.write("interrupted\n")

@@ -1,6 +1,5 @@
 """The benchmark's data types: plans, runners, actions and results."""
 
-import os
 import statistics
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
@@ -11,14 +10,6 @@ from alf_env.bench.workloads import make_env
 
 NUM_ACTIONS = 64  # distinct precomputed batched actions, cycled through
 ACTION_SEED = 0
-
-
-def usable_cpus() -> int:
-    """CPUs this process may run on (its affinity mask), at least 1."""
-    try:
-        return max(len(os.sched_getaffinity(0)), 1)
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
 
 
 class Skip(Exception):

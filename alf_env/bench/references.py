@@ -18,9 +18,10 @@ from typing import Any, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from alf_env.bench.core import ACTION_SEED, NUM_ACTIONS, Actions, Plan, Runner, Skip, usable_cpus
+from alf_env.bench.core import ACTION_SEED, NUM_ACTIONS, Actions, Plan, Runner, Skip
 from alf_env.bench.workloads import get as get_workload
 from alf_env.bench.workloads import make_env
+from alf_env.control_plane.affinity import usable_cpu_count
 
 #: Seconds a ``ceiling`` process may take to start, warm up or report.
 CEILING_TIMEOUT = 120.0
@@ -102,7 +103,7 @@ def ceiling_runner(workload: str, num_envs: int, actions: Actions) -> Runner:
     Each process does ``num_envs / N`` times a batched backend's rounds (with
     ``--steps``) or runs for the same time (with ``--seconds``).
     """
-    processes = usable_cpus()
+    processes = usable_cpu_count()
     flat = actions.per_env()
     context = multiprocessing.get_context("fork")
     started: List[Tuple[Any, Connection]] = []
@@ -150,7 +151,7 @@ def envpool_runner(workload: str, num_envs: int, actions: Actions) -> Runner:
     import envpool
 
     env = envpool.make_gymnasium(envpool_id, num_envs=num_envs, seed=ACTION_SEED,
-                                 num_threads=min(usable_cpus(), num_envs))
+                                 num_threads=min(usable_cpu_count(), num_envs))
     try:
         # The first reset builds its spaces; float64 Box bounds cast by gymnasium: harmless.
         with warnings.catch_warnings():

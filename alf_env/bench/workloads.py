@@ -1,7 +1,7 @@
 """The benchmark's workloads: synthetic envs and real ones, by name.
 
 - ``W1`` ... ``W4`` and the sweep ``S10`` ... ``S1000``: the synthetic envs of
-  :mod:`alf_env.workloads` (no package beyond gymnasium).
+  :mod:`alf_env.synthetic_envs` (no package beyond gymnasium).
 - ``HalfCheetah-v5``: gymnasium's MuJoCo env (needs ``mujoco``).
 - ``Pong``: ``ALE/Pong-v5`` with ``frameskip=1, repeat_action_probability=0``
   in ``AtariPreprocessing(frame_skip=4, screen_size=84, grayscale_obs=True)``
@@ -19,14 +19,13 @@ workloads; a workload whose packages are missing is reported as skipped.
 """
 
 import functools
-import importlib
 import importlib.util
 from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import gymnasium as gym
 
-from alf_env.workloads import SWEEP_MICROSECONDS, make_workload
-from alf_env.workloads import WORKLOADS as SYNTHETIC
+from alf_env.lazy_import import import_from
+from alf_env.synthetic_envs import SWEEP_MICROSECONDS, SYNTHETIC_ENVS, make_synthetic_env
 
 #: The name ``--workload`` expands to every sweep workload.
 SWEEP = "sweep"
@@ -84,7 +83,7 @@ def _real(make: Callable[[], gym.Env]) -> Callable[[int], gym.Env]:
 
 
 def _synthetic(name: str) -> Callable[[int], gym.Env]:
-    return functools.partial(make_workload, name)
+    return functools.partial(make_synthetic_env, name)
 
 
 #: Every named workload, in the order of a full run.
@@ -102,7 +101,7 @@ WORKLOADS: Dict[str, Workload] = {
     **{name: Workload(_synthetic(name), f"{name}: {name[1:]} µs of CPU per step, 4-key info")
        for name in SWEEP_NAMES},
 }
-assert set(SYNTHETIC) <= set(WORKLOADS), "a synthetic workload has no bench entry"
+assert set(SYNTHETIC_ENVS) <= set(WORKLOADS), "a synthetic workload has no bench entry"
 
 
 def expand(names: Sequence[str]) -> List[str]:
@@ -144,7 +143,7 @@ def constructor(spec: str) -> Callable[[], gym.Env]:
     if not module_name or not function:
         raise ValueError(f"{spec!r}: expected module:function")
     try:
-        target: object = importlib.import_module(module_name)
+        target: object = import_from(module_name)
     except ImportError as err:
         raise ValueError(f"{spec!r}: cannot import {module_name!r} ({err}); is it on "
                          f"sys.path (PYTHONPATH)?") from None

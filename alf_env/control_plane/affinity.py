@@ -24,8 +24,8 @@ when both hold:
 Otherwise it leaves the placement to the OS, as ``None`` does. Pinning loses
 badly when something else holds a worker's core, so the shared-memory front
 ends do not keep an ``"auto"`` pinning blindly: a
-:class:`~alf_env.control_plane.placement.PlacementTuner` times their steps
-pinned and OS-placed and keeps the faster, again and again as the load changes.
+:class:`~alf_env.control_plane.step_tuner.StepTuner` times the trainer's loop
+with them pinned and OS-placed and keeps the faster, again as the load changes.
 
 Scheduling policy
 -----------------
@@ -54,6 +54,17 @@ AUTO = "auto"
 def usable_cpus() -> List[int]:
     """The CPUs this process may run on, in increasing order."""
     return sorted(os.sched_getaffinity(0))
+
+
+def usable_cpu_count() -> int:
+    """How many CPUs this process may run on (its affinity mask), at least 1.
+
+    Where there is no affinity mask (not Linux): the machine's CPU count.
+    """
+    try:
+        return max(len(os.sched_getaffinity(0)), 1)
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
 
 
 def plan_worker_cpus(worker_cpus: WorkerCpus, num_workers: int,

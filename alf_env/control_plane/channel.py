@@ -1,7 +1,7 @@
 """The parent's end of a worker's pipe: requests, the promises of their answers.
 
 Every request is answered by exactly one ``RESULT`` or ``EXCEPTION``, in order,
-so many calls can be in flight: each returns a promise (:class:`_Promise`)
+so many calls can be in flight: each returns a promise (:class:`Promise`)
 that, when called, receives answers until its own has arrived (earlier answers
 are filed on their promises). A promise that is dropped unused gives up its
 answer.
@@ -33,10 +33,10 @@ from multiprocessing.reduction import ForkingPickler
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from alf_env.control_plane.protocol import (
-    _DEATH_GRACE,
+    DEATH_GRACE,
     RAW_REQUESTS,
+    EnvState,
     MessageType,
-    _State,
     read_last_words,
     read_message,
     send_message,
@@ -50,7 +50,7 @@ from alf_env.errors import (
 )
 
 
-class _Promise:
+class Promise:
     """The pending answer of one request; call it to wait for the value.
 
     The channel keeps only a weak reference to a promise and files an answer
@@ -117,7 +117,7 @@ class WorkerChannel:
     _env_id: Optional[int]
     _hosted_env_ids: Optional[List[int]]
     _fast: bool
-    _state: _State
+    _state: EnvState
     _conn: multiprocessing.connection.Connection  # None until started: not read before
     _process: multiprocessing.process.BaseProcess  # None until started: not read before
     _poller: Any  # select.poll() of the pipe and the sentinel
@@ -126,7 +126,7 @@ class WorkerChannel:
     _unplaced: bool  # a request is being sent whose answer has no place yet
     _next_seq: int
     _received_seq: int
-    _waiting: Dict[int, "weakref.ReferenceType[_Promise]"]  # by sequence number
+    _waiting: Dict[int, "weakref.ReferenceType[Promise]"]  # by sequence number
     _doorbell: Optional[Callable[[Callable[[], None]], None]]
     wait_start: Callable[[], None]  # the subclass's method
 
@@ -155,13 +155,13 @@ class WorkerChannel:
     @property
     def in_fast_loop(self) -> bool:
         """Whether the worker is serving the native loop (and is usable)."""
-        return self._doorbell is not None and self._state is _State.RUNNING
+        return self._doorbell is not None and self._state is EnvState.RUNNING
 
     def stop_fast_loop(self) -> None:
         """Forgets the doorbell once the worker has left the native loop."""
         self._doorbell = None
 
-    def pending_report(self) -> _Promise:
+    def pending_report(self) -> Promise:
         """A promise of a message the worker sends unasked (a fast-path error).
 
         The worker answers requests in order, so the report is the answer
@@ -176,7 +176,7 @@ class WorkerChannel:
         ``EnvironmentClosedError`` if the env was closed meanwhile (e.g. by
         :func:`~alf_env.control_plane.shutdown.shutdown`).
         """
-        if self._state is _State.CLOSED:
+        if self._state is EnvState.CLOSED:
             return EnvironmentClosedError(
                 f"env {self._env_id} is closed; create a new environment")
         if self._death is None:
@@ -186,24 +186,24 @@ class WorkerChannel:
     # -- requests and answers ------------------------------------------------
 
     def _check_usable(self) -> None:
-        if self._state is _State.RUNNING:
+        if self._state is EnvState.RUNNING:
             return
-        if self._state is _State.DEAD and self._death is not None:
+        if self._state is EnvState.DEAD and self._death is not None:
             raise self._death
-        if self._state is _State.OUT_OF_STEP and self._out_of_step is not None:
+        if self._state is EnvState.OUT_OF_STEP and self._out_of_step is not None:
             raise self._out_of_step
-        if self._state is _State.CLOSED:
+        if self._state is EnvState.CLOSED:
             raise EnvironmentClosedError(
                 f"env {self._env_id} is closed; create a new environment")
-        if self._state is _State.STARTING:
+        if self._state is EnvState.STARTING:
             self.wait_start()
             return
-        if self._state is _State.NEW:
+        if self._state is EnvState.NEW:
             raise RuntimeError(f"env {self._env_id} is not started; call start() first")
         raise ValueError(f"env {self._env_id}: unknown state {self._state!r}")
 
     def _request(self, msg_type: MessageType, payload: Any,
-                 transform: Optional[Callable[[Any], Any]] = None) -> _Promise:
+                 transform: Optional[Callable[[Any], Any]] = None) -> Promise:
         self._check_usable()
         # Pickled first: a payload that does not pickle fails with nothing sent.
         raw = msg_type if msg_type in RAW_REQUESTS else None
@@ -237,7 +237,7 @@ class WorkerChannel:
         except (BrokenPipeError, ConnectionResetError):
             raise self._died("sending a request") from None
         except BaseException as exc:
-            if self._unplaced and self._state is _State.RUNNING:
+            if self._unplaced and self._state is EnvState.RUNNING:
                 if sent:  # whole on the pipe: no promise, its answer is dropped on arrival
                     self._take_seq()
                     self._unplaced = False
@@ -245,9 +245,9 @@ class WorkerChannel:
                     self._fall_out_of_step("sending a request", exc)
             raise
 
-    def _promise(self, transform: Optional[Callable[[Any], Any]] = None) -> _Promise:
+    def _promise(self, transform: Optional[Callable[[Any], Any]] = None) -> Promise:
         """The promise of the next answer, registered (weakly) to receive it."""
-        promise = _Promise(self, self._take_seq(), transform)
+        promise = Promise(self, self._take_seq(), transform)
         self._waiting[promise._seq] = weakref.ref(promise)
         return promise
 
@@ -257,7 +257,7 @@ class WorkerChannel:
         self._next_seq += 1
         return seq
 
-    def _await(self, promise: _Promise, timeout: Optional[float]) -> Any:
+    def _await(self, promise: Promise, timeout: Optional[float]) -> Any:
         deadline = None if timeout is None else time.monotonic() + timeout
         while promise._answer is None:
             self._check_usable()
@@ -298,7 +298,7 @@ class WorkerChannel:
         try:
             self._keep(self._read_message(during))
         except BaseException as exc:
-            if self._received_seq == received and self._state is _State.RUNNING:
+            if self._received_seq == received and self._state is EnvState.RUNNING:
                 self._fall_out_of_step("reading an answer", exc)
             raise
 
@@ -338,7 +338,7 @@ class WorkerChannel:
             raise EnvTimeoutError(
                 f"env {self._env_id}: no answer from the worker within "
                 f"{timeout:.3g} s during {during}")
-        if self._conn.fileno() not in ready and not self._conn.poll(_DEATH_GRACE):
+        if self._conn.fileno() not in ready and not self._conn.poll(DEATH_GRACE):
             raise self._died(during)
 
     def _fall_out_of_step(self, during: str, cause: BaseException) -> None:
@@ -347,7 +347,7 @@ class WorkerChannel:
             f"env {self._env_id}: {type(cause).__name__} cut short {during} on the "
             f"worker's pipe, so the pipe is out of step (its messages no longer line "
             f"up with the requests); close() the env and create a new one", self._env_id)
-        self._state = _State.OUT_OF_STEP
+        self._state = EnvState.OUT_OF_STEP
 
     def _died(self, during: str, last_words: str = "") -> WorkerDiedError:
         """Records that the worker is gone; the error has its last words (if any)."""
@@ -355,7 +355,7 @@ class WorkerChannel:
         exitcode = self._process.exitcode
         self._death = WorkerDiedError(self._env_id, exitcode, during, self._hosted_env_ids,
                                       last_words or read_last_words(self._conn, exitcode))
-        self._state = _State.DEAD
+        self._state = EnvState.DEAD
         return self._death
 
 
@@ -401,7 +401,7 @@ def resolve_all(promises: Sequence[Callable[..., Any]], timeout: Optional[float]
     return values
 
 
-def wait_answers(promises: Sequence[_Promise], k: Optional[int] = None,
+def wait_answers(promises: Sequence[Promise], k: Optional[int] = None,
                  timeout: Optional[float] = None, during: str = "a call") -> List[int]:
     """Waits until ``k`` of ``promises`` (default: all) have their answers; uses none up.
 
@@ -431,7 +431,7 @@ def _owed(promises: Iterable[Any]) -> Dict[WorkerChannel, int]:
     """The last answer each busy worker owes of ``promises`` (answers come in order)."""
     last_seq: Dict[WorkerChannel, int] = {}
     for promise in promises:
-        if isinstance(promise, _Promise) and not promise._env._has_answer(promise._seq):
+        if isinstance(promise, Promise) and not promise._env._has_answer(promise._seq):
             env = promise._env
             env._check_usable()
             last_seq[env] = max(promise._seq, last_seq.get(env, -1))

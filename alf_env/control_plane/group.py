@@ -21,7 +21,7 @@ import select
 from typing import Dict, Optional, Sequence, Tuple
 
 from alf_env.control_plane.process_environment import ProcessEnvironment
-from alf_env.control_plane.protocol import _State
+from alf_env.control_plane.protocol import EnvState
 from alf_env.control_plane.shutdown import stop_all
 from alf_env.errors import FdLimitError
 
@@ -114,7 +114,7 @@ def wait_start_all(envs: Sequence[ProcessEnvironment]) -> None:
     Raises at the first failure seen (a constructor that raised, a worker
     that died), without waiting for slower envs; the caller closes them.
     """
-    pending = {id(env): env for env in envs if env._state is _State.STARTING}
+    pending = {id(env): env for env in envs if env._state is EnvState.STARTING}
     while pending:
         poller = select.poll()
         by_fd: Dict[int, ProcessEnvironment] = {}

@@ -13,6 +13,9 @@ the leaves' bytes one after the other (a packed numpy structured dtype with a
 field ``f<i>`` per leaf). Leaves are checked before they are encoded (by the
 worker's spec guard, or the parent's action checker), so encoding only casts
 what the checker accepted.
+
+The copy into the record is numpy's (:func:`copy_exact`): the native row copy
+of the shared-memory path belongs to the data plane, above this one.
 """
 
 from typing import Any, List, Optional, Sequence, Tuple
@@ -20,11 +23,38 @@ from typing import Any, List, Optional, Sequence, Tuple
 import numpy as np
 
 from alf_env import nest
-from alf_env._penv import _copy_leaves
 from alf_env.nest_compiled import compile_nest
 
 #: ``(shape, numpy dtype)`` of one leaf.
 LeafLayout = Tuple[Tuple[int, ...], np.dtype]
+
+
+def copy_exact(views: Sequence[np.ndarray], leaves: Sequence[Any],
+               scalars: bool = False) -> int:
+    """Copies the leading leaves that need no conversion into their views; returns
+    how many it copied (the caller converts and checks the rest).
+
+    A leaf needs none if it is an ``np.ndarray`` of exactly its view's dtype
+    and shape; with ``scalars``, also (for a 0-d view) a Python bool for a
+    bool view, a Python float or numpy float64 for a float64 or float32 view
+    (rounded as numpy rounds), or a numpy scalar of exactly the view's dtype.
+    """
+    for i, (view, leaf) in enumerate(zip(views, leaves)):
+        if type(leaf) is np.ndarray:
+            if leaf.dtype != view.dtype or leaf.shape != view.shape:
+                return i
+        elif not scalars or view.ndim != 0 or not _exact_scalar(leaf, view.dtype):
+            return i
+        view[...] = leaf
+    return min(len(views), len(leaves))
+
+
+def _exact_scalar(leaf: Any, dtype: np.dtype) -> bool:
+    if type(leaf) is bool:
+        return dtype == np.bool_
+    if isinstance(leaf, float):  # numpy's float64 scalars included
+        return dtype == np.float64 or dtype == np.float32
+    return isinstance(leaf, np.generic) and leaf.dtype == dtype
 
 
 def leaf_layouts(spec: Any, rows: int = 0) -> List[LeafLayout]:
@@ -75,7 +105,7 @@ class LeafCodec:
         """
         if len(leaves) != len(self._views):
             raise ValueError(f"expected {len(self._views)} leaves, got {len(leaves)}")
-        done = _copy_leaves(self._views, leaves)  # exact arrays in one native call
+        done = copy_exact(self._views, leaves)  # exact arrays: no conversion
         for view, leaf in zip(self._views[done:], leaves[done:]):
             view[...] = leaf
         return bytes(self._buffer)
@@ -86,10 +116,10 @@ class LeafCodec:
 
         With ``scalars``, a Python float or numpy float64 for a 0-d float
         layout and a Python bool for a 0-d bool one count as exact too (they
-        are stored as numpy converts them; see ``_penv._copy_leaves``).
+        are stored as numpy converts them; see :func:`copy_exact`).
         """
-        if len(leaves) != len(self._views) or _copy_leaves(self._views, leaves,
-                                                           scalars) != len(self._views):
+        if len(leaves) != len(self._views) or copy_exact(self._views, leaves,
+                                                         scalars) != len(self._views):
             return None
         return bytes(self._buffer)
 

@@ -20,19 +20,19 @@ import cloudpickle
 from absl import logging
 
 from alf_env import nest
-from alf_env.control_plane.channel import WorkerChannel, _Promise
+from alf_env.control_plane.channel import Promise, WorkerChannel
 from alf_env.control_plane.guards import NotCopyable, OneThread, guard_methods, one_thread_at_a_time
-from alf_env.control_plane.protocol import START_METHODS, SYNC_PROGRESS_CALL, MessageType, _State
+from alf_env.control_plane.protocol import START_METHODS, SYNC_PROGRESS_CALL, EnvState, MessageType
 from alf_env.control_plane.remote import RemoteMethod
 from alf_env.control_plane.shutdown import (
-    _install_hooks,
-    _Stopping,
+    Stopping,
+    install_hooks,
     register_worker,
     stop_all,
     unregister_worker,
 )
-from alf_env.control_plane.watchdog import _signals_deferred, parent_death_plan
-from alf_env.control_plane.worker import _worker_main
+from alf_env.control_plane.watchdog import parent_death_plan, signals_deferred
+from alf_env.control_plane.worker import worker_main
 from alf_env.errors import (
     EnvironmentClosedAttributeError,
     EnvironmentClosedError,
@@ -108,7 +108,7 @@ class ProcessEnvironment(NotCopyable, WorkerChannel):
         self._daemon = bool(daemon)
         self._name = name or f"alf_env-worker-{env_id if env_id is not None else 0}"
         self._ctx: Any = multiprocessing.get_context(start_method)  # typed without Process
-        self._state = _State.NEW
+        self._state = EnvState.NEW
         self._conn = None  # type: ignore[assignment]  # set by start(), not read before
         self._process = None  # type: ignore[assignment]  # set by start(), not read before
         self._pid: Optional[int] = None
@@ -145,9 +145,9 @@ class ProcessEnvironment(NotCopyable, WorkerChannel):
             RuntimeError: the env was already started.
             EnvironmentClosedError: the env was closed.
         """
-        if self._state is _State.CLOSED:
+        if self._state is EnvState.CLOSED:
             raise EnvironmentClosedError(f"env {self._env_id} is closed; create a new one")
-        if self._state is not _State.NEW:
+        if self._state is not EnvState.NEW:
             raise RuntimeError(f"env {self._env_id}: start() called twice "
                                f"(state is {self._state.value})")
         parent_conn, child_conn = self._ctx.Pipe()
@@ -155,13 +155,13 @@ class ProcessEnvironment(NotCopyable, WorkerChannel):
         constructor = (cloudpickle.dumps(self._env_constructor) if pickled
                        else self._env_constructor)
         process = self._ctx.Process(
-            target=_worker_main, name=self._name, daemon=self._daemon,
+            target=worker_main, name=self._name, daemon=self._daemon,
             args=(child_conn, constructor, self._env_id, self._flatten,
                   self._torch_num_threads, os.getpid(), pickled,
                   parent_death_plan(self._start_method)))
-        _install_hooks()
+        install_hooks()
         try:
-            with _signals_deferred(self._start_method):
+            with signals_deferred(self._start_method):
                 process.start()
         except BaseException:
             # Nothing started: close() must not try to join it.
@@ -175,7 +175,7 @@ class ProcessEnvironment(NotCopyable, WorkerChannel):
         self._poller = select.poll()
         self._poller.register(parent_conn.fileno(), select.POLLIN)
         self._poller.register(self._process.sentinel, select.POLLIN)
-        self._state = _State.STARTING
+        self._state = EnvState.STARTING
         # Weakly: dropped unclosed, the env is collected and its process ended.
         self._finalizer = register_worker(self)
         if wait_to_start:
@@ -190,9 +190,9 @@ class ProcessEnvironment(NotCopyable, WorkerChannel):
                 constructor raised ``SystemExit`` or ``KeyboardInterrupt``
                 (which end the worker; the error has its traceback).
         """
-        if self._state is _State.RUNNING:
+        if self._state is EnvState.RUNNING:
             return
-        if self._state is not _State.STARTING:
+        if self._state is not EnvState.STARTING:
             raise RuntimeError(f"env {self._env_id}: wait_start() needs a started "
                                f"env (state is {self._state.value})")
         try:
@@ -201,7 +201,7 @@ class ProcessEnvironment(NotCopyable, WorkerChannel):
             self.close()
             raise
         if msg_type is MessageType.READY:
-            self._state = _State.RUNNING
+            self._state = EnvState.RUNNING
             return
         if msg_type is MessageType.EXCEPTION and getattr(payload, "fatal", False):
             error: Exception = self._died("start", payload.traceback_text)  # before close()
@@ -228,20 +228,20 @@ class ProcessEnvironment(NotCopyable, WorkerChannel):
         """
         stop_all([self], polite_timeout)
 
-    def _begin_close(self) -> Optional[_Stopping]:
+    def _begin_close(self) -> Optional[Stopping]:
         """First step of :func:`stop_all`: marks the env closed, tells the worker.
 
         Returns:
             what ``stop_all`` waits for, or ``None`` if there is no worker.
         """
-        if self._state is _State.CLOSED:
+        if self._state is EnvState.CLOSED:
             return None
         in_fast_loop = self._doorbell is not None
         self._doorbell = None
-        polite = (self._state is _State.RUNNING and not in_fast_loop
+        polite = (self._state is EnvState.RUNNING and not in_fast_loop
                   and self._process.exitcode is None)
-        started = self._state is not _State.NEW
-        self._state = _State.CLOSED
+        started = self._state is not EnvState.NEW
+        self._state = EnvState.CLOSED
         unregister_worker(self, self._finalizer)
         if not started:
             return None
@@ -250,14 +250,14 @@ class ProcessEnvironment(NotCopyable, WorkerChannel):
                 self._conn.send((MessageType.CLOSE, None))
             except (OSError, ValueError):
                 polite = False
-        stopping = _Stopping(self, polite)
+        stopping = Stopping(self, polite)
         if not polite and not stopping.exited:
             # It would not read CLOSE (not started yet, or in a native loop
             # that the caller could not bring it back from).
             self._process.terminate()
         return stopping
 
-    def _end_close(self, stopping: _Stopping) -> None:
+    def _end_close(self, stopping: Stopping) -> None:
         """Last step of :func:`stop_all`: releases the process and the pipe."""
         process = stopping.process
         if process.exitcode is None:
@@ -271,9 +271,9 @@ class ProcessEnvironment(NotCopyable, WorkerChannel):
     def _disown(self) -> None:
         """In a forked child: closed here without a word to the parent's worker; and
         multiprocessing forgets the process (its exit hook would terminate it)."""
-        if self._state in (_State.NEW, _State.CLOSED):
+        if self._state in (EnvState.NEW, EnvState.CLOSED):
             return
-        self._state = _State.CLOSED
+        self._state = EnvState.CLOSED
         self._doorbell = None
         # A private name (no stub has it).
         multiprocessing.process._children.discard(self._process)  # type: ignore[attr-defined]
@@ -286,7 +286,7 @@ class ProcessEnvironment(NotCopyable, WorkerChannel):
 
     # -- requests ------------------------------------------------------------
 
-    def call(self, name: str, *args: Any, **kwargs: Any) -> _Promise:
+    def call(self, name: str, *args: Any, **kwargs: Any) -> Promise:
         """Calls ``env.name(*args, **kwargs)`` in the worker.
 
         Returns:
@@ -296,7 +296,7 @@ class ProcessEnvironment(NotCopyable, WorkerChannel):
         """
         return self._request(MessageType.CALL, (name, args, kwargs))
 
-    def access(self, name: str) -> _Promise:
+    def access(self, name: str) -> Promise:
         """Reads ``env.name`` in the worker; returns a promise."""
         return self._request(MessageType.ACCESS, name)
 
@@ -444,7 +444,7 @@ class ProcessEnvironment(NotCopyable, WorkerChannel):
     @property
     def sentinel(self) -> Optional[int]:
         """A handle that becomes ready when the worker ends (``None`` when closed)."""
-        if self._state in (_State.NEW, _State.CLOSED):
+        if self._state in (EnvState.NEW, EnvState.CLOSED):
             return None
         return self._process.sentinel
 
@@ -467,7 +467,7 @@ class ProcessEnvironment(NotCopyable, WorkerChannel):
         """
         if (name.startswith("__") and name.endswith("__")) or "_state" not in self.__dict__:
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
-        if self._state is _State.CLOSED:
+        if self._state is EnvState.CLOSED:
             raise EnvironmentClosedAttributeError(
                 f"env {self._env_id} is closed: its attribute {name!r} cannot be read; "
                 f"create a new environment")

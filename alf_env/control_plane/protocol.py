@@ -58,7 +58,7 @@ START_METHODS = ("fork", "spawn", "forkserver")
 
 # After the worker's sentinel fires, how long to wait for data it may have
 # written just before exiting (an exception report) to become readable.
-_DEATH_GRACE = 0.05
+DEATH_GRACE = 0.05
 
 
 class MessageType(enum.Enum):
@@ -226,7 +226,7 @@ def decode_message(data: bytes) -> Tuple[MessageType, Any]:
     return msg_type, data[1:]
 
 
-class _State(enum.Enum):
+class EnvState(enum.Enum):
     """Life cycle of a :class:`ProcessEnvironment`."""
     NEW = "new"
     STARTING = "starting"

@@ -55,7 +55,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from absl import logging
 
-from alf_env.control_plane.protocol import _DEATH_GRACE, MessageType, read_message
+from alf_env.control_plane.protocol import DEATH_GRACE, MessageType, read_message
 from alf_env.errors import EnvironmentProcessError, describe_exit
 
 # Seconds the parent waits for a worker to exit after asking it politely, then
@@ -187,7 +187,7 @@ def _end_process(process: Any, conn: Any) -> None:
         process.close()
 
 
-def _install_hooks() -> None:
+def install_hooks() -> None:
     """Installs the exit hook and (main thread, no handler of the program's own)
     the SIGTERM handler, once."""
     if _registry.hooks_installed:
@@ -252,7 +252,7 @@ def _escalation_timeouts() -> Tuple[float, float]:
     return CLOSE_TERMINATE_TIMEOUT, CLOSE_KILL_TIMEOUT
 
 
-class _Stopping:
+class Stopping:
     """One worker that :func:`stop_all` is ending."""
 
     def __init__(self, env: Worker, polite: bool) -> None:
@@ -286,7 +286,7 @@ class _Stopping:
 
     def on_exit(self) -> None:
         """The worker's sentinel fired: reap it and read its last words."""
-        self.process.join(_DEATH_GRACE)
+        self.process.join(DEATH_GRACE)
         self.exited = self.process.exitcode is not None
         if self.reading:
             self.read()
@@ -295,11 +295,11 @@ class _Stopping:
                             self.env._env_id, describe_exit(self.process.exitcode))
 
 
-def _wait_for_exits(stopping: "List[_Stopping]", deadline: float) -> None:
+def _wait_for_exits(stopping: "List[Stopping]", deadline: float) -> None:
     """Waits until every worker of ``stopping`` exited or ``deadline`` passed,
     reading their pipes meanwhile (so none blocks on a full pipe)."""
     poller = select.poll()
-    by_fd: Dict[int, Tuple[_Stopping, bool]] = {}
+    by_fd: Dict[int, Tuple[Stopping, bool]] = {}
     for s in stopping:
         if s.exited:
             continue
@@ -349,7 +349,7 @@ def stop_all(envs: Sequence[Worker], polite_timeout: Optional[float] = None
     if polite_timeout is None:
         polite_timeout = CLOSE_POLITE_TIMEOUT
     deadline = time.monotonic() + polite_timeout
-    stopping: List[_Stopping] = []
+    stopping: List[Stopping] = []
     try:
         for env in envs:
             s = env._begin_close()

@@ -20,7 +20,7 @@ parent (nothing is sent when one is malformed). On the pipe path the worker
 checks what its env returns (:class:`WorkerSpecGuard`) and, for a
 ``ProcessEnvironment`` used on its own, the actions it receives; the
 shared-memory path checks time steps as it writes them into the rows
-(:mod:`alf_env.data_plane.alf_rows`).
+(:mod:`alf_env.front_ends.alf.alf_rows`).
 """
 
 import sys

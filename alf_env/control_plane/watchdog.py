@@ -8,7 +8,7 @@ Workers ignore SIGINT, so Ctrl-C in the foreground raises one
 ``KeyboardInterrupt`` in the parent instead of a traceback per worker, and
 restore the default SIGTERM action (they end at once when terminated). While
 a worker starts, the parent holds SIGINT and SIGTERM back
-(:class:`_signals_deferred`), so a signal neither interrupts ``start()`` half
+(:class:`signals_deferred`), so a signal neither interrupts ``start()`` half
 way nor is lost.
 """
 
@@ -25,7 +25,7 @@ from typing import Any, List, Optional
 # How often a worker without pidfd support checks whether its parent is alive.
 _PARENT_POLL_INTERVAL = 0.2
 
-# Held back while a worker process starts (see _signals_deferred).
+# Held back while a worker process starts (see signals_deferred).
 _DEFERRED_SIGNALS = {signal.SIGINT, signal.SIGTERM}
 
 # prctl(2): the signal a process gets when its parent dies.
@@ -137,7 +137,7 @@ def worker_signals() -> None:
     """Sets up a worker's signals: SIGINT ignored, SIGTERM ends it at once.
 
     A worker is started with SIGINT ignored and SIGINT and SIGTERM blocked
-    (see :class:`_signals_deferred`): a Ctrl-C meant for the trainer is
+    (see :class:`signals_deferred`): a Ctrl-C meant for the trainer is
     dropped here; the trainer's SIGTERM handler (inherited under ``fork``)
     gives way to the default action before a SIGTERM that arrived meanwhile
     is delivered, so terminating a worker that just started ends it.
@@ -147,7 +147,7 @@ def worker_signals() -> None:
     signal.pthread_sigmask(signal.SIG_UNBLOCK, _DEFERRED_SIGNALS)
 
 
-class _signals_deferred:
+class signals_deferred:
     """Holds back SIGINT and SIGTERM while a worker starts.
 
     Around ``process.start()`` their handlers only record them: a Ctrl-C

@@ -1,6 +1,6 @@
 """The worker process: construct the env, then answer the parent's requests.
 
-:func:`_worker_main` is the entry point of every worker process: it sets up
+:func:`worker_main` is the entry point of every worker process: it sets up
 the worker's signals and parent watchdog (:mod:`alf_env.control_plane.watchdog`),
 constructs the env and then serves the pipe (:func:`serve`), one request at a
 time (:func:`handle_message`), until ``CLOSE`` or until the pipe closes. A
@@ -41,12 +41,12 @@ class FastLoopEntry(Protocol):
     plane (``alf_env.data_plane.job_loop``) defines it.
     """
 
-    def run(self, conn: multiprocessing.connection.Connection, proxy: "_WorkerEnvProxy",
+    def run(self, conn: multiprocessing.connection.Connection, proxy: "WorkerEnvProxy",
             env_id: Optional[int]) -> bool:
         """Serves the loop; returns whether to keep serving the pipe afterwards."""
 
 
-def _construct(env_constructor: Callable[..., Any], env_id: Optional[int]) -> Any:
+def construct_env(env_constructor: Callable[..., Any], env_id: Optional[int]) -> Any:
     """Calls ``env_constructor``, passing ``env_id`` when it accepts one."""
     try:
         params: Mapping[str, inspect.Parameter] = inspect.signature(env_constructor).parameters
@@ -72,7 +72,7 @@ def flat_stepper_of(env: Any) -> Any:
     return make(env) if callable(make) else None
 
 
-class _WorkerEnvProxy:
+class WorkerEnvProxy:
     """What the worker calls: the env, plus packing/unpacking in flatten mode.
 
     For an ``AlfEnvironment`` it also checks, around ``step`` and ``reset``,
@@ -169,10 +169,10 @@ class _WorkerEnvProxy:
         return self._guard
 
 
-def _worker_main(conn: multiprocessing.connection.Connection,
-                 env_constructor: Any, env_id: Optional[int], flatten: bool,
-                 torch_num_threads: Optional[int], parent_pid: int,
-                 pickled: bool, death_parent: Optional[int] = None) -> None:
+def worker_main(conn: multiprocessing.connection.Connection,
+                env_constructor: Any, env_id: Optional[int], flatten: bool,
+                torch_num_threads: Optional[int], parent_pid: int,
+                pickled: bool, death_parent: Optional[int] = None) -> None:
     """Entry point of a worker process: construct the env, then serve calls.
 
     ``death_parent``: see ``watchdog.die_with_parent``. A ``SystemExit`` or
@@ -197,7 +197,7 @@ def _worker_main(conn: multiprocessing.connection.Connection,
     try:
         if pickled:
             env_constructor = cloudpickle.loads(env_constructor)
-        env = _construct(env_constructor, env_id)
+        env = construct_env(env_constructor, env_id)
     except Exception as exc:  # noqa: BLE001 -- reported to the parent
         conn.send((MessageType.EXCEPTION, RemoteException(exc, env_id, "construction")))
         conn.close()
@@ -205,7 +205,7 @@ def _worker_main(conn: multiprocessing.connection.Connection,
     except BaseException as exc:  # noqa: BLE001 -- sys.exit(), Ctrl-C: the worker ends
         _exit_with_last_words(conn, exc, env_id, "construction")
     conn.send((MessageType.READY, None))
-    proxy = _WorkerEnvProxy(env, flatten, env_id)
+    proxy = WorkerEnvProxy(env, flatten, env_id)
     try:
         serve(conn, proxy, env_id)
     except BaseException as exc:  # noqa: BLE001 -- whatever ends the worker is reported
@@ -258,7 +258,7 @@ def _exit_worker(status: int = 0) -> None:
     os._exit(status)
 
 
-def serve(conn: multiprocessing.connection.Connection, proxy: _WorkerEnvProxy,
+def serve(conn: multiprocessing.connection.Connection, proxy: WorkerEnvProxy,
           env_id: Optional[int]) -> None:
     """Answers requests on ``conn`` until ``CLOSE`` or until the pipe closes."""
     while True:
@@ -273,7 +273,7 @@ def serve(conn: multiprocessing.connection.Connection, proxy: _WorkerEnvProxy,
 
 
 def handle_message(conn: multiprocessing.connection.Connection,
-                   proxy: _WorkerEnvProxy, env_id: Optional[int],
+                   proxy: WorkerEnvProxy, env_id: Optional[int],
                    msg_type: Optional[MessageType], payload: Any) -> bool:
     """Handles one request as ``read_message`` gave it; returns False when the
     worker should exit.

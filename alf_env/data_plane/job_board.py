@@ -72,9 +72,9 @@ class JobBoard:
         self._done: Dict[int, None] = {}
         self._errors: Dict[int, BaseException] = {}  # what their failed jobs raised
         self._jobs: Dict[int, Any] = {}  # the last job posted to each worker
-        #: Called with the seconds of every lockstep :meth:`run` (post to the last
-        #: completion), e.g. a ``PlacementTuner``'s ``observe``; ``None``: not timed.
-        self.step_timer: Optional[Callable[[float], None]] = None
+        #: Called at the start of every lockstep :meth:`run`, e.g. a
+        #: ``StepTuner``'s ``step_started``; ``None``: nothing is called.
+        self.step_hook: Optional[Callable[[], None]] = None
         # At exit (or SIGTERM), workers still in the loop are brought back first.
         shutdown.register_board(self)
 
@@ -112,8 +112,9 @@ class JobBoard:
             self.post(workers, job, arg)
             self.wait_for(workers, during, timeout)
             return
-        timer = self.step_timer
-        begin = time.perf_counter() if timer is not None else 0.0
+        hook = self.step_hook
+        if hook is not None:
+            hook()
         self._post_idle(list(workers), job, arg)
         if timeout is None:
             timeout = self.timeout
@@ -123,8 +124,6 @@ class JobBoard:
                         lambda: [w for w in workers if w not in self._done])
         if self._errors:
             self._raise_first_error(workers)
-        if timer is not None:
-            timer(time.perf_counter() - begin)
 
     def job_of(self, worker: int) -> Any:
         """The last job posted to ``worker`` (a ``JobType``), or ``None``."""

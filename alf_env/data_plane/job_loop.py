@@ -22,34 +22,20 @@ data moves only through the shared rows; anything of variable size moves on
 the pipe.
 """
 
-from typing import Any, Callable, NamedTuple, Protocol
+import multiprocessing.connection
+from typing import TYPE_CHECKING, NamedTuple, Optional, Sequence
 
 from alf_env import _penv
 from alf_env.control_plane.protocol import MessageType, read_message
 from alf_env.control_plane.remote import RemoteException
-from alf_env.control_plane.worker import _WorkerEnvProxy, handle_message
+from alf_env.control_plane.worker import WorkerEnvProxy, handle_message
+from alf_env.data_plane.handlers import HandlerFactory
+from alf_env.data_plane.shared_block import SharedBlock, WorkerPort
 
+if TYPE_CHECKING:
+    from alf_env.data_plane.job_board import JobBoard
 
-class JobHandler(Protocol):
-    """Runs STEP and RESET jobs for one worker; built in the worker by a factory.
-
-    Raising from either method reports ERROR for the job and sends the
-    exception home on the pipe.
-    """
-
-    def step(self, arg: int) -> None:
-        """Reads the action rows, steps, writes the result rows."""
-
-    def reset(self, arg: int) -> None:
-        """Resets, writes the result rows."""
-
-    # Optional: ``after_step()``, run once a STEP job has been reported finished
-    # (work that may overlap the trainer's, e.g. resetting envs that ended).
-
-
-# make_handler(env, block, conn, env_id) -> JobHandler; must be picklable
-# (a module-level class or function) for spawn and forkserver.
-HandlerFactory = Callable[[Any, Any, Any, Any], JobHandler]
+Connection = multiprocessing.connection.Connection
 
 
 class FastLoopSpec(NamedTuple):
@@ -59,17 +45,18 @@ class FastLoopSpec(NamedTuple):
         block: the ``SharedBlock`` (pickled with its fd, see ``alf_env.data_plane.shared_block``).
         worker_index: this worker's job slot.
         spin_us: the waiting policy (-1: adaptive, 0: never spin).
-        make_handler: builds this worker's :class:`JobHandler`.
+        make_handler: builds this worker's
+            :class:`~alf_env.data_plane.handlers.JobHandler`.
         workers_pinned: the workers are pinned to CPUs (``worker_cpus``),
             which lets the adaptive policy spin longer.
     """
-    block: Any
+    block: SharedBlock
     worker_index: int
     spin_us: int
     make_handler: HandlerFactory
     workers_pinned: bool = False
 
-    def run(self, conn: Any, proxy: _WorkerEnvProxy, env_id: Any) -> bool:
+    def run(self, conn: Connection, proxy: WorkerEnvProxy, env_id: Optional[int]) -> bool:
         """Serves jobs from the native slot (the worker's ``FAST_LOOP`` entry point).
 
         Returns whether the worker keeps serving the pipe afterwards.
@@ -77,13 +64,33 @@ class FastLoopSpec(NamedTuple):
         return run_fast_loop(conn, proxy, env_id, self)
 
 
+
+def start_job_loops(board: "JobBoard", block: SharedBlock, spin_us: int,
+                    workers_pinned: bool, handlers: Sequence[HandlerFactory]) -> None:
+    """Sends every worker of ``board`` into the job loop over ``block`` (the parent's side).
+
+    Args:
+        board: the ``JobBoard`` of the workers: its controller learns each
+            worker's pid, and its doorbell serves a worker's pipe requests
+            while the worker is in the loop.
+        block: the shared block that holds the workers' rows.
+        spin_us: the waiting policy (-1: adaptive, 0: never spin).
+        workers_pinned: the workers are pinned to CPUs (``worker_cpus``).
+        handlers: one job handler factory per worker, in worker order.
+    """
+    for w, (worker, handler) in enumerate(zip(board.envs, handlers)):
+        assert worker.pid is not None  # started
+        board.controller.set_worker_pid(w, worker.pid)
+        worker.start_fast_loop(FastLoopSpec(block, w, spin_us, handler, workers_pinned),
+                               board.doorbell(w))
+
 # How long one wait for a job may last before the loop looks around again
 # (the parent-death watchdog runs in its own thread; this only bounds how
 # stale the loop can get).
 _JOB_WAIT_SLICE = 1.0
 
 
-def run_fast_loop(conn: Any, proxy: _WorkerEnvProxy, env_id: Any,
+def run_fast_loop(conn: Connection, proxy: WorkerEnvProxy, env_id: Optional[int],
                   spec: FastLoopSpec) -> bool:
     """Serves jobs from the native slot; returns whether to keep serving the pipe."""
     try:
@@ -102,7 +109,7 @@ def run_fast_loop(conn: Any, proxy: _WorkerEnvProxy, env_id: Any,
                                       _penv.JobType.NONE)
     ok = _penv.JobStatus.OK
     wait_job, finish, handler_step = port.wait_job, port.finish, handler.step
-    after_step = getattr(handler, "after_step", None)
+    after_step = handler.after_step
     while True:
         job, arg = wait_job(_JOB_WAIT_SLICE)
         if job == step:
@@ -144,7 +151,7 @@ def run_fast_loop(conn: Any, proxy: _WorkerEnvProxy, env_id: Any,
             raise ValueError(f"env {env_id} worker: unknown job type {job!r}")
 
 
-def _report_error(conn: Any, port: Any, env_id: Any, during: str,
+def _report_error(conn: Connection, port: WorkerPort, env_id: Optional[int], during: str,
                   exc: Exception) -> None:
     """Reports a failed job: ERROR in the slot, then the exception on the pipe."""
     report = (MessageType.EXCEPTION, RemoteException(exc, env_id, during))

@@ -57,10 +57,18 @@ __all__ = [
     "JobStatus",
     "WaitStatus",
     "SPIN_ADAPTIVE",
+    "copy_leaves",
 ]
 
 #: ``spin_us`` value selecting the adaptive spin policy (the default).
 SPIN_ADAPTIVE: int = _penv.SPIN_ADAPTIVE
+
+#: ``copy_leaves(dst, src, scalars=False) -> int``: copies ``src[i]`` into the
+#: row view ``dst[i]`` for the leading leaves that need no conversion (an array
+#: of exactly the view's dtype and shape; with ``scalars``, also a Python or
+#: numpy scalar that numpy would store exactly), in one native call, and
+#: returns how many it copied (the caller converts and checks the rest).
+copy_leaves = _penv._copy_leaves
 
 #: A field: ``(name, shape of one row, numpy dtype)``.
 FieldSpec = Tuple[str, Tuple[int, ...], np.dtype]

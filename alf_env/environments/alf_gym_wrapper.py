@@ -44,33 +44,31 @@ from gymnasium import spaces
 from alf_env import nest
 from alf_env.data_structures import (
     TimeStep,
-    _scalar_array,
     restart,
+    scalar_array,
     termination,
     transition,
     truncation,
 )
 from alf_env.environments.alf_environment import AlfEnvironment, forward_attribute
 from alf_env.environments.gym_conversions import (
-    _FIRST_ARRAY,
-    _LAST_ARRAY,
-    _MID_ARRAY,
-    _ONE_DISCOUNT_ARRAY,
-    _ZERO_DISCOUNT_ARRAY,
-    _action_leaf,
-    _compile_gym_action,
-    _compile_structure,
-    _compile_zeros,
-    _Converter,
-    _field,
-    _observation_leaf,
-    _to_numpy,
-)
-from alf_env.environments.gym_env_info import (
-    _compile_info,
-    _fetch_info,
-    _info_spec,
-    _merge_info_specs,
+    FIRST_ARRAY,
+    LAST_ARRAY,
+    MID_ARRAY,
+    ONE_DISCOUNT_ARRAY,
+    ZERO_DISCOUNT_ARRAY,
+    Converter,
+    action_leaf,
+    compile_gym_action,
+    compile_info,
+    compile_structure,
+    compile_zeros,
+    fetch_info,
+    field_name,
+    info_spec,
+    merge_info_specs,
+    observation_leaf,
+    to_numpy,
 )
 from alf_env.environments.gym_space_specs import tensor_spec_from_gym_space
 from alf_env.tensor_specs import TensorSpec
@@ -149,7 +147,7 @@ class AlfGymWrapper(AlfEnvironment):
         # packed into _current_time_step only when someone asks for it.
         self._current_leaves: Optional[List[Any]] = None
         # No compiled conversions yet: the probe below takes the general path.
-        self._fast_gym_action: Optional[_Converter] = None
+        self._fast_gym_action: Optional[Converter] = None
         self._gym_action_space: Optional[spaces.Space] = None
         if env_info_spec is None:
             env_info_spec = self._probe_env_info_spec()
@@ -158,13 +156,13 @@ class AlfGymWrapper(AlfEnvironment):
 
     def _compile(self) -> None:
         """Compiles the per-step conversions of the specs (see above)."""
-        self._fast_observation = _compile_structure(self._observation_spec,
-                                                    _observation_leaf)
-        self._fast_action = _compile_structure(self._action_spec, _action_leaf)
-        self._fast_zero_action = _compile_zeros(self._action_spec)
-        self._fast_env_info = _compile_info(self._env_info_spec)
+        self._fast_observation = compile_structure(self._observation_spec,
+                                                   observation_leaf)
+        self._fast_action = compile_structure(self._action_spec, action_leaf)
+        self._fast_zero_action = compile_zeros(self._action_spec)
+        self._fast_env_info = compile_info(self._env_info_spec)
         self._gym_action_space = self._gym_env.action_space
-        self._fast_gym_action = _compile_gym_action(self._gym_action_space)
+        self._fast_gym_action = compile_gym_action(self._gym_action_space)
         # Time steps are built directly (not through restart() / transition()
         # ...) when the observation and reward come from this class's own
         # conversions: then they are numpy arrays and the reward is a float32
@@ -178,8 +176,8 @@ class AlfGymWrapper(AlfEnvironment):
         self._direct_gym_action = _is_inherited(self, "_to_gym_action")
         # The discount and env id arrays, made once from the values they are
         # made from (re-made should those attributes ever be replaced).
-        self._discount_array = (self._discount, _scalar_array(self._discount, np.float32))
-        self._env_id_array = (self._env_id, _scalar_array(self._env_id, np.int32))
+        self._discount_array = (self._discount, scalar_array(self._discount, np.float32))
+        self._env_id_array = (self._env_id, scalar_array(self._env_id, np.int32))
 
     def __getstate__(self) -> Dict[str, Any]:
         """The state to pickle: everything but the compiled conversions.
@@ -208,7 +206,7 @@ class AlfGymWrapper(AlfEnvironment):
     def _probe_env_info_spec(self) -> Dict[Any, Any]:
         _, reset_info = self._gym_env.reset()
         *_, step_info = self._gym_env.step(self._fixed_action())
-        return _merge_info_specs(_info_spec(reset_info), _info_spec(step_info))
+        return merge_info_specs(info_spec(reset_info), info_spec(step_info))
 
     # ----- AlfEnvironment API -----------------------------------------------
     @property
@@ -344,7 +342,7 @@ class AlfGymWrapper(AlfEnvironment):
                 f"observation returned by the gymnasium env does not match the "
                 f"observation space: {err}") from None
         return nest.map_structure(
-            lambda s, x: np.asarray(_to_numpy(x), dtype=s.numpy_dtype),
+            lambda s, x: np.asarray(to_numpy(x), dtype=s.numpy_dtype),
             self._observation_spec, observation, check_types=False)
 
     def _action_arrays(self, action: Any) -> Any:
@@ -363,10 +361,10 @@ class AlfGymWrapper(AlfEnvironment):
             raise ValueError(f"action does not match the action spec: {err}") from None
 
         def convert(path: str, spec: TensorSpec, leaf: Any) -> np.ndarray:
-            array = np.asarray(_to_numpy(leaf))
+            array = np.asarray(to_numpy(leaf))
             if array.shape != tuple(spec.shape):
                 raise ValueError(
-                    f"{_field('action', path)}: expected shape {tuple(spec.shape)} "
+                    f"{field_name('action', path)}: expected shape {tuple(spec.shape)} "
                     f"and dtype {spec.numpy_dtype}, got shape {array.shape}")
             return array.astype(spec.numpy_dtype)
 
@@ -393,14 +391,14 @@ class AlfGymWrapper(AlfEnvironment):
                 return fetch(info)
             except Exception:  # noqa: BLE001 -- not the common case: the general path decides
                 pass
-        return _fetch_info(self._env_info_spec, info, "")
+        return fetch_info(self._env_info_spec, info, "")
 
     @staticmethod
     def _reward(reward: Any) -> np.ndarray:
         if type(reward) is float:
             # A Python float is no tensor and always converts to shape ().
             return np.asarray(reward, dtype=np.float32)
-        value = np.asarray(_to_numpy(reward), dtype=np.float32)
+        value = np.asarray(to_numpy(reward), dtype=np.float32)
         if value.shape != ():
             raise ValueError(f"reward: expected a scalar (reward_spec shape ()), got "
                              f"shape {value.shape}")
@@ -412,14 +410,14 @@ class AlfGymWrapper(AlfEnvironment):
         source, array = self._env_id_array
         if source is self._env_id:
             return array.copy()
-        return _scalar_array(self._env_id, np.int32)
+        return scalar_array(self._env_id, np.int32)
 
     def _fresh_discount(self) -> np.ndarray:
         """A new 0-d float32 array of ``discount``, as generate_time_step makes it."""
         source, array = self._discount_array
         if source is self._discount:
             return array.copy()
-        return _scalar_array(self._discount, np.float32)
+        return scalar_array(self._discount, np.float32)
 
     def _reset(self) -> TimeStep:
         self._current_leaves = None  # reset() sets _current_time_step
@@ -432,8 +430,8 @@ class AlfGymWrapper(AlfEnvironment):
         if self._direct_time_steps and self._fast_zero_action is not None:
             # What restart() builds for a numpy observation: zero reward and
             # prev_action, discount 1 (see _compile).
-            return TimeStep(_FIRST_ARRAY.copy(), np.zeros((), dtype=np.float32),
-                            _ONE_DISCOUNT_ARRAY.copy(), observation,
+            return TimeStep(FIRST_ARRAY.copy(), np.zeros((), dtype=np.float32),
+                            ONE_DISCOUNT_ARRAY.copy(), observation,
                             self._fast_zero_action(), self._fresh_env_id(), (),
                             {} if env_info is None else env_info)
         return restart(observation, self._action_spec, env_id=self._env_id,
@@ -459,9 +457,9 @@ class AlfGymWrapper(AlfEnvironment):
             # What termination() / truncation() / transition() build for a
             # numpy observation and a float32 scalar reward (see _compile).
             if terminated:
-                step_type, discount = _LAST_ARRAY.copy(), _ZERO_DISCOUNT_ARRAY.copy()
+                step_type, discount = LAST_ARRAY.copy(), ZERO_DISCOUNT_ARRAY.copy()
             else:
-                step_type = (_LAST_ARRAY if truncated else _MID_ARRAY).copy()
+                step_type = (LAST_ARRAY if truncated else MID_ARRAY).copy()
                 discount = self._fresh_discount()
             return TimeStep(step_type, reward, discount, observation, action,
                             self._fresh_env_id(), (), {} if env_info is None else env_info)

@@ -3,7 +3,7 @@
 The general conversions of
 :class:`~alf_env.environments.alf_gym_wrapper.AlfGymWrapper` (its
 ``_observation_general`` and ``_action_arrays_general`` methods, and
-``_fetch_info``) walk generic nests (structure assertion, path strings, dtype
+``fetch_info``) walk generic nests (structure assertion, path strings, dtype
 look-ups) on every step. The wrapper's specs are fixed when
 it is created, so it compiles them once into small closures that handle the
 common case directly: exact ``dict`` / ``tuple`` / ``list`` containers
@@ -14,43 +14,49 @@ error of before. The conversions have no side effects, so re-running them
 is safe. Specs that are not plain dicts, tuples, lists and ``TensorSpec``
 leaves are not compiled: they always take the general path.
 
-:mod:`alf_env.environments.gym_env_info` compiles the ``env_info`` fetch the
-same way.
+The ``env_info`` of the wrapper, the fixed-size numeric entries of info dicts
+(the rule is described in :mod:`alf_env.environments.alf_gym_wrapper`), is
+converted here too: :func:`info_spec` and :func:`merge_info_specs` find the
+spec of those entries (from the wrapper's probe), :func:`fetch_info` fetches
+exactly those entries from an info dict, and :func:`compile_info` compiles
+that fetch the same way.
 """
 
 import collections
-from typing import Any, Callable, Optional
+import collections.abc
+from typing import Any, Callable, Dict, Optional
 
 import numpy as np
 import torch
 from gymnasium import spaces
 
 from alf_env import nest
-from alf_env.data_structures import StepType, _scalar_array
+from alf_env.data_structures import StepType, scalar_array
+from alf_env.nest_paths import join_path
 from alf_env.tensor_specs import BoundedTensorSpec, TensorSpec
 
 # What generate_time_step() makes of the step types and the discount 0 of a
 # termination, made once; every time step gets its own copy, as before.
-_FIRST_ARRAY = _scalar_array(StepType.FIRST, np.int32)
-_MID_ARRAY = _scalar_array(StepType.MID, np.int32)
-_LAST_ARRAY = _scalar_array(StepType.LAST, np.int32)
-_ZERO_DISCOUNT_ARRAY = _scalar_array(0.0, np.float32)
-_ONE_DISCOUNT_ARRAY = _scalar_array(1.0, np.float32)
+FIRST_ARRAY = scalar_array(StepType.FIRST, np.int32)
+MID_ARRAY = scalar_array(StepType.MID, np.int32)
+LAST_ARRAY = scalar_array(StepType.LAST, np.int32)
+ZERO_DISCOUNT_ARRAY = scalar_array(0.0, np.float32)
+ONE_DISCOUNT_ARRAY = scalar_array(1.0, np.float32)
 
 
-def _field(prefix: str, path: str) -> str:
+def field_name(prefix: str, path: str) -> str:
     """``prefix.path``, or ``prefix`` for the root path ``""``."""
     return f"{prefix}.{path}" if path else prefix
 
 
-def _to_numpy(value: Any) -> Any:
+def to_numpy(value: Any) -> Any:
     """``value`` as a numpy array if it is a torch tensor, else as is."""
     if torch.is_tensor(value):
         return value.detach().cpu().numpy()
     return value
 
 
-_Converter = Callable[[Any], Any]
+Converter = Callable[[Any], Any]
 
 
 class _Fallback(Exception):
@@ -64,8 +70,8 @@ _FAST_MAPPINGS = (dict, collections.OrderedDict)
 _FAST_SEQUENCES = (tuple, list)
 
 
-def _compile_structure(spec: Any, leaf: Callable[[TensorSpec], _Converter]
-                       ) -> Optional[_Converter]:
+def compile_structure(spec: Any, leaf: Callable[[TensorSpec], Converter]
+                      ) -> Optional[Converter]:
     """Compiles ``map_structure(convert_leaf, spec, x, check_types=False)``.
 
     Args:
@@ -84,7 +90,7 @@ def _compile_structure(spec: Any, leaf: Callable[[TensorSpec], _Converter]
             keys = sorted(spec)
         except TypeError:
             return None  # unorderable keys: the general path sorts by str
-        compiled = [_compile_structure(spec[k], leaf) for k in keys]
+        compiled = [compile_structure(spec[k], leaf) for k in keys]
         children = [child for child in compiled if child is not None]
         if len(children) != len(compiled):
             return None
@@ -106,7 +112,7 @@ def _compile_structure(spec: Any, leaf: Callable[[TensorSpec], _Converter]
 
         return convert_dict
     if spec_type is tuple or spec_type is list:
-        compiled = [_compile_structure(s, leaf) for s in spec]
+        compiled = [compile_structure(s, leaf) for s in spec]
         children = [child for child in compiled if child is not None]
         if len(children) != len(compiled):
             return None
@@ -123,8 +129,8 @@ def _compile_structure(spec: Any, leaf: Callable[[TensorSpec], _Converter]
     return None
 
 
-def _observation_leaf(spec: TensorSpec) -> _Converter:
-    """``np.asarray(_to_numpy(x), dtype=spec.numpy_dtype)`` for a leaf ``x``."""
+def observation_leaf(spec: TensorSpec) -> Converter:
+    """``np.asarray(to_numpy(x), dtype=spec.numpy_dtype)`` for a leaf ``x``."""
     dtype = spec.numpy_dtype
 
     def convert(value: Any) -> Any:
@@ -133,13 +139,13 @@ def _observation_leaf(spec: TensorSpec) -> _Converter:
             return value if value.dtype is dtype else np.asarray(value, dtype=dtype)
         if nest.is_nested(value):
             raise _Fallback
-        return np.asarray(_to_numpy(value), dtype=dtype)
+        return np.asarray(to_numpy(value), dtype=dtype)
 
     return convert
 
 
-def _action_leaf(spec: TensorSpec) -> _Converter:
-    """``np.asarray(_to_numpy(x)).astype(dtype)`` after the shape check."""
+def action_leaf(spec: TensorSpec) -> Converter:
+    """``np.asarray(to_numpy(x)).astype(dtype)`` after the shape check."""
     shape = tuple(spec.shape)
     dtype = spec.numpy_dtype
     # A numpy scalar of exactly the spec dtype needs no cast: np.array copies
@@ -149,7 +155,7 @@ def _action_leaf(spec: TensorSpec) -> _Converter:
     def convert(value: Any) -> np.ndarray:
         value_type = type(value)
         if value_type is np.ndarray:
-            # np.asarray(_to_numpy(x)) is x itself for an exact ndarray.
+            # np.asarray(to_numpy(x)) is x itself for an exact ndarray.
             if value.shape != shape:
                 raise _Fallback
             return value.astype(dtype)
@@ -157,7 +163,7 @@ def _action_leaf(spec: TensorSpec) -> _Converter:
             return np.array(value)
         if nest.is_nested(value):
             raise _Fallback
-        array = np.asarray(_to_numpy(value))
+        array = np.asarray(to_numpy(value))
         if array.shape != shape:
             raise _Fallback
         return array.astype(dtype)
@@ -165,7 +171,7 @@ def _action_leaf(spec: TensorSpec) -> _Converter:
     return convert
 
 
-def _compile_zeros(spec: Any) -> Optional[Callable[[], Any]]:
+def compile_zeros(spec: Any) -> Optional[Callable[[], Any]]:
     """Compiles ``nest.map_structure(lambda s: s.numpy_zeros(()), spec)``."""
     spec_type = type(spec)
     if spec_type is dict:
@@ -173,7 +179,7 @@ def _compile_zeros(spec: Any) -> Optional[Callable[[], Any]]:
             keys = sorted(spec)
         except TypeError:
             return None
-        compiled_zeros = [_compile_zeros(spec[k]) for k in keys]
+        compiled_zeros = [compile_zeros(spec[k]) for k in keys]
         zeros = [child for child in compiled_zeros if child is not None]
         if len(zeros) != len(compiled_zeros):
             return None
@@ -181,7 +187,7 @@ def _compile_zeros(spec: Any) -> Optional[Callable[[], Any]]:
         spec_order = list(spec)
         return lambda: dict(zip(spec_order, [child() for child in by_spec_order]))
     if spec_type is tuple or spec_type is list:
-        compiled_zeros = [_compile_zeros(s) for s in spec]
+        compiled_zeros = [compile_zeros(s) for s in spec]
         zeros = [child for child in compiled_zeros if child is not None]
         if len(zeros) != len(compiled_zeros):
             return None
@@ -193,13 +199,13 @@ def _compile_zeros(spec: Any) -> Optional[Callable[[], Any]]:
     return None
 
 
-def _compile_gym_action(space: spaces.Space) -> _Converter:
+def compile_gym_action(space: spaces.Space) -> Converter:
     """Compiles ``AlfGymWrapper._to_gym_action(space, action)``."""
     if isinstance(space, spaces.Dict):
-        children = [(k, _compile_gym_action(s)) for k, s in space.spaces.items()]
+        children = [(k, compile_gym_action(s)) for k, s in space.spaces.items()]
         return lambda action: {k: child(action[k]) for k, child in children}
     if isinstance(space, spaces.Tuple):
-        converters = [_compile_gym_action(s) for s in space.spaces]
+        converters = [compile_gym_action(s) for s in space.spaces]
         return lambda action: tuple(child(a) for child, a in zip(converters, action))
     dtype = space.dtype
     if isinstance(space, spaces.Discrete):
@@ -219,3 +225,108 @@ def _compile_gym_action(space: spaces.Space) -> _Converter:
         return np.asarray(action, dtype=dtype)
 
     return to_array
+
+
+_NUMERIC_KINDS = "biuf"  # numpy dtype kinds kept in env_info
+
+
+def info_spec(info: Any) -> Any:
+    """The spec nest of the fixed-size numeric entries of an info dict."""
+    out: Dict[Any, Any] = {}
+    for key, value in info.items():
+        if isinstance(value, collections.abc.Mapping):
+            sub = info_spec(value)
+            if sub:
+                out[key] = sub
+            continue
+        try:
+            array = np.asarray(to_numpy(value))
+        except (ValueError, TypeError):
+            continue  # ragged or not convertible
+        if array.dtype.kind not in _NUMERIC_KINDS:
+            continue
+        out[key] = TensorSpec.from_array(array)
+    return out
+
+
+def merge_info_specs(first: Dict[Any, Any], second: Dict[Any, Any]) -> Dict[Any, Any]:
+    """``first`` updated with ``second``, nested dicts of specs merged key by key."""
+    merged = dict(first)
+    for key, spec in second.items():
+        if isinstance(spec, dict) and isinstance(merged.get(key), dict):
+            merged[key] = merge_info_specs(merged[key], spec)
+        else:
+            merged[key] = spec
+    return merged
+
+
+def fetch_info(spec: Any, info: Any, path: str) -> Any:
+    """The entries of ``info`` selected by the dict of specs ``spec``."""
+    if isinstance(spec, TensorSpec):
+        if info is None:
+            return spec.numpy_zeros()
+        array = np.asarray(to_numpy(info))
+        if array.shape != tuple(spec.shape):
+            raise ValueError(
+                f"{field_name('env_info', path)}: expected shape {tuple(spec.shape)} "
+                f"(fixed by env_info_spec), got shape {array.shape}")
+        return array.astype(spec.numpy_dtype)
+    if not isinstance(info, collections.abc.Mapping):
+        info = {}
+    return type(spec)((key, fetch_info(spec[key], info.get(key), join_path(path, key)))
+                      for key in sorted(spec))
+
+
+def compile_info(spec: Any) -> Optional[Converter]:
+    """Compiles ``fetch_info(spec, info, path)``; ``None`` if not compilable."""
+    if isinstance(spec, TensorSpec):
+        shape, dtype = tuple(spec.shape), spec.numpy_dtype
+        # Scalars that become exactly ``np.asarray(x).astype(dtype)`` with
+        # one ``np.array(x, dtype)``: the spec dtype's own numpy scalar type
+        # (MuJoCo's infos are numpy float64s), and Python floats and bools
+        # for float and bool specs (one rounding either way; ints are left to
+        # the general code, which decides what a huge one does).
+        direct: tuple = ()
+        if shape == ():
+            direct = (dtype.type,) + ((float,) if dtype.kind == "f" else ()) + (
+                (bool,) if dtype.kind == "b" else ())
+
+        def fetch_leaf(info: Any) -> Any:
+            if type(info) in direct:
+                return np.array(info, dtype)
+            if info is None:
+                return spec.numpy_zeros()
+            array = np.asarray(to_numpy(info))
+            if array.shape != shape:
+                raise _Fallback  # the general path raises the shape error
+            return array.astype(dtype)
+
+        return fetch_leaf
+    if type(spec) is not dict:
+        return None
+    try:
+        keys = sorted(spec)
+    except TypeError:
+        return None
+    compiled = [compile_info(spec[k]) for k in keys]
+    children = [child for child in compiled if child is not None]
+    if len(children) != len(compiled):
+        return None
+    if not keys:
+        return _no_info  # an empty spec selects nothing from any info
+    pairs = list(zip(keys, children))
+
+    def fetch_dict(info: Any) -> Any:
+        if info is None:
+            info = {}  # not a Mapping: every entry is missing
+        elif type(info) not in _FAST_MAPPINGS:
+            raise _Fallback
+        get = info.get
+        return {k: child(get(k)) for k, child in pairs}
+
+    return fetch_dict
+
+
+def _no_info(info: Any) -> Dict[Any, Any]:
+    """``fetch_info({}, info, path)``: a new empty dict."""
+    return {}

@@ -14,7 +14,7 @@ from typing import Any, Callable, List, Optional, Tuple
 import numpy as np
 
 from alf_env import nest
-from alf_env.environments.gym_conversions import _LAST_ARRAY, _MID_ARRAY, _ZERO_DISCOUNT_ARRAY
+from alf_env.environments.gym_conversions import LAST_ARRAY, MID_ARRAY, ZERO_DISCOUNT_ARRAY
 from alf_env.nest_compiled import compile_nest
 
 __all__ = ["FlatStep", "compile_flat_step"]
@@ -52,8 +52,8 @@ def compile_flat_step(env: Any) -> Optional[FlatStep]:
     to_gym = env._fast_gym_action
     observation_of, reward_of, env_info_of = (env._observation, env._reward,
                                               env._env_info)
-    last, mid = _LAST_ARRAY, _MID_ARRAY
-    zero_discount = _ZERO_DISCOUNT_ARRAY
+    last, mid = LAST_ARRAY, MID_ARRAY
+    zero_discount = ZERO_DISCOUNT_ARRAY
 
     def flat_step(action_leaves: List[np.ndarray]) -> Optional[Tuple[List[Any], bool]]:
         # AlfEnvironment.step() then _step(), minus building the TimeStep.

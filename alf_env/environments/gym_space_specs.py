@@ -28,7 +28,7 @@ from typing import Any, Optional
 import numpy as np
 from gymnasium import spaces
 
-from alf_env.nest_paths import _join
+from alf_env.nest_paths import join_path
 from alf_env.tensor_specs import BoundedTensorSpec, numpy_dtype_to_torch
 
 __all__ = ["tensor_spec_from_gym_space"]
@@ -86,11 +86,11 @@ def tensor_spec_from_gym_space(space: spaces.Space, simplify_box_bounds: bool = 
         return BoundedTensorSpec(space.shape, space.dtype, 0, 1)
     if isinstance(space, spaces.Dict):
         return {k: tensor_spec_from_gym_space(s, simplify_box_bounds, float_dtype,
-                                              path=_join(path, k))
+                                              path=join_path(path, k))
                 for k, s in space.spaces.items()}
     if isinstance(space, spaces.Tuple):
         return tuple(tensor_spec_from_gym_space(s, simplify_box_bounds, float_dtype,
-                                                path=_join(path, i))
+                                                path=join_path(path, i))
                      for i, s in enumerate(space.spaces))
     raise TypeError(
         f"space at {where}: expected Box, Discrete, MultiDiscrete, MultiBinary, "

@@ -7,15 +7,20 @@ for its specs when it is made and answers the five spec accessors from them;
 :func:`check_same_specs` names the first member whose specs differ.
 """
 
-from typing import Any, Sequence
+from typing import Any, Sequence, Tuple
 
 from alf_env.data_structures import TimeStep
 
-__all__ = ["SPEC_METHODS", "MembersSpecs", "check_same_specs"]
+__all__ = ["SPEC_METHODS", "SAME_SPECS", "MembersSpecs", "spec_values", "check_same_specs"]
 
 # The spec accessors of an AlfEnvironment, in the order they are asked.
 SPEC_METHODS = ("observation_spec", "action_spec", "reward_spec", "env_info_spec",
                 "time_step_spec")
+
+# What the members of one batch must agree on by default (their time step
+# specs follow from these).
+SAME_SPECS = ("observation_spec", "action_spec", "reward_spec", "env_info_spec",
+              "batched", "batch_size")
 
 
 class MembersSpecs:
@@ -39,11 +44,13 @@ class MembersSpecs:
             member: an env (or a ``ProcessEnvironment``) with the five spec
                 accessors.
         """
-        self._observation_spec = member.observation_spec()
-        self._action_spec = member.action_spec()
-        self._reward_spec = member.reward_spec()
-        self._env_info_spec = member.env_info_spec()
-        self._time_step_spec = member.time_step_spec()
+        self._keep_specs(spec_values(member))
+
+    def _keep_specs(self, values: Sequence[Any]) -> None:
+        """Keeps the five specs, given in :data:`SPEC_METHODS` order
+        (:func:`spec_values` of a member, e.g. one in another process)."""
+        (self._observation_spec, self._action_spec, self._reward_spec,
+         self._env_info_spec, self._time_step_spec) = values
 
     def observation_spec(self) -> Any:
         """The members' observation spec."""
@@ -66,13 +73,27 @@ class MembersSpecs:
         return self._time_step_spec
 
 
-def check_same_specs(members: Sequence[Any], names: Sequence[str], label: str) -> None:
+def spec_values(member: Any) -> Tuple[Any, ...]:
+    """The five specs of ``member``, in :data:`SPEC_METHODS` order.
+
+    Args:
+        member: an env (or a ``ProcessEnvironment``) with the five spec
+            accessors.
+    """
+    return tuple(getattr(member, name)() for name in SPEC_METHODS)
+
+
+def check_same_specs(members: Sequence[Any], names: Sequence[str] = SAME_SPECS,
+                     label: str = "env") -> None:
     """Raises ``ValueError`` naming the first member whose specs differ from member 0's.
 
     Args:
         members: envs (or ``ProcessEnvironment``s) meant to form one batch.
         names: the accessors (called) and properties (read) to compare.
         label: what a member is called in the error, e.g. ``"env"``.
+
+    Raises:
+        ValueError: naming the member, the spec, its value and member 0's.
     """
     first = members[0]
     for i, member in enumerate(members[1:], start=1):

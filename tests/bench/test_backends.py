@@ -12,8 +12,9 @@ import psutil
 import pytest
 
 from alf_env.bench import backends, references, workloads
-from alf_env.bench.core import Actions, Plan, Skip, usable_cpus
+from alf_env.bench.core import Actions, Plan, Skip
 from alf_env.bench.measure import ProgressBar, measure, run_all
+from alf_env.control_plane.affinity import usable_cpu_count
 
 PLAN = Plan(warmup=2, steps=10, seconds=0.1)
 
@@ -80,7 +81,7 @@ def test_ceiling_runs_one_process_per_usable_cpu_and_sums_their_rates():
         env_steps, seconds = runner.timed(PLAN)
     finally:
         runner.close()
-    processes = usable_cpus()
+    processes = usable_cpu_count()
     assert env_steps == processes * math.ceil(PLAN.steps * num_envs / processes)
     assert 0 < seconds < 60
 
@@ -180,7 +181,7 @@ def test_ray_vector_starts_and_stops_a_local_ray_only_if_none_runs(monkeypatch,
     else:
         # Started for each measurement and stopped after it, so that Ray's daemons
         # do not take CPU while the other backends are measured.
-        init = ("init", {"num_cpus": usable_cpus(), "include_dashboard": False,
+        init = ("init", {"num_cpus": usable_cpu_count(), "include_dashboard": False,
                          "log_to_driver": False})
         assert ray.calls == [init, ("shutdown", {})] * 2
 

@@ -11,14 +11,14 @@ from alf_env.control_plane.affinity import pin_workers, plan_worker_cpus, usable
 from alf_env.environments.alf_gym_wrapper import AlfGymWrapper
 from alf_env.environments.fast_parallel_environment import FastParallelEnvironment
 from alf_env.environments.parallel_environment import ParallelAlfEnvironment
+from alf_env.synthetic_envs import make_synthetic_env
 from alf_env.vector import FastVectorEnv
-from alf_env.workloads import make_workload
 
 CPUS = usable_cpus()
 
 
 def _alf_env(env_id: int = 0) -> AlfGymWrapper:
-    return AlfGymWrapper(make_workload("W1", env_id), env_id=env_id)
+    return AlfGymWrapper(make_synthetic_env("W1", env_id), env_id=env_id)
 
 
 def _alf_backend(cls, num_envs, **kwargs):
@@ -26,7 +26,7 @@ def _alf_backend(cls, num_envs, **kwargs):
 
 
 def _vector_backend(num_envs, envs_per_worker=1, **kwargs):
-    return FastVectorEnv([functools.partial(make_workload, "W1", i) for i in range(num_envs)],
+    return FastVectorEnv([functools.partial(make_synthetic_env, "W1", i) for i in range(num_envs)],
                          envs_per_worker=envs_per_worker, **kwargs)
 
 
@@ -131,7 +131,7 @@ def test_default_placement(backend, kwargs, expected):
 def test_sb3_front_end_spreads_its_workers_by_default():
     from alf_env.sb3 import FastSubprocVecEnv
 
-    fns = [functools.partial(make_workload, "W1", i) for i in range(len(CPUS))]
+    fns = [functools.partial(make_synthetic_env, "W1", i) for i in range(len(CPUS))]
     env = FastSubprocVecEnv(fns, "fork", envs_per_worker=1)
     try:
         assert _placement(env._vector_env) == SPREAD_BY_DEFAULT

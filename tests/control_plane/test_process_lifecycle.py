@@ -184,13 +184,13 @@ def test_close_logs_the_failure_of_a_worker_that_ended_before_the_wait(
                              env_id=1)
     env.start()
     pid = env.pid
-    original = shutdown._Stopping.__init__
+    original = shutdown.Stopping.__init__
 
     def after_the_exit(self, worker, polite):
         worker._process.join(PROMPT)  # the worker read CLOSE and ended
         original(self, worker, polite)
 
-    monkeypatch.setattr(shutdown._Stopping, "__init__", after_the_exit)
+    monkeypatch.setattr(shutdown.Stopping, "__init__", after_the_exit)
     with caplog.at_level(logging.WARNING):
         close_all([env])
     assert message in caplog.text

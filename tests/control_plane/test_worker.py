@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from alf_env.control_plane.leaf_codec import StepCodecs
-from alf_env.control_plane.worker import _WorkerEnvProxy, flat_stepper_of
+from alf_env.control_plane.worker import WorkerEnvProxy, flat_stepper_of
 from alf_env.environments.alf_gym_wrapper import AlfGymWrapper
 from alf_env.environments.process_environment import ProcessEnvironment
 from alf_env.vector import FastVectorEnv
@@ -39,7 +39,7 @@ def test_packed_steps_of_the_flat_step_equal_those_of_step(pattern, monkeypatch)
     monkeypatch.setattr(AlfGymWrapper, "_step", counting_step)
     plain, subclass = _env(AlfGymWrapper, pattern), _env(_Subclass, pattern)
     assert flat_stepper_of(plain) is not None and flat_stepper_of(subclass) is None
-    proxies = [_WorkerEnvProxy(env, flatten=True) for env in (plain, subclass)]
+    proxies = [WorkerEnvProxy(env, flatten=True) for env in (plain, subclass)]
     codecs = StepCodecs(plain.action_spec(), plain.time_step_spec())
     for env in (plain, subclass):
         env.seed(4)

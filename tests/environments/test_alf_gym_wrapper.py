@@ -13,7 +13,7 @@ from gymnasium import spaces
 from alf_env import nest
 from alf_env.data_structures import StepType
 from alf_env.environments.alf_gym_wrapper import AlfGymWrapper, tensor_spec_from_gym_space
-from alf_env.environments.gym_env_info import _fetch_info
+from alf_env.environments.gym_conversions import fetch_info
 from alf_env.errors import EnvironmentClosedError
 from alf_env.tensor_specs import BoundedTensorSpec, TensorSpec
 
@@ -367,7 +367,7 @@ class _GeneralWrapper(AlfGymWrapper):
         return self._action_arrays_general(action)
 
     def _env_info(self, info):
-        return _fetch_info(self._env_info_spec, info, "")
+        return fetch_info(self._env_info_spec, info, "")
 
     def _to_gym_action(self, space, action):
         return super()._to_gym_action(space, action)

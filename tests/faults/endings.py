@@ -20,9 +20,10 @@ import threading
 import time
 from typing import List, NamedTuple, Optional
 
-from tests.faults.ending_script import ENDINGS, FRONT_ENDS, processes
-from tests.support.faults import REPO_ROOT, SLACK, kill_leftovers, wait_all_gone
-from tests.support.shm_leaks import leaked_shm_entries, shm_entries
+from tests.faults.ending_script import ENDINGS, FRONT_ENDS
+from tests.support.child_runs import lasting_new_shm_entries, leftover_problems, reap_session
+from tests.support.faults import REPO_ROOT, SLACK, wait_all_gone
+from tests.support.shm_leaks import shm_entries
 
 __all__ = ["Cell", "Outcome", "run_cell", "problems", "ENDINGS", "FRONT_ENDS", "EXIT_BOUND"]
 
@@ -90,23 +91,6 @@ class Outcome(NamedTuple):
     new_shm: List[str]
 
 
-def session_processes(sid: int) -> List[int]:
-    """Pids of the processes of session ``sid`` that still run (zombies excluded)."""
-    return [pid for pid, fields in processes() if int(fields[3]) == sid and fields[0] != "Z"]
-
-
-def reap_session(sid: int, grace: float = 1.0) -> List[int]:
-    """Gives the processes of session ``sid`` ``grace`` s to end, then kills
-    those still running; returns them (what the script left behind)."""
-    deadline = time.monotonic() + grace
-    left = session_processes(sid)
-    while left and time.monotonic() < deadline:
-        time.sleep(0.05)
-        left = session_processes(sid)
-    kill_leftovers(left)
-    return left
-
-
 def run_cell(cell: Cell) -> Outcome:
     """Runs the script of ``cell`` to its end and reports what happened."""
     shm_before = shm_entries()
@@ -169,13 +153,6 @@ def run_cell(cell: Cell) -> Outcome:
                    new_shm=lasting_new_shm_entries(shm_before))
 
 
-def lasting_new_shm_entries(before: set) -> List[str]:
-    """``/dev/shm`` entries that are new and stay, and that no program outside
-    this test's processes uses (``tests.support.shm_leaks``): other programs on
-    the machine create entries of the same names (``sem.mp-*``, ``psm_*``)."""
-    return leaked_shm_entries(before)
-
-
 def problems(cell: Cell, outcome: Outcome) -> List[str]:
     """What the user of ``cell``'s script would see go wrong, but the exit time.
 
@@ -205,8 +182,4 @@ def problems(cell: Cell, outcome: Outcome) -> List[str]:
         found.append("the script's own SIGTERM handler did not run")
     if cell.signal != signal.SIGKILL and outcome.left_at_exit != []:
         found.append(f"children at exit: {outcome.left_at_exit}")
-    if outcome.session_left:
-        found.append(f"processes left running: {outcome.session_left}")
-    if outcome.new_shm:
-        found.append(f"new /dev/shm entries: {outcome.new_shm}")
-    return found
+    return found + leftover_problems(outcome.session_left, outcome.new_shm)

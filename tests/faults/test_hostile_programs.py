@@ -27,11 +27,16 @@ from alf_env.errors import (
     EnvironmentClosedAttributeError,
     EnvironmentClosedError,
 )
-from tests.faults.endings import lasting_new_shm_entries, session_processes, shm_entries
 from tests.faults.hostile_script import FRONT_ENDS
-from tests.support.child_runs import ChildRun, run_module
+from tests.support.child_runs import (
+    ChildRun,
+    lasting_new_shm_entries,
+    run_module,
+    session_processes,
+)
 from tests.support.faults import REPO_ROOT, kill_leftovers, wait_all_gone
 from tests.support.probe_envs import ProbeEnv
+from tests.support.shm_leaks import shm_entries
 
 CHILD_TIMEOUT = 120.0  # a script still running then hangs: killed, and the test fails
 RUN_BOUND = 60.0       # generous: a few seconds each on a quiet machine

@@ -112,6 +112,30 @@ def test_a_worker_waiting_for_its_next_job_spins_50_us_at_most_in_every_mode():
     assert block.worker_port(0, 1000).spin_budget_us == 1000
 
 
+def test_the_main_process_sets_the_job_wait_cap_and_each_worker_applies_it_at_its_next_wait():
+    cpus = _testing.usable_cpu_count()
+    block = SharedBlock([], num_rows=0, num_workers=cpus)  # oversubscribed: yield-spinning
+    controller = block.controller(workers_pinned=True)
+    port = block.worker_port(0, workers_pinned=True)
+    assert controller.job_wait_spin_us == 50
+    controller.job_wait_spin_us = 0  # the mode's own cap
+    assert port.spin_budget_us == 50  # not before its next wait
+    assert port.wait_job(timeout_s=0) == (JobType.NONE, 0)
+    assert port.spin_budget_us == 5000  # kAdaptiveMaxPinnedSpin
+    controller.job_wait_spin_us = 300
+    port.wait_job(timeout_s=0)
+    assert controller.job_wait_spin_us == 300 and port.spin_budget_us == 300
+    # A fixed budget is the caller's own: the cap leaves it alone.
+    block = SharedBlock([], num_rows=0, num_workers=1)
+    controller = block.controller(1000)
+    port = block.worker_port(0, 1000)
+    controller.job_wait_spin_us = 0
+    port.wait_job(timeout_s=0)
+    assert port.spin_budget_us == 1000
+    with pytest.raises(ValueError, match=r"expected a cap in \[0, 1000000\] µs"):
+        controller.job_wait_spin_us = -1
+
+
 @pytest.mark.skipif(_testing.usable_cpu_count() < 2, reason="needs 2 CPUs")
 def test_pinned_workers_do_not_change_the_cap_without_oversubscription():
     block = SharedBlock([], num_rows=0, num_workers=1)  # 2 processes

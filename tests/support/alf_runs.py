@@ -15,8 +15,8 @@ from alf_env.data_structures import StepType
 from alf_env.environments import suite_gym
 from alf_env.environments.alf_gym_wrapper import AlfGymWrapper
 from alf_env.environments.random_alf_environment import RandomAlfEnvironment
+from alf_env.synthetic_envs import ImageEnv, TrivialEnv
 from alf_env.tensor_specs import BoundedTensorSpec
-from alf_env.workloads import ImageEnv, TrivialEnv
 from tests.support.alf_envs import NUM_ACTIONS
 
 

@@ -11,14 +11,55 @@ import signal
 import subprocess
 import sys
 import time
-from typing import List, NamedTuple, Sequence
+from typing import List, NamedTuple, Optional, Sequence
 
-from tests.faults.endings import lasting_new_shm_entries, reap_session, shm_entries
+from tests.faults.ending_script import processes
+from tests.support.faults import kill_leftovers
 from tests.support.paths import REPO_ROOT
+from tests.support.shm_leaks import leaked_shm_entries, shm_entries
+
+
+def session_processes(sid: int) -> List[int]:
+    """Pids of the processes of session ``sid`` that still run (zombies excluded)."""
+    return [pid for pid, fields in processes() if int(fields[3]) == sid and fields[0] != "Z"]
+
+
+def reap_session(sid: int, grace: float = 1.0) -> List[int]:
+    """Gives the processes of session ``sid`` ``grace`` s to end, then kills
+    those still running; returns them (what the child left behind)."""
+    deadline = time.monotonic() + grace
+    left = session_processes(sid)
+    while left and time.monotonic() < deadline:
+        time.sleep(0.05)
+        left = session_processes(sid)
+    kill_leftovers(left)
+    return left
+
+
+def lasting_new_shm_entries(before: set) -> List[str]:
+    """``/dev/shm`` entries that are new and stay, and that no program outside
+    this test's processes uses (``tests.support.shm_leaks``): other programs on
+    the machine create entries of the same names (``sem.mp-*``, ``psm_*``)."""
+    return leaked_shm_entries(before)
+
+
+def leftover_problems(session_left: Sequence[int], new_shm: Sequence[str]) -> List[str]:
+    """What a child left behind, in words (empty: nothing).
+
+    Args:
+        session_left: processes of its session still running after it.
+        new_shm: ``/dev/shm`` entries it created and did not remove.
+    """
+    found = []
+    if session_left:
+        found.append(f"processes left behind: {list(session_left)}")
+    if new_shm:
+        found.append(f"/dev/shm entries left behind: {list(new_shm)}")
+    return found
 
 
 class ChildRun(NamedTuple):
-    status: int                 # None: it hung, and its session was killed
+    status: Optional[int]       # None: it hung, and its session was killed
     seconds: float              # from its start to its exit
     stdout: str
     stderr: str
@@ -27,14 +68,9 @@ class ChildRun(NamedTuple):
 
     def problems(self) -> List[str]:
         """What went wrong besides the script's own assertions (empty: nothing)."""
-        found = []
-        if self.status is None:
-            found.append(f"hung for {self.seconds:.0f} s and was killed")
-        if self.session_left:
-            found.append(f"processes left behind: {self.session_left}")
-        if self.new_shm:
-            found.append(f"/dev/shm entries left behind: {self.new_shm}")
-        return found
+        hung = [] if self.status is not None else [
+            f"hung for {self.seconds:.0f} s and was killed"]
+        return hung + leftover_problems(self.session_left, self.new_shm)
 
 
 def run_module(module: str, args: Sequence[str], timeout: float) -> ChildRun:

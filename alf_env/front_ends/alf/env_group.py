@@ -41,10 +41,11 @@ import numpy as np
 from alf_env import nest
 from alf_env.control_plane.process_environment import ProcessEnvironment
 from alf_env.control_plane.remote import RemoteMethod, mark_raised_by
-from alf_env.control_plane.worker import _construct, close_each
+from alf_env.control_plane.worker import close_each, construct_env
 from alf_env.data_structures import StepType, TimeStep
 from alf_env.environments.alf_environment import AlfEnvironment
 from alf_env.environments.members_specs import SPEC_METHODS, MembersSpecs, check_same_specs
+from alf_env.front_ends.alf.alf_rows import MemberGroup
 
 
 def build_members(env_constructors: Sequence[Callable[..., Any]], first_id: int,
@@ -68,14 +69,14 @@ def build_members(env_constructors: Sequence[Callable[..., Any]], first_id: int,
         members: List[Any] = []
         try:
             for j, ctor in enumerate(env_constructors):
-                members.append(_construct(ctor, first_id + j))
+                members.append(construct_env(ctor, first_id + j))
         except BaseException:
             close_each(members)
             raise
         return members
     with ThreadPoolExecutor(max_workers=len(env_constructors),
                             thread_name_prefix="alf_env-build-member") as pool:
-        futures = [pool.submit(_construct, ctor, first_id + j)
+        futures = [pool.submit(construct_env, ctor, first_id + j)
                    for j, ctor in enumerate(env_constructors)]
     # Leaving the with block waited for every constructor.
     errors = [e for e in (f.exception() for f in futures) if e is not None]
@@ -85,8 +86,11 @@ def build_members(env_constructors: Sequence[Callable[..., Any]], first_id: int,
     return [f.result() for f in futures]
 
 
-class EnvGroup(MembersSpecs, AlfEnvironment):
+class EnvGroup(MembersSpecs, AlfEnvironment, MemberGroup):
     """The envs of one worker, batched in order (see the module docstring).
+
+    The :class:`~alf_env.front_ends.alf.alf_rows.MemberGroup` that the job
+    handler steps member by member in the native loop.
 
     Args:
         env_constructors: one per member; each gets ``env_id=`` (the first

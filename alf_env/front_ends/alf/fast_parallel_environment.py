@@ -48,12 +48,12 @@ import numpy as np
 import torch
 
 from alf_env import nest
-from alf_env.control_plane.affinity import AUTO, WorkerCpus, usable_cpus
-from alf_env.control_plane.placement import adapt_placement
-from alf_env.data_plane.alf_rows import AlfRowsHandler
+from alf_env.control_plane.affinity import AUTO, WorkerCpus, usable_cpu_count
+from alf_env.data_plane.board_tuning import tune_board
 from alf_env.data_plane.job_board import JobBoard
-from alf_env.data_plane.job_loop import FastLoopSpec
+from alf_env.data_plane.job_loop import start_job_loops
 from alf_env.data_structures import StepType, TimeStep
+from alf_env.front_ends.alf.alf_rows import AlfRowsHandler
 from alf_env.front_ends.alf.env_group import EnvGroup, MemberProxy
 from alf_env.front_ends.alf.parallel_environment import ParallelAlfEnvironment
 from alf_env.nest_compiled import compile_nest
@@ -138,9 +138,8 @@ class FastParallelEnvironment(ParallelAlfEnvironment):
             self._background_resets = False
         try:
             self._attach_workers(spin_us)
-            self._board.step_timer = adapt_placement(
-                [env.pid for env in self._envs if env.pid is not None], worker_cpus,
-                self._cpu_plan)
+            tune_board(self._board, [env.pid for env in self._envs if env.pid is not None],
+                       worker_cpus, self._cpu_plan, spin_us)
         except BaseException:
             self.close()
             raise
@@ -220,13 +219,10 @@ class FastParallelEnvironment(ParallelAlfEnvironment):
         self._controller = self._block.controller(spin_us,
                                                   workers_pinned=self._workers_pinned)
         self._board = JobBoard(self._controller, self._envs, timeout=self._timeout)
-        for i, env in enumerate(self._envs):
-            assert env.pid is not None  # started
-            self._controller.set_worker_pid(i, env.pid)
-            handler = AlfRowsHandler((i * b, (i + 1) * b), tuple(action_names),
-                                     tuple(time_step_names))
-            spec = FastLoopSpec(self._block, i, spin_us, handler, self._workers_pinned)
-            env.start_fast_loop(spec, self._board.doorbell(i))
+        handlers = [AlfRowsHandler((i * b, (i + 1) * b), tuple(action_names),
+                                   tuple(time_step_names), grouped=self._group_size > 1)
+                    for i in range(num_envs)]
+        start_job_loops(self._board, self._block, spin_us, self._workers_pinned, handlers)
         self._update_slot_rows()
 
     # -- jobs (see data_plane.job_board.JobBoard) ---------------------------
@@ -401,7 +397,7 @@ def plan_group_size(num_envs: int, num_workers: Optional[int], num_spares: int,
         return num_envs // w
     if num_spares or blocking:
         return 1
-    cpus = len(usable_cpus())
+    cpus = usable_cpu_count()
     divisors = [d for d in range(1, num_envs + 1) if num_envs % d == 0]
     workers = max(d for d in divisors if d <= cpus)
     if 2 * workers <= cpus and workers < num_envs:

@@ -49,19 +49,9 @@ from alf_env.control_plane.process_environment import ProcessEnvironment
 from alf_env.control_plane.shutdown import close_when_collected
 from alf_env.control_plane.spec_checks import ActionChecker
 from alf_env.data_structures import StepType, TimeStep
-from alf_env.environments import members_specs
 from alf_env.environments.alf_environment import AlfEnvironment
-from alf_env.environments.members_specs import MembersSpecs
+from alf_env.environments.members_specs import MembersSpecs, check_same_specs
 from alf_env.errors import EnvironmentProcessError, EnvTimeoutError, WorkerDiedError
-
-# What the workers' envs must agree on (their time step specs follow from these).
-_SAME_SPECS = ("observation_spec", "action_spec", "reward_spec", "env_info_spec",
-               "batched", "batch_size")
-
-
-def check_same_specs(envs: Sequence[ProcessEnvironment]) -> None:
-    """Raises ``ValueError`` naming the first env whose specs differ from env 0's."""
-    members_specs.check_same_specs(envs, _SAME_SPECS, "env")
 
 
 class _Resolved:

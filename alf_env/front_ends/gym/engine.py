@@ -24,11 +24,11 @@ from gymnasium.vector import AutoresetMode
 
 from alf_env.control_plane.channel import resolve_all
 from alf_env.control_plane.process_environment import ProcessEnvironment
-from alf_env.data_plane.gym_rows import RESERVED_CALL_NAMES
-from alf_env.data_plane.info_codec import InfoDecoder, Payload
 from alf_env.data_plane.shared_block import JobType
-from alf_env.data_plane.space_layout import Rows
 from alf_env.errors import EnvTimeoutError, WorkerDiedError
+from alf_env.front_ends.gym.gym_rows import RESERVED_CALL_NAMES
+from alf_env.front_ends.gym.info_codec import InfoDecoder, Payload
+from alf_env.front_ends.gym.space_layout import Rows
 from alf_env.front_ends.gym.state import AsyncState
 
 __all__ = ["ENV_ID_DTYPE", "JobEngine"]

@@ -11,13 +11,13 @@ map to different shared-memory fields) or is not wanted
 * observations are batched by gymnasium's own
   ``gymnasium.vector.utils.concatenate`` into ``create_empty_array``
   (:class:`PipeLayout`), infos by gymnasium's algorithm
-  (:class:`~alf_env.data_plane.info_codec.InfoDecoder` with every info a
+  (:class:`~alf_env.front_ends.gym.info_codec.InfoDecoder` with every info a
   pipe payload), and actions of no fixed size are split with ``iterate``.
 
 Everything else is the shared-memory path's: the workers host the same
 group (:class:`PipeEnvGroup` is an
-:class:`~alf_env.data_plane.gym_rows.EnvGroup` with the same autoreset rule,
-:class:`~alf_env.data_plane.gym_rows.Autoreset`), and the same engine and API
+:class:`~alf_env.front_ends.gym.gym_rows.GymEnvBatch` with the same autoreset rule,
+:class:`~alf_env.front_ends.gym.gym_rows.Autoreset`), and the same engine and API
 drive them through the board, so states, timeouts, errors naming the env, the
 autoreset modes, the asynchronous (EnvPool) mode, ``call`` / ``get_attr`` /
 ``set_attr`` and ``close`` behave the same. Fixed-size actions are still
@@ -32,9 +32,9 @@ import numpy as np
 from gymnasium.error import CustomSpaceError
 from gymnasium.vector.utils import batch_space, concatenate, create_empty_array, iterate
 
-from alf_env.data_plane.gym_rows import Autoreset, EnvGroup, name_env
-from alf_env.data_plane.info_codec import Payload
-from alf_env.data_plane.space_layout import Rows, SpaceLayout
+from alf_env.front_ends.gym.gym_rows import Autoreset, GymEnvBatch, name_env
+from alf_env.front_ends.gym.info_codec import Payload
+from alf_env.front_ends.gym.space_layout import Rows, SpaceLayout
 
 __all__ = ["PipeEnvGroup", "PipeLayout", "PipeRows"]
 
@@ -42,7 +42,7 @@ __all__ = ["PipeEnvGroup", "PipeLayout", "PipeRows"]
 EnvResult = Tuple[Any, Any, Any, Any, dict]
 
 
-class PipeEnvGroup(EnvGroup):
+class PipeEnvGroup(GymEnvBatch):
     """The envs of one ``FastVectorEnv`` worker, with the pipe path's step and reset.
 
     Every worker hosts one: which path serves the envs is known only once
@@ -116,7 +116,7 @@ class PipeLayout:
     """The values of one space kept whole, one object per env, batched by gymnasium.
 
     The pipe path's stand-in for
-    :class:`~alf_env.data_plane.space_layout.SpaceLayout` (the methods the
+    :class:`~alf_env.front_ends.gym.space_layout.SpaceLayout` (the methods the
     engine and the results call): the *rows* are one object array with an
     entry per env; a batch is ``concatenate(space, items,
     create_empty_array(space, n))``, as ``AsyncVectorEnv(shared_memory=False)``

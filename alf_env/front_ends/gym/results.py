@@ -19,8 +19,8 @@ sees the job finish (``ProcessEnvironment.pending_report``, through
 :meth:`ResultAssembly._collect_reports`, the ``on_ok`` hook of the
 :class:`~alf_env.data_plane.job_board.JobBoard`), so the pipe never gets out
 of step. The rows and the reports then make the batch: the observations
-(:class:`~alf_env.data_plane.space_layout.SpaceLayout`) and the batched infos
-(:class:`~alf_env.data_plane.info_codec.InfoDecoder`).
+(:class:`~alf_env.front_ends.gym.space_layout.SpaceLayout`) and the batched infos
+(:class:`~alf_env.front_ends.gym.info_codec.InfoDecoder`).
 """
 
 from typing import Any, Dict, List, Optional, Tuple
@@ -29,8 +29,8 @@ import numpy as np
 from gymnasium.vector import AutoresetMode
 
 from alf_env.control_plane.process_environment import ProcessEnvironment
-from alf_env.data_plane.info_codec import InfoDecoder, Payload
 from alf_env.data_plane.shared_block import JobType
+from alf_env.front_ends.gym.info_codec import InfoDecoder, Payload
 
 __all__ = ["ResultAssembly"]
 

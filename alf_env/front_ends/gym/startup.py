@@ -6,7 +6,7 @@
 process may use (``num_workers``), the envs spread over them as evenly as
 possible (EnvPool's ``num_threads``); ``envs_per_worker=1`` gives one process
 per env. Once every worker is up and the spaces are checked, each enters the
-native job loop with a :class:`~alf_env.data_plane.gym_rows.GymRowsHandler`;
+native job loop with a :class:`~alf_env.front_ends.gym.gym_rows.GymRowsHandler`;
 the pipe is then reached through CALL jobs (the doorbell of
 :class:`~alf_env.data_plane.job_board.JobBoard`).
 
@@ -26,14 +26,14 @@ a common shape and dtype, batched by ``batch_differing_spaces``) or a pair
 fixed-size datum of the hot path:
 
 * the action fields and the observation fields (see
-  :mod:`alf_env.data_plane.space_layout`: Box, Discrete, MultiDiscrete, MultiBinary,
+  :mod:`alf_env.front_ends.gym.space_layout`: Box, Discrete, MultiDiscrete, MultiBinary,
   Text, Tuple, Dict and OneOf map to fields);
 * ``reward`` (float64, like gymnasium), ``terminated``, ``truncated``;
 * ``report``: "this env has an entry in its worker's pipe report";
 * ``info`` (``info_bytes`` per env) and ``info_layout``: the fixed-size
   values of the env's info dict (numbers, numeric arrays) and the id of
   their layout, learned from what the envs return (see
-  :mod:`alf_env.data_plane.info_codec`): an env whose info keeps its keys and types
+  :mod:`alf_env.front_ends.gym.info_codec`): an env whose info keeps its keys and types
   costs no pipe message.
 
 This module holds the checks of the constructor's arguments
@@ -53,20 +53,20 @@ from gymnasium.spaces.utils import is_space_dtype_shape_equiv
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_differing_spaces, batch_space
 
-from alf_env.control_plane.affinity import usable_cpus
+from alf_env.control_plane.affinity import usable_cpu_count
 from alf_env.control_plane.channel import resolve_all
 from alf_env.control_plane.group import start_environments
 from alf_env.control_plane.process_environment import ProcessEnvironment
 from alf_env.control_plane.protocol import START_METHODS
-from alf_env.data_plane.action_items import action_layout
-from alf_env.data_plane.gym_rows import EnvRows, GymRowsHandler, block_fields
-from alf_env.data_plane.info_codec import InfoDecoder, InfoLayout, Payload, signature_of
 from alf_env.data_plane.job_board import JobBoard
-from alf_env.data_plane.job_loop import FastLoopSpec
+from alf_env.data_plane.job_loop import start_job_loops
 from alf_env.data_plane.shared_block import SharedBlock
-from alf_env.data_plane.space_layout import SpaceLayout
+from alf_env.front_ends.gym.action_items import action_layout
+from alf_env.front_ends.gym.gym_rows import EnvRows, GymRowsHandler, block_fields
+from alf_env.front_ends.gym.info_codec import InfoDecoder, InfoLayout, Payload, signature_of
 from alf_env.front_ends.gym.pipe_board import PipeBoard
 from alf_env.front_ends.gym.pipe_path import PipeEnvGroup, PipeLayout, PipeRows
+from alf_env.front_ends.gym.space_layout import SpaceLayout
 
 __all__ = ["ObservationMode", "check_arguments", "resolve_context", "plan_workers",
            "check_max_concurrency", "declared_infos", "observation_spaces", "WorkerStartup"]
@@ -204,7 +204,7 @@ def plan_workers(num_envs: int, batch_size: int, num_workers: Optional[int],
                              f"size, so num_workers must divide the number of envs ({n}); "
                              f"got {num_workers}")
     else:
-        num_workers = n if is_async else min(n, len(usable_cpus()))
+        num_workers = n if is_async else min(n, usable_cpu_count())
         if max_concurrency is not None and num_workers > max_concurrency:
             # Equal workers in the asynchronous mode: the largest divisor that fits.
             num_workers = (max(d for d in range(1, max_concurrency + 1) if n % d == 0)
@@ -343,15 +343,10 @@ class WorkerStartup:
         self._set_rows(rows, rows.info, declared=True)
         controller = self._block.controller(spin_us, workers_pinned=self._workers_pinned)
         self._board = JobBoard(controller, self._workers, on_ok=self._collect_reports)
-        for w, worker in enumerate(self._workers):
-            assert worker.pid is not None  # started
-            controller.set_worker_pid(w, worker.pid)
-            handler = GymRowsHandler(self._bounds[w], self._obs, self._act,
-                                     self.autoreset_mode, self.info_bytes,
-                                     self._declared_infos)
-            worker.start_fast_loop(FastLoopSpec(self._block, w, spin_us, handler,
-                                                self._workers_pinned),
-                                   functools.partial(self._board.serve_pipe, w))
+        handlers = [GymRowsHandler(bounds, self._obs, self._act, self.autoreset_mode,
+                                   self.info_bytes, self._declared_infos)
+                    for bounds in self._bounds]
+        start_job_loops(self._board, self._block, spin_us, self._workers_pinned, handlers)
 
     def _attach_pipe(self) -> None:
         """The pipe path: rows in this process, a board of pipe requests."""

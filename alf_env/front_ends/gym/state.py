@@ -1,8 +1,9 @@
 """The gymnasium-style state machine of the vector envs, and their argument checks.
 
 :class:`AsyncState` says which call is pending; :class:`StateChecks` holds the
-checks that guard the API, shared (the same errors, word for word) by
-:class:`~alf_env.front_ends.gym.vector_env.FastVectorEnv` and
+checks that guard the API, and :class:`VectorApi` the gymnasium and EnvPool
+methods written in terms of the others, both shared (the same errors, word for
+word) by :class:`~alf_env.front_ends.gym.vector_env.FastVectorEnv` and
 :class:`~alf_env.front_ends.ray.vector_env.RayVectorEnv`::
 
     DEFAULT --reset_async--> WAITING_RESET --reset_wait--> DEFAULT
@@ -20,16 +21,18 @@ later call but ``close()``.
 """
 
 import enum
-from typing import Any, List, Optional, Sequence, Union
+from typing import Any, Dict, List, Optional, Sequence, Tuple, TypeVar, Union
 
 import numpy as np
 from gymnasium.error import AlreadyPendingCallError, ClosedEnvironmentError, NoAsyncCallError
 
-__all__ = ["AsyncState", "Seeds", "StateChecks"]
+__all__ = ["AsyncState", "Seeds", "StateChecks", "VectorApi"]
 
 #: What ``reset(seed=...)`` takes: ``None``, an int (env ``i`` gets
 #: ``seed + i``) or one seed (or ``None``) per env.
 Seeds = Union[None, int, Sequence[Optional[int]]]
+
+_Env = TypeVar("_Env", bound="VectorApi")
 
 
 class AsyncState(enum.Enum):
@@ -102,3 +105,82 @@ class StateChecks:
             raise ValueError(f"`options['reset_mask']` must contain a boolean array with at "
                              f"least one True value, got reset_mask={mask}")
         return mask
+
+    def _reset_arguments(self, seed: Seeds, options: Optional[Dict[str, Any]]
+                         ) -> Tuple[List[Optional[int]], Optional[Dict[str, Any]],
+                                    Optional[np.ndarray]]:
+        """Checks ``reset_async``'s arguments: returns one seed per env, a copy of
+        ``options`` without its ``"reset_mask"`` (the caller's stays intact) and
+        the checked mask (``None``: every env)."""
+        self._assert_is_running()
+        seeds = self._seed_list(seed)
+        self._assert_state("reset_async")
+        options = None if options is None else dict(options)
+        mask = None
+        if options is not None and "reset_mask" in options:
+            mask = self._check_reset_mask(options.pop("reset_mask"))
+        return seeds, options, mask
+
+    def _attr_values(self, name: str, values: Any) -> List[Any]:
+        """Checks ``set_attr``'s arguments: returns one value per env."""
+        self._assert_is_running()
+        if not isinstance(values, (list, tuple)):
+            values = [values] * self.num_envs
+        if len(values) != self.num_envs:
+            raise ValueError(f"set_attr({name!r}): expected {self.num_envs} values (one "
+                             f"per env), got {len(values)}")
+        self._assert_state("set_attr")
+        return list(values)
+
+    def _no_recv_yet(self) -> NoAsyncCallError:
+        """The error of ``step`` in the asynchronous mode before any ``recv``."""
+        return NoAsyncCallError("step() in the asynchronous mode steps the envs of the "
+                                "last recv(); call reset() first", "step")
+
+
+class VectorApi(StateChecks):
+    """The vector env methods written in terms of the others (a mixin).
+
+    The class using it provides what :class:`StateChecks` needs,
+    ``reset_async``/``reset_wait``, ``call_async``/``call_wait`` and ``close``.
+    """
+
+    def reset(self, *, seed: Seeds = None,
+              options: Optional[Dict[str, Any]] = None) -> Tuple[Any, Dict[str, Any]]:
+        """Resets the envs; returns the batched observations and infos.
+
+        Args:
+            seed: ``None`` (unseeded), an int (env ``i`` gets ``seed + i``) or
+                one seed (or ``None``) per env.
+            options: passed to every env's ``reset``; a ``"reset_mask"`` entry
+                (bool array of ``num_envs``) resets only those envs
+                (synchronous mode).
+        """
+        self.reset_async(seed=seed, options=options)
+        return self.reset_wait()
+
+    def call(self, name: str, /, *args: Any, **kwargs: Any) -> Tuple[Any, ...]:
+        """Calls method ``name`` (or reads the attribute) of every env; a tuple."""
+        self.call_async(name, *args, **kwargs)
+        return self.call_wait()
+
+    def get_attr(self, name: str) -> Tuple[Any, ...]:
+        """Attribute ``name`` of every env (a method is called without arguments)."""
+        return self.call(name)
+
+    def render(self) -> Tuple[Any, ...]:
+        """The frames of every env (``env.render()``), as a tuple."""
+        return self.call("render")
+
+    def __enter__(self: _Env) -> _Env:
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.close()
+
+    # Provided by the class using the mixin.
+    reset_async: Any
+    reset_wait: Any
+    call_async: Any
+    call_wait: Any
+    close: Any

@@ -35,26 +35,26 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple, Un
 
 import gymnasium as gym
 import numpy as np
-from gymnasium.error import AlreadyPendingCallError, NoAsyncCallError
+from gymnasium.error import AlreadyPendingCallError
 from gymnasium.vector import AutoresetMode
 
 from alf_env.control_plane.affinity import AUTO, WorkerCpus, pin_workers, plan_worker_cpus
 from alf_env.control_plane.group import close_all
 from alf_env.control_plane.guards import NotCopyable, OneThread, guard_methods
-from alf_env.control_plane.placement import adapt_placement
 from alf_env.control_plane.process_environment import ProcessEnvironment
 from alf_env.control_plane.shutdown import close_when_collected
-from alf_env.data_plane.gym_rows import (
+from alf_env.data_plane.board_tuning import tune_board
+from alf_env.data_plane.job_board import JobBoard
+from alf_env.data_plane.shared_block import SPIN_ADAPTIVE, JobType, SharedBlock
+from alf_env.errors import EnvTimeoutError
+from alf_env.front_ends.gym.engine import JobEngine
+from alf_env.front_ends.gym.gym_rows import (
     RESERVED_CALL_NAMES,
     RESET_DEFAULT,
     RESET_STAGED,
     StagedReset,
 )
-from alf_env.data_plane.info_codec import DEFAULT_INFO_BYTES, Payload
-from alf_env.data_plane.job_board import JobBoard
-from alf_env.data_plane.shared_block import SPIN_ADAPTIVE, JobType, SharedBlock
-from alf_env.errors import EnvTimeoutError
-from alf_env.front_ends.gym.engine import JobEngine
+from alf_env.front_ends.gym.info_codec import DEFAULT_INFO_BYTES, Payload
 from alf_env.front_ends.gym.results import ResultAssembly
 from alf_env.front_ends.gym.startup import (
     ObservationMode,
@@ -65,12 +65,12 @@ from alf_env.front_ends.gym.startup import (
     plan_workers,
     resolve_context,
 )
-from alf_env.front_ends.gym.state import AsyncState, Seeds, StateChecks
+from alf_env.front_ends.gym.state import AsyncState, Seeds, VectorApi
 
 __all__ = ["FastVectorEnv"]
 
 
-class FastVectorEnv(NotCopyable, StateChecks, WorkerStartup, JobEngine, ResultAssembly,
+class FastVectorEnv(NotCopyable, VectorApi, WorkerStartup, JobEngine, ResultAssembly,
                     gym.vector.VectorEnv):
     """A gymnasium vector env whose envs run in worker processes, stepped through shared memory.
 
@@ -207,8 +207,8 @@ class FastVectorEnv(NotCopyable, StateChecks, WorkerStartup, JobEngine, ResultAs
             self._check_spaces()
             self._attach_workers(spin_us)
             if isinstance(self._board, JobBoard):
-                self._board.step_timer = adapt_placement(
-                    [w.pid for w in self._workers], worker_cpus, cpu_plan)
+                tune_board(self._board, [w.pid for w in self._workers], worker_cpus,
+                           cpu_plan, spin_us)
         except BaseException:
             self.close(terminate=True)
             raise
@@ -219,30 +219,10 @@ class FastVectorEnv(NotCopyable, StateChecks, WorkerStartup, JobEngine, ResultAs
 
     # -- the gymnasium API ----------------------------------------------------------
 
-    def reset(self, *, seed: Seeds = None,
-              options: Optional[Dict[str, Any]] = None) -> Tuple[Any, Dict[str, Any]]:
-        """Resets the envs; returns the batched observations and infos.
-
-        Args:
-            seed: ``None`` (unseeded), an int (env ``i`` gets ``seed + i``) or
-                one seed (or ``None``) per env.
-            options: passed to every env's ``reset``; a ``"reset_mask"`` entry
-                (bool array of ``num_envs``) resets only those envs
-                (synchronous mode).
-        """
-        self.reset_async(seed=seed, options=options)
-        return self.reset_wait()
-
     def reset_async(self, seed: Seeds = None,
                     options: Optional[Dict[str, Any]] = None) -> None:
         """Posts the resets (see :meth:`reset`); collect them with :meth:`reset_wait`."""
-        self._assert_is_running()
-        seeds = self._seed_list(seed)
-        self._assert_state("reset_async")
-        options = None if options is None else dict(options)  # the caller's stays intact
-        mask = None
-        if options is not None and "reset_mask" in options:
-            mask = self._check_reset_mask(options.pop("reset_mask"))
+        seeds, options, mask = self._reset_arguments(seed, options)
         self._drain_in_flight()
         bounds = self._bounds
         if mask is None:
@@ -292,7 +272,7 @@ class FastVectorEnv(NotCopyable, StateChecks, WorkerStartup, JobEngine, ResultAs
 
         Each env receives its item of the batch as ``AsyncVectorEnv`` sends
         it (``gymnasium.vector.utils.iterate``): of the caller's type, dtype
-        and shape (:mod:`~alf_env.data_plane.action_items`). Items are checked
+        and shape (:mod:`~alf_env.front_ends.gym.action_items`). Items are checked
         against ``single_action_space``: structure, a shape that broadcasts
         to the space's, a dtype that casts to the space's under numpy's
         "same_kind" rule (so float64 for a float32 ``Box``, not floats for a
@@ -312,8 +292,7 @@ class FastVectorEnv(NotCopyable, StateChecks, WorkerStartup, JobEngine, ResultAs
         received = None
         if self.is_async:
             if self._last_received is None:
-                raise NoAsyncCallError("step() in the asynchronous mode steps the envs "
-                                       "of the last recv(); call reset() first", "step")
+                raise self._no_recv_yet()
             ids, rows, workers = self._last_received
             received = (rows, workers)
         else:
@@ -338,11 +317,6 @@ class FastVectorEnv(NotCopyable, StateChecks, WorkerStartup, JobEngine, ResultAs
             return self._receive(timeout)
         self._wait_all("step", timeout)
         return self._step_results()
-
-    def call(self, name: str, /, *args: Any, **kwargs: Any) -> Tuple[Any, ...]:
-        """Calls method ``name`` (or reads the attribute) of every env; a tuple."""
-        self.call_async(name, *args, **kwargs)
-        return self.call_wait()
 
     def call_async(self, name: str, /, *args: Any, **kwargs: Any) -> None:
         """Sends :meth:`call` to the workers; collect with :meth:`call_wait`."""
@@ -376,30 +350,16 @@ class FastVectorEnv(NotCopyable, StateChecks, WorkerStartup, JobEngine, ResultAs
         self._state = AsyncState.DEFAULT
         return tuple(value for group in groups for value in group)
 
-    def get_attr(self, name: str) -> Tuple[Any, ...]:
-        """Attribute ``name`` of every env (a method is called without arguments)."""
-        return self.call(name)
-
     def set_attr(self, name: str, values: Any) -> None:
         """Sets attribute ``name`` of every env.
 
         Args:
             values: a list or tuple of one value per env, or one value for all.
         """
-        self._assert_is_running()
-        if not isinstance(values, (list, tuple)):
-            values = [values] * self.num_envs
-        if len(values) != self.num_envs:
-            raise ValueError(f"set_attr({name!r}): expected {self.num_envs} values (one "
-                             f"per env), got {len(values)}")
-        self._assert_state("set_attr")
+        values = self._attr_values(name, values)
         self._settle()
         self._resolve([w.call("set_each", name, list(values[begin:end]))
                        for w, (begin, end) in zip(self._workers, self._bounds)], None)
-
-    def render(self) -> Tuple[Any, ...]:
-        """The frames of every env (``env.render()``), as a tuple."""
-        return self.call("render")
 
     @property
     def np_random_seed(self) -> Tuple[Any, ...]:  # type: ignore[override]  # AsyncVectorEnv's
@@ -483,12 +443,6 @@ class FastVectorEnv(NotCopyable, StateChecks, WorkerStartup, JobEngine, ResultAs
         self._in_flight.clear()
         self._payloads.clear()
         self._pipe_leaves.clear()
-
-    def __enter__(self) -> "FastVectorEnv":
-        return self
-
-    def __exit__(self, *exc_info: Any) -> None:
-        self.close()
 
 
 # One thread at a time: a second thread's call raises ConcurrentUseError before it

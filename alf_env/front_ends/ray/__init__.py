@@ -11,8 +11,7 @@ Ray is optional (``pip install alf_env[ray]``): this package imports it only
 when an environment is built, so ``import alf_env.distributed`` works without it.
 """
 
-import importlib
-from typing import Any
+from alf_env.lazy_import import lazy_exports
 
 __all__ = ["RayVectorEnv", "RayParallelAlfEnvironment", "RestartPolicy", "ActorDiedError"]
 
@@ -23,12 +22,4 @@ _LAZY = {
     "ActorDiedError": "alf_env.front_ends.ray.restart",
 }
 
-
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'alf_env.front_ends.ray' has no attribute {name!r}")
-
-
-def __dir__() -> list:
-    return sorted(list(globals()) + __all__)
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)

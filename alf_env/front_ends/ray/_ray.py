@@ -4,6 +4,8 @@ from typing import Any, Dict, Optional
 
 from absl import logging
 
+from alf_env.lazy_import import import_from
+
 #: ``ray.init`` arguments used when a distributed env is built with no Ray
 #: instance running (as Ray's own libraries do, it starts a local one).
 DEFAULT_INIT_KWARGS: Dict[str, Any] = {"include_dashboard": False,
@@ -17,12 +19,11 @@ def import_ray() -> Any:
         ImportError: Ray is not installed.
     """
     try:
-        import ray  # pylint: disable=import-outside-toplevel
+        return import_from("ray")
     except ImportError as exc:
         raise ImportError(
             "alf_env.distributed needs Ray, which is not installed; install it with "
             "`pip install alf_env[ray]` (or `pip install 'ray>=2.9'`)") from exc
-    return ray
 
 
 def ensure_initialized(init_kwargs: Optional[Dict[str, Any]] = None) -> Any:

@@ -13,6 +13,7 @@ from typing import Any, Callable, Dict, List, Optional
 
 from alf_env.control_plane.remote import RemoteException
 from alf_env.errors import EnvironmentProcessError, WorkerDiedError
+from alf_env.lazy_import import import_from
 
 
 class Failure:
@@ -119,16 +120,14 @@ class EnvActor:
 
 def _node_ip() -> str:
     try:
-        import ray  # pylint: disable=import-outside-toplevel
-        return ray.util.get_node_ip_address()
+        return import_from("ray.util", "get_node_ip_address")()
     except Exception:  # noqa: BLE001 -- only for messages
         return "unknown ip"
 
 
 def _node_id() -> str:
     try:
-        import ray  # pylint: disable=import-outside-toplevel
-        return ray.get_runtime_context().get_node_id()
+        return import_from("ray", "get_runtime_context")().get_node_id()
     except Exception:  # noqa: BLE001 -- only for messages and placement checks
         return ""
 

@@ -77,8 +77,7 @@ class RayParallelAlfEnvironment(MembersSpecs, AlfEnvironment):
                                  restart_policy=restart_policy, on_restart=self._restart,
                                  start_timeout=start_timeout)
         described = self._group.start()
-        (self._time_step_spec, self._observation_spec, self._action_spec, self._reward_spec,
-         self._env_info_spec, _) = described[0]
+        self._keep_specs(described[0][:-1])  # AlfHost.describe: the specs, then the rows
         sizes = [rows for *_, rows in described]  # each actor's batch size
         self._offsets = np.cumsum([0] + sizes[:-1]).tolist()
         self._bounds = [(o, o + s) for o, s in zip(self._offsets, sizes)]

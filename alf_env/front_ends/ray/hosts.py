@@ -11,7 +11,9 @@ import gymnasium as gym
 import numpy as np
 
 from alf_env import nest
+from alf_env.environments.members_specs import spec_values
 from alf_env.front_ends.gym.vector_env import FastVectorEnv
+from alf_env.lazy_import import import_from
 
 
 class GymHost:
@@ -61,9 +63,9 @@ class AlfHost:
         self.env = FastParallelEnvironment(ctors, **env_kwargs)
 
     def describe(self) -> tuple:
-        env = self.env
-        return (env.time_step_spec(), env.observation_spec(), env.action_spec(),
-                env.reward_spec(), env.env_info_spec(), env.batch_size)
+        """The env's five specs (:data:`~alf_env.environments.members_specs.SPEC_METHODS`
+        order), then its batch size."""
+        return spec_values(self.env) + (self.env.batch_size,)
 
     def reset(self) -> Any:
         return _to_numpy(self.env.reset())
@@ -96,5 +98,4 @@ def _to_numpy(time_step: Any) -> Any:
 
 def _torch() -> Any:
     """torch, imported only by the ALF host (the gym path stays torch-free)."""
-    import torch  # pylint: disable=import-outside-toplevel
-    return torch
+    return import_from("torch")

@@ -29,10 +29,10 @@ from gymnasium.error import AlreadyPendingCallError, NoAsyncCallError
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 
-from alf_env.data_plane.space_layout import SpaceLayout
 from alf_env.errors import EnvTimeoutError
 from alf_env.front_ends.gym.engine import ENV_ID_DTYPE
-from alf_env.front_ends.gym.state import AsyncState, Seeds, StateChecks
+from alf_env.front_ends.gym.space_layout import SpaceLayout
+from alf_env.front_ends.gym.state import AsyncState, Seeds, VectorApi
 from alf_env.front_ends.ray.actor import Failure
 from alf_env.front_ends.ray.batching import concat_arrays, concat_batches, merge_infos, split_batch
 from alf_env.front_ends.ray.engine import (
@@ -50,7 +50,7 @@ __all__ = ["RayVectorEnv"]
 
 Step = Tuple[Any, np.ndarray, np.ndarray, np.ndarray, Dict[str, Any]]
 
-class RayVectorEnv(StateChecks, gym.vector.VectorEnv):
+class RayVectorEnv(VectorApi, gym.vector.VectorEnv):
     """A ``gymnasium.vector.VectorEnv`` whose envs run on ``num_actors`` Ray actors.
 
     Connect to a cluster first (``ray.init(address="auto")``); with no Ray
@@ -122,23 +122,10 @@ class RayVectorEnv(StateChecks, gym.vector.VectorEnv):
 
     # -- the gymnasium API ----------------------------------------------------------
 
-    def reset(self, *, seed: Seeds = None,
-              options: Optional[Dict[str, Any]] = None) -> Tuple[Any, Dict[str, Any]]:
-        """Resets the envs (see ``FastVectorEnv.reset``: an int seed gives env
-        ``i`` the seed ``seed + i``; ``options["reset_mask"]`` resets some)."""
-        self.reset_async(seed=seed, options=options)
-        return self.reset_wait()
-
     def reset_async(self, seed: Seeds = None,
                     options: Optional[Dict[str, Any]] = None) -> None:
         """Posts the resets to the actors; collect them with :meth:`reset_wait`."""
-        self._assert_is_running()
-        seeds = self._seed_list(seed)
-        self._assert_state("reset_async")
-        options = None if options is None else dict(options)
-        mask = None
-        if options is not None and "reset_mask" in options:
-            mask = self._check_reset_mask(options.pop("reset_mask"))
+        seeds, options, mask = self._reset_arguments(seed, options)
         self._drain()
         actors = [j for j, s in enumerate(self.shares) if mask is None or mask[s].any()]
         for j in actors:
@@ -188,8 +175,7 @@ class RayVectorEnv(StateChecks, gym.vector.VectorEnv):
         self._assert_state("step_async")
         if self.is_async:
             if not self._last_actors:
-                raise NoAsyncCallError("step() in the asynchronous mode steps the envs "
-                                       "of the last recv(); call reset() first", "step")
+                raise self._no_recv_yet()
             actors = self._last_actors
         else:
             if self._group.busy():
@@ -214,11 +200,6 @@ class RayVectorEnv(StateChecks, gym.vector.VectorEnv):
                                        "step"), key=lambda r: r[0])
         return self._join(results, self.num_envs)
 
-    def call(self, name: str, /, *args: Any, **kwargs: Any) -> Tuple[Any, ...]:
-        """Calls method ``name`` (or reads the attribute) of every env; a tuple."""
-        self.call_async(name, *args, **kwargs)
-        return self.call_wait()
-
     def call_async(self, name: str, /, *args: Any, **kwargs: Any) -> None:
         """Sends :meth:`call` to every actor; collect with :meth:`call_wait`."""
         self._assert_is_running()
@@ -238,26 +219,12 @@ class RayVectorEnv(StateChecks, gym.vector.VectorEnv):
         self._state = AsyncState.DEFAULT
         return tuple(v for values in groups for v in values)
 
-    def get_attr(self, name: str) -> Tuple[Any, ...]:
-        """Attribute ``name`` of every env (a method is called without arguments)."""
-        return self.call(name)
-
     def set_attr(self, name: str, values: Any) -> None:
         """Sets attribute ``name`` of every env (one value per env, or one for all)."""
-        self._assert_is_running()
-        if not isinstance(values, (list, tuple)):
-            values = [values] * self.num_envs
-        if len(values) != self.num_envs:
-            raise ValueError(f"set_attr({name!r}): expected {self.num_envs} values (one "
-                             f"per env), got {len(values)}")
-        self._assert_state("set_attr")
+        values = self._attr_values(name, values)
         self._guard(lambda: self._group.call_all(
             "set_attr", [(name, list(values[s.start:s.stop])) for s in self.shares],
             None, "set_attr"))
-
-    def render(self) -> Tuple[Any, ...]:
-        """The frames of every env (``env.render()``), as a tuple."""
-        return self.call("render")
 
     @property
     def np_random_seed(self) -> Tuple[Any, ...]:  # type: ignore[override]  # AsyncVectorEnv's
@@ -319,12 +286,6 @@ class RayVectorEnv(StateChecks, gym.vector.VectorEnv):
         self._state = AsyncState.DEFAULT
         if self._group is not None:
             self._group.close(terminate=terminate, timeout=timeout)
-
-    def __enter__(self) -> "RayVectorEnv":
-        return self
-
-    def __exit__(self, *exc_info: Any) -> None:
-        self.close()
 
     def __del__(self) -> None:
         if not getattr(self, "closed", True) and getattr(self, "_group", None) is not None:

@@ -11,7 +11,7 @@ gymnasium's layout (a dict of batches, a tuple of batches):
   gets ``actions[i]`` (never a transposed batch, even when ``num_envs`` equals
   the number of sub-spaces);
 * an env's action that the shared rows carry exactly (of its type, dtype,
-  shape and value: see :mod:`alf_env.data_plane.action_items`) goes through
+  shape and value: see :mod:`alf_env.front_ends.gym.action_items`) goes through
   them; any other (a float, NaN or inf for a ``Discrete`` space, an integer
   beyond the space's dtype, another shape, an object) is *passed*: sent to
   that env as it is, on the pipe, so the env sees what ``SubprocVecEnv``
@@ -26,7 +26,7 @@ from typing import Any, Dict, List, Mapping, Tuple
 import numpy as np
 from gymnasium import spaces
 
-from alf_env.data_plane.action_items import action_layout
+from alf_env.front_ends.gym.action_items import action_layout
 
 __all__ = ["ActionRouter"]
 

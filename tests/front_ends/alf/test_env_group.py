@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from alf_env.control_plane.affinity import usable_cpus
+from alf_env.control_plane.affinity import usable_cpu_count
 from alf_env.environments.fast_parallel_environment import FastParallelEnvironment, plan_group_size
 from alf_env.environments.parallel_environment import ParallelAlfEnvironment
 from alf_env.environments.random_alf_environment import RandomAlfEnvironment
@@ -59,7 +59,7 @@ def test_zero_copy_groups_match_step_by_step():
 
 
 def test_default_is_about_one_worker_per_cpu():
-    cpus = len(usable_cpus())
+    cpus = usable_cpu_count()
     n = 4 * cpus
     with FastParallelEnvironment([functools.partial(CountingEnv, env_id=i)
                                   for i in range(n)]) as env:
@@ -73,7 +73,7 @@ def test_plan_group_size():
     assert plan_group_size(8, 8, 2, False) == 1
     assert plan_group_size(6, None, 1, False) == 1  # spares: one env per worker
     assert plan_group_size(6, None, 0, True) == 1   # blocking too
-    cpus = len(usable_cpus())
+    cpus = usable_cpu_count()
     assert plan_group_size(cpus * 3, None, 0, False) == 3
     assert plan_group_size(1, None, 0, False) == 1
     with pytest.raises(ValueError, match=r"num_workers: expected a divisor of the number "

@@ -1,4 +1,4 @@
-"""FastVectorEnv's infos through shared memory (alf_env.data_plane.info_codec) and the
+"""FastVectorEnv's infos through shared memory (alf_env.front_ends.gym.info_codec) and the
 spreading of envs over workers (num_workers): value for value what gymnasium's
 SyncVectorEnv returns, and no pipe message per step for numeric infos."""
 
@@ -10,9 +10,9 @@ import psutil
 import pytest
 from gymnasium.vector import AutoresetMode
 
-from alf_env.control_plane.affinity import usable_cpus
-from alf_env.data_plane import info_codec as vector_infos
-from alf_env.data_plane.info_codec import (
+from alf_env.control_plane.affinity import usable_cpu_count
+from alf_env.front_ends.gym import info_codec as vector_infos
+from alf_env.front_ends.gym.info_codec import (
     PIPE,
     InfoDecoder,
     InfoEncoder,
@@ -336,7 +336,7 @@ def test_plan_workers_spreads_envs_evenly_and_checks_arguments():
     assert plan_workers(10, 10, 4, None) == [(0, 3), (3, 6), (6, 8), (8, 10)]
     assert plan_workers(6, 6, None, 2) == [(0, 2), (2, 4), (4, 6)]
     assert plan_workers(8, 4, None, None) == [(i, i + 1) for i in range(8)]  # async
-    cpus = len(usable_cpus())
+    cpus = usable_cpu_count()
     assert len(plan_workers(64, 64, None, None)) == min(64, cpus)
     assert len(plan_workers(1, 1, None, None)) == 1
     with pytest.raises(ValueError, match=r"num_workers: expected 1 <= num_workers <= 4"):
@@ -352,9 +352,9 @@ def test_plan_workers_spreads_envs_evenly_and_checks_arguments():
 
 
 def test_default_is_one_worker_per_usable_cpu():
-    n = len(usable_cpus()) * 2 + 1
+    n = usable_cpu_count() * 2 + 1
     with FastVectorEnv([lambda: NumericInfoEnv()] * n) as env:
-        assert env.num_workers == min(n, len(usable_cpus()))
+        assert env.num_workers == min(n, usable_cpu_count())
         assert len(set(env.worker_pids())) == env.num_workers
         assert env.envs_per_worker is None or env.envs_per_worker * env.num_workers == n
         obs, _ = env.reset(seed=0)

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from gymnasium import spaces
 
-from alf_env.data_plane.action_items import ITEM_BYTES, action_layout
-from alf_env.data_plane.space_layout import SpaceLayout
+from alf_env.front_ends.gym.action_items import ITEM_BYTES, action_layout
+from alf_env.front_ends.gym.space_layout import SpaceLayout
 
 NUM_ROWS = 4
 BOX = spaces.Box(-1.0, 1.0, (2,), np.float32)

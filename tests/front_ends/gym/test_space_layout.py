@@ -1,11 +1,11 @@
-"""alf_env.data_plane.space_layout: gymnasium spaces <-> shared-memory fields, without processes."""
+"""alf_env.front_ends.gym.space_layout: gymnasium spaces <-> shared-memory fields, no processes."""
 
 import numpy as np
 import pytest
 from gymnasium import spaces
 from gymnasium.vector.utils import concatenate, create_empty_array
 
-from alf_env.data_plane.space_layout import SpaceLayout
+from alf_env.front_ends.gym.space_layout import SpaceLayout
 from tests.support.gym_envs import assert_tree_equal
 
 NUM_ROWS = 4

@@ -32,7 +32,7 @@ Writing checks shape and dtype: one row (what an env returned) follows numpy's
 a batch the rule its caller names (``"safe"`` by default); a violation raises
 ``ValueError`` naming the path and the expected and actual shape and dtype.
 The array sub-spaces may be other nodes (``leaf``): actions use
-:mod:`~alf_env.data_plane.action_items`, which carries each env's item as given.
+:mod:`~alf_env.front_ends.gym.action_items`, which carries each env's item as given.
 """
 
 from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union

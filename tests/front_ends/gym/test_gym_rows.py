@@ -1,4 +1,4 @@
-"""The job handler of FastVectorEnv's workers (alf_env.data_plane.gym_rows), run
+"""The job handler of FastVectorEnv's workers (alf_env.front_ends.gym.gym_rows), run
 in this process over a shared block: the exact write (one native copy of the
 step's observation, reward, flags and info record) writes the same bytes as the
 checking write, and takes the common steps."""
@@ -10,10 +10,10 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from alf_env.data_plane import gym_rows
-from alf_env.data_plane.info_codec import InfoEncoder
 from alf_env.data_plane.shared_block import SharedBlock
-from alf_env.data_plane.space_layout import SpaceLayout
+from alf_env.front_ends.gym import gym_rows
+from alf_env.front_ends.gym.info_codec import InfoEncoder
+from alf_env.front_ends.gym.space_layout import SpaceLayout
 from tests.support.gym_envs import NumericInfoEnv
 
 NUM_ENVS = 3
@@ -51,7 +51,7 @@ def _bound(pattern, exact):
     act = SpaceLayout(probe.action_space, "act", "action")
     block = SharedBlock(gym_rows.block_fields(obs, act, 128), num_rows=NUM_ENVS,
                         num_workers=1)
-    group = gym_rows.EnvGroup([functools.partial(_env, pattern, i)
+    group = gym_rows.GymEnvBatch([functools.partial(_env, pattern, i)
                                for i in range(NUM_ENVS)], 0)
     pipe = _Pipe()
     handler = gym_rows.GymRowsHandler((0, NUM_ENVS), obs, act,

@@ -5,7 +5,7 @@ gymnasium's ``AsyncVectorEnv`` splits a batch of actions with
 receives what the caller put in the batch: a float64 array for a float32
 ``Box`` when the policy made float64, ``np.float64`` scalars for a ``(n,)``
 batch of a ``(1,)`` space, Python lists and floats from a list of lists.
-:func:`action_layout` gives a :class:`~alf_env.data_plane.space_layout.SpaceLayout`
+:func:`action_layout` gives a :class:`~alf_env.front_ends.gym.space_layout.SpaceLayout`
 whose array leaves (Box, Discrete, MultiDiscrete, MultiBinary) are
 :class:`ItemNode`: each env's row holds the **bytes** of its item (up to 8 bytes
 per element of the space) and the item's *kind* (container, dtype, shape), so the
@@ -40,7 +40,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 from gymnasium import spaces
 
-from alf_env.data_plane.space_layout import Node, Rows, SpaceLayout, can_cast
+from alf_env.front_ends.gym.space_layout import Node, Rows, SpaceLayout, can_cast
 
 __all__ = ["ItemNode", "ItemRows", "action_layout"]
 

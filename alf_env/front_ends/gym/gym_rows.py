@@ -1,14 +1,15 @@
 """The worker side of :class:`alf_env.vector.FastVectorEnv`.
 
-A worker process hosts an :class:`EnvGroup` (``envs_per_worker`` gymnasium
+A worker process hosts a :class:`GymEnvBatch` (``envs_per_worker`` gymnasium
 envs, built from their ``env_fns`` by ``ProcessEnvironment``) and, once in the
-native loop, a :class:`GymRowsHandler` that runs STEP and RESET jobs:
+native loop, a :class:`GymRowsHandler` (a
+:class:`~alf_env.data_plane.handlers.JobHandler`) that runs STEP and RESET jobs:
 
 * it reads each env's action from the shared action rows, steps the env,
   auto-resets it as the autoreset mode says (exactly like ``SyncVectorEnv``),
   and writes observation, reward, terminated and truncated into the env's rows;
 * the fixed-size part of each env's info dict goes into the env's info area
-  (:class:`~alf_env.data_plane.info_codec.InfoEncoder`), the id of its layout into the
+  (:class:`~alf_env.front_ends.gym.info_codec.InfoEncoder`), the id of its layout into the
   env's ``info_layout`` row;
 * whatever has no fixed size - info values that do not fit a layout, the
   observation leaves of spaces such as Graph and Sequence - and the
@@ -26,10 +27,11 @@ at once; the parent reads the report right after it sees the job finish,
 before it sends this worker anything else, so pipe order is kept.
 
 Reset arguments that are not the default (seeds, options, ``reset_mask``)
-reach the worker on the pipe first (``EnvGroup.stage_reset``), and the RESET
+reach the worker on the pipe first (``GymEnvBatch.stage_reset``), and the RESET
 job's argument says to use them (``RESET_STAGED``).
 """
 
+import multiprocessing.connection
 import threading
 from multiprocessing.reduction import ForkingPickler
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
@@ -38,16 +40,16 @@ import gymnasium as gym
 import numpy as np
 import numpy.typing as npt
 
-from alf_env import _penv
 from alf_env.control_plane.protocol import MessageType
 from alf_env.control_plane.remote import mark_raised_by
 from alf_env.control_plane.worker import close_each
-from alf_env.data_plane.info_codec import InfoEncoder, Payload, Signature
-from alf_env.data_plane.space_layout import SpaceLayout
+from alf_env.data_plane.shared_block import SharedBlock, copy_leaves
+from alf_env.front_ends.gym.info_codec import InfoEncoder, Payload, Signature
+from alf_env.front_ends.gym.space_layout import SpaceLayout
 
 # Arguments of RESET jobs.
 RESET_DEFAULT = 0   # every env, no seed, no options
-RESET_STAGED = 1    # use what EnvGroup.stage_reset() stored
+RESET_STAGED = 1    # use what GymEnvBatch.stage_reset() stored
 
 # Larger reports are sent by a thread (see the module docstring). Well below
 # the smallest socket buffer Linux gives a multiprocessing pipe.
@@ -111,7 +113,7 @@ class StagedReset:
         self.mask = [bool(m) for m in mask]
 
 
-class EnvGroup:
+class GymEnvBatch:
     """The object a worker serves: its envs, and the pipe-side operations on them.
 
     Args:
@@ -246,6 +248,10 @@ class Autoreset:
 class GymRowsHandler:
     """The job handler (and its factory) of FastVectorEnv's workers.
 
+    Implements :class:`~alf_env.data_plane.handlers.HandlerFactory` (in the
+    parent) and :class:`~alf_env.data_plane.handlers.JobHandler` (bound, in
+    the worker).
+
     Args:
         rows: ``(begin, end)``: the env rows this worker owns.
         observation: layout of the observation space (field prefix ``obs``).
@@ -254,6 +260,9 @@ class GymRowsHandler:
         info_bytes: size of each env's info area (0: infos on the pipe).
         declared_infos: signatures of declared infos (layouts known upfront).
     """
+
+    #: Nothing to do once a step is reported (the autoreset is part of the step).
+    after_step: Optional[Callable[[], None]] = None
 
     def __init__(self, rows: Tuple[int, int], observation: SpaceLayout,
                  action: SpaceLayout, autoreset_mode: gym.vector.AutoresetMode,
@@ -265,7 +274,9 @@ class GymRowsHandler:
         self.info_bytes = info_bytes
         self.declared_infos = tuple(declared_infos)
 
-    def __call__(self, group: EnvGroup, block: Any, conn: Any, env_id: Any) -> "GymRowsHandler":
+    def __call__(self, group: GymEnvBatch, block: SharedBlock,
+                 conn: multiprocessing.connection.Connection,
+                 env_id: Optional[int]) -> "GymRowsHandler":
         """Binds to the worker's env group, the shared block and the pipe (in the worker)."""
         self._group = group
         self._conn = conn
@@ -361,7 +372,7 @@ class GymRowsHandler:
                      terminated: Any, truncated: Any, info: Dict[str, Any]) -> bool:
         """The common step's write, in one native copy: an observation array of
         the space's exact dtype and shape, scalars the rows take exactly
-        (``_penv._copy_leaves``), and an empty info or one of the env's last
+        (``copy_leaves``), and an empty info or one of the env's last
         layout with no pipe values. Returns ``False`` for anything else (the
         caller's :meth:`_write` converts, checks and reports; what was copied
         here is written again there)."""
@@ -379,7 +390,7 @@ class GymRowsHandler:
                 full = self._exact_info_rows[key] = dst + [
                     records[name][row, ...] for _, _, name, _ in layout.shm]
             dst, leaves = full, leaves + values
-        if _penv._copy_leaves(dst, leaves, True) != len(dst):
+        if copy_leaves(dst, leaves, True) != len(dst):
             return False
         if self._marks[k] != (lid, False):
             self._rows.info_layout[row] = lid

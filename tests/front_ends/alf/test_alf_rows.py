@@ -1,4 +1,4 @@
-"""The job handler of FastParallelEnvironment's workers (alf_env.data_plane.alf_rows),
+"""The job handler of FastParallelEnvironment's workers (alf_env.front_ends.alf.alf_rows),
 run in this process over a shared block: what it writes into the rows is what
 the envs' ``step()`` returns, value for value, whether a member takes the flat
 step (a plain ``AlfGymWrapper``) or builds its ``TimeStep`` (any other env)."""
@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from alf_env import nest
-from alf_env.data_plane.alf_rows import AlfRowsHandler
 from alf_env.data_plane.shared_block import SharedBlock
 from alf_env.environments.alf_gym_wrapper import AlfGymWrapper
+from alf_env.front_ends.alf.alf_rows import AlfRowsHandler
 from alf_env.front_ends.alf.env_group import EnvGroup
 from tests.support.gym_envs import FaultyEnv, NumericInfoEnv
 
@@ -34,8 +34,8 @@ def _handler(env, num_rows):
             fields.append((f"{prefix}.{path}", tuple(leaf.shape), leaf.numpy_dtype))
             names[prefix].append(f"{prefix}.{path}")
     block = SharedBlock(fields, num_rows=num_rows, num_workers=1)
-    handler = AlfRowsHandler((0, num_rows), tuple(names["action"]),
-                             tuple(names["time_step"]))(env, block, None, 0)
+    handler = AlfRowsHandler((0, num_rows), tuple(names["action"]), tuple(names["time_step"]),
+                             grouped=isinstance(env, EnvGroup))(env, block, None, 0)
     views = ([block.views[n] for n in names["action"]],
              [block.views[n] for n in names["time_step"]])
     return handler, views, block

@@ -1,4 +1,4 @@
-"""Benchmark workloads, as gymnasium environments with fixed, cheap logic.
+"""The benchmark's synthetic envs: gymnasium environments with fixed, cheap logic.
 
 The same env logic is run by every backend (alf_env's ALF-style envs wrap it
 with :class:`~alf_env.environments.alf_gym_wrapper.AlfGymWrapper`):
@@ -18,8 +18,8 @@ with :class:`~alf_env.environments.alf_gym_wrapper.AlfGymWrapper`):
   CPU per step and a 4-key float info every step (like MuJoCo's
   HalfCheetah); together they measure the whole range of step lengths.
 
-The real environments of the benchmark (MuJoCo, Atari, CartPole) are in
-:mod:`alf_env.bench.workloads`.
+:mod:`alf_env.bench.workloads` names the benchmark's workloads: these envs
+and the real ones (MuJoCo, Atari, CartPole).
 
 Observations encode the env id and the step count (``obs[0]``/``obs[1]`` for
 W1 and W3, the first two pixels for W2), so tests can check that every row
@@ -165,7 +165,8 @@ def _sweep(microseconds: int) -> Callable[..., gym.Env]:
     return functools.partial(SweepEnv, step_seconds=microseconds * 1e-6)
 
 
-WORKLOADS: Dict[str, Callable[..., gym.Env]] = {
+#: The synthetic envs by workload name; each takes ``env_id`` as a keyword.
+SYNTHETIC_ENVS: Dict[str, Callable[..., gym.Env]] = {
     "W1": TrivialEnv,
     "W2": ImageEnv,
     "W3": BusyEnv,
@@ -174,12 +175,22 @@ WORKLOADS: Dict[str, Callable[..., gym.Env]] = {
 }
 
 
-def make_workload(name: str, env_id: int = 0) -> gym.Env:
-    """Creates synthetic workload ``name`` ("W1" ... "W4", "S10" ... "S1000").
+def make_synthetic_env(name: str, env_id: int = 0) -> gym.Env:
+    """Creates the synthetic env of workload ``name``.
 
-    Any other name is passed to ``gymnasium.make`` (the benchmark's real
-    workloads, with their wrappers, are :func:`alf_env.bench.workloads.make_env`).
+    Any workload by name, synthetic or real, is
+    :func:`alf_env.bench.workloads.make_env`.
+
+    Args:
+        name: ``"W1"`` ... ``"W4"`` or ``"S10"`` ... ``"S1000"``.
+        env_id: the env's id (written into its observations).
+
+    Raises:
+        ValueError: ``name`` is not a synthetic workload.
     """
-    if name in WORKLOADS:
-        return WORKLOADS[name](env_id=env_id)
-    return gym.make(name)
+    try:
+        make = SYNTHETIC_ENVS[name]
+    except KeyError:
+        raise ValueError(f"{name!r} is not a synthetic workload; expected one of "
+                         f"{', '.join(SYNTHETIC_ENVS)}") from None
+    return make(env_id=env_id)

@@ -1,9 +1,11 @@
 """The job handler of FastParallelEnvironment's workers: ALF time steps in shared rows.
 
-:class:`AlfRowsHandler` is the :class:`~alf_env.data_plane.job_loop.JobHandler`
-(and its factory) that a ``FastParallelEnvironment`` worker runs in the job
-loop: a STEP job reads the worker's action rows, steps its env (or each member
-of an ``EnvGroup``) and writes the time steps into its rows; a RESET job
+:class:`AlfRowsHandler` is the :class:`~alf_env.data_plane.handlers.JobHandler`
+(and its :class:`~alf_env.data_plane.handlers.HandlerFactory`) that a
+``FastParallelEnvironment`` worker runs in the job loop: a STEP job reads the
+worker's action rows, steps its env (or each member of a :class:`MemberGroup`,
+the interface ``EnvGroup`` implements; the parent says at construction whether
+its workers host groups) and writes the time steps into its rows; a RESET job
 resets and writes. :class:`_Rows` moves nests in and out of one worker's rows,
 checking each leaf against the spec (shape, and a dtype that converts under
 numpy's ``"same_kind"`` rule) as it writes.
@@ -14,14 +16,15 @@ out and into the rows, no ``TimeStep`` built; a step that is no plain one
 (a reset after ``LAST``) goes through the env's ``step()`` as any other env's.
 """
 
-from typing import Any, Callable, Dict, List, Optional, Tuple
+import multiprocessing.connection
+from typing import Any, Callable, Dict, List, Optional, Protocol, Sequence, Tuple
 
 import numpy as np
 
 from alf_env import nest
-from alf_env._penv import _copy_leaves
 from alf_env.control_plane.spec_checks import time_step_count_error, time_step_leaf_error
 from alf_env.control_plane.worker import flat_stepper_of
+from alf_env.data_plane.shared_block import SharedBlock, copy_leaves
 from alf_env.nest_compiled import compile_nest
 
 
@@ -58,7 +61,7 @@ class _Rows:
             raise time_step_count_error(env_id, len(leaves), self.paths)
         # Exact arrays (the common case) in one native call; from the first
         # leaf that needs a cast or is wrong, the checking path below.
-        done = _copy_leaves(views, leaves, scalars)
+        done = copy_leaves(views, leaves, scalars)
         if done == len(views):
             return
         for path, view, leaf in zip(self.paths[done:], views[done:], leaves[done:]):
@@ -78,6 +81,33 @@ class _Rows:
         return self._casts[key]
 
 
+class MemberGroup(Protocol):
+    """An env of several member envs that a worker steps one by one, each in its
+    own rows (``EnvGroup`` of ``front_ends/alf/env_group.py`` implements it).
+    """
+
+    @property
+    def members(self) -> Sequence[Any]:
+        """The member envs, in row order."""
+
+    def begin_job(self) -> None:
+        """Called once before the members of a job are stepped or reset."""
+
+    def step_member(self, j: int, action: Any) -> Any:
+        """Steps member ``j``; returns its time step."""
+
+    def step_member_flat(self, j: int, flat_step: Callable[[List[np.ndarray]], Any],
+                         action_leaves: List[np.ndarray]) -> Optional[List[Any]]:
+        """Steps member ``j`` with its flat step; its time step's leaves, or
+        ``None`` when that step was no plain one (then :meth:`step_member`)."""
+
+    def reset_member(self, j: int) -> Any:
+        """Resets member ``j``; returns its time step."""
+
+    def reset_ended(self) -> None:
+        """Resets the members whose last step ended their episode (after the job)."""
+
+
 class AlfRowsHandler:
     """The job handler (and its factory) of FastParallelEnvironment's workers.
 
@@ -85,15 +115,23 @@ class AlfRowsHandler:
         rows: ``(begin, end)``: the rows this worker owns in every field.
         action_fields: block field names of the flattened action spec.
         time_step_fields: block field names of the flattened time step spec.
+        grouped: the worker's env is a :class:`MemberGroup` (``EnvGroup``),
+            whose members each own ``(end - begin) / len(members)`` rows.
     """
 
+    #: A MemberGroup's ``reset_ended`` once bound to one, else ``None``.
+    after_step: Optional[Callable[[], None]] = None
+
     def __init__(self, rows: Tuple[int, int], action_fields: Tuple[str, ...],
-                 time_step_fields: Tuple[str, ...]) -> None:
+                 time_step_fields: Tuple[str, ...], grouped: bool = False) -> None:
         self.rows = rows
         self.action_fields = action_fields
         self.time_step_fields = time_step_fields
+        self.grouped = grouped
 
-    def __call__(self, env: Any, block: Any, conn: Any, env_id: Any) -> "AlfRowsHandler":
+    def __call__(self, env: Any, block: SharedBlock,
+                 conn: multiprocessing.connection.Connection,
+                 env_id: Optional[int]) -> "AlfRowsHandler":
         """Binds to the worker's env and the shared block (in the worker)."""
         batched = bool(env.batched)
         self._env = env
@@ -114,22 +152,21 @@ class AlfRowsHandler:
             None if batched else flat_stepper_of(env))
         if self._flat_step is not None:
             self.step = self._step_flat  # type: ignore[method-assign]  # chosen per env
-        # An EnvGroup resets its members that ended once the step is reported.
-        reset_ended = getattr(env, "reset_ended", None)
-        if callable(reset_ended):
-            self.after_step = reset_ended
-
-        if callable(getattr(env, "step_member", None)):  # an env_group.EnvGroup
-            # (not imported here: it needs torch, which FastVectorEnv's workers never load)
+        if self.grouped:
             # Each member reads and writes its own rows: no slicing, no batching.
+            group: MemberGroup = env
+            self._group = group
+            # The group resets its members that ended once the step is reported.
+            self.after_step = group.reset_ended
             begin, end = self.rows
-            n = len(env.members)
+            members = group.members
+            n = len(members)
             per = (end - begin) // n
-            member_batched = per > 1 or bool(env.members[0].batched)
+            member_batched = per > 1 or bool(members[0].batched)
             self._members = [
                 rows_of((begin + j * per, begin + (j + 1) * per), member_batched)
                 + ((env_id or 0) + j,
-                   None if member_batched else flat_stepper_of(env.members[j]))
+                   None if member_batched else flat_stepper_of(members[j]))
                 for j in range(n)]
             # Chosen per env (the job loop calls step and reset).
             self.step, self.reset = (  # type: ignore[method-assign]
@@ -153,7 +190,7 @@ class AlfRowsHandler:
             self._outputs.write_leaves(result[0], self._env_id, True)
 
     def _step_members(self, arg: int) -> None:
-        group = self._env
+        group = self._group
         group.begin_job()
         for j, (actions, outputs, env_id, flat_step) in enumerate(self._members):
             if flat_step is not None:
@@ -164,7 +201,7 @@ class AlfRowsHandler:
             outputs.write(group.step_member(j, actions.read()), env_id)
 
     def _reset_members(self, arg: int) -> None:
-        group = self._env
+        group = self._group
         group.begin_job()
         for j, (_, outputs, env_id, _) in enumerate(self._members):
             outputs.write(group.reset_member(j), env_id)

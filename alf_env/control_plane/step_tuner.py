@@ -1,0 +1,259 @@
+"""Choosing, while the env runs, the settings that make the trainer's loop fastest.
+
+Some settings of the workers win on a quiet machine and lose, sometimes many
+times over, on a shared one: pinning them to CPUs, letting them spin while
+they wait for the next step, leaving torch's OpenMP threads spinning after
+the policy's forward pass. Which one wins depends on what else runs (the
+trainer's own torch threads, another training, a busy process), and that
+changes while a training runs. So :class:`StepTuner` measures each setting
+(a :class:`Knob` with a preferred and an alternative value) with the steps
+the trainer takes anyway:
+
+1. it times the trainer's *cycle*, from the start of one lockstep step to the
+   start of the next, so that what a setting costs the trainer's own work
+   (the policy's forward pass) counts as well as the step;
+2. for one knob at a time it times windows of cycles at the current value,
+   the other value, the other again and the current again (so a drift of
+   the machine's speed cancels out), and keeps the alternative value only
+   when its mean cycle is shorter than the preferred value's by more than
+   the knob's margin;
+   An alternative whose first window is :data:`CLEAR_LOSS` times the
+   current value's is dropped at once, and its window ends after
+   :data:`EARLY_CYCLES` cycles when their median shows that: timing it
+   longer only costs;
+3. after all knobs have been chosen it keeps them for ``period_s`` seconds of
+   stepping, then chooses again; so a load that comes or goes is noticed
+   within about ``period_s``. Each round that changes nothing doubles that
+   wait, up to ``max_period_s``, so the windows at a losing value cost a
+   steady loop little; a change brings it back to ``period_s``.
+
+Cycles longer than :data:`OUTLIER` times their window's median and than
+:data:`OUTLIER_S` (a training update between two rollouts, a checkpoint) are
+left out of the means; waits for a busy core's time slice are counted. Each
+decision is kept in :attr:`StepTuner.decisions` and logged at INFO when a
+value changes.
+"""
+
+import enum
+import statistics
+import time
+from typing import Callable, Dict, Hashable, List, NamedTuple, Optional, Sequence
+
+from absl import logging
+
+#: Cycles per timed window at least (each knob's choice times four).
+WINDOW_CYCLES = 64
+#: Seconds per timed window at least: a window of fast cycles (100 µs) must
+#: still span many scheduler time slices, or one of them decides.
+WINDOW_S = 0.05
+#: Seconds of stepping between two rounds of choices, after a change.
+PERIOD_S = 10.0
+#: The longest wait between two rounds (after rounds that changed nothing).
+MAX_PERIOD_S = 80.0
+#: A value whose first window is this many times slower is dropped at once.
+CLEAR_LOSS = 1.5
+#: Cycles after which a window that clearly loses may end early.
+EARLY_CYCLES = 8
+#: Cycles longer than this many times their window's median, and longer than
+#: OUTLIER_S, are not counted: a training update or a checkpoint between two
+#: rollouts. A wait for a busy core's time slice (a few ms) is counted: it is
+#: what a setting may cost.
+OUTLIER = 8.0
+OUTLIER_S = 0.05
+
+
+class Knob:
+    """One setting the tuner chooses: a preferred and an alternative value.
+
+    Args:
+        name: names the knob in decisions and logs.
+        preferred: the value it starts at and keeps unless the other wins.
+        alternative: the other value.
+        apply: ``apply(value)`` puts a value into effect (at a step's start).
+        margin: the fraction by which the alternative's mean cycle must be
+            shorter to be chosen.
+        available: whether the knob can act now (checked at each round); a
+            knob that cannot is left at its value and not timed.
+    """
+
+    def __init__(self, name: str, preferred: Hashable, alternative: Hashable,
+                 apply: Callable[[Hashable], None], margin: float,
+                 available: Callable[[], bool] = lambda: True) -> None:
+        self.name = name
+        self.preferred = preferred
+        self.alternative = alternative
+        self.margin = margin
+        self.available = available
+        self.value = preferred
+        self._apply = apply
+
+    def set(self, value: Hashable) -> None:
+        """Applies ``value`` unless it is already the current one."""
+        if value != self.value:
+            self._apply(value)
+            self.value = value
+
+    def other(self) -> Hashable:
+        return self.alternative if self.value == self.preferred else self.preferred
+
+
+class Decision(NamedTuple):
+    """One choice of a knob's value.
+
+    Attributes:
+        knob: the knob's name.
+        preferred_s: mean seconds per cycle at the preferred value.
+        alternative_s: mean seconds per cycle at the alternative value.
+        chosen: the value kept.
+    """
+    knob: str
+    preferred_s: float
+    alternative_s: float
+    chosen: Hashable
+
+
+class _Phase(enum.Enum):
+    TIMING = "timing"
+    SETTLED = "settled"
+
+
+def trimmed_mean(cycles: Sequence[float]) -> float:
+    """The mean of ``cycles`` without the outliers (:data:`OUTLIER`, :data:`OUTLIER_S`)."""
+    limit = max(OUTLIER * statistics.median(cycles), OUTLIER_S)
+    kept = [c for c in cycles if c <= limit]
+    return sum(kept) / len(kept)
+
+
+class StepTuner:
+    """Times the trainer's cycles under each knob's values and keeps the faster.
+
+    See the module doc. Call :meth:`step_started` at the start of every
+    lockstep step.
+
+    Args:
+        knobs: the settings to choose, in the order they are timed.
+        before_step: called at every step's start, after the timing (e.g. an
+            :class:`~alf_env.control_plane.openmp.OpenMpPause` that a knob
+            switches on and off).
+        window: cycles per timed window at least.
+        window_s: seconds per timed window at least.
+        period_s: seconds of stepping between two rounds after a change.
+        max_period_s: the longest wait between two rounds.
+        clock: the clock of the cycles and of the periods.
+    """
+
+    def __init__(self, knobs: Sequence[Knob], before_step: Sequence[Callable[[], None]] = (),
+                 window: int = WINDOW_CYCLES, window_s: float = WINDOW_S,
+                 period_s: float = PERIOD_S, max_period_s: float = MAX_PERIOD_S,
+                 clock: Callable[[], float] = time.perf_counter) -> None:
+        self.knobs = list(knobs)
+        self.window = window
+        self.window_s = window_s
+        self.period_s = period_s
+        self.max_period_s = max_period_s
+        #: Seconds until the next round (``period_s``, doubled by quiet rounds).
+        self.wait_s = period_s
+        self.decisions: List[Decision] = []
+        self.before_step = list(before_step)
+        self._clock = clock
+        self._phase = _Phase.SETTLED
+        self._settled_until = -float("inf")  # start the first round at once
+        self._last: Optional[float] = None
+        self._skip = True  # the cycle in which a value changed is not counted
+        self._round: List[Knob] = []  # knobs still to time in this round
+        self._plan: List[Hashable] = []  # values of the current knob's windows
+        self._cycles: List[float] = []
+        self._window_total = 0.0  # seconds of the cycles in the current window
+        self._times: Dict[Hashable, List[float]] = {}
+        self._changed = False  # whether this round changed a value
+        self._first: Hashable = None  # the current knob's value when its timing began
+
+    @property
+    def values(self) -> Dict[str, Hashable]:
+        """The current value of each knob, by name."""
+        return {k.name: k.value for k in self.knobs}
+
+    def step_started(self) -> None:
+        """Counts the cycle that ends here and moves the tuner on."""
+        now = self._clock()
+        last, self._last = self._last, now
+        if self._phase is _Phase.SETTLED:
+            if now >= self._settled_until:
+                self._start_round()
+        elif last is not None:
+            self._count(now - last)
+        for action in self.before_step:
+            action()
+
+    def _start_round(self) -> None:
+        self._round = [k for k in self.knobs if k.available()]
+        self._phase = _Phase.TIMING
+        self._changed = False
+        self._next_knob()
+
+    def _next_knob(self) -> None:
+        if not self._round:
+            self._phase = _Phase.SETTLED
+            self.wait_s = (self.period_s if self._changed
+                           else min(2 * self.wait_s, self.max_period_s))
+            self._settled_until = self._clock() + self.wait_s
+            return
+        knob = self._round[0]
+        current, other = knob.value, knob.other()
+        self._first = current
+        self._plan = [current, other, other, current]
+        self._times = {current: [], other: []}
+        self._cycles, self._window_total = [], 0.0
+        self._skip = True
+
+    def _count(self, seconds: float) -> None:
+        if self._skip:  # the cycle that straddled a change of value
+            self._skip = False
+            return
+        self._cycles.append(seconds)
+        self._window_total += seconds
+        early = self._clearly_losing()
+        if not early and (len(self._cycles) < self.window
+                          or self._window_total < self.window_s):
+            return
+        knob = self._round[0]
+        self._times[self._plan.pop(0)].append(trimmed_mean(self._cycles))
+        self._cycles, self._window_total = [], 0.0
+        first = self._times[self._first]
+        second = self._times[knob.other() if knob.value == self._first else knob.value]
+        if early or (len(self._plan) == 2 and second[0] >= CLEAR_LOSS * first[0]):
+            self._plan = []  # the other value clearly loses: back at once
+            knob.set(self._first)
+        if self._plan:
+            if self._plan[0] != knob.value:
+                knob.set(self._plan[0])
+                self._skip = True
+            return
+        self._decide(knob)
+        self._round.pop(0)
+        self._next_knob()
+
+    def _clearly_losing(self) -> bool:
+        """Whether the other value's first window already loses by :data:`CLEAR_LOSS`.
+
+        Its median cycle over :data:`EARLY_CYCLES` or more says so well before the
+        window's end, which matters when it is many times slower (a worker spinning
+        through a busy core's time slices).
+        """
+        if len(self._plan) != 3 or len(self._cycles) < EARLY_CYCLES:
+            return False
+        first = self._times[self._first]
+        return statistics.median(self._cycles) >= CLEAR_LOSS * first[0]
+
+    def _decide(self, knob: Knob) -> None:
+        preferred = statistics.fmean(self._times[knob.preferred])
+        alternative = statistics.fmean(self._times[knob.alternative])
+        chosen = (knob.alternative if alternative < preferred * (1.0 - knob.margin)
+                  else knob.preferred)
+        self.decisions.append(Decision(knob.name, preferred, alternative, chosen))
+        if chosen != knob.value:
+            self._changed = True
+            logging.info("alf_env: %s=%s makes the loop faster here (%.0f us per step, "
+                         "against %.0f us); switching", knob.name, chosen,
+                         min(preferred, alternative) * 1e6, max(preferred, alternative) * 1e6)
+            knob.set(chosen)

@@ -1,0 +1,81 @@
+"""The settings a :class:`~alf_env.data_plane.job_board.JobBoard` tunes while it steps.
+
+Each is a :class:`~alf_env.control_plane.step_tuner.Knob` of one
+:class:`~alf_env.control_plane.step_tuner.StepTuner` that times the trainer's
+cycle (docs/benchmarks.md, "Choices the defaults rest on", has the figures):
+
+``placement``
+    workers pinned round robin to the CPUs (preferred: 2-10% faster on a
+    quiet machine) or placed by the OS (a core held by something else stalls
+    a pinned worker). Only when the user left ``worker_cpus="auto"``.
+``job_wait_spin_us``
+    how long a worker spins for its next job before it sleeps: 50 µs
+    (preferred: the trainer's torch threads get the cores during its forward
+    pass) or 300 µs (a loop of steps alone, or a short forward pass on one
+    torch thread, is answered without wake-ups). Not the spin mode's own cap
+    (2-5 ms): beside a busy process, workers that spin that long looked
+    faster for a window and then, as the kernel's balancer moved them, ran
+    at a fifth of the speed. Only with the adaptive spin (``spin_us=-1``).
+``openmp_pause``
+    whether the trainer's OpenMP pool is released before each step
+    (:mod:`alf_env.control_plane.openmp`). Only once an OpenMP runtime is
+    loaded (torch imported).
+"""
+
+from typing import Any, Optional, Sequence
+
+from alf_env.control_plane.affinity import AUTO, normal_scheduling
+from alf_env.control_plane.openmp import OpenMpPause
+from alf_env.control_plane.placement import MARGIN as PLACEMENT_MARGIN
+from alf_env.control_plane.placement import Placement, place_workers
+from alf_env.control_plane.step_tuner import Knob, StepTuner
+from alf_env.data_plane.job_board import JobBoard
+
+#: The worker's job-wait spin cap (µs) preferred in a training loop.
+SHORT_JOB_WAIT_SPIN_US = 50
+#: The worker's job-wait spin cap (µs) where the trainer's gap between steps is short.
+LONG_JOB_WAIT_SPIN_US = 300
+#: How much shorter the cycle must be to switch the spin or the OpenMP pause:
+#: either choice costs little when it is wrong, so a small margin, above the
+#: noise of four windows on a quiet machine.
+SPIN_MARGIN = 0.05
+PAUSE_MARGIN = 0.05
+#: The ``spin_us`` of the adaptive spin (the only one whose cap is tuned).
+ADAPTIVE_SPIN = -1
+
+
+def tune_board(board: JobBoard, pids: Sequence[int], worker_cpus: Any,
+               plan: Optional[Sequence[int]], spin_us: int) -> StepTuner:
+    """Readies the workers for a shared machine and tunes the board while it steps.
+
+    Puts the workers under the normal scheduling policy and installs a
+    :class:`StepTuner` (returned) as the board's step hook, with the knobs of
+    the module doc that apply. A setting the user chose (``worker_cpus``
+    other than ``"auto"``, a fixed ``spin_us``) is kept as it is.
+    """
+    pids = list(pids)
+    normal_scheduling(pids)
+    knobs = []
+    if worker_cpus == AUTO and plan is not None:
+        cpus = list(plan)
+
+        def place(placement: Any) -> None:
+            place_workers(pids, cpus, Placement(placement))
+
+        knobs.append(Knob("placement", Placement.PINNED, Placement.OS, place,
+                          PLACEMENT_MARGIN))
+    if spin_us == ADAPTIVE_SPIN:
+        controller = board.controller
+        controller.job_wait_spin_us = SHORT_JOB_WAIT_SPIN_US
+
+        def set_cap(cap_us: Any) -> None:
+            controller.job_wait_spin_us = cap_us
+
+        knobs.append(Knob("job_wait_spin_us", SHORT_JOB_WAIT_SPIN_US, LONG_JOB_WAIT_SPIN_US,
+                          set_cap, SPIN_MARGIN))
+    pause = OpenMpPause()
+    knobs.append(Knob("openmp_pause", False, True, pause.set, PAUSE_MARGIN,
+                      available=lambda: pause.available))
+    tuner = StepTuner(knobs, before_step=[pause])
+    board.step_hook = tuner.step_started
+    return tuner
