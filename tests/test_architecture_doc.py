@@ -9,6 +9,9 @@
   ``tests/support/faults.py``) exists, and every ``file.py:name`` or
   ``file.cc:Name::name`` (the traces of the architecture page) names something
   that file holds.
+* The two traces of one step are the calls one step makes: the reference that
+  opens each numbered step is called, in the trainer or in each worker as the
+  trace says, in the trace's order (recorded by ``tests/support/call_trace.py``).
 
 The tree's format: a directory is a line whose first word ends with ``/``, its
 entries are indented below it, a file is a line whose first word is the file's
@@ -16,13 +19,24 @@ name, and lines starting with ``#`` are group labels. Nothing else may appear.
 """
 
 import ast
+import functools
 import importlib
+import os
 import re
 from pathlib import Path
 from typing import Dict, List, Set, Tuple
 
+import gymnasium as gym
+import numpy as np
 import pytest
 
+from tests.support.call_trace import (
+    CallRecorder,
+    Record,
+    first_missing,
+    read_records,
+    step_calls,
+)
 from tests.support.paths import REPO_ROOT
 
 ARCHITECTURE = REPO_ROOT / "docs" / "architecture.rst"
@@ -234,3 +248,96 @@ def test_every_file_the_docs_name_exists_and_holds_the_name(reference):
     if name is not None:
         assert any(holds(c, name) for c in candidates), (
             f"{reference} (named at {where}): {' / '.join(candidates)} holds no {name}")
+
+
+# -- the traces of one step ---------------------------------------------------------
+
+TRACE_STEP = re.compile(r"^\d+\. ``([^`]+)``")
+
+
+def trace_steps(title: str) -> Dict[str, List[Record]]:
+    """The calls that open the numbered steps of the trace titled ``title``, by
+    side (``"Trainer"`` or ``"Worker"``: the paragraph above them says), as
+    records of :mod:`tests.support.call_trace`."""
+    lines = ARCHITECTURE.read_text().splitlines()
+    start = lines.index(title) + 2
+    end = next(i for i in range(start, len(lines) - 1)
+               if lines[i + 1].startswith("---") and lines[i].strip())
+    steps: Dict[str, List[Record]] = {}
+    side = None
+    for line in lines[start:end]:
+        if line.startswith(("Trainer", "Worker")):
+            side = line.split()[0].rstrip(",")
+        match = TRACE_STEP.match(line)
+        if match:
+            assert side is not None, f"{title}: step {line!r} comes before any side"
+            path, name = match.group(1).split(":", 1)
+            if path.endswith(".py"):
+                record = Record(0, "call", f"{path}:{name}")
+            else:  # a C++ name; its binding in _penv has the method's name
+                record = Record(0, "native", name.split("::")[-1])
+            steps.setdefault(side, []).append(record)
+    return steps
+
+
+def test_a_trace_is_read_as_its_opening_calls():
+    steps = trace_steps("One step of ``FastVectorEnv``")
+    assert steps["Trainer"][0] == Record(0, "call", "front_ends/gym/vector_env.py:"
+                                                    "FastVectorEnv.step")
+    assert Record(0, "native", "wait_job") in steps["Worker"]
+    assert first_missing([Record(0, "call", "a"), Record(0, "call", "b")],
+                         [Record(1, "call", "b"), Record(1, "call", "a")]) is not None
+
+
+def check_trace(title: str, made: Dict[int, List[Record]], workers: List[int]) -> None:
+    steps = trace_steps(title)
+    missing = first_missing(steps["Trainer"], made.get(os.getpid(), []))
+    assert missing is None, (f"{title}: the trainer made no call {missing.name} (after the "
+                             f"calls before it)")
+    for pid in workers:
+        missing = first_missing(steps["Worker"], made.get(pid, []))
+        assert missing is None, (f"{title}: worker {pid} made no call {missing.name} "
+                                 f"(after the calls before it)")
+
+
+def test_one_fast_vector_env_step_makes_the_traced_calls(tmp_path):
+    from alf_env.vector import FastVectorEnv
+    path = tmp_path / "calls"
+    with CallRecorder(path) as recorder:
+        # The default arguments; workers forked while the recorder is set record too.
+        env = FastVectorEnv([functools.partial(gym.make, "CartPole-v1")] * 2)
+        try:
+            env.reset(seed=0)
+            env.step(np.zeros(2, np.int64))
+            recorder.mark("begin")
+            env.step(np.zeros(2, np.int64))
+            recorder.mark("end")
+            workers = env.worker_pids()
+        finally:
+            env.close()
+    check_trace("One step of ``FastVectorEnv``", step_calls(read_records(path), "begin", "end"),
+                workers)
+
+
+def test_one_fast_parallel_environment_step_makes_the_traced_calls(tmp_path):
+    import torch
+
+    from alf_env.environments import suite_gym
+    from alf_env.front_ends.alf.fast_parallel_environment import FastParallelEnvironment
+    path = tmp_path / "calls"
+    with CallRecorder(path) as recorder:
+        # Two workers of two envs each: what the defaults give with more envs than CPUs.
+        env = FastParallelEnvironment(
+            [functools.partial(suite_gym.load, "CartPole-v1")] * 4, num_workers=2)
+        try:
+            env.reset()
+            action = torch.zeros(4, dtype=torch.int64)
+            env.step(action)
+            recorder.mark("begin")
+            env.step(action)
+            recorder.mark("end")
+            workers = env.worker_pids()
+        finally:
+            env.close()
+    check_trace("One step of ``FastParallelEnvironment``",
+                step_calls(read_records(path), "begin", "end"), workers)

@@ -13,9 +13,10 @@ read the source with ``ast``, so an import inside a function counts as well.
 
 import ast
 import importlib
+import inspect
 import re
 from pathlib import Path
-from typing import Dict, List, Set
+from typing import Dict, List, Set, Tuple
 
 import pytest
 
@@ -282,6 +283,64 @@ def test_the_private_import_finder_finds_a_planted_import():
     assert private_imports("alf_env.y", source) == [
         "alf_env.y: _MAX_CACHED_KINDS from alf_env.nest_kinds",
         "alf_env.y: _hidden from alf_env.control_plane"]
+
+
+def self_attributes(source: str, class_name: str) -> Dict[str, Set[str]]:
+    """``{"set": ..., "read": ...}``: the ``self.<name>`` attributes that the
+    methods of ``class_name`` in ``source`` assign and read."""
+    found: Dict[str, Set[str]] = {"set": set(), "read": set()}
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ClassDef) and node.name == class_name:
+            for inner in ast.walk(node):
+                if (isinstance(inner, ast.Attribute) and isinstance(inner.value, ast.Name)
+                        and inner.value.id == "self"):
+                    kind = "read" if isinstance(inner.ctx, ast.Load) else "set"
+                    found[kind].add(inner.attr)
+    return found
+
+
+def shared_across_files(classes: List[Tuple[str, str, str]]) -> List[str]:
+    """The attributes that the methods of one file's classes set and another
+    file's classes read, of ``classes`` (``(file, its source, class name)``: a
+    class and its bases)."""
+    by_file: Dict[str, Dict[str, Set[str]]] = {}
+    for path, source, class_name in classes:
+        found = self_attributes(source, class_name)
+        entry = by_file.setdefault(path, {"set": set(), "read": set()})
+        entry["set"] |= found["set"]
+        entry["read"] |= found["read"]
+    shared = []
+    for setter, sets in by_file.items():
+        for reader, reads in by_file.items():
+            if setter != reader:
+                shared += [f"{name}: set in {setter}, read in {reader}"
+                           for name in sorted(sets["set"] & reads["read"] - reads["set"])]
+    return shared
+
+
+@pytest.mark.parametrize("dotted", ["alf_env.front_ends.gym.vector_env.FastVectorEnv",
+                                    "alf_env.front_ends.ray.vector_env.RayVectorEnv"])
+def test_no_attribute_is_set_in_one_file_and_read_in_another(dotted):
+    module, name = dotted.rsplit(".", 1)
+    cls = getattr(importlib.import_module(module), name)
+    classes = []
+    for klass in cls.__mro__:  # the class and its bases in the package
+        if klass.__module__.startswith("alf_env."):
+            path = Path(inspect.getsourcefile(klass) or "")
+            classes.append((path.name, path.read_text(), klass.__name__))
+    assert len(classes) > 1 and shared_across_files(classes) == []
+
+
+def test_the_shared_attribute_finder_finds_a_mixin():
+    env = ("class Env(Mixin):\n    def __init__(self):\n        self.count = 0\n"
+           "        self.own = 1\n")
+    mixin = "class Mixin:\n    def total(self):\n        return self.count + self.own\n"
+    assert shared_across_files([("env.py", env, "Env"), ("mixin.py", mixin, "Mixin")]) == [
+        "count: set in env.py, read in mixin.py", "own: set in env.py, read in mixin.py"]
+    # An attribute the mixin sets itself is its own.
+    mixin += "    def reset(self):\n        self.own = 0\n"
+    assert shared_across_files([("env.py", env, "Env"), ("mixin.py", mixin, "Mixin")]) == [
+        "count: set in env.py, read in mixin.py"]
 
 
 @pytest.mark.parametrize("folder, suffixes", [("alf_env", (".py",)),

@@ -25,7 +25,7 @@ import functools
 import inspect
 import time
 import weakref
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Set
 
 import numpy as np
 from absl import logging
@@ -37,10 +37,11 @@ from alf_env.control_plane.process_environment import ProcessEnvironment
 from alf_env.data_plane.shared_block import JobType, WaitStatus
 from alf_env.errors import EnvironmentClosedError, EnvTimeoutError, WorkerDiedError
 
-# on_ok(workers): called with the workers whose jobs just finished OK (see
-# JobBoard.job_of), before anything else is sent to them; returns what went
-# wrong per worker while handling them (raised by the waits as job errors).
-OkHook = Callable[[List[int]], Dict[int, BaseException]]
+# on_ok(workers, jobs): called with the workers whose jobs just finished OK and
+# the last job posted to each worker (see JobBoard.job_of), before anything else
+# is sent to them; returns what went wrong per worker while handling them
+# (raised by the waits as job errors).
+OkHook = Callable[[List[int], Mapping[int, Any]], Dict[int, BaseException]]
 
 
 class JobBoard:
@@ -250,7 +251,7 @@ class JobBoard:
                     self._errors[worker] = exc
         if self._on_ok is not None:
             ok = [w for w in workers if w not in failed] if failed else workers
-            self._errors.update(self._on_ok(ok))
+            self._errors.update(self._on_ok(ok, self._jobs))
 
     def pop_errors(self, workers: Iterable[int]) -> Dict[int, BaseException]:
         """Removes and returns what the finished jobs of ``workers`` raised."""
@@ -364,7 +365,7 @@ def _weakly(method: Any) -> OkHook:
     """``method`` (a bound method), holding its object weakly."""
     owner, func = weakref.ref(method.__self__), method.__func__
 
-    def hook(workers: List[int]) -> Dict[int, BaseException]:
+    def hook(workers: List[int], jobs: Mapping[int, Any]) -> Dict[int, BaseException]:
         live = owner()
-        return {} if live is None else func(live, workers)
+        return {} if live is None else func(live, workers, jobs)
     return hook

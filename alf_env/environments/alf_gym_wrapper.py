@@ -68,6 +68,7 @@ from alf_env.environments.gym_conversions import (
     info_spec,
     merge_info_specs,
     observation_leaf,
+    spec_array,
     to_numpy,
 )
 from alf_env.environments.gym_space_specs import tensor_spec_from_gym_space
@@ -361,12 +362,8 @@ class AlfGymWrapper(AlfEnvironment):
             raise ValueError(f"action does not match the action spec: {err}") from None
 
         def convert(path: str, spec: TensorSpec, leaf: Any) -> np.ndarray:
-            array = np.asarray(to_numpy(leaf))
-            if array.shape != tuple(spec.shape):
-                raise ValueError(
-                    f"{field_name('action', path)}: expected shape {tuple(spec.shape)} "
-                    f"and dtype {spec.numpy_dtype}, got shape {array.shape}")
-            return array.astype(spec.numpy_dtype)
+            return spec_array(spec, leaf, field_name("action", path),
+                              f" and dtype {spec.numpy_dtype}")
 
         return nest.map_structure_with_path(convert, self._action_spec, action,
                                             check_types=False)

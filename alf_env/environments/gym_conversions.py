@@ -260,17 +260,26 @@ def merge_info_specs(first: Dict[Any, Any], second: Dict[Any, Any]) -> Dict[Any,
     return merged
 
 
+def spec_array(spec: TensorSpec, leaf: Any, field: str, expected: str = "") -> np.ndarray:
+    """``leaf`` as an array of ``spec``'s dtype.
+
+    Raises:
+        ValueError: its shape is not ``spec``'s (naming ``field``; ``expected``
+            adds to what the message says was expected).
+    """
+    array = np.asarray(to_numpy(leaf))
+    if array.shape != tuple(spec.shape):
+        raise ValueError(f"{field}: expected shape {tuple(spec.shape)}{expected}, got shape "
+                         f"{array.shape}")
+    return array.astype(spec.numpy_dtype)
+
+
 def fetch_info(spec: Any, info: Any, path: str) -> Any:
     """The entries of ``info`` selected by the dict of specs ``spec``."""
     if isinstance(spec, TensorSpec):
         if info is None:
             return spec.numpy_zeros()
-        array = np.asarray(to_numpy(info))
-        if array.shape != tuple(spec.shape):
-            raise ValueError(
-                f"{field_name('env_info', path)}: expected shape {tuple(spec.shape)} "
-                f"(fixed by env_info_spec), got shape {array.shape}")
-        return array.astype(spec.numpy_dtype)
+        return spec_array(spec, info, field_name("env_info", path), " (fixed by env_info_spec)")
     if not isinstance(info, collections.abc.Mapping):
         info = {}
     return type(spec)((key, fetch_info(spec[key], info.get(key), join_path(path, key)))

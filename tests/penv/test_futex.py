@@ -191,9 +191,10 @@ def test_adaptive_spin_keeps_its_budget_for_short_jobs(start_process):
     process.join(10)
     # On a busy machine an instant job often waits for a time slice (milliseconds),
     # past the budget: spinning rightly stops paying there, and each such wait
-    # halves the budget, so there is nothing to test.
-    if sorted(waits)[len(waits) * 9 // 10] > 200e-6:
-        pytest.skip("the machine is too busy: a tenth of the instant jobs took over 0.2 ms")
+    # halves the budget, so there is nothing to test. The last waits decide the
+    # final budget (a few slow ones in a row bring it to 0 until a probe succeeds).
+    if sorted(waits)[len(waits) * 9 // 10] > 200e-6 or max(waits[-10:]) > 200e-6:
+        pytest.skip("the machine is too busy: instant jobs took over 0.2 ms")
     assert budget > 0
 
 

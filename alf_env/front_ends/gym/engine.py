@@ -3,117 +3,99 @@
 Both modes post jobs to whole workers through the
 :class:`~alf_env.data_plane.job_board.JobBoard` and track the workers *in
 flight* (a STEP or RESET posted, its result not yet returned). The
-synchronous mode waits for all of them (:meth:`JobEngine._wait_all`); the
+synchronous mode waits for all of them (:meth:`JobEngine.wait_all`); the
 asynchronous (EnvPool) mode returns the first ``batch_size`` envs to finish
-(:meth:`JobEngine._receive`, behind ``recv()``), with ``info["env_id"]`` of
-dtype :data:`ENV_ID_DTYPE`, while the others keep stepping. The unit of
-asynchrony is a worker: ``send`` takes whole workers (all ``envs_per_worker``
-envs of each; :meth:`JobEngine._check_ids`).
+(:meth:`JobEngine.receive`, behind ``recv()``), with ``info["env_id"]``,
+while the others keep stepping. The unit of asynchrony is a worker: ``send``
+takes whole workers (all ``envs_per_worker`` envs of each;
+:meth:`JobEngine.check_ids`).
 
-A dead worker breaks the env (``_broken``: every later call but ``close()``
-raises its ``WorkerDiedError``); any other error but a timeout ends the
-pending call; a timeout keeps it, so waiting again picks it up.
+A dead worker breaks the env (every later call but ``close()`` raises its
+``WorkerDiedError``); any other error but a timeout ends the pending call; a
+timeout keeps it, so waiting again picks it up (:meth:`CallState.guard
+<alf_env.front_ends.gym.state.CallState.guard>`).
 """
 
-from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
 
 import numpy as np
 from absl import logging
 from gymnasium.error import NoAsyncCallError
-from gymnasium.vector import AutoresetMode
 
-from alf_env.control_plane.channel import resolve_all
 from alf_env.control_plane.process_environment import ProcessEnvironment
 from alf_env.data_plane.shared_block import JobType
 from alf_env.errors import EnvTimeoutError, WorkerDiedError
-from alf_env.front_ends.gym.gym_rows import RESERVED_CALL_NAMES
-from alf_env.front_ends.gym.info_codec import InfoDecoder, Payload
+from alf_env.front_ends.gym.results import ResultAssembler, Step, worker_of_rows
 from alf_env.front_ends.gym.space_layout import Rows
-from alf_env.front_ends.gym.state import AsyncState
+from alf_env.front_ends.gym.state import AsyncState, CallState
 
-__all__ = ["ENV_ID_DTYPE", "JobEngine"]
-
-#: dtype of ``info["env_id"]`` in the asynchronous mode (EnvPool's).
-ENV_ID_DTYPE = np.int32
+__all__ = ["JobEngine"]
 
 
 class JobEngine:
-    """Posts jobs, tracks the workers in flight and waits for them (a mixin of
-    ``FastVectorEnv``).
+    """Posts jobs to the workers, tracks those in flight and waits for them.
 
-    It reads the env's ``_board``, ``_bounds``, ``_row_worker``, ``_act``,
-    ``_act_views``, ``_obs``, ``_obs_views``, the scalar rows, ``_info_decoder``,
-    ``num_envs``, ``batch_size``, ``envs_per_worker`` and ``autoreset_mode``,
-    and keeps ``_in_flight`` (the workers with an unreceived STEP/RESET),
-    ``_last_received`` (the env ids, rows and workers of the last ``recv()``),
-    ``_needs_reset`` (in the DISABLED mode),
-    ``_state`` and ``_broken`` up to date. :meth:`call_envs` also reads
-    ``_workers`` and runs the state checks of ``StateChecks``.
+    Args:
+        calls: the env's :class:`~alf_env.front_ends.gym.state.CallState`
+            (its pending call ends, or the env breaks, as the jobs say).
+        board: a ``JobBoard``, or a ``PipeBoard`` on the pipe path.
+        workers: the worker processes.
+        bounds: the env rows ``(begin, end)`` of each worker.
+        batch_size: envs per ``recv()`` (asynchronous mode).
+        action: the actions' layout (checks and writes them).
+        action_views: the action rows.
+        results: what reads the rows of finished jobs.
     """
 
-    _board: Any  # a JobBoard, or a PipeBoard on the pipe path (None once closed)
-    _bounds: List[Tuple[int, int]]
-    _row_worker: np.ndarray
-    _act: Any  # a SpaceLayout, or a PipeLayout on the pipe path
-    _act_views: Any  # the action rows (EnvRows.act or PipeRows.act)
-    _obs: Any  # as _act, for the observations
-    _obs_views: Any
-    _reward: np.ndarray
-    _terminated: np.ndarray
-    _truncated: np.ndarray
-    _info_decoder: InfoDecoder
-    num_envs: int
-    batch_size: int
-    envs_per_worker: Optional[int]
-    autoreset_mode: AutoresetMode
-    _all_ids: np.ndarray
-    _all_rows: slice
-    _all_workers: List[int]
-    _in_flight: Set[int]
-    _last_received: Optional[Tuple[np.ndarray, Any, List[int]]]
-    _needs_reset: np.ndarray
-    _state: AsyncState
-    _broken: Optional[BaseException]
-    _workers: List[ProcessEnvironment]
-    # Of the other mixins (StateChecks, ResultAssembly).
-    _assert_is_running: Callable[[], None]
-    _assert_state: Callable[[str], None]
-    _payloads_of: Callable[[List[int]], Dict[int, Payload]]
-    _pipe_rows: Callable[[List[int]], Optional[List[List[Any]]]]
+    def __init__(self, calls: CallState, board: Any, workers: Sequence[ProcessEnvironment],
+                 bounds: Sequence[Tuple[int, int]], batch_size: int, action: Any,
+                 action_views: Any, results: ResultAssembler) -> None:
+        self._calls = calls
+        self._board = board
+        self._workers = workers
+        self._bounds = bounds
+        self._batch_size = batch_size
+        self._act, self._act_views = action, action_views
+        self._results = results
+        self._num_envs = bounds[-1][1]
+        sizes = {end - begin for begin, end in bounds}
+        self._envs_per_worker: Optional[int] = sizes.pop() if len(sizes) == 1 else None
+        self._row_worker = worker_of_rows(bounds)
+        self._all_ids = np.arange(self._num_envs)
+        self._all_rows = slice(0, self._num_envs)
+        self._all_workers = list(range(len(bounds)))
+        #: The workers with an unreceived STEP/RESET.
+        self.in_flight: Set[int] = set()
+        #: The env ids, rows and workers of the last ``recv()`` (None before the first).
+        self.last_received: Optional[Tuple[np.ndarray, Any, List[int]]] = None
 
-    def _guard(self, fn: Callable[[], Any]) -> Any:
-        """Runs a post or a wait: a dead worker breaks the env; any other error
-        but a timeout (after which waiting again picks the call up) ends the call."""
-        try:
-            return fn()
-        except WorkerDiedError as exc:
-            self._broken = exc
-            self._state = AsyncState.DEFAULT
-            raise
-        except EnvTimeoutError:
-            raise
-        except BaseException:
-            self._state = AsyncState.DEFAULT
-            raise
+    def workers_of(self, mask: Optional[np.ndarray]) -> List[int]:
+        """The workers hosting an env of ``mask`` (``None``: every worker)."""
+        if mask is None:
+            return self._all_workers
+        return [w for w in self._all_workers if mask[slice(*self._bounds[w])].any()]
 
-    def _post(self, workers: Sequence[int], job: Any, arg: int) -> None:
-        self._guard(lambda: self._board.post(workers, job, arg))
-        self._in_flight.update(workers)
+    def post(self, workers: Sequence[int], job: Any, arg: int) -> None:
+        """Posts ``job`` to ``workers``; they are in flight until received."""
+        self._calls.guard(lambda: self._board.post(workers, job, arg))
+        self.in_flight.update(workers)
 
-    def _settle(self) -> None:
+    def settle(self) -> None:
         """Lets the jobs in flight finish (their results stay for recv()).
 
         Needed before a pipe request: the doorbell must find the worker idle,
         or it would wait for the job itself and could raise the job's error
         with the request already on the pipe.
         """
-        if self._in_flight:
-            workers = sorted(self._in_flight)
-            self._guard(lambda: self._board.wait_for(workers, "finishing jobs in flight",
-                                                     raise_errors=False))
+        if self.in_flight:
+            workers = sorted(self.in_flight)
+            self._calls.guard(lambda: self._board.wait_for(
+                workers, "finishing jobs in flight", raise_errors=False))
 
-    def _send(self, actions: Any, env_ids: Optional[Any],
-              received: Optional[Tuple[Any, List[int]]] = None) -> None:
+    # -- stepping ---------------------------------------------------------------------
+
+    def send(self, actions: Any, env_ids: Optional[Any],
+             received: Optional[Tuple[Any, List[int]]] = None) -> None:
         """Checks ids and actions, writes the actions, posts STEP to their workers.
 
         ``env_ids=None`` means every env (the synchronous step).
@@ -128,33 +110,30 @@ class JobEngine:
             rows, workers = received
             self._check_idle(workers)
         else:
-            ids = rows = self._check_ids(env_ids)
+            ids = rows = self.check_ids(env_ids)
             workers = sorted(set(self._row_worker[ids].tolist()))
         self._write_actions(actions, ids, rows)
-        self._post(workers, JobType.STEP, 0)
+        self.post(workers, JobType.STEP, 0)
 
-    def _write_actions(self, actions: Any, ids: np.ndarray, rows: Any) -> None:
-        """Checks ``actions`` (one per env of ``ids``) and writes them to ``rows``."""
-        arrays = self._act.encode_batch(actions, len(ids), "same_kind")
-        if self.autoreset_mode is AutoresetMode.DISABLED and self._needs_reset[ids].any():
-            ended = ids[self._needs_reset[ids]].tolist()
-            raise AssertionError(
-                f"envs {ended} ended (terminated or truncated) and autoreset_mode is "
-                f"DISABLED: reset them first, e.g. reset(options={{'reset_mask': mask}})")
-        self._act.write_rows(self._act_views, rows, arrays)
-
-    def _step_all(self, actions: Any) -> None:
+    def step_all(self, actions: Any) -> None:
         """Writes the actions of every env, steps them all and waits (synchronous ``step``).
 
-        ``step_async`` + ``step_wait`` in one call, for the hot path; the
-        state stays DEFAULT throughout (the board has no timeout, and an
+        ``send`` + ``wait_all`` in one call, for the hot path; the state
+        stays DEFAULT throughout (the board has no timeout, and an
         interrupted wait leaves the jobs outstanding on the board, which
         finishes them before it posts again).
         """
         self._write_actions(actions, self._all_ids, self._all_rows)
-        self._guard(lambda: self._board.run(self._all_workers, JobType.STEP, 0, "step"))
+        self._calls.guard(lambda: self._board.run(self._all_workers, JobType.STEP, 0, "step"))
 
-    def _check_ids(self, env_ids: Any) -> np.ndarray:
+    def _write_actions(self, actions: Any, ids: np.ndarray, rows: Any) -> None:
+        """Checks ``actions`` (one per env of ``ids``) and writes them to ``rows``."""
+        arrays = self._act.encode_batch(actions, len(ids), "same_kind")
+        self._results.check_not_ended(ids)
+        self._act.write_rows(self._act_views, rows, arrays)
+
+    def check_ids(self, env_ids: Any) -> np.ndarray:
+        """The ids of ``send(actions, env_ids)``, checked: whole, idle workers."""
         ids = np.asarray(env_ids)
         if ids.ndim != 1 or (ids.size and not np.issubdtype(ids.dtype, np.integer)):
             raise ValueError(f"env_ids: expected a 1-d sequence of ints, got "
@@ -162,17 +141,17 @@ class JobEngine:
         ids = ids.astype(np.int64)
         if ids.size == 0:
             raise ValueError("env_ids: expected at least one env id")
-        bad = ids[(ids < 0) | (ids >= self.num_envs)]
+        bad = ids[(ids < 0) | (ids >= self._num_envs)]
         if bad.size:
-            raise ValueError(f"env_ids: expected ids in [0, {self.num_envs}), got "
+            raise ValueError(f"env_ids: expected ids in [0, {self._num_envs}), got "
                              f"{bad.tolist()}")
         if np.unique(ids).size != ids.size:
             raise ValueError(f"env_ids: each env may be listed once, got {ids.tolist()}")
-        e = self.envs_per_worker
+        e = self._envs_per_worker
         if e is None:
             sizes = "/".join(str(stop - start) for start, stop in self._bounds)
             raise ValueError(f"env_ids: stepping some of the envs needs workers of one "
-                             f"size; these {self.num_envs} envs are spread {sizes} over "
+                             f"size; these {self._num_envs} envs are spread {sizes} over "
                              f"{len(self._bounds)} workers (pass envs_per_worker, or a "
                              f"num_workers that divides the number of envs)")
         workers = set(self._row_worker[ids].tolist())
@@ -183,125 +162,87 @@ class JobEngine:
         return ids
 
     def _check_idle(self, workers: Iterable[int]) -> None:
-        busy = sorted(self._bounds[w][0] for w in workers if w in self._in_flight)
+        busy = sorted(self._bounds[w][0] for w in workers if w in self.in_flight)
         if busy:
             raise ValueError(f"env_ids: envs {busy} are still in flight (sent, not yet "
                              f"received); recv() them first")
 
-    def _wait_all(self, during: str, timeout: Optional[float]) -> None:
-        """Waits for every in-flight worker (synchronous mode)."""
-        workers = sorted(self._in_flight)
+    # -- waiting ----------------------------------------------------------------------
+
+    def wait_all(self, during: str, timeout: Optional[float]) -> None:
+        """Waits for every in-flight worker (synchronous mode); the call ends."""
+        workers = sorted(self.in_flight)
         try:
-            self._guard(lambda: self._board.wait_for(workers, during, timeout))
+            self._calls.guard(lambda: self._board.wait_for(workers, during, timeout))
         except EnvTimeoutError:
             raise
         except BaseException:
-            self._in_flight.clear()  # every job finished (or the env is broken)
+            self.in_flight.clear()  # every job finished (or the env is broken)
             raise
-        self._in_flight.clear()
-        self._state = AsyncState.DEFAULT
+        self.in_flight.clear()
+        self._calls.pending = AsyncState.DEFAULT
 
-    def _drain_in_flight(self) -> None:
+    def drain_in_flight(self) -> None:
         """Finishes jobs still in flight, dropping their results (before a reset)."""
-        if not self._in_flight:
+        if not self.in_flight:
             return
-        workers = sorted(self._in_flight)
-        self._in_flight.clear()
+        workers = sorted(self.in_flight)
+        self.in_flight.clear()
         try:
-            self._guard(lambda: self._board.wait_for(workers, "finishing earlier jobs"))
+            self._calls.guard(lambda: self._board.wait_for(workers, "finishing earlier jobs"))
         except WorkerDiedError:
             raise
         except Exception as exc:  # noqa: BLE001 -- the reset is the recovery
             logging.warning("FastVectorEnv: a job in flight before the reset raised %r; "
                             "dropped", exc)
 
-    def _receive(self, timeout: Optional[float]
-                 ) -> Tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict]:
+    def receive(self, timeout: Optional[float]) -> Step:
         """The first ``batch_size`` envs in flight to finish (the EnvPool recv)."""
-        e = self.envs_per_worker
+        e = self._envs_per_worker
         assert e is not None  # the asynchronous mode has workers of equal size
-        k = self.batch_size // e
-        if len(self._in_flight) < k:
-            self._state = AsyncState.DEFAULT
+        k = self._batch_size // e
+        if len(self.in_flight) < k:
+            self._calls.pending = AsyncState.DEFAULT
             raise NoAsyncCallError(
-                f"recv() returns {self.batch_size} envs, but only "
-                f"{len(self._in_flight) * e} are in flight; send() or async_reset() first",
+                f"recv() returns {self._batch_size} envs, but only "
+                f"{len(self.in_flight) * e} are in flight; send() or async_reset() first",
                 "recv")
-        workers = self._guard(lambda: self._board.wait_first(self._in_flight, k, "recv",
-                                                             timeout))
-        self._state = AsyncState.DEFAULT
+        workers = self._calls.guard(lambda: self._board.wait_first(self.in_flight, k, "recv",
+                                                                   timeout))
+        self._calls.pending = AsyncState.DEFAULT
         errors = self._board.pop_errors(workers)
         if errors:
-            self._in_flight.difference_update(errors)
+            self.in_flight.difference_update(errors)
             error = next(iter(errors.values()))
             if isinstance(error, WorkerDiedError):
-                self._broken = error
+                self._calls.break_with(error)
             raise error
-        self._in_flight.difference_update(workers)
-        bounds = self._bounds
-        row_list = [i for w in workers for i in range(*bounds[w])]
-        ids = np.asarray(row_list, dtype=np.int64)
-        if all(bounds[a][1] == bounds[b][0] for a, b in zip(workers, workers[1:])):
-            # Rows back to back (e.g. one worker's): a slice reads them faster,
-            # and the info decoder remembers the slices it has seen.
-            rows: Any = slice(row_list[0], row_list[-1] + 1)
-            terminated, truncated = self._terminated[rows].copy(), self._truncated[rows].copy()
-            reward = self._reward[rows].copy()
-        else:
-            rows = ids
-            terminated, truncated, reward = (self._terminated[ids], self._truncated[ids],
-                                             self._reward[ids])
-        obs = self._obs.read_rows(self._obs_views, rows, row_list, self._pipe_rows(row_list))
-        infos = self._info_decoder.batch(rows, row_list, self._payloads_of(row_list))
-        infos["env_id"] = ids.astype(ENV_ID_DTYPE)
-        if self.autoreset_mode is AutoresetMode.DISABLED:
-            self._needs_reset[rows] = terminated | truncated
-        self._last_received = (ids, rows, list(workers))
-        return obs, reward, terminated, truncated, infos
+        self.in_flight.difference_update(workers)
+        step, ids, rows = self._results.batch_of(workers)
+        self.last_received = (ids, rows, list(workers))
+        return step
 
-    def _resolve(self, promises: List[Any], timeout: Optional[float],
-                 during: str = "a call") -> List[Any]:
-        """Waits for every promise together (``resolve_all``); a dead worker breaks the env."""
-        try:
-            return resolve_all(promises, timeout, during)
-        except WorkerDiedError as exc:
-            self._broken = exc
-            raise
+    def close(self) -> None:
+        """Drops the board (its controller holds a pidfd per worker) and what was in flight."""
+        self._board = None
+        self.in_flight.clear()
 
-    def call_envs(self, name: str, calls: Mapping[int, Tuple[tuple, dict]]) -> Dict[int, Any]:
-        """Calls method ``name`` (or reads the attribute) of some envs, each with
-        its own arguments.
+    # -- pipe requests ------------------------------------------------------------------
 
-        Unlike :meth:`call`, which sends every worker the same request, only
-        the workers that host the envs of ``calls`` get one, holding only
-        their envs' arguments (so a large argument for one env crosses one pipe).
-
-        Args:
-            name: as for ``call``.
-            calls: ``{env_id: (args, kwargs)}``.
-
-        Returns:
-            ``{env_id: what env_id's call returned}``.
-
-        Raises:
-            ValueError: an env id out of ``[0, num_envs)``, or ``step``,
-                ``reset`` or ``close`` as ``name``; nothing was sent.
-        """
-        self._assert_is_running()
-        bad = sorted(i for i in calls if not 0 <= i < self.num_envs)
-        if bad:
-            raise ValueError(f"call_envs({name!r}): expected env ids in [0, {self.num_envs}), "
-                             f"got {bad}")
-        if name in RESERVED_CALL_NAMES:
-            raise ValueError(f"call_envs({name!r}): use {type(self).__name__}.{name}() instead")
-        self._assert_state("call_envs")
-        self._settle()
+    def call_some(self, name: str, calls: Mapping[int, Tuple[tuple, dict]]) -> Dict[int, Any]:
+        """Calls ``name`` of the envs of ``calls`` (checked ids), each with its own
+        arguments; only their workers get a request."""
+        self.settle()
         by_worker: Dict[int, Dict[int, Tuple[tuple, dict]]] = {}
         for env_id, call in calls.items():
             w = int(self._row_worker[env_id])
             by_worker.setdefault(w, {})[env_id - self._bounds[w][0]] = call
         workers = sorted(by_worker)
-        answers = self._resolve(self._guard(lambda: [
+        answers = self._calls.resolve(self._calls.guard(lambda: [
             self._workers[w].call("call_some", name, by_worker[w]) for w in workers]), None)
         return {self._bounds[w][0] + k: value
                 for w, answer in zip(workers, answers) for k, value in answer.items()}
+
+    def stage_reset(self, worker: int, staged: Any) -> None:
+        """Sends ``worker`` the arguments of its next RESET job (a ``StagedReset``)."""
+        self._calls.resolve([self._workers[worker].call("stage_reset", staged)], None)

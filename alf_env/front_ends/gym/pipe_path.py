@@ -214,22 +214,22 @@ class PipeRows:
             has a fixed size: actions are checked as on the shared-memory
             path; else a :class:`PipeLayout`).
         bounds: the env rows ``(begin, end)`` of each worker.
-        payloads: the env's ``{row: info}`` of the last answers (the engine's
-            pipe payloads: every info of this path is one).
 
     Attributes:
         obs, act: the rows of the two layouts.
         reward, terminated, truncated, report, info_layout: ``(num_envs,)``
             arrays (``report`` and ``info_layout`` stay zero: no info area).
+        payloads: ``{row: info}`` of the last answers (every info of this
+            path is a pipe payload).
     """
 
     def __init__(self, observation: PipeLayout, action: Union[SpaceLayout, PipeLayout],
-                 bounds: Sequence[Tuple[int, int]], payloads: Dict[int, Payload]) -> None:
+                 bounds: Sequence[Tuple[int, int]]) -> None:
         num_envs = bounds[-1][1]
         self._observation = observation
         self._action = action
         self._bounds = bounds
-        self._payloads = payloads
+        self.payloads: Dict[int, Payload] = {}
         self.obs = observation.rows()
         self.act = _private_rows(action, num_envs)
         self.reward = np.zeros(num_envs, np.float64)
@@ -246,7 +246,7 @@ class PipeRows:
         """Keeps the results of a finished STEP or RESET job of ``worker``."""
         begin, end = self._bounds[worker]
         for row in range(begin, end):
-            self._payloads.pop(row, None)
+            self.payloads.pop(row, None)
         for row, result in enumerate(answer, start=begin):
             if result is None:  # left alone by reset_mask
                 continue
@@ -256,4 +256,4 @@ class PipeRows:
             self.terminated[row] = terminated
             self.truncated[row] = truncated
             if info:
-                self._payloads[row] = info
+                self.payloads[row] = info

@@ -16,59 +16,93 @@
 
 A worker sends at most one report per job; the parent reads it as soon as it
 sees the job finish (``ProcessEnvironment.pending_report``, through
-:meth:`ResultAssembly._collect_reports`, the ``on_ok`` hook of the
+:meth:`ResultAssembler.collect_reports`, the ``on_ok`` hook of the
 :class:`~alf_env.data_plane.job_board.JobBoard`), so the pipe never gets out
 of step. The rows and the reports then make the batch: the observations
 (:class:`~alf_env.front_ends.gym.space_layout.SpaceLayout`) and the batched infos
 (:class:`~alf_env.front_ends.gym.info_codec.InfoDecoder`).
 """
 
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 from gymnasium.vector import AutoresetMode
 
 from alf_env.control_plane.process_environment import ProcessEnvironment
 from alf_env.data_plane.shared_block import JobType
-from alf_env.front_ends.gym.info_codec import InfoDecoder, Payload
+from alf_env.front_ends.gym.info_codec import InfoDecoder, Payload, Signature
 
-__all__ = ["ResultAssembly"]
+__all__ = ["ENV_ID_DTYPE", "ResultAssembler", "Step", "worker_of_rows"]
+
+#: dtype of ``info["env_id"]`` in the asynchronous mode (EnvPool's).
+ENV_ID_DTYPE = np.int32
+
+#: What ``step`` returns: ``(obs, rewards, terminated, truncated, infos)``.
+Step = Tuple[Any, np.ndarray, np.ndarray, np.ndarray, Dict[str, Any]]
 
 
-class ResultAssembly:
-    """Reading the workers' reports and batching observations and infos (a mixin of
-    ``FastVectorEnv``).
+def worker_of_rows(bounds: Sequence[Tuple[int, int]]) -> np.ndarray:
+    """The worker of each env row, given the rows ``(begin, end)`` of each worker."""
+    return np.concatenate([np.full(end - begin, w, dtype=np.int64)
+                           for w, (begin, end) in enumerate(bounds)])
 
-    It reads the env's ``_board``, ``_workers``, ``_bounds``, the row views
-    (``_obs_views``, ``_report``), ``_obs``, ``_info_decoder``, ``copy``,
-    ``num_envs`` and the row indexes of every env (``_all_rows``,
-    ``_all_row_list``), and keeps the pipe parts of the last results in
-    ``_payloads`` (env id -> info payload) and ``_pipe_leaves`` (env id -> its
-    pipe observation leaves), and in the DISABLED mode (``autoreset_mode``)
-    ``_needs_reset`` (the envs that ended).
+
+class ResultAssembler:
+    """Reads the workers' reports and batches observations and infos from the rows.
+
+    It owns the pipe parts of the last results (per env: the info payload and
+    the observation leaves of no fixed size) and, in the DISABLED autoreset
+    mode, which envs ended (the one mode that refuses to step them).
+
+    Args:
+        rows: the row views, an ``EnvRows`` (shared memory) or a ``PipeRows``.
+        info: the ``(num_envs, info_bytes)`` info area, or ``None`` (no
+            shared info area: every info is a pipe payload).
+        observation: the observations' layout (``SpaceLayout`` or ``PipeLayout``).
+        workers: the worker processes (for their pipe reports).
+        bounds: the env rows ``(begin, end)`` of each worker.
+        copy: whether the synchronous results copy the observation rows.
+        autoreset_mode: the envs' autoreset mode.
+        declared_infos: info layouts known before the first step (signatures).
+        payloads: the ``{row: info payload}`` dict to keep (the pipe path's
+            rows write it); default: a new one.
     """
 
-    _board: Any  # a JobBoard, or a PipeBoard on the pipe path (None once closed)
-    _workers: List[ProcessEnvironment]
-    _bounds: List[Tuple[int, int]]
-    _obs: Any  # a SpaceLayout, or a PipeLayout on the pipe path
-    _obs_views: Any  # the observation rows (EnvRows.obs or PipeRows.obs)
-    _report: np.ndarray
-    _reward: np.ndarray
-    _terminated: np.ndarray
-    _truncated: np.ndarray
-    _info_decoder: InfoDecoder
-    copy: bool
-    num_envs: int
-    autoreset_mode: AutoresetMode
-    _all_rows: slice
-    _all_row_list: List[int]
-    _payloads: Dict[int, Payload]
-    _pipe_leaves: Dict[int, List[Any]]
-    _needs_reset: np.ndarray
+    def __init__(self, rows: Any, info: Optional[np.ndarray], observation: Any,
+                 workers: Sequence[ProcessEnvironment], bounds: Sequence[Tuple[int, int]],
+                 copy: bool, autoreset_mode: AutoresetMode,
+                 declared_infos: Sequence[Signature] = (),
+                 payloads: Optional[Dict[int, Payload]] = None) -> None:
+        num_envs = bounds[-1][1]
+        self._obs, self._obs_views = observation, rows.obs
+        self._reward, self._terminated = rows.reward, rows.terminated
+        self._truncated, self._report = rows.truncated, rows.report
+        self._workers = workers
+        self._bounds = bounds
+        self._copy = copy
+        self._disabled = autoreset_mode is AutoresetMode.DISABLED
+        self._num_envs = num_envs
+        self._all_rows = slice(0, num_envs)
+        self._all_row_list = list(range(num_envs))
+        row_worker = worker_of_rows(bounds)
+        info_view = info if info is not None else np.zeros((num_envs, 0), np.uint8)
+        self._info_decoder = InfoDecoder(info_view, rows.info_layout, row_worker, len(bounds))
+        for w in range(len(bounds)):
+            for lid, signature in enumerate(declared_infos, start=1):
+                self._info_decoder.register(w, lid, signature)
+        self._payloads: Dict[int, Payload] = {} if payloads is None else payloads
+        self._pipe_leaves: Dict[int, List[Any]] = {}
+        self._needs_reset = np.zeros(num_envs, dtype=np.bool_)
 
-    def _collect_reports(self, workers: List[int]) -> Dict[int, BaseException]:
+    # -- reading the pipe reports ---------------------------------------------------
+
+    def collect_reports(self, workers: List[int],
+                        jobs: Mapping[int, Any]) -> Dict[int, BaseException]:
         """Reads the pipe reports of finished STEP/RESET jobs (JobBoard's on_ok hook).
+
+        Args:
+            workers: the workers whose jobs finished OK.
+            jobs: the last job posted to each worker.
 
         Returns:
             what reading a worker's report raised (e.g. the worker died), by worker.
@@ -78,7 +112,7 @@ class ResultAssembly:
             return errors  # the hot path: nobody reported anything (count_nonzero: 5x any())
         promises = {}
         for worker in workers:
-            job = self._board.job_of(worker)
+            job = jobs.get(worker)
             if job is not JobType.STEP and job is not JobType.RESET:
                 continue
             begin, end = self._bounds[worker]
@@ -107,25 +141,68 @@ class ResultAssembly:
                     self._pipe_leaves[begin + k] = leaves
         return errors
 
-    def _gather_all(self, info_rows: List[int]) -> Tuple[Any, Dict[str, Any]]:
+    # -- the batches ----------------------------------------------------------------
+
+    def gather_all(self, info_rows: List[int]) -> Tuple[Any, Dict[str, Any]]:
         """Observations of every env (synchronous mode) and the infos of ``info_rows``."""
         rows = self._all_row_list
         obs = self._obs.read_rows(self._obs_views, self._all_rows, rows,
-                                  self._pipe_rows(rows), self.copy)
-        if len(info_rows) == self.num_envs:
+                                  self._pipe_rows(rows), self._copy)
+        if len(info_rows) == self._num_envs:
             infos = self._info_decoder.batch(self._all_rows, rows, self._payloads_of(rows))
         else:  # some envs were reset (reset_mask): their infos at their own positions
             infos = self._info_decoder.batch(self._all_rows, rows, self._payloads_of(rows),
                                              include=info_rows)
         return obs, infos
 
-    def _step_results(self) -> Tuple[Any, np.ndarray, np.ndarray, np.ndarray, Dict[str, Any]]:
+    def step_results(self) -> Step:
         """The 5-tuple of a synchronous step: every row, copies of the whole views."""
-        obs, infos = self._gather_all(self._all_row_list)
+        obs, infos = self.gather_all(self._all_row_list)
         terminated, truncated = self._terminated.copy(), self._truncated.copy()
-        if self.autoreset_mode is AutoresetMode.DISABLED:
+        if self._disabled:
             np.logical_or(terminated, truncated, out=self._needs_reset)
         return obs, self._reward.copy(), terminated, truncated, infos
+
+    def batch_of(self, workers: Sequence[int]) -> Tuple[Step, np.ndarray, Any]:
+        """The 5-tuple of the envs of ``workers``, in that order, with ``info["env_id"]``
+        (the asynchronous mode's ``recv``); also their ids and rows."""
+        bounds = self._bounds
+        row_list = [i for w in workers for i in range(*bounds[w])]
+        ids = np.asarray(row_list, dtype=np.int64)
+        if all(bounds[a][1] == bounds[b][0] for a, b in zip(workers, workers[1:])):
+            # Rows back to back (e.g. one worker's): a slice reads them faster,
+            # and the info decoder remembers the slices it has seen.
+            rows: Any = slice(row_list[0], row_list[-1] + 1)
+            terminated, truncated = self._terminated[rows].copy(), self._truncated[rows].copy()
+            reward = self._reward[rows].copy()
+        else:
+            rows = ids
+            terminated, truncated, reward = (self._terminated[ids], self._truncated[ids],
+                                             self._reward[ids])
+        obs = self._obs.read_rows(self._obs_views, rows, row_list, self._pipe_rows(row_list))
+        infos = self._info_decoder.batch(rows, row_list, self._payloads_of(row_list))
+        infos["env_id"] = ids.astype(ENV_ID_DTYPE)
+        if self._disabled:
+            self._needs_reset[rows] = terminated | truncated
+        return (obs, reward, terminated, truncated, infos), ids, rows
+
+    # -- the envs that ended (DISABLED mode) ----------------------------------------
+
+    def check_not_ended(self, ids: np.ndarray) -> None:
+        """Raises ``AssertionError`` (gymnasium's) if an env of ``ids`` ended and
+        autoreset is DISABLED."""
+        if self._disabled and self._needs_reset[ids].any():
+            ended = ids[self._needs_reset[ids]].tolist()
+            raise AssertionError(
+                f"envs {ended} ended (terminated or truncated) and autoreset_mode is "
+                f"DISABLED: reset them first, e.g. reset(options={{'reset_mask': mask}})")
+
+    def forget_ended(self, mask: Optional[np.ndarray] = None) -> None:
+        """The envs of ``mask`` (default: every env) are being reset."""
+        if mask is None:
+            self._needs_reset[:] = False
+        else:
+            self._needs_reset[mask] = False
 
     def _payloads_of(self, row_list: List[int]) -> Dict[int, Payload]:
         """The pipe payloads of the infos of ``row_list`` (most steps: none)."""

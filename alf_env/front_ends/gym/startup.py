@@ -39,12 +39,13 @@ fixed-size datum of the hot path:
 This module holds the checks of the constructor's arguments
 (:func:`check_arguments`, :func:`resolve_context`, :func:`plan_workers`,
 :func:`check_max_concurrency`, :func:`declared_infos`, :func:`observation_spaces`) and
-:class:`WorkerStartup`, the start-up steps ``FastVectorEnv.__init__`` runs.
+the start-up steps ``FastVectorEnv.__init__`` runs: :func:`start_workers`,
+:func:`describe_workers` and :func:`attach_workers`.
 """
 
 import functools
 import multiprocessing
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 import gymnasium as gym
 import numpy as np
@@ -63,13 +64,15 @@ from alf_env.data_plane.job_loop import start_job_loops
 from alf_env.data_plane.shared_block import SharedBlock
 from alf_env.front_ends.gym.action_items import action_layout
 from alf_env.front_ends.gym.gym_rows import EnvRows, GymRowsHandler, block_fields
-from alf_env.front_ends.gym.info_codec import InfoDecoder, InfoLayout, Payload, signature_of
+from alf_env.front_ends.gym.info_codec import InfoLayout, Signature, signature_of
 from alf_env.front_ends.gym.pipe_board import PipeBoard
 from alf_env.front_ends.gym.pipe_path import PipeEnvGroup, PipeLayout, PipeRows
+from alf_env.front_ends.gym.results import ResultAssembler
 from alf_env.front_ends.gym.space_layout import SpaceLayout
 
 __all__ = ["ObservationMode", "check_arguments", "resolve_context", "plan_workers",
-           "check_max_concurrency", "declared_infos", "observation_spaces", "WorkerStartup"]
+           "check_max_concurrency", "declared_infos", "observation_spaces", "Spaces",
+           "Transport", "start_workers", "describe_workers", "attach_workers"]
 
 #: What ``observation_mode`` takes: ``"same"``, ``"different"`` or a pair
 #: ``(observation_space, single_observation_space)``.
@@ -262,115 +265,122 @@ def declared_infos(info_example: Union[None, Dict[str, Any], Sequence[Dict[str, 
     return signatures, info_bytes
 
 
-class WorkerStartup:
-    """The start-up steps of ``FastVectorEnv`` (a mixin): start the workers,
-    check their spaces, then either build the shared rows and send each
-    worker into its native job loop, or set up the pipe path.
+class Spaces(NamedTuple):
+    """What the workers' envs said of themselves, as the vector env gives it."""
+    single_observation_space: gym.Space
+    observation_space: gym.Space
+    single_action_space: gym.Space
+    action_space: gym.Space
+    metadata: Dict[str, Any]
+    render_mode: Optional[str]
 
-    They read the env's ``env_fns``, ``_bounds``, ``num_envs``, ``num_workers``,
-    ``batch_size``, ``autoreset_mode``, ``observation_mode``, ``info_bytes``,
-    ``_declared_infos``, ``_workers_pinned``, ``_row_worker`` and
-    ``_payloads``, and set its spaces, ``metadata``, ``render_mode``,
-    ``shared_memory`` (``False`` when the pipe path serves), ``_workers``,
-    ``_block``, ``_board``, the layouts, the row views and ``_info_decoder``.
-    """
 
-    env_fns: List[Callable[[], gym.Env]]
-    _bounds: List[Tuple[int, int]]
-    num_envs: int
-    num_workers: int
-    batch_size: int
-    autoreset_mode: AutoresetMode
-    observation_mode: ObservationMode
-    info_bytes: int
-    _declared_infos: List[Any]
-    _workers_pinned: bool
-    _row_worker: np.ndarray
-    _payloads: Dict[int, Payload]
+class Transport(NamedTuple):
+    """How a ``FastVectorEnv`` reaches its workers once they are attached."""
+    #: Whether shared memory serves the steps (``False``: the pipe path).
     shared_memory: bool
-    _workers: List[ProcessEnvironment]
-    _block: Optional[SharedBlock]
-    _board: Any  # a JobBoard, or a PipeBoard on the pipe path (None once closed)
-    _obs: Any  # a SpaceLayout, or a PipeLayout on the pipe path
-    _act: Any  # as _obs, for the actions
-    _collect_reports: Callable[[List[int]], Dict[int, BaseException]]  # ResultAssembly's
+    #: The shared block (``None`` on the pipe path).
+    block: Optional[SharedBlock]
+    #: A ``JobBoard``, or a ``PipeBoard`` on the pipe path.
+    board: Union[JobBoard, PipeBoard]
+    #: The actions' layout and rows.
+    action: Union[SpaceLayout, PipeLayout]
+    action_views: Any
+    results: ResultAssembler
 
-    def _start_workers(self, context: str, daemon: bool = True) -> None:
-        self._workers = [
-            ProcessEnvironment(
-                functools.partial(PipeEnvGroup, self.env_fns[begin:end], self.autoreset_mode),
-                env_id=begin, hosted_envs=end - begin, fast=True, num_envs=self.num_envs,
-                torch_num_threads_per_env=None, start_method=context,
-                name=f"alf_env-vector-{w}", daemon=daemon)
-            for w, (begin, end) in enumerate(self._bounds)]
-        start_environments(self._workers, start_serially=False)
 
-    def _check_spaces(self) -> None:
-        promises = [w.call("describe") for w in self._workers]
-        spaces = [pair for p in promises for pair in p()]
-        act0 = spaces[0][1]
-        for i, (_, act) in enumerate(spaces[1:], start=1):
-            if act != act0:
-                raise RuntimeError(
-                    f"env {i} has action space {act}, but env 0 has {act0}; all envs of "
-                    f"a FastVectorEnv must have the same action space")
-        obs_spaces = [obs for obs, _ in spaces]
-        single, batched = observation_spaces(self.observation_mode, obs_spaces,
-                                             self.batch_size)
-        self.single_observation_space = single
-        self.single_action_space = act0
-        self.observation_space = batched
-        self.action_space = batch_space(act0, self.batch_size)
-        metadata, self.render_mode = self._workers[0].call("info")()
-        self.metadata = dict(metadata, autoreset_mode=self.autoreset_mode)
-        self._obs = SpaceLayout(single, "obs", "observation")
-        self._act = action_layout(act0)  # each env receives the caller's item
-        # Observations of no fixed size travel beside the rows (pipe leaves),
-        # and the shape and dtype that observation_mode requires of every env
-        # is what its rows need; actions have no such way.
-        if self.shared_memory and self._act.num_pipe_leaves:
-            logging.info("FastVectorEnv: action space %s: %s have no fixed size; the envs "
-                         "step through the pipe", act0, list(self._act.pipe_paths))
-            self.shared_memory = False
+def start_workers(env_fns: Sequence[Callable[[], gym.Env]], bounds: Sequence[Tuple[int, int]],
+                  autoreset_mode: AutoresetMode, context: str,
+                  daemon: bool = True) -> List[ProcessEnvironment]:
+    """Starts one worker per ``bounds`` entry, hosting the envs of those rows."""
+    num_envs = bounds[-1][1]
+    workers = [
+        ProcessEnvironment(
+            functools.partial(PipeEnvGroup, env_fns[begin:end], autoreset_mode),
+            env_id=begin, hosted_envs=end - begin, fast=True, num_envs=num_envs,
+            torch_num_threads_per_env=None, start_method=context,
+            name=f"alf_env-vector-{w}", daemon=daemon)
+        for w, (begin, end) in enumerate(bounds)]
+    start_environments(workers, start_serially=False)
+    return workers
 
-    def _attach_workers(self, spin_us: int) -> None:
-        if not self.shared_memory:
-            self._attach_pipe()
-            return
-        self._block = SharedBlock(block_fields(self._obs, self._act, self.info_bytes),
-                                  num_rows=self.num_envs, num_workers=self.num_workers)
-        rows = EnvRows(self._block, self._obs, self._act)
-        self._set_rows(rows, rows.info, declared=True)
-        controller = self._block.controller(spin_us, workers_pinned=self._workers_pinned)
-        self._board = JobBoard(controller, self._workers, on_ok=self._collect_reports)
-        handlers = [GymRowsHandler(bounds, self._obs, self._act, self.autoreset_mode,
-                                   self.info_bytes, self._declared_infos)
-                    for bounds in self._bounds]
-        start_job_loops(self._board, self._block, spin_us, self._workers_pinned, handlers)
 
-    def _attach_pipe(self) -> None:
-        """The pipe path: rows in this process, a board of pipe requests."""
-        observations, self._obs = self._obs, PipeLayout(self.single_observation_space,
-                                                        "observation", self.num_envs)
-        if self._act.num_pipe_leaves:
-            self._act = PipeLayout(self.single_action_space, "action", self.num_envs)
-        resolve_all([w.call("check_observations", observations) for w in self._workers])
-        rows = PipeRows(self._obs, self._act, self._bounds, self._payloads)
-        self._set_rows(rows, None, declared=False)  # every info is a pipe payload
-        self._board = PipeBoard(self._workers, rows.actions_of, rows.store)
+def describe_workers(workers: Sequence[ProcessEnvironment], observation_mode: ObservationMode,
+                     batch_size: int, autoreset_mode: AutoresetMode) -> Spaces:
+    """The spaces of the workers' envs, checked against each other.
 
-    def _set_rows(self, rows: Any, info: Optional[np.ndarray], declared: bool) -> None:
-        """Takes the row views (an ``EnvRows`` or a ``PipeRows``) and builds the
-        info decoder (``declared``: with the layouts of ``info_example``)."""
-        self._obs_views, self._act_views = rows.obs, rows.act
-        self._reward, self._terminated = rows.reward, rows.terminated
-        self._truncated, self._report = rows.truncated, rows.report
-        info_view = info if info is not None else np.zeros((self.num_envs, 0), np.uint8)
-        self._info_decoder = InfoDecoder(info_view, rows.info_layout, self._row_worker,
-                                         self.num_workers)
-        if not declared:
-            return
-        for w in range(self.num_workers):
-            for lid, signature in enumerate(self._declared_infos, start=1):
-                self._info_decoder.register(w, lid, signature)
+    Raises:
+        RuntimeError: the action spaces differ, or the observation spaces do
+            not fit ``observation_mode`` (naming the env and the spaces).
+    """
+    promises = [w.call("describe") for w in workers]
+    spaces = [pair for p in promises for pair in p()]
+    act0 = spaces[0][1]
+    for i, (_, act) in enumerate(spaces[1:], start=1):
+        if act != act0:
+            raise RuntimeError(
+                f"env {i} has action space {act}, but env 0 has {act0}; all envs of "
+                f"a FastVectorEnv must have the same action space")
+    single, batched = observation_spaces(observation_mode, [obs for obs, _ in spaces],
+                                         batch_size)
+    metadata, render_mode = workers[0].call("info")()
+    return Spaces(single, batched, act0, batch_space(act0, batch_size),
+                  dict(metadata, autoreset_mode=autoreset_mode), render_mode)
 
+
+def attach_workers(workers: Sequence[ProcessEnvironment], spaces: Spaces,
+                   bounds: Sequence[Tuple[int, int]], *, shared_memory: bool,
+                   autoreset_mode: AutoresetMode, copy: bool, info_bytes: int,
+                   declared_infos: Sequence[Signature], spin_us: int,
+                   workers_pinned: bool) -> Transport:
+    """Builds the shared rows and sends each worker into its native job loop, or
+    sets up the pipe path (``shared_memory=False``, or actions of no fixed size)."""
+    observation = SpaceLayout(spaces.single_observation_space, "obs", "observation")
+    action = action_layout(spaces.single_action_space)
+    # Observations of no fixed size travel beside the rows (pipe leaves), and
+    # the shape and dtype that observation_mode requires of every env is what
+    # its rows need; actions have no such way.
+    if shared_memory and action.num_pipe_leaves:
+        logging.info("FastVectorEnv: action space %s: %s have no fixed size; the envs "
+                     "step through the pipe", spaces.single_action_space,
+                     list(action.pipe_paths))
+        shared_memory = False
+    if not shared_memory:
+        return _attach_pipe(workers, spaces, bounds, observation, action, autoreset_mode, copy)
+    num_envs = bounds[-1][1]
+    block = SharedBlock(block_fields(observation, action, info_bytes),
+                        num_rows=num_envs, num_workers=len(workers))
+    try:
+        rows = EnvRows(block, observation, action)
+        results = ResultAssembler(rows, rows.info, observation, workers, bounds, copy,
+                                  autoreset_mode, declared_infos)
+        controller = block.controller(spin_us, workers_pinned=workers_pinned)
+        board = JobBoard(controller, workers, on_ok=results.collect_reports)
+        handlers = [GymRowsHandler(rows_of, observation, action, autoreset_mode,
+                                   info_bytes, declared_infos)
+                    for rows_of in bounds]
+        start_job_loops(board, block, spin_us, workers_pinned, handlers)
+    except BaseException:
+        block.close()
+        raise
+    return Transport(True, block, board, action, rows.act, results)
+
+
+def _attach_pipe(workers: Sequence[ProcessEnvironment], spaces: Spaces,
+                 bounds: Sequence[Tuple[int, int]], observation: SpaceLayout,
+                 fixed_action: SpaceLayout, autoreset_mode: AutoresetMode,
+                 copy: bool) -> Transport:
+    """The pipe path: rows in this process, a board of pipe requests."""
+    num_envs = bounds[-1][1]
+    pipe_observation = PipeLayout(spaces.single_observation_space, "observation", num_envs)
+    # Actions of a fixed size are checked as on the shared-memory path.
+    action: Union[SpaceLayout, PipeLayout] = fixed_action
+    if fixed_action.num_pipe_leaves:
+        action = PipeLayout(spaces.single_action_space, "action", num_envs)
+    resolve_all([w.call("check_observations", observation) for w in workers])
+    rows = PipeRows(pipe_observation, action, bounds)
+    # No info area: every info is a pipe payload, which the rows keep.
+    results = ResultAssembler(rows, None, pipe_observation, workers, bounds, copy,
+                              autoreset_mode, payloads=rows.payloads)
+    return Transport(False, None, PipeBoard(workers, rows.actions_of, rows.store), action,
+                     rows.act, results)

@@ -1,10 +1,11 @@
 """The gymnasium-style state machine of the vector envs, and their argument checks.
 
-:class:`AsyncState` says which call is pending; :class:`StateChecks` holds the
-checks that guard the API, and :class:`VectorApi` the gymnasium and EnvPool
-methods written in terms of the others, both shared (the same errors, word for
-word) by :class:`~alf_env.front_ends.gym.vector_env.FastVectorEnv` and
-:class:`~alf_env.front_ends.ray.vector_env.RayVectorEnv`::
+:class:`CallState` says which call is pending (an :class:`AsyncState`), what
+broke the env, and holds the checks that guard the API; :class:`VectorApi`
+holds the gymnasium methods written in terms of the others. Both serve
+:class:`~alf_env.front_ends.gym.vector_env.FastVectorEnv` and
+:class:`~alf_env.front_ends.ray.vector_env.RayVectorEnv` (the same errors,
+word for word)::
 
     DEFAULT --reset_async--> WAITING_RESET --reset_wait--> DEFAULT
     DEFAULT --step_async---> WAITING_STEP  --step_wait---> DEFAULT
@@ -21,18 +22,22 @@ later call but ``close()``.
 """
 
 import enum
-from typing import Any, Dict, List, Optional, Sequence, Tuple, TypeVar, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, TypeVar, Union
 
 import numpy as np
 from gymnasium.error import AlreadyPendingCallError, ClosedEnvironmentError, NoAsyncCallError
 
-__all__ = ["AsyncState", "Seeds", "StateChecks", "VectorApi"]
+from alf_env.control_plane.channel import resolve_all
+from alf_env.errors import EnvTimeoutError, WorkerDiedError
+
+__all__ = ["AsyncState", "Seeds", "CallState", "VectorApi"]
 
 #: What ``reset(seed=...)`` takes: ``None``, an int (env ``i`` gets
 #: ``seed + i``) or one seed (or ``None``) per env.
 Seeds = Union[None, int, Sequence[Optional[int]]]
 
 _Env = TypeVar("_Env", bound="VectorApi")
+_T = TypeVar("_T")
 
 
 class AsyncState(enum.Enum):
@@ -43,41 +48,104 @@ class AsyncState(enum.Enum):
     WAITING_CALL = "call"
 
 
-class StateChecks:
-    """The checks of the state machine and of the reset arguments (a mixin).
+class CallState:
+    """The pending call of a vector env, what broke it, and the checks of its API.
 
-    The class using it provides ``closed`` (gymnasium's ``VectorEnv``),
-    ``_broken`` (the error that broke the env, or ``None``), ``_state`` (an
-    :class:`AsyncState`), ``num_envs`` and ``is_async``.
+    Args:
+        owner: the class name the errors give (``"FastVectorEnv"``).
+        num_envs: the number of envs (for the seed and mask checks).
+        is_async: whether the env runs in the asynchronous (EnvPool) mode.
+        broken_by: where the error that broke the env comes from, when
+            something else than :meth:`guard` records it (e.g. a Ray actor
+            group); default: what :meth:`guard` and :meth:`resolve` recorded.
     """
 
-    closed: bool
-    _broken: Optional[BaseException]
-    _state: AsyncState
-    num_envs: int
-    is_async: bool
+    def __init__(self, owner: str, num_envs: int, is_async: bool,
+                 broken_by: Optional[Callable[[], Optional[BaseException]]] = None) -> None:
+        self.owner = owner
+        self.num_envs = num_envs
+        self.is_async = is_async
+        #: The pending call.
+        self.pending = AsyncState.DEFAULT
+        #: Set by :meth:`close`: every later check raises ``ClosedEnvironmentError``.
+        self.closed = False
+        self._broken: Optional[BaseException] = None
+        self._broken_by = broken_by
 
-    def _assert_is_running(self) -> None:
+    @property
+    def broken(self) -> Optional[BaseException]:
+        """The error that broke the env (only ``close()`` works then), or ``None``."""
+        return self._broken if self._broken_by is None else self._broken_by()
+
+    def close(self) -> AsyncState:
+        """Marks the env closed; returns the call that was pending (now dropped)."""
+        pending, self.pending, self.closed = self.pending, AsyncState.DEFAULT, True
+        return pending
+
+    # -- the state checks ---------------------------------------------------------
+
+    def check_running(self) -> None:
+        """Raises if the env was closed, or broken by a dead worker."""
         if self.closed:
             raise ClosedEnvironmentError(
-                f"Trying to operate on `{type(self).__name__}`, after a call to `close()`.")
-        if self._broken is not None:
-            raise self._broken
+                f"Trying to operate on `{self.owner}`, after a call to `close()`.")
+        broken = self.broken
+        if broken is not None:
+            raise broken
 
-    def _assert_state(self, what: str) -> None:
-        if self._state is not AsyncState.DEFAULT:
+    def check_idle(self, what: str) -> None:
+        """Raises ``AlreadyPendingCallError`` if a call is pending (before ``what``)."""
+        if self.pending is not AsyncState.DEFAULT:
             raise AlreadyPendingCallError(
                 f"Calling `{what}` while waiting for a pending call to "
-                f"`{self._state.value}` to complete.", self._state.value)
+                f"`{self.pending.value}` to complete.", self.pending.value)
 
-    def _assert_waiting(self, state: AsyncState, what: str, pair: str) -> None:
+    def check_ready(self, what: str) -> None:
+        """Checks that ``what`` (a call that starts something) may run now."""
+        self.check_running()
+        self.check_idle(what)
+
+    def check_waiting(self, state: AsyncState, what: str, pair: str) -> None:
         """Checks that a ``*_wait`` call may run: the env is open and ``pair`` was called."""
-        self._assert_is_running()
-        if self._state is not state:
+        self.check_running()
+        if self.pending is not state:
             raise NoAsyncCallError(f"Calling `{what}` without any prior call to `{pair}`.",
                                    state.value)
 
-    def _seed_list(self, seed: Seeds) -> List[Optional[int]]:
+    # -- running what may fail ------------------------------------------------------
+
+    def guard(self, fn: Callable[[], _T]) -> _T:
+        """Runs a post or a wait: a dead worker breaks the env; any other error
+        but a timeout (after which waiting again picks the call up) ends the call."""
+        try:
+            return fn()
+        except WorkerDiedError as exc:
+            self._broken = exc
+            self.pending = AsyncState.DEFAULT
+            raise
+        except EnvTimeoutError:
+            raise
+        except BaseException:
+            self.pending = AsyncState.DEFAULT
+            raise
+
+    def resolve(self, promises: List[Any], timeout: Optional[float],
+                during: str = "a call") -> List[Any]:
+        """Waits for every promise together (``resolve_all``); a dead worker breaks the env."""
+        try:
+            return resolve_all(promises, timeout, during)
+        except WorkerDiedError as exc:
+            self._broken = exc
+            raise
+
+    def break_with(self, error: BaseException) -> None:
+        """Records ``error`` (a dead worker) as what broke the env."""
+        self._broken = error
+
+    # -- the argument checks --------------------------------------------------------
+
+    def seed_list(self, seed: Seeds) -> List[Optional[int]]:
+        """One seed per env: ``seed + i`` for an int, ``None`` for ``None``."""
         if seed is None:
             return [None] * self.num_envs
         if isinstance(seed, (int, np.integer)):
@@ -88,11 +156,11 @@ class StateChecks:
                              f"seeds, got a list of {len(seeds)}")
         return seeds
 
-    def _check_reset_mask(self, mask: Any) -> np.ndarray:
+    def check_reset_mask(self, mask: Any) -> np.ndarray:
+        """gymnasium's checks of ``options["reset_mask"]``, with its types and words."""
         if self.is_async:
             raise ValueError("options['reset_mask']: the asynchronous mode resets every "
                              "env; reset_mask needs batch_size == num_envs")
-        # gymnasium's checks, types and words (AsyncVectorEnv.reset_async).
         if not isinstance(mask, np.ndarray):
             raise TypeError(f"`options['reset_mask']` must be a numpy array, got {type(mask)}")
         if mask.shape != (self.num_envs,):
@@ -106,43 +174,44 @@ class StateChecks:
                              f"least one True value, got reset_mask={mask}")
         return mask
 
-    def _reset_arguments(self, seed: Seeds, options: Optional[Dict[str, Any]]
-                         ) -> Tuple[List[Optional[int]], Optional[Dict[str, Any]],
-                                    Optional[np.ndarray]]:
+    def reset_arguments(self, seed: Seeds, options: Optional[Dict[str, Any]]
+                        ) -> Tuple[List[Optional[int]], Optional[Dict[str, Any]],
+                                   Optional[np.ndarray]]:
         """Checks ``reset_async``'s arguments: returns one seed per env, a copy of
         ``options`` without its ``"reset_mask"`` (the caller's stays intact) and
         the checked mask (``None``: every env)."""
-        self._assert_is_running()
-        seeds = self._seed_list(seed)
-        self._assert_state("reset_async")
+        self.check_running()
+        seeds = self.seed_list(seed)
+        self.check_idle("reset_async")
         options = None if options is None else dict(options)
         mask = None
         if options is not None and "reset_mask" in options:
-            mask = self._check_reset_mask(options.pop("reset_mask"))
+            mask = self.check_reset_mask(options.pop("reset_mask"))
         return seeds, options, mask
 
-    def _attr_values(self, name: str, values: Any) -> List[Any]:
+    def attr_values(self, name: str, values: Any) -> List[Any]:
         """Checks ``set_attr``'s arguments: returns one value per env."""
-        self._assert_is_running()
+        self.check_running()
         if not isinstance(values, (list, tuple)):
             values = [values] * self.num_envs
         if len(values) != self.num_envs:
             raise ValueError(f"set_attr({name!r}): expected {self.num_envs} values (one "
                              f"per env), got {len(values)}")
-        self._assert_state("set_attr")
+        self.check_idle("set_attr")
         return list(values)
 
-    def _no_recv_yet(self) -> NoAsyncCallError:
+    @staticmethod
+    def no_recv_yet() -> NoAsyncCallError:
         """The error of ``step`` in the asynchronous mode before any ``recv``."""
         return NoAsyncCallError("step() in the asynchronous mode steps the envs of the "
                                 "last recv(); call reset() first", "step")
 
 
-class VectorApi(StateChecks):
-    """The vector env methods written in terms of the others (a mixin).
+class VectorApi:
+    """The vector env methods written in terms of the others (a mixin of methods only).
 
-    The class using it provides what :class:`StateChecks` needs,
-    ``reset_async``/``reset_wait``, ``call_async``/``call_wait`` and ``close``.
+    The class using it provides ``reset_async``/``reset_wait``,
+    ``call_async``/``call_wait`` and ``close``; it reads no attribute.
     """
 
     def reset(self, *, seed: Seeds = None,

@@ -3,11 +3,13 @@
 :class:`FastVectorEnv` is a ``gymnasium.vector.VectorEnv`` that behaves like
 ``AsyncVectorEnv`` (and, value for value, like ``SyncVectorEnv``) and adds an
 EnvPool-style asynchronous mode. This module holds its API (:func:`make` is in
-:mod:`~alf_env.front_ends.gym.make`);
-mixins hold the rest: :mod:`~alf_env.front_ends.gym.state` (the state
-machine), :mod:`~alf_env.front_ends.gym.startup` (workers, shared rows),
-:mod:`~alf_env.front_ends.gym.engine` (posting jobs, waiting for them) and
-:mod:`~alf_env.front_ends.gym.results` (pipe reports, batched results);
+:mod:`~alf_env.front_ends.gym.make`); it is composed of objects that own
+their state, each built in ``__init__``: a
+:class:`~alf_env.front_ends.gym.state.CallState` (the state machine), a
+:class:`~alf_env.front_ends.gym.engine.JobEngine` (posting jobs, waiting for
+them) and a :class:`~alf_env.front_ends.gym.results.ResultAssembler` (pipe
+reports, batched results), over the workers and rows that
+:mod:`~alf_env.front_ends.gym.startup` sets up;
 :mod:`~alf_env.front_ends.gym.pipe_path` steps the envs through the pipe instead.
 
 **Autoreset** happens in the workers, per env, exactly as ``SyncVectorEnv``
@@ -31,7 +33,7 @@ multiple of ``envs_per_worker``. In asynchronous mode array leaves are always
 copies (``copy=False`` only matters in the synchronous mode).
 """
 
-from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import gymnasium as gym
 import numpy as np
@@ -54,24 +56,26 @@ from alf_env.front_ends.gym.gym_rows import (
     RESET_STAGED,
     StagedReset,
 )
-from alf_env.front_ends.gym.info_codec import DEFAULT_INFO_BYTES, Payload
-from alf_env.front_ends.gym.results import ResultAssembly
+from alf_env.front_ends.gym.info_codec import DEFAULT_INFO_BYTES
+from alf_env.front_ends.gym.pipe_board import PipeBoard
+from alf_env.front_ends.gym.results import Step
 from alf_env.front_ends.gym.startup import (
     ObservationMode,
-    WorkerStartup,
+    attach_workers,
     check_arguments,
     check_max_concurrency,
     declared_infos,
+    describe_workers,
     plan_workers,
     resolve_context,
+    start_workers,
 )
-from alf_env.front_ends.gym.state import AsyncState, Seeds, VectorApi
+from alf_env.front_ends.gym.state import AsyncState, CallState, Seeds, VectorApi
 
 __all__ = ["FastVectorEnv"]
 
 
-class FastVectorEnv(NotCopyable, VectorApi, WorkerStartup, JobEngine, ResultAssembly,
-                    gym.vector.VectorEnv):
+class FastVectorEnv(NotCopyable, VectorApi, gym.vector.VectorEnv):
     """A gymnasium vector env whose envs run in worker processes, stepped through shared memory.
 
     The arguments of ``gymnasium.vector.AsyncVectorEnv`` come first, in its
@@ -155,10 +159,9 @@ class FastVectorEnv(NotCopyable, VectorApi, WorkerStartup, JobEngine, ResultAsse
         max_concurrency = check_max_concurrency(max_concurrency)
         self._bounds = plan_workers(len(env_fns), batch_size, num_workers, envs_per_worker,
                                     max_concurrency)
-        self._declared_infos, info_bytes = declared_infos(info_example, info_bytes)
+        declared, info_bytes = declared_infos(info_example, info_bytes)
         cpu_plan = plan_worker_cpus(worker_cpus, len(self._bounds),
                                     lockstep=batch_size == len(env_fns))
-        self._workers_pinned = cpu_plan is not None
         self.env_fns = env_fns
         self.num_envs = len(env_fns)
         self.batch_size = batch_size
@@ -175,40 +178,42 @@ class FastVectorEnv(NotCopyable, VectorApi, WorkerStartup, JobEngine, ResultAsse
         self.daemon = daemon
         self.observation_mode = observation_mode
         self.max_concurrency = max_concurrency
-        self._workers: List[ProcessEnvironment] = []
-        self._board: Optional[JobBoard] = None
-        self._block: Optional[SharedBlock] = None
-        self._state = AsyncState.DEFAULT
-        self._broken: Optional[BaseException] = None
         self.is_async = self.batch_size < self.num_envs
-        self._row_worker = np.concatenate([np.full(end - begin, w, dtype=np.int64)
-                                           for w, (begin, end) in enumerate(self._bounds)])
-        self._all_rows = slice(0, self.num_envs)
+        self._calls = CallState(type(self).__name__, self.num_envs, self.is_async)
         self._all_row_list = list(range(self.num_envs))
-        self._all_ids = np.arange(self.num_envs)
-        self._all_workers = list(range(self.num_workers))
-        self._in_flight: Set[int] = set()        # workers with an unreceived STEP/RESET
-        # The env ids, rows and workers of the last recv() (None before the first).
-        self._last_received: Optional[Tuple[np.ndarray, Any, List[int]]] = None
-        # The envs that ended, kept in the DISABLED mode only: the one mode
-        # that refuses to step them.
-        self._needs_reset = np.zeros(self.num_envs, dtype=np.bool_)
-        self._payloads: Dict[int, Payload] = {}  # env id -> pipe part of its last info
-        self._pipe_leaves: Dict[int, list] = {}  # env id -> its pipe observation leaves
-        self._pending_calls: List[Any] = []
         self._reset_rows: List[int] = []         # envs whose infos reset_wait returns
+        self._pending_calls: List[Any] = []
+        self._workers: List[ProcessEnvironment] = []
+        self._block: Optional[SharedBlock] = None
+        self._board: Union[None, JobBoard, PipeBoard] = None
         self._finalizer: Any = None
         try:
-            self._start_workers(context, daemon)
+            self._workers = start_workers(env_fns, self._bounds, autoreset_mode, context, daemon)
             # Dropped unclosed, the env is collected (nothing refers back to
             # it) and this ends its workers; close() detaches it.
             self._finalizer = close_when_collected(self, self._workers)
             pin_workers([w.pid for w in self._workers if w.pid is not None], cpu_plan)
-            self._check_spaces()
-            self._attach_workers(spin_us)
+            spaces = describe_workers(self._workers, observation_mode, batch_size,
+                                      autoreset_mode)
+            self.single_observation_space = spaces.single_observation_space
+            self.observation_space = spaces.observation_space
+            self.single_action_space = spaces.single_action_space
+            self.action_space = spaces.action_space
+            self.metadata = spaces.metadata
+            self.render_mode = spaces.render_mode
+            transport = attach_workers(
+                self._workers, spaces, self._bounds, shared_memory=self.shared_memory,
+                autoreset_mode=autoreset_mode, copy=copy, info_bytes=info_bytes,
+                declared_infos=declared, spin_us=spin_us,
+                workers_pinned=cpu_plan is not None)
+            self.shared_memory = transport.shared_memory
+            self._block, self._board = transport.block, transport.board
+            self._results = transport.results
+            self._engine = JobEngine(self._calls, transport.board, self._workers, self._bounds,
+                                     batch_size, transport.action, transport.action_views,
+                                     transport.results)
             if isinstance(self._board, JobBoard):
-                tune_board(self._board, [w.pid for w in self._workers], worker_cpus,
-                           cpu_plan, spin_us)
+                tune_board(self._board, self.worker_pids(), worker_cpus, cpu_plan, spin_us)
         except BaseException:
             self.close(terminate=True)
             raise
@@ -222,26 +227,21 @@ class FastVectorEnv(NotCopyable, VectorApi, WorkerStartup, JobEngine, ResultAsse
     def reset_async(self, seed: Seeds = None,
                     options: Optional[Dict[str, Any]] = None) -> None:
         """Posts the resets (see :meth:`reset`); collect them with :meth:`reset_wait`."""
-        seeds, options, mask = self._reset_arguments(seed, options)
-        self._drain_in_flight()
-        bounds = self._bounds
-        if mask is None:
-            workers, self._reset_rows = self._all_workers, self._all_row_list
-            self._needs_reset[:] = False
-        else:
-            workers = [w for w in self._all_workers if mask[slice(*bounds[w])].any()]
-            self._reset_rows = [int(i) for i in np.flatnonzero(mask)]
-            self._needs_reset[mask] = False
+        seeds, options, mask = self._calls.reset_arguments(seed, options)
+        self._engine.drain_in_flight()
+        workers = self._engine.workers_of(mask)
+        self._reset_rows = (self._all_row_list if mask is None
+                            else [int(i) for i in np.flatnonzero(mask)])
+        self._results.forget_ended(mask)
         arg = RESET_DEFAULT
         if seed is not None or options is not None or mask is not None:
             arg = RESET_STAGED
             for w in workers:
-                rows = slice(*bounds[w])
+                rows = slice(*self._bounds[w])
                 local_mask = [True] * (rows.stop - rows.start) if mask is None else mask[rows]
-                staged = StagedReset(seeds[rows], options, local_mask)
-                self._resolve([self._workers[w].call("stage_reset", staged)], None)
-        self._post(workers, JobType.RESET, arg)
-        self._state = AsyncState.WAITING_RESET
+                self._engine.stage_reset(w, StagedReset(seeds[rows], options, local_mask))
+        self._engine.post(workers, JobType.RESET, arg)
+        self._calls.pending = AsyncState.WAITING_RESET
 
     def reset_wait(self, timeout: Optional[float] = None) -> Tuple[Any, Dict[str, Any]]:
         """Waits for the resets posted by :meth:`reset_async`.
@@ -250,22 +250,22 @@ class FastVectorEnv(NotCopyable, VectorApi, WorkerStartup, JobEngine, ResultAsse
             NoAsyncCallError: no reset is pending.
             EnvTimeoutError: ``timeout`` passed (call again to keep waiting).
         """
-        self._assert_waiting(AsyncState.WAITING_RESET, "reset_wait", "reset_async")
+        self._calls.check_waiting(AsyncState.WAITING_RESET, "reset_wait", "reset_async")
         if self.is_async:
-            obs, _, _, _, infos = self._receive(timeout)
+            obs, _, _, _, infos = self._engine.receive(timeout)
             return obs, infos
-        self._wait_all("reset", timeout)
-        obs, infos = self._gather_all(self._reset_rows)
-        return obs, infos
+        self._engine.wait_all("reset", timeout)
+        return self._results.gather_all(self._reset_rows)
 
-    def step(self, actions: Any) -> Tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict]:
+    def step(self, actions: Any) -> Step:
         """Steps the envs (asynchronous mode: those of the last ``recv``)."""
-        if self.is_async or self._in_flight or self._state is not AsyncState.DEFAULT:
+        if self.is_async or self._engine.in_flight or self._calls.pending is not \
+                AsyncState.DEFAULT:
             self.step_async(actions)  # raises what the state machine says
             return self.step_wait()
-        self._assert_is_running()
-        self._step_all(actions)
-        return self._step_results()
+        self._calls.check_running()
+        self._engine.step_all(actions)
+        return self._results.step_results()
 
     def step_async(self, actions: Any) -> None:
         """Writes the actions and posts the steps; collect them with :meth:`step_wait`.
@@ -287,48 +287,46 @@ class FastVectorEnv(NotCopyable, VectorApi, WorkerStartup, JobEngine, ResultAsse
                 one is at fault, the expected and the actual shape and
                 dtype); nothing was sent.
         """
-        self._assert_is_running()
-        self._assert_state("step_async")
+        self._calls.check_ready("step_async")
         received = None
         if self.is_async:
-            if self._last_received is None:
-                raise self._no_recv_yet()
-            ids, rows, workers = self._last_received
+            if self._engine.last_received is None:
+                raise self._calls.no_recv_yet()
+            ids, rows, workers = self._engine.last_received
             received = (rows, workers)
         else:
-            if self._in_flight:
+            if self._engine.in_flight:
                 raise AlreadyPendingCallError(
-                    f"step_async: workers {sorted(self._in_flight)} still run jobs of "
+                    f"step_async: workers {sorted(self._engine.in_flight)} still run jobs of "
                     f"send()/async_reset(); recv() them first", "step")
             ids = None
-        self._send(actions, ids, received)
-        self._state = AsyncState.WAITING_STEP
+        self._engine.send(actions, ids, received)
+        self._calls.pending = AsyncState.WAITING_STEP
 
-    def step_wait(self, timeout: Optional[float] = None
-                  ) -> Tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict]:
+    def step_wait(self, timeout: Optional[float] = None) -> Step:
         """Waits for the steps posted by :meth:`step_async`.
 
         Raises:
             NoAsyncCallError: no step is pending.
             EnvTimeoutError: ``timeout`` passed (call again to keep waiting).
         """
-        self._assert_waiting(AsyncState.WAITING_STEP, "step_wait", "step_async")
+        self._calls.check_waiting(AsyncState.WAITING_STEP, "step_wait", "step_async")
         if self.is_async:
-            return self._receive(timeout)
-        self._wait_all("step", timeout)
-        return self._step_results()
+            return self._engine.receive(timeout)
+        self._engine.wait_all("step", timeout)
+        return self._results.step_results()
 
     def call_async(self, name: str, /, *args: Any, **kwargs: Any) -> None:
         """Sends :meth:`call` to the workers; collect with :meth:`call_wait`."""
-        self._assert_is_running()
+        self._calls.check_running()
         if name in RESERVED_CALL_NAMES:
             raise ValueError(f"call({name!r}): use FastVectorEnv.{name}() instead")
-        self._assert_state("call_async")
-        self._settle()
+        self._calls.check_idle("call_async")
+        self._engine.settle()
         # Each worker reads its request and runs it; they run side by side.
-        self._pending_calls = self._guard(lambda: [
+        self._pending_calls = self._calls.guard(lambda: [
             w.call("call_each", name, args, kwargs) for w in self._workers])
-        self._state = AsyncState.WAITING_CALL
+        self._calls.pending = AsyncState.WAITING_CALL
 
     def call_wait(self, timeout: Optional[float] = None) -> Tuple[Any, ...]:
         """The results of the pending :meth:`call_async`, one per env.
@@ -337,17 +335,17 @@ class FastVectorEnv(NotCopyable, VectorApi, WorkerStartup, JobEngine, ResultAsse
             NoAsyncCallError: no call is pending.
             EnvTimeoutError: ``timeout`` passed (call again to keep waiting).
         """
-        self._assert_waiting(AsyncState.WAITING_CALL, "call_wait", "call_async")
+        self._calls.check_waiting(AsyncState.WAITING_CALL, "call_wait", "call_async")
         try:
-            groups = self._resolve(self._pending_calls, timeout, "call")
+            groups = self._calls.resolve(self._pending_calls, timeout, "call")
         except EnvTimeoutError:
             raise  # nothing was used up: the call stays pending
         except BaseException:
             self._pending_calls = []
-            self._state = AsyncState.DEFAULT
+            self._calls.pending = AsyncState.DEFAULT
             raise
         self._pending_calls = []
-        self._state = AsyncState.DEFAULT
+        self._calls.pending = AsyncState.DEFAULT
         return tuple(value for group in groups for value in group)
 
     def set_attr(self, name: str, values: Any) -> None:
@@ -356,10 +354,39 @@ class FastVectorEnv(NotCopyable, VectorApi, WorkerStartup, JobEngine, ResultAsse
         Args:
             values: a list or tuple of one value per env, or one value for all.
         """
-        values = self._attr_values(name, values)
-        self._settle()
-        self._resolve([w.call("set_each", name, list(values[begin:end]))
-                       for w, (begin, end) in zip(self._workers, self._bounds)], None)
+        values = self._calls.attr_values(name, values)
+        self._engine.settle()
+        self._calls.resolve([w.call("set_each", name, list(values[begin:end]))
+                             for w, (begin, end) in zip(self._workers, self._bounds)], None)
+
+    def call_envs(self, name: str, calls: Mapping[int, Tuple[tuple, dict]]) -> Dict[int, Any]:
+        """Calls method ``name`` (or reads the attribute) of some envs, each with
+        its own arguments.
+
+        Unlike :meth:`call`, which sends every worker the same request, only
+        the workers that host the envs of ``calls`` get one, holding only
+        their envs' arguments (so a large argument for one env crosses one pipe).
+
+        Args:
+            name: as for ``call``.
+            calls: ``{env_id: (args, kwargs)}``.
+
+        Returns:
+            ``{env_id: what env_id's call returned}``.
+
+        Raises:
+            ValueError: an env id out of ``[0, num_envs)``, or ``step``,
+                ``reset`` or ``close`` as ``name``; nothing was sent.
+        """
+        self._calls.check_running()
+        bad = sorted(i for i in calls if not 0 <= i < self.num_envs)
+        if bad:
+            raise ValueError(f"call_envs({name!r}): expected env ids in [0, {self.num_envs}), "
+                             f"got {bad}")
+        if name in RESERVED_CALL_NAMES:
+            raise ValueError(f"call_envs({name!r}): use {type(self).__name__}.{name}() instead")
+        self._calls.check_idle("call_envs")
+        return self._engine.call_some(name, calls)
 
     @property
     def np_random_seed(self) -> Tuple[Any, ...]:  # type: ignore[override]  # AsyncVectorEnv's
@@ -379,11 +406,10 @@ class FastVectorEnv(NotCopyable, VectorApi, WorkerStartup, JobEngine, ResultAsse
 
     def async_reset(self) -> None:
         """Resets every env; their first observations come out of :meth:`recv`."""
-        self._assert_is_running()
-        self._assert_state("async_reset")
-        self._drain_in_flight()
-        self._needs_reset[:] = False
-        self._post(self._all_workers, JobType.RESET, RESET_DEFAULT)
+        self._calls.check_ready("async_reset")
+        self._engine.drain_in_flight()
+        self._results.forget_ended()
+        self._engine.post(self._engine.workers_of(None), JobType.RESET, RESET_DEFAULT)
 
     def send(self, actions: Any, env_ids: Any) -> None:
         """Steps the envs ``env_ids`` with ``actions`` (batched in the order of the ids).
@@ -392,12 +418,10 @@ class FastVectorEnv(NotCopyable, VectorApi, WorkerStartup, JobEngine, ResultAsse
             ValueError: bad ids (out of range, repeated, not whole workers, or
                 still in flight) or a malformed action; nothing was sent.
         """
-        self._assert_is_running()
-        self._assert_state("send")
-        self._send(actions, env_ids)
+        self._calls.check_ready("send")
+        self._engine.send(actions, env_ids)
 
-    def recv(self, timeout: Optional[float] = None
-             ) -> Tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict]:
+    def recv(self, timeout: Optional[float] = None) -> Step:
         """The first ``batch_size`` envs to finish: ``(obs, rewards, terminated,
         truncated, info)`` with ``info["env_id"]``, rows in completion order.
 
@@ -405,9 +429,8 @@ class FastVectorEnv(NotCopyable, VectorApi, WorkerStartup, JobEngine, ResultAsse
             NoAsyncCallError: fewer than ``batch_size`` envs are in flight.
             EnvTimeoutError: ``timeout`` passed (nothing is lost).
         """
-        self._assert_is_running()
-        self._assert_state("recv")
-        return self._receive(timeout)
+        self._calls.check_ready("recv")
+        return self._engine.receive(timeout)
 
     # -- closing ------------------------------------------------------------------
 
@@ -426,12 +449,12 @@ class FastVectorEnv(NotCopyable, VectorApi, WorkerStartup, JobEngine, ResultAsse
                 terminated (default: ``CLOSE_POLITE_TIMEOUT``).
             terminate: terminate the workers at once.
         """
-        if self._state is not AsyncState.DEFAULT:
+        pending = self._calls.close()
+        if pending is not AsyncState.DEFAULT:
             # AsyncVectorEnv's UserWarning, word for word; the workers finish
             # the pending jobs (bounded by ``timeout``) before they close.
             gym.logger.warn(f"Calling `close` while waiting for a pending call to "
-                            f"`{self._state.value}` to complete.")
-        self._state = AsyncState.DEFAULT
+                            f"`{pending.value}` to complete.")
         if self._finalizer is not None:
             self._finalizer.detach()
         if self._board is not None and not terminate:
@@ -440,9 +463,9 @@ class FastVectorEnv(NotCopyable, VectorApi, WorkerStartup, JobEngine, ResultAsse
         if self._block is not None:
             self._block.close()
         self._board = None
-        self._in_flight.clear()
-        self._payloads.clear()
-        self._pipe_leaves.clear()
+        engine: Optional[JobEngine] = getattr(self, "_engine", None)  # None: __init__ failed
+        if engine is not None:
+            engine.close()
 
 
 # One thread at a time: a second thread's call raises ConcurrentUseError before it

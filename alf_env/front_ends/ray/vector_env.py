@@ -15,7 +15,7 @@ is an actor; ``recv()`` returns the first ``batch_size // envs_per_actor``
 actors to finish, with ``info["env_id"]``, while the others keep stepping.
 
 The state machine, the errors and the seeding are FastVectorEnv's (both
-inherit :class:`~alf_env.front_ends.gym.state.StateChecks`); actor deaths and
+hold a :class:`~alf_env.front_ends.gym.state.CallState`); actor deaths and
 restarts are handled by :class:`~alf_env.front_ends.ray.engine.ActorGroup`.
 """
 
@@ -29,10 +29,9 @@ from gymnasium.error import AlreadyPendingCallError, NoAsyncCallError
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 
-from alf_env.errors import EnvTimeoutError
-from alf_env.front_ends.gym.engine import ENV_ID_DTYPE
+from alf_env.front_ends.gym.results import ENV_ID_DTYPE
 from alf_env.front_ends.gym.space_layout import SpaceLayout
-from alf_env.front_ends.gym.state import AsyncState, Seeds, VectorApi
+from alf_env.front_ends.gym.state import AsyncState, CallState, Seeds, VectorApi
 from alf_env.front_ends.ray.actor import Failure
 from alf_env.front_ends.ray.batching import concat_arrays, concat_batches, merge_infos, split_batch
 from alf_env.front_ends.ray.engine import (
@@ -97,12 +96,11 @@ class RayVectorEnv(VectorApi, gym.vector.VectorEnv):
         self.num_actors = len(self.shares)
         self.is_async = self.batch_size < self.num_envs
         self._share = len(self.shares[0])
-        self._state = AsyncState.DEFAULT
         self._last_actors: List[int] = []
         self._needs_reset = np.zeros(self.num_envs, dtype=np.bool_)
         self._last_obs: List[Any] = [None] * self.num_actors
         self._reset_actors: List[int] = []
-        # Typed as once built: None only if building it below fails (see _broken).
+        # Typed as once built: None only if building it below fails (see __del__).
         self._group: ActorGroup = None  # type: ignore[assignment]
         kwargs = dict(vector_kwargs or {}, autoreset_mode=self.autoreset_mode, copy=False)
         factories = [functools.partial(GymHost, env_fns[s.start:s.stop], kwargs)
@@ -112,6 +110,9 @@ class RayVectorEnv(VectorApi, gym.vector.VectorEnv):
                                  restart_policy=restart_policy,
                                  on_restart=self._restart_with_reset,
                                  start_timeout=start_timeout)
+        group = self._group  # (not self: the state must not refer back to the env)
+        self._calls = CallState(type(self).__name__, self.num_envs, self.is_async,
+                                broken_by=lambda: group.broken)
         described = self._group.start()
         obs_space, act_space, metadata, self.render_mode = described[0]
         self.single_observation_space, self.single_action_space = obs_space, act_space
@@ -125,7 +126,7 @@ class RayVectorEnv(VectorApi, gym.vector.VectorEnv):
     def reset_async(self, seed: Seeds = None,
                     options: Optional[Dict[str, Any]] = None) -> None:
         """Posts the resets to the actors; collect them with :meth:`reset_wait`."""
-        seeds, options, mask = self._reset_arguments(seed, options)
+        seeds, options, mask = self._calls.reset_arguments(seed, options)
         self._drain()
         actors = [j for j, s in enumerate(self.shares) if mask is None or mask[s].any()]
         for j in actors:
@@ -137,7 +138,7 @@ class RayVectorEnv(VectorApi, gym.vector.VectorEnv):
                              local or None, restarted=j in self._group.fresh)
         self._needs_reset[:] = False if mask is None else self._needs_reset & ~mask
         self._reset_actors = actors
-        self._state = AsyncState.WAITING_RESET
+        self._calls.pending = AsyncState.WAITING_RESET
 
     def reset_wait(self, timeout: Optional[float] = None) -> Tuple[Any, Dict[str, Any]]:
         """Waits for the resets posted by :meth:`reset_async`.
@@ -146,7 +147,7 @@ class RayVectorEnv(VectorApi, gym.vector.VectorEnv):
             NoAsyncCallError: no reset is pending.
             EnvTimeoutError: ``timeout`` passed (call again to keep waiting).
         """
-        self._assert_waiting(AsyncState.WAITING_RESET, "reset_wait", "reset_async")
+        self._calls.check_waiting(AsyncState.WAITING_RESET, "reset_wait", "reset_async")
         if self.is_async:
             obs, _, _, _, infos = self._receive(timeout, "reset")
             return obs, infos
@@ -171,11 +172,10 @@ class RayVectorEnv(VectorApi, gym.vector.VectorEnv):
             ValueError: a malformed action (naming the field, the expected and
                 the actual shape and dtype); nothing was sent.
         """
-        self._assert_is_running()
-        self._assert_state("step_async")
+        self._calls.check_ready("step_async")
         if self.is_async:
             if not self._last_actors:
-                raise self._no_recv_yet()
+                raise self._calls.no_recv_yet()
             actors = self._last_actors
         else:
             if self._group.busy():
@@ -184,7 +184,7 @@ class RayVectorEnv(VectorApi, gym.vector.VectorEnv):
                     f"send()/async_reset(); recv() them first", "step")
             actors = list(range(self.num_actors))
         self._send(actions, actors)
-        self._state = AsyncState.WAITING_STEP
+        self._calls.pending = AsyncState.WAITING_STEP
 
     def step_wait(self, timeout: Optional[float] = None) -> Step:
         """Waits for the steps posted by :meth:`step_async`.
@@ -193,7 +193,7 @@ class RayVectorEnv(VectorApi, gym.vector.VectorEnv):
             NoAsyncCallError: no step is pending.
             EnvTimeoutError: ``timeout`` passed (call again to keep waiting).
         """
-        self._assert_waiting(AsyncState.WAITING_STEP, "step_wait", "step_async")
+        self._calls.check_waiting(AsyncState.WAITING_STEP, "step_wait", "step_async")
         if self.is_async:
             return self._receive(timeout, "step")
         results = sorted(self._collect(range(self.num_actors), self.num_actors, timeout,
@@ -202,10 +202,9 @@ class RayVectorEnv(VectorApi, gym.vector.VectorEnv):
 
     def call_async(self, name: str, /, *args: Any, **kwargs: Any) -> None:
         """Sends :meth:`call` to every actor; collect with :meth:`call_wait`."""
-        self._assert_is_running()
-        self._assert_state("call_async")
+        self._calls.check_ready("call_async")
         self._group.post_calls("call", [(name, args, kwargs)] * self.num_actors)
-        self._state = AsyncState.WAITING_CALL
+        self._calls.pending = AsyncState.WAITING_CALL
 
     def call_wait(self, timeout: Optional[float] = None) -> Tuple[Any, ...]:
         """The results of the pending :meth:`call_async`, one per env.
@@ -214,15 +213,15 @@ class RayVectorEnv(VectorApi, gym.vector.VectorEnv):
             NoAsyncCallError: no call is pending.
             EnvTimeoutError: ``timeout`` passed (call again to keep waiting).
         """
-        self._assert_waiting(AsyncState.WAITING_CALL, "call_wait", "call_async")
-        groups = self._guard(lambda: self._group.wait_calls(timeout, "call"))
-        self._state = AsyncState.DEFAULT
+        self._calls.check_waiting(AsyncState.WAITING_CALL, "call_wait", "call_async")
+        groups = self._calls.guard(lambda: self._group.wait_calls(timeout, "call"))
+        self._calls.pending = AsyncState.DEFAULT
         return tuple(v for values in groups for v in values)
 
     def set_attr(self, name: str, values: Any) -> None:
         """Sets attribute ``name`` of every env (one value per env, or one for all)."""
-        values = self._attr_values(name, values)
-        self._guard(lambda: self._group.call_all(
+        values = self._calls.attr_values(name, values)
+        self._calls.guard(lambda: self._group.call_all(
             "set_attr", [(name, list(values[s.start:s.stop])) for s in self.shares],
             None, "set_attr"))
 
@@ -235,20 +234,19 @@ class RayVectorEnv(VectorApi, gym.vector.VectorEnv):
         """Where each actor runs: its ``envs``, ``node`` (host and IP), Ray's
         ``node_id``, its ``pid``, the ``worker_pids`` of its env workers and
         how many ``restarts`` it had."""
-        self._assert_is_running()
+        self._calls.check_running()
         return self._group.info()
 
     def actor_handles(self) -> List[Any]:
         """The Ray actor handles, by actor index (for monitoring and fault injection)."""
-        self._assert_is_running()
+        self._calls.check_running()
         return list(self._group.actors)
 
     # -- the EnvPool API ----------------------------------------------------------
 
     def async_reset(self) -> None:
         """Resets every env; their first observations come out of :meth:`recv`."""
-        self._assert_is_running()
-        self._assert_state("async_reset")
+        self._calls.check_ready("async_reset")
         self._drain()
         self._needs_reset[:] = False
         for j in range(self.num_actors):
@@ -261,8 +259,7 @@ class RayVectorEnv(VectorApi, gym.vector.VectorEnv):
             ValueError: bad ids (out of range, repeated, not whole actors, or
                 still in flight) or a malformed action; nothing was sent.
         """
-        self._assert_is_running()
-        self._assert_state("send")
+        self._calls.check_ready("send")
         self._send(actions, actors_of(env_ids, self.shares, self._group.busy()))
 
     def recv(self, timeout: Optional[float] = None) -> Step:
@@ -273,8 +270,7 @@ class RayVectorEnv(VectorApi, gym.vector.VectorEnv):
             NoAsyncCallError: fewer than ``batch_size`` envs are in flight.
             EnvTimeoutError: ``timeout`` passed (nothing is lost).
         """
-        self._assert_is_running()
-        self._assert_state("recv")
+        self._calls.check_ready("recv")
         return self._receive(timeout, "recv")
 
     # -- closing ------------------------------------------------------------------
@@ -283,8 +279,8 @@ class RayVectorEnv(VectorApi, gym.vector.VectorEnv):
         """Closes the actors' envs (politely unless ``terminate``), kills every
         actor and waits until Ray confirms it is gone; bounded by ``timeout``
         (default 10 s) plus Ray's confirmation (at most 10 s)."""
-        self._state = AsyncState.DEFAULT
         if self._group is not None:
+            self._calls.close()
             self._group.close(terminate=terminate, timeout=timeout)
 
     def __del__(self) -> None:
@@ -322,7 +318,7 @@ class RayVectorEnv(VectorApi, gym.vector.VectorEnv):
         k = self.batch_size // self._share
         busy = self._group.busy()
         if len(busy) < k:
-            self._state = AsyncState.DEFAULT
+            self._calls.pending = AsyncState.DEFAULT
             raise NoAsyncCallError(
                 f"recv() returns {self.batch_size} envs, but only {len(busy) * self._share} "
                 f"are in flight; send() or async_reset() first", "recv")
@@ -366,8 +362,8 @@ class RayVectorEnv(VectorApi, gym.vector.VectorEnv):
         An env exception is raised once all are in; with ``keep_on_failure``
         (``recv``) the other actors' results stay for the next ``recv``.
         """
-        results = self._guard(lambda: self._group.collect(actors, count, timeout, during))
-        self._state = AsyncState.DEFAULT
+        results = self._calls.guard(lambda: self._group.collect(actors, count, timeout, during))
+        self._calls.pending = AsyncState.DEFAULT
         if keep_on_failure and any(isinstance(v, Failure) for _, _, v in results):
             self._group.put_back([r for r in results if not isinstance(r[2], Failure)])
         raise_first_failure(results)
@@ -380,30 +376,16 @@ class RayVectorEnv(VectorApi, gym.vector.VectorEnv):
             options = {k: v for k, v in options.items() if k != "reset_mask"} or None
         self._group.post(j, "reset", seeds, options, restarted=True)
 
-    def _guard(self, fn: Callable[[], Any]) -> Any:
-        try:
-            return fn()
-        except EnvTimeoutError:
-            raise  # the call stays pending: waiting again picks it up
-        except BaseException:
-            self._state = AsyncState.DEFAULT
-            raise
-
     def _drain(self) -> None:
         """Finishes jobs in flight, dropping their results (before a reset)."""
         busy = self._group.busy()
         if busy:
-            results = self._guard(lambda: self._group.collect(
+            results = self._calls.guard(lambda: self._group.collect(
                 busy, len(busy), None, "finishing earlier jobs"))
             for j, _, value in results:  # the reset is the recovery from their errors
                 if isinstance(value, Failure):
                     logging.warning("RayVectorEnv: a job in flight before the reset raised "
                                     "%r; dropped", value.to_exception(j))
-
-    @property
-    def _broken(self) -> Optional[BaseException]:  # type: ignore[override]  # read-only here
-        """The death that broke the env (only ``close()`` works then), if any."""
-        return None if self._group is None else self._group.broken
 
 
 def _flag_restart(infos: Dict[str, Any], job: Job, k: int) -> Dict[str, Any]:
