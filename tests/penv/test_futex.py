@@ -172,9 +172,22 @@ def test_adaptive_spin_learns_to_sleep_through_long_jobs(start_process):
     process.join(10)
 
 
+def cpu_share(seconds: float = 0.2) -> float:
+    """The share of a core this process gets while it spins for ``seconds``
+    (about 1.0 unless other processes want the cores)."""
+    wall, cpu = time.perf_counter(), time.process_time()
+    while time.perf_counter() - wall < seconds:
+        pass
+    return (time.process_time() - cpu) / (time.perf_counter() - wall)
+
+
 def test_adaptive_spin_keeps_its_budget_for_short_jobs(start_process):
     # The same oversubscribed pair with instant jobs: every spin succeeds, so
-    # the budget stays up and the waits do not pay a wake-up each.
+    # the budget stays up and the waits do not pay a wake-up each. Beside busy
+    # processes an instant job waits for a time slice, past the budget: spinning
+    # rightly stops paying there, so there is nothing to test.
+    if cpu_share() < 0.9:
+        pytest.skip("other processes want the cores")
     cpus = _testing.usable_cpu_count()
     block = SharedBlock([("rec", (3,), np.int64)], num_rows=cpus, num_workers=cpus)
     controller = block.controller()
@@ -193,7 +206,8 @@ def test_adaptive_spin_keeps_its_budget_for_short_jobs(start_process):
     # past the budget: spinning rightly stops paying there, and each such wait
     # halves the budget, so there is nothing to test. The last waits decide the
     # final budget (a few slow ones in a row bring it to 0 until a probe succeeds).
-    if sorted(waits)[len(waits) * 9 // 10] > 200e-6 or max(waits[-10:]) > 200e-6:
+    if (sorted(waits)[len(waits) * 9 // 10] > 200e-6 or max(waits[-10:]) > 200e-6
+            or cpu_share() < 0.9):
         pytest.skip("the machine is too busy: instant jobs took over 0.2 ms")
     assert budget > 0
 

@@ -80,19 +80,29 @@ def _cmdline(process: psutil.Process) -> list:
         return []
 
 
-def python_path_for_workers():
-    """Ray workers must import ``tests.*`` (the test envs): they inherit PYTHONPATH."""
-    old = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), old]))
+#: What the test instances' workers get in their environment: ``tests.*`` on
+#: their path (the test envs), and the priority of the tests' other processes.
+#: Ray starts its workers at niceness 15 by default, and beside busy processes
+#: (the suite must pass on a busy machine) they got so little CPU that restarts
+#: took minutes and nodes missed their heartbeats.
+_WORKER_NICENESS = "RAY_worker_niceness"
+
+
+def environment_for_workers() -> dict:
+    """Sets what Ray workers inherit (see above); returns the old values."""
+    old = {name: os.environ.get(name) for name in ("PYTHONPATH", _WORKER_NICENESS)}
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT),
+                                                             old["PYTHONPATH"]]))
+    os.environ[_WORKER_NICENESS] = "0"
     return old
 
 
-def restore_python_path(old):
-    if old is None:
-        os.environ.pop("PYTHONPATH", None)
-    else:
-        os.environ["PYTHONPATH"] = old
-
+def restore_environment(old: dict) -> None:
+    for name, value in old.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
 
 
 def kill_actor(ray, handle, timeout: float = 30.0) -> None:

@@ -25,9 +25,9 @@ from gymnasium.error import NoAsyncCallError
 from alf_env.control_plane.process_environment import ProcessEnvironment
 from alf_env.data_plane.shared_block import JobType
 from alf_env.errors import EnvTimeoutError, WorkerDiedError
-from alf_env.front_ends.gym.results import ResultAssembler, Step, worker_of_rows
+from alf_env.front_ends.gym.results import ResultAssembler, worker_of_rows
 from alf_env.front_ends.gym.space_layout import Rows
-from alf_env.front_ends.gym.state import AsyncState, CallState
+from alf_env.front_ends.gym.state import AsyncState, CallState, Step
 
 __all__ = ["JobEngine"]
 

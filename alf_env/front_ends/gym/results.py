@@ -31,14 +31,13 @@ from gymnasium.vector import AutoresetMode
 from alf_env.control_plane.process_environment import ProcessEnvironment
 from alf_env.data_plane.shared_block import JobType
 from alf_env.front_ends.gym.info_codec import InfoDecoder, Payload, Signature
+from alf_env.front_ends.gym.state import Step
 
-__all__ = ["ENV_ID_DTYPE", "ResultAssembler", "Step", "worker_of_rows"]
+__all__ = ["ENV_ID_DTYPE", "ResultAssembler", "worker_of_rows"]
 
 #: dtype of ``info["env_id"]`` in the asynchronous mode (EnvPool's).
 ENV_ID_DTYPE = np.int32
 
-#: What ``step`` returns: ``(obs, rewards, terminated, truncated, infos)``.
-Step = Tuple[Any, np.ndarray, np.ndarray, np.ndarray, Dict[str, Any]]
 
 
 def worker_of_rows(bounds: Sequence[Tuple[int, int]]) -> np.ndarray:

@@ -30,7 +30,10 @@ from gymnasium.error import AlreadyPendingCallError, ClosedEnvironmentError, NoA
 from alf_env.control_plane.channel import resolve_all
 from alf_env.errors import EnvTimeoutError, WorkerDiedError
 
-__all__ = ["AsyncState", "Seeds", "CallState", "VectorApi"]
+__all__ = ["AsyncState", "Seeds", "Step", "CallState", "VectorApi"]
+
+#: What ``step`` returns: ``(obs, rewards, terminated, truncated, infos)``.
+Step = Tuple[Any, np.ndarray, np.ndarray, np.ndarray, Dict[str, Any]]
 
 #: What ``reset(seed=...)`` takes: ``None``, an int (env ``i`` gets
 #: ``seed + i``) or one seed (or ``None``) per env.
@@ -208,10 +211,13 @@ class CallState:
 
 
 class VectorApi:
-    """The vector env methods written in terms of the others (a mixin of methods only).
+    """The vector env methods written in terms of the others, and the documented
+    API both vector envs implement (a mixin of methods only: it reads no attribute).
 
-    The class using it provides ``reset_async``/``reset_wait``,
-    ``call_async``/``call_wait`` and ``close``; it reads no attribute.
+    The class using it implements ``reset_async``/``reset_wait``,
+    ``step_async``/``step_wait``, ``call_async``/``call_wait``, the EnvPool
+    methods ``async_reset``/``send``/``recv`` and ``close``; the docstrings
+    here are theirs.
     """
 
     def reset(self, *, seed: Seeds = None,
@@ -247,9 +253,66 @@ class VectorApi:
     def __exit__(self, *exc_info: Any) -> None:
         self.close()
 
-    # Provided by the class using the mixin.
-    reset_async: Any
-    reset_wait: Any
-    call_async: Any
-    call_wait: Any
-    close: Any
+    # -- implemented by the class using the mixin -------------------------------------
+
+    def reset_async(self, seed: Seeds = None,
+                    options: Optional[Dict[str, Any]] = None) -> None:
+        """Posts the resets (see :meth:`reset`); collect them with :meth:`reset_wait`."""
+        raise NotImplementedError
+
+    def reset_wait(self, timeout: Optional[float] = None) -> Tuple[Any, Dict[str, Any]]:
+        """Waits for the resets posted by :meth:`reset_async`.
+
+        Raises:
+            NoAsyncCallError: no reset is pending.
+            EnvTimeoutError: ``timeout`` passed (call again to keep waiting).
+        """
+        raise NotImplementedError
+
+    def step_wait(self, timeout: Optional[float] = None) -> Step:
+        """Waits for the steps posted by ``step_async``.
+
+        Raises:
+            NoAsyncCallError: no step is pending.
+            EnvTimeoutError: ``timeout`` passed (call again to keep waiting).
+        """
+        raise NotImplementedError
+
+    def call_async(self, name: str, /, *args: Any, **kwargs: Any) -> None:
+        """Sends :meth:`call` to the workers; collect with :meth:`call_wait`."""
+        raise NotImplementedError
+
+    def call_wait(self, timeout: Optional[float] = None) -> Tuple[Any, ...]:
+        """The results of the pending :meth:`call_async`, one per env.
+
+        Raises:
+            NoAsyncCallError: no call is pending.
+            EnvTimeoutError: ``timeout`` passed (call again to keep waiting).
+        """
+        raise NotImplementedError
+
+    def async_reset(self) -> None:
+        """Resets every env; their first observations come out of :meth:`recv`."""
+        raise NotImplementedError
+
+    def send(self, actions: Any, env_ids: Any) -> None:
+        """Steps the envs ``env_ids`` with ``actions`` (batched in the order of the ids).
+
+        Raises:
+            ValueError: bad ids (out of range, repeated, not whole workers or
+                actors, or still in flight) or a malformed action; nothing was sent.
+        """
+        raise NotImplementedError
+
+    def recv(self, timeout: Optional[float] = None) -> Step:
+        """The first ``batch_size`` envs to finish: ``(obs, rewards, terminated,
+        truncated, info)`` with ``info["env_id"]``, rows in completion order
+        (whole workers or actors).
+
+        Raises:
+            NoAsyncCallError: fewer than ``batch_size`` envs are in flight.
+            EnvTimeoutError: ``timeout`` passed (nothing is lost).
+        """
+        raise NotImplementedError
+
+    close: Any  # gymnasium's VectorEnv.close

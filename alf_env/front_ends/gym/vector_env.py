@@ -2,35 +2,19 @@
 
 :class:`FastVectorEnv` is a ``gymnasium.vector.VectorEnv`` that behaves like
 ``AsyncVectorEnv`` (and, value for value, like ``SyncVectorEnv``) and adds an
-EnvPool-style asynchronous mode. This module holds its API (:func:`make` is in
-:mod:`~alf_env.front_ends.gym.make`); it is composed of objects that own
-their state, each built in ``__init__``: a
+EnvPool-style asynchronous mode (``batch_size < num_envs``: ``async_reset``,
+``send``, ``recv``). What the options and modes do is in ``docs/options.rst``
+and ``docs/contract.rst``; how a step runs is in ``docs/architecture.rst``.
+
+This module holds the API (:func:`make` is in
+:mod:`~alf_env.front_ends.gym.make`). The class is composed of objects that
+own their state, each built in ``__init__``: a
 :class:`~alf_env.front_ends.gym.state.CallState` (the state machine), a
 :class:`~alf_env.front_ends.gym.engine.JobEngine` (posting jobs, waiting for
 them) and a :class:`~alf_env.front_ends.gym.results.ResultAssembler` (pipe
 reports, batched results), over the workers and rows that
 :mod:`~alf_env.front_ends.gym.startup` sets up;
 :mod:`~alf_env.front_ends.gym.pipe_path` steps the envs through the pipe instead.
-
-**Autoreset** happens in the workers, per env, exactly as ``SyncVectorEnv``
-does it: NEXT_STEP (the step after an episode's end is a reset that returns
-reward 0 and terminated = truncated = False), SAME_STEP (reset at once;
-``final_obs`` / ``final_info`` in the info) or DISABLED (stepping an env that
-ended without resetting it first raises ``AssertionError``, as gymnasium
-does; ``reset(options={"reset_mask": mask})`` resets some envs).
-
-Asynchronous mode (EnvPool)
----------------------------
-``async_reset()`` resets every env; ``send(actions, env_ids)`` steps the
-given envs; ``recv()`` returns the first ``batch_size`` envs to finish
-(5-tuple, rows in completion order, ``info["env_id"]``). With ``batch_size <
-num_envs``, ``reset()`` is ``async_reset() + recv()`` (returning ``(obs,
-info)``) and ``step(actions)`` is ``send(actions, <ids of the last recv>) +
-recv()``, and ``observation_space``/``action_space`` are batched over
-``batch_size``. The unit of asynchrony is a worker: ``send`` takes whole
-workers (all ``envs_per_worker`` envs of each) and ``batch_size`` must be a
-multiple of ``envs_per_worker``. In asynchronous mode array leaves are always
-copies (``copy=False`` only matters in the synchronous mode).
 """
 
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
@@ -58,7 +42,6 @@ from alf_env.front_ends.gym.gym_rows import (
 )
 from alf_env.front_ends.gym.info_codec import DEFAULT_INFO_BYTES
 from alf_env.front_ends.gym.pipe_board import PipeBoard
-from alf_env.front_ends.gym.results import Step
 from alf_env.front_ends.gym.startup import (
     ObservationMode,
     attach_workers,
@@ -70,7 +53,7 @@ from alf_env.front_ends.gym.startup import (
     resolve_context,
     start_workers,
 )
-from alf_env.front_ends.gym.state import AsyncState, CallState, Seeds, VectorApi
+from alf_env.front_ends.gym.state import AsyncState, CallState, Seeds, Step, VectorApi
 
 __all__ = ["FastVectorEnv"]
 
@@ -80,21 +63,18 @@ class FastVectorEnv(NotCopyable, VectorApi, gym.vector.VectorEnv):
 
     The arguments of ``gymnasium.vector.AsyncVectorEnv`` come first, in its
     order (positional use works the same); alf_env's own are keyword-only.
+    ``docs/options.rst`` says what each does and when to change it.
 
     Args:
-        env_fns: one constructor per env (called in the workers; lambdas and
-            closures work with every start method).
-        shared_memory: ``False``, or an action space of no fixed size: the
-            pipe path (a pipe request per worker and step, results batched by
-            gymnasium's ``concatenate``, as ``AsyncVectorEnv(shared_memory=
-            False)``); ``self.shared_memory`` says which path serves.
-        copy: return copies of the observations (``True``), or views of the
-            shared rows that the next step overwrites (``False``, synchronous
-            mode only).
+        env_fns: one constructor per env (called in the workers).
+        shared_memory: ``False``: the pipe path, as ``AsyncVectorEnv(shared_memory=
+            False)`` (also taken for an action space of no fixed size;
+            ``self.shared_memory`` says which path serves).
+        copy: return copies of the observations, or (``False``, synchronous
+            mode) views of the shared rows that the next step overwrites.
         context: start method, ``"fork"``, ``"spawn"`` or ``"forkserver"``
-            (``None``: multiprocessing's default, as gymnasium takes it).
-        daemon: the workers' flag (``False``: envs may start processes); the
-            workers end with the program either way.
+            (``None``: multiprocessing's default).
+        daemon: the workers' flag (``False``: envs may start processes).
         worker: not supported (``TypeError``); wrap the env instead.
         observation_mode: ``"same"``, ``"different"`` (synchronous mode only)
             or ``(observation_space, single_observation_space)``, as gymnasium.
@@ -103,33 +83,17 @@ class FastVectorEnv(NotCopyable, VectorApi, gym.vector.VectorEnv):
         max_concurrency: most envs stepping at once: bounds the workers.
         batch_size: envs returned per step; ``None`` or ``len(env_fns)``:
             synchronous; fewer: the asynchronous (EnvPool) mode.
-        num_workers: worker processes; the envs are spread over them as evenly
-            as possible (consecutive envs per worker, stepped one after the
-            other there). Default: the number of CPUs this process may use
-            (at most one per env) in the synchronous mode, one per env in the
-            asynchronous mode. In the asynchronous mode it must divide the
-            number of envs.
-        envs_per_worker: the other way to say it: envs per worker process
-            (must divide ``len(env_fns)`` and, asynchronous mode,
-            ``batch_size``); ``1`` is one process per env. Give
-            ``num_workers`` or ``envs_per_worker``, not both.
+        num_workers: worker processes (default: the usable CPUs, at most one
+            per env, in the synchronous mode; one per env in the asynchronous
+            mode, where it must divide the number of envs).
+        envs_per_worker: the other way to say it (give one of the two).
         spin_us: how long waiters spin before sleeping (-1 adaptive, 0 never).
-        worker_cpus: where the worker processes run: ``"auto"`` (default:
-            ``"spread"`` in the synchronous mode when there are at least as
-            many workers as usable CPUs, else ``None``), ``None`` (the OS
-            decides), ``"spread"`` (worker ``i`` pinned to the ``i % n``-th
-            of the ``n`` CPUs this process may use) or a sequence of CPU ids
-            (worker ``i`` pinned to ``worker_cpus[i % len(worker_cpus)]``).
-            Spreading helps CPU-bound envs stepped in lockstep.
-        info_bytes: bytes of shared memory per env for the fixed-size values
-            of its info dict (numbers and numeric arrays); infos (or values)
-            that do not fit travel on the pipe. ``0`` sends every info on the
-            pipe.
+        worker_cpus: where the worker processes run: ``"auto"``, ``None``
+            (the OS decides), ``"spread"`` or a sequence of CPU ids.
+        info_bytes: shared memory per env for the fixed-size values of its
+            info dict (``0``: every info on the pipe).
         info_example: an info dict as the envs return it (or a sequence of
-            them, e.g. the reset info and the step info): its layout is known
-            before the first step (so that step sends nothing on the pipe),
-            and ``info_bytes`` grows to fit it if needed. Optional: layouts
-            are otherwise learned from the first infos.
+            them), so that even the first step sends nothing on the pipe.
 
     Raises:
         TypeError: ``worker`` given, or a malformed ``observation_mode`` pair.
@@ -226,7 +190,6 @@ class FastVectorEnv(NotCopyable, VectorApi, gym.vector.VectorEnv):
 
     def reset_async(self, seed: Seeds = None,
                     options: Optional[Dict[str, Any]] = None) -> None:
-        """Posts the resets (see :meth:`reset`); collect them with :meth:`reset_wait`."""
         seeds, options, mask = self._calls.reset_arguments(seed, options)
         self._engine.drain_in_flight()
         workers = self._engine.workers_of(mask)
@@ -244,12 +207,6 @@ class FastVectorEnv(NotCopyable, VectorApi, gym.vector.VectorEnv):
         self._calls.pending = AsyncState.WAITING_RESET
 
     def reset_wait(self, timeout: Optional[float] = None) -> Tuple[Any, Dict[str, Any]]:
-        """Waits for the resets posted by :meth:`reset_async`.
-
-        Raises:
-            NoAsyncCallError: no reset is pending.
-            EnvTimeoutError: ``timeout`` passed (call again to keep waiting).
-        """
         self._calls.check_waiting(AsyncState.WAITING_RESET, "reset_wait", "reset_async")
         if self.is_async:
             obs, _, _, _, infos = self._engine.receive(timeout)
@@ -270,16 +227,9 @@ class FastVectorEnv(NotCopyable, VectorApi, gym.vector.VectorEnv):
     def step_async(self, actions: Any) -> None:
         """Writes the actions and posts the steps; collect them with :meth:`step_wait`.
 
-        Each env receives its item of the batch as ``AsyncVectorEnv`` sends
-        it (``gymnasium.vector.utils.iterate``): of the caller's type, dtype
-        and shape (:mod:`~alf_env.front_ends.gym.action_items`). Items are checked
-        against ``single_action_space``: structure, a shape that broadcasts
-        to the space's, a dtype that casts to the space's under numpy's
-        "same_kind" rule (so float64 for a float32 ``Box``, not floats for a
-        ``Discrete``), integers within the range of an integer space's dtype.
-        Bounds are not checked: a value outside a ``Box``'s bounds or a
-        ``Discrete``'s range reaches the env unchanged (never clipped), as
-        with gymnasium's own vector envs.
+        Each env receives its item of the batch as ``AsyncVectorEnv`` sends it,
+        checked against ``single_action_space`` but never clipped
+        (``docs/contract.rst`` says which actions are refused).
 
         Raises:
             TypeError: ``actions`` cannot be iterated over (e.g. ``step(0)``).
@@ -304,12 +254,6 @@ class FastVectorEnv(NotCopyable, VectorApi, gym.vector.VectorEnv):
         self._calls.pending = AsyncState.WAITING_STEP
 
     def step_wait(self, timeout: Optional[float] = None) -> Step:
-        """Waits for the steps posted by :meth:`step_async`.
-
-        Raises:
-            NoAsyncCallError: no step is pending.
-            EnvTimeoutError: ``timeout`` passed (call again to keep waiting).
-        """
         self._calls.check_waiting(AsyncState.WAITING_STEP, "step_wait", "step_async")
         if self.is_async:
             return self._engine.receive(timeout)
@@ -317,7 +261,6 @@ class FastVectorEnv(NotCopyable, VectorApi, gym.vector.VectorEnv):
         return self._results.step_results()
 
     def call_async(self, name: str, /, *args: Any, **kwargs: Any) -> None:
-        """Sends :meth:`call` to the workers; collect with :meth:`call_wait`."""
         self._calls.check_running()
         if name in RESERVED_CALL_NAMES:
             raise ValueError(f"call({name!r}): use FastVectorEnv.{name}() instead")
@@ -329,12 +272,6 @@ class FastVectorEnv(NotCopyable, VectorApi, gym.vector.VectorEnv):
         self._calls.pending = AsyncState.WAITING_CALL
 
     def call_wait(self, timeout: Optional[float] = None) -> Tuple[Any, ...]:
-        """The results of the pending :meth:`call_async`, one per env.
-
-        Raises:
-            NoAsyncCallError: no call is pending.
-            EnvTimeoutError: ``timeout`` passed (call again to keep waiting).
-        """
         self._calls.check_waiting(AsyncState.WAITING_CALL, "call_wait", "call_async")
         try:
             groups = self._calls.resolve(self._pending_calls, timeout, "call")
@@ -405,30 +342,16 @@ class FastVectorEnv(NotCopyable, VectorApi, gym.vector.VectorEnv):
     # -- the EnvPool API ----------------------------------------------------------
 
     def async_reset(self) -> None:
-        """Resets every env; their first observations come out of :meth:`recv`."""
         self._calls.check_ready("async_reset")
         self._engine.drain_in_flight()
         self._results.forget_ended()
         self._engine.post(self._engine.workers_of(None), JobType.RESET, RESET_DEFAULT)
 
     def send(self, actions: Any, env_ids: Any) -> None:
-        """Steps the envs ``env_ids`` with ``actions`` (batched in the order of the ids).
-
-        Raises:
-            ValueError: bad ids (out of range, repeated, not whole workers, or
-                still in flight) or a malformed action; nothing was sent.
-        """
         self._calls.check_ready("send")
         self._engine.send(actions, env_ids)
 
     def recv(self, timeout: Optional[float] = None) -> Step:
-        """The first ``batch_size`` envs to finish: ``(obs, rewards, terminated,
-        truncated, info)`` with ``info["env_id"]``, rows in completion order.
-
-        Raises:
-            NoAsyncCallError: fewer than ``batch_size`` envs are in flight.
-            EnvTimeoutError: ``timeout`` passed (nothing is lost).
-        """
         self._calls.check_ready("recv")
         return self._engine.receive(timeout)
 

@@ -31,7 +31,7 @@ from gymnasium.vector.utils import batch_space
 
 from alf_env.front_ends.gym.results import ENV_ID_DTYPE
 from alf_env.front_ends.gym.space_layout import SpaceLayout
-from alf_env.front_ends.gym.state import AsyncState, CallState, Seeds, VectorApi
+from alf_env.front_ends.gym.state import AsyncState, CallState, Seeds, Step, VectorApi
 from alf_env.front_ends.ray.actor import Failure
 from alf_env.front_ends.ray.batching import concat_arrays, concat_batches, merge_infos, split_batch
 from alf_env.front_ends.ray.engine import (
@@ -47,7 +47,6 @@ from alf_env.front_ends.ray.shares import actors_of, plan_shares
 
 __all__ = ["RayVectorEnv"]
 
-Step = Tuple[Any, np.ndarray, np.ndarray, np.ndarray, Dict[str, Any]]
 
 class RayVectorEnv(VectorApi, gym.vector.VectorEnv):
     """A ``gymnasium.vector.VectorEnv`` whose envs run on ``num_actors`` Ray actors.
@@ -141,12 +140,6 @@ class RayVectorEnv(VectorApi, gym.vector.VectorEnv):
         self._calls.pending = AsyncState.WAITING_RESET
 
     def reset_wait(self, timeout: Optional[float] = None) -> Tuple[Any, Dict[str, Any]]:
-        """Waits for the resets posted by :meth:`reset_async`.
-
-        Raises:
-            NoAsyncCallError: no reset is pending.
-            EnvTimeoutError: ``timeout`` passed (call again to keep waiting).
-        """
         self._calls.check_waiting(AsyncState.WAITING_RESET, "reset_wait", "reset_async")
         if self.is_async:
             obs, _, _, _, infos = self._receive(timeout, "reset")
@@ -187,12 +180,6 @@ class RayVectorEnv(VectorApi, gym.vector.VectorEnv):
         self._calls.pending = AsyncState.WAITING_STEP
 
     def step_wait(self, timeout: Optional[float] = None) -> Step:
-        """Waits for the steps posted by :meth:`step_async`.
-
-        Raises:
-            NoAsyncCallError: no step is pending.
-            EnvTimeoutError: ``timeout`` passed (call again to keep waiting).
-        """
         self._calls.check_waiting(AsyncState.WAITING_STEP, "step_wait", "step_async")
         if self.is_async:
             return self._receive(timeout, "step")
@@ -207,12 +194,6 @@ class RayVectorEnv(VectorApi, gym.vector.VectorEnv):
         self._calls.pending = AsyncState.WAITING_CALL
 
     def call_wait(self, timeout: Optional[float] = None) -> Tuple[Any, ...]:
-        """The results of the pending :meth:`call_async`, one per env.
-
-        Raises:
-            NoAsyncCallError: no call is pending.
-            EnvTimeoutError: ``timeout`` passed (call again to keep waiting).
-        """
         self._calls.check_waiting(AsyncState.WAITING_CALL, "call_wait", "call_async")
         groups = self._calls.guard(lambda: self._group.wait_calls(timeout, "call"))
         self._calls.pending = AsyncState.DEFAULT
@@ -227,7 +208,7 @@ class RayVectorEnv(VectorApi, gym.vector.VectorEnv):
 
     @property
     def np_random_seed(self) -> Tuple[Any, ...]:  # type: ignore[override]  # AsyncVectorEnv's
-        """The ``np_random_seed`` of every env."""
+        """The ``np_random_seed`` of every env (as gymnasium's vector envs give it)."""
         return self.get_attr("np_random_seed")
 
     def actor_info(self) -> List[Dict[str, Any]]:
@@ -245,7 +226,6 @@ class RayVectorEnv(VectorApi, gym.vector.VectorEnv):
     # -- the EnvPool API ----------------------------------------------------------
 
     def async_reset(self) -> None:
-        """Resets every env; their first observations come out of :meth:`recv`."""
         self._calls.check_ready("async_reset")
         self._drain()
         self._needs_reset[:] = False
@@ -253,23 +233,10 @@ class RayVectorEnv(VectorApi, gym.vector.VectorEnv):
             self._group.post(j, "reset", None, None, restarted=j in self._group.fresh)
 
     def send(self, actions: Any, env_ids: Any) -> None:
-        """Steps the envs ``env_ids`` (whole actors) with ``actions`` (in the order of the ids).
-
-        Raises:
-            ValueError: bad ids (out of range, repeated, not whole actors, or
-                still in flight) or a malformed action; nothing was sent.
-        """
         self._calls.check_ready("send")
         self._send(actions, actors_of(env_ids, self.shares, self._group.busy()))
 
     def recv(self, timeout: Optional[float] = None) -> Step:
-        """The first ``batch_size`` envs to finish (whole actors, in completion
-        order): ``(obs, rewards, terminated, truncated, info)`` with ``info["env_id"]``.
-
-        Raises:
-            NoAsyncCallError: fewer than ``batch_size`` envs are in flight.
-            EnvTimeoutError: ``timeout`` passed (nothing is lost).
-        """
         self._calls.check_ready("recv")
         return self._receive(timeout, "recv")
 

@@ -7,8 +7,8 @@ import pytest
 from tests.support.ray import (
     RAY_INIT,
     assert_no_children,
-    python_path_for_workers,
-    restore_python_path,
+    environment_for_workers,
+    restore_environment,
     wait_no_strays,
 )
 from tests.support.shm_leaks import leaked_shm_entries, shm_entries
@@ -30,13 +30,13 @@ def no_leaked_workers_or_segments():
 def ray_local():
     """A local Ray instance with 2 CPUs for the whole module, shut down at its end."""
     import ray
-    old = python_path_for_workers()
+    old = environment_for_workers()
     ray.init(num_cpus=2, **RAY_INIT)
     try:
         yield ray
     finally:
         ray.shutdown()
-        restore_python_path(old)
+        restore_environment(old)
     assert_no_children("ray.shutdown()")
 
 
@@ -46,7 +46,7 @@ def ray_cluster():
     with fast node-death detection (health checks every 0.5 s, 3 misses)."""
     import ray
     from ray.cluster_utils import Cluster
-    old = python_path_for_workers()
+    old = environment_for_workers()
     cluster = Cluster(initialize_head=True, head_node_args=dict(
         num_cpus=1, object_store_memory=RAY_INIT["object_store_memory"],
         include_dashboard=False,
@@ -62,5 +62,5 @@ def ray_cluster():
     finally:
         ray.shutdown()
         cluster.shutdown()
-        restore_python_path(old)
+        restore_environment(old)
     assert_no_children("Cluster.shutdown()")
