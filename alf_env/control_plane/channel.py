@@ -1,28 +1,10 @@
 """The parent's end of a worker's pipe: requests, the promises of their answers.
 
-Every request is answered by exactly one ``RESULT`` or ``EXCEPTION``, in order,
-so many calls can be in flight: each returns a promise (:class:`Promise`)
-that, when called, receives answers until its own has arrived (earlier answers
-are filed on their promises). A promise that is dropped unused gives up its
-answer.
-
-Waiting never hangs on a dead worker: the parent waits on the pipe *and* the
-process sentinel, so a worker that dies (crash, signal, ``os._exit``) turns into
-:class:`~alf_env.errors.WorkerDiedError` naming the env id and the exit code or
-signal. :func:`resolve_all` waits for the promises of many workers together
-(one deadline, a death raised at once, an exception raised once all have
-answered); :func:`wait_answers` waits until some of them have answered, and
-says which first.
-
-While the worker serves a native loop (``FastParallelEnvironment``,
-``FastVectorEnv``), each pipe request rings a doorbell that makes the worker
-read it (:meth:`WorkerChannel.start_fast_loop`).
-
-**No write waits on a reader that waits for us**, so a request of any size
-goes through. In the native loop the doorbell rings *before* the request is
-written, once every earlier answer was received (:func:`receive_answers`);
-outside it, while answers are owed, the request is written without blocking
-and they are received meanwhile (``protocol.send_receiving``).
+Answers are matched to requests by order alone, so a message cut short puts
+the pipe out of step for good; waits watch the worker's sentinel too, so a
+dead worker raises :class:`~alf_env.errors.WorkerDiedError`, never a hang. No
+write waits on a reader that waits for us, so a request of any size goes
+through. See docs/protocol.rst, "Ordering and promises".
 """
 
 import multiprocessing.connection
@@ -53,12 +35,9 @@ from alf_env.errors import (
 class Promise:
     """The pending answer of one request; call it to wait for the value.
 
-    The channel keeps only a weak reference to a promise and files an answer
-    on the promise itself, so a promise dropped unused takes its answer with
-    it. Dropping one runs no Python code (no ``__del__``): a signal handler's
-    exception (``KeyboardInterrupt``, ``sys.exit()`` in a SIGTERM handler)
-    raised at that moment reaches the caller instead of being "ignored" in a
-    finalizer.
+    Held weakly by the channel, with no ``__del__``: dropping one runs no Python
+    code, so a signal handler's exception (Ctrl-C) then reaches the caller
+    instead of being ignored in a finalizer.
     """
 
     __slots__ = ("_env", "_seq", "_transform", "_answer", "__weakref__")
@@ -76,8 +55,6 @@ class Promise:
 
         Args:
             timeout: seconds to wait at most (``None``: no limit).
-        Returns:
-            the value the worker sent.
         Raises:
             EnvTimeoutError: ``timeout`` passed first.
             WorkerDiedError: the worker died before answering.
@@ -107,11 +84,7 @@ class _Undecodable:
 class WorkerChannel:
     """The requests and answers of one worker's pipe (a base of ``ProcessEnvironment``).
 
-    Numbers the requests, keeps each answer for its promise, watches the
-    worker's sentinel while waiting, and rings the doorbell of a worker in a
-    native loop. The subclass sets the attributes below in its constructor
-    and provides ``wait_start()`` (:meth:`_check_usable` waits for a worker
-    still starting).
+    The subclass sets the attributes below and provides ``wait_start()``.
     """
 
     _env_id: Optional[int]
@@ -137,12 +110,10 @@ class WorkerChannel:
         """Moves the worker into the native shared-memory loop.
 
         Args:
-            spec: a ``FastLoopSpec`` (shared block, worker index, rows, spin).
-            doorbell: called with each later pipe request's ``write``; it must
-                make the worker read its pipe (post a CALL job), then call
-                ``write()`` (which returns once the request is on the pipe,
-                whole), then wait until the worker has read it. Raising
-                before it calls ``write`` means that nothing was posted.
+            spec: a ``FastLoopSpec``.
+            doorbell: called with each later pipe request's ``write``: it makes the
+                worker read its pipe (a CALL job), calls ``write()``, then waits until
+                the worker has read it. Raising before ``write`` means nothing was posted.
         Raises:
             ValueError: this env was not created with ``fast=True``.
         """
@@ -162,19 +133,15 @@ class WorkerChannel:
         self._doorbell = None
 
     def pending_report(self) -> Promise:
-        """A promise of a message the worker sends unasked (a fast-path error).
-
-        The worker answers requests in order, so the report is the answer
-        after every request sent so far.
+        """A promise of a message the worker sends unasked (a fast-path error): the
+        answer after every request sent so far.
         """
         self._check_usable()
         return self._promise()
 
     def mark_died(self, during: str) -> Exception:
-        """Records that the worker died (seen by another channel); returns the error.
-
-        ``EnvironmentClosedError`` if the env was closed meanwhile (e.g. by
-        :func:`~alf_env.control_plane.shutdown.shutdown`).
+        """Records that the worker died (seen by another channel); returns the error
+        (``EnvironmentClosedError`` if the env was closed meanwhile).
         """
         if self._state is EnvState.CLOSED:
             return EnvironmentClosedError(
@@ -289,10 +256,8 @@ class WorkerChannel:
     def _receive_ready(self, during: str) -> None:
         """Like :meth:`_receive_one` when the pipe is known to be readable (polled).
 
-        A message is read and filed whole, or the env falls out of step: an
-        exception that cuts the read short (a signal handler's, e.g. Ctrl-C)
-        may leave part of a message in the pipe, or a message read but not
-        filed, and every later answer would go to the wrong promise.
+        A message is read and filed whole, or the env falls out of step: a cut-short
+        read would send every later answer to the wrong promise.
         """
         received = self._received_seq
         try:
@@ -363,25 +328,14 @@ def resolve_all(promises: Sequence[Callable[..., Any]], timeout: Optional[float]
                 during: str = "a call") -> List[Any]:
     """Waits for several promises (of one env or many) together; returns their values.
 
-    All the workers involved are watched at once, so:
-
-    * a worker that dies raises :class:`WorkerDiedError` as soon as it is
-      seen, however long the others still take;
-    * ``timeout`` bounds the whole wait; when it passes,
-      :class:`EnvTimeoutError` (naming the envs still busy) is raised and no
-      promise is used up: calling again with the same promises waits on;
-    * an exception raised in a worker is re-raised (the first one, in the
-      order of ``promises``) only once every promise has its answer, so all
-      the workers are idle again and every pipe is in step.
+    A death raises at once; ``timeout`` bounds the whole wait and, on
+    :class:`EnvTimeoutError`, uses no promise up. A worker's exception (the first
+    in ``promises``) is raised only once all have answered, so every pipe is in step.
 
     Args:
-        promises: promises of ``ProcessEnvironment`` requests; other callables
-            (e.g. values known already) are simply called.
+        promises: ``ProcessEnvironment`` promises; other callables are just called.
         timeout: seconds for all of them together (``None``: no limit).
         during: what is awaited, for error messages (e.g. ``"step"``).
-
-    Returns:
-        the values, in the order of ``promises``.
     """
     deadline = None if timeout is None else time.monotonic() + timeout
     last_seq = _owed(promises)
@@ -405,10 +359,9 @@ def wait_answers(promises: Sequence[Promise], k: Optional[int] = None,
                  timeout: Optional[float] = None, during: str = "a call") -> List[int]:
     """Waits until ``k`` of ``promises`` (default: all) have their answers; uses none up.
 
-    The workers are watched as by :func:`resolve_all` (a death raises at once;
-    on ``timeout`` nothing is lost). Returns the indices of the promises that
-    have their answers (at least ``k``), in the order the answers arrived, those
-    that had them already first; calling those promises does not wait.
+    Watches the workers as :func:`resolve_all` does. Returns the indices of the
+    answered promises in arrival order, those answered already first (calling
+    them does not wait).
     """
     k = len(promises) if k is None else k
     pending = dict(enumerate(promises))
@@ -463,11 +416,9 @@ def _receive_until(last_seq: Dict[WorkerChannel, int], deadline: Optional[float]
                    enough: Optional[Callable[[WorkerChannel], bool]] = None) -> None:
     """Receives answers until each worker in ``last_seq`` has sent answer ``last_seq[env]``.
 
-    One poll set of every pipe and sentinel; a worker leaves it once it has
-    answered everything it owes. A readable pipe is read without polling it
-    again; a sentinel that fires goes through the worker's own check (data it
-    wrote before it died is read first). ``enough(env)``, called after each
-    answer read from ``env``, may end the wait early (``True``).
+    A fired sentinel goes through the worker's own check (data it wrote before
+    dying is read first). ``enough(env)``, called after each answer from ``env``,
+    may end the wait early.
     """
     poller = select.poll()
     by_fd: Dict[int, Tuple[WorkerChannel, bool]] = {}  # fd -> (env, is its pipe)

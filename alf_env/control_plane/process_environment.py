@@ -1,12 +1,9 @@
 """One environment in one worker process: :class:`ProcessEnvironment`, the parent's handle.
 
-It starts the worker process (``worker``: what runs there), sends it the
-requests of the pipe protocol (``protocol``) and returns their answers or
-promises of them (``channel``, its base class), and closes it within a bound
-(``shutdown``). An exception raised in the worker is raised here whole
-(``remote``); a worker that dies raises :class:`~alf_env.errors.WorkerDiedError`.
-Starting and closing many at once: ``group`` (all in
-:mod:`alf_env.control_plane`).
+It starts the worker (``worker``), sends it requests (``protocol``) and returns
+their answers or promises (``channel``, its base class), and closes it within
+a bound (``shutdown``). See docs/protocol.rst and docs/contract.rst,
+"One env in one worker: ``ProcessEnvironment``".
 """
 
 import functools
@@ -48,37 +45,27 @@ def _call_blocking(env: "ProcessEnvironment", name: str, *args: Any, **kwargs: A
 class ProcessEnvironment(NotCopyable, WorkerChannel):
     """Runs one environment in a worker process (the control plane).
 
-    One thread at a time: a call from a second thread while another thread
-    is in one (a blocking call from its request to its answer; a promise's
-    request, or its wait, on its own) raises
-    :class:`~alf_env.errors.ConcurrentUseError` before anything is sent (a
-    refused wait leaves its promise pending). It cannot be copied or pickled.
-    A process forked from this one (``os.fork()``) sees it closed and never
-    touches the worker (see :mod:`alf_env.control_plane.shutdown`).
+    One thread at a time (a second thread's call raises
+    :class:`~alf_env.errors.ConcurrentUseError`); not copyable; ignored by a
+    process forked from this one. See docs/contract.rst, "Errors".
 
     Args:
-        env_constructor: callable returning the environment; it gets
-            ``env_id=`` when its signature accepts it. With ``spawn`` and
-            ``forkserver`` it is sent with cloudpickle, so lambdas and
-            closures work.
-        env_id: id of the env, passed to the constructor and used in errors.
-        flatten: send actions and time steps as flat lists (cheaper to
-            pickle); packed back on either side.
-        fast: the worker will run the native shared-memory loop of
-            ``FastParallelEnvironment`` (which sets this; see
-            :meth:`start_fast_loop`).
-        num_envs: number of envs sharing the native region (``fast`` only;
-            ``env_id`` must be below it).
-        hosted_envs: how many envs the worker hosts (ids ``env_id`` to
-            ``env_id + hosted_envs - 1``); a ``WorkerDiedError`` names them all.
+        env_constructor: returns the env; gets ``env_id=`` if its signature
+            accepts it. Sent with cloudpickle under ``spawn``/``forkserver``.
+        env_id: passed to the constructor and named in errors.
+        flatten: send actions and time steps as flat lists (cheaper to pickle).
+        fast: the worker will run the native shared-memory loop
+            (:meth:`start_fast_loop`).
+        num_envs: envs sharing the native region (``fast`` only; ``env_id`` is
+            below it).
+        hosted_envs: how many envs the worker hosts (ids from ``env_id``); a
+            ``WorkerDiedError`` names them all.
         torch_num_threads_per_env: ``torch.set_num_threads`` in the worker
-            (``None`` leaves torch alone and does not import it).
+            (``None``: torch is left alone, not imported).
         start_method: ``"fork"``, ``"spawn"`` or ``"forkserver"``.
-        name: a name for the worker process (shown by ``ps``-like tools).
-        daemon: the worker's ``daemon`` flag. ``False`` lets the env start
-            processes of its own (a daemonic process may not have children);
-            either way the worker is stopped with this process (exit hook,
-            parent-death watchdog).
+        name: the worker process's name.
+        daemon: the worker's ``daemon`` flag; ``False`` lets the env start
+            processes of its own. Either way the worker ends with this process.
     """
 
     def __init__(self, env_constructor: Callable[..., Any],
@@ -139,8 +126,7 @@ class ProcessEnvironment(NotCopyable, WorkerChannel):
         """Starts the worker process.
 
         Args:
-            wait_to_start: wait until the env is constructed (and raise what
-                its constructor raised); otherwise call :meth:`wait_start`.
+            wait_to_start: wait until the env is constructed; else call :meth:`wait_start`.
         Raises:
             RuntimeError: the env was already started.
             EnvironmentClosedError: the env was closed.
@@ -186,9 +172,8 @@ class ProcessEnvironment(NotCopyable, WorkerChannel):
 
         Raises:
             Exception: what the env constructor raised (the worker is reaped).
-            WorkerDiedError: the worker died during construction, or its
-                constructor raised ``SystemExit`` or ``KeyboardInterrupt``
-                (which end the worker; the error has its traceback).
+            WorkerDiedError: the worker died during construction, or its constructor
+                raised ``SystemExit`` or ``KeyboardInterrupt`` (with the traceback).
         """
         if self._state is EnvState.RUNNING:
             return
@@ -215,16 +200,11 @@ class ProcessEnvironment(NotCopyable, WorkerChannel):
         raise error
 
     def close(self, polite_timeout: Optional[float] = None) -> None:
-        """Closes the env and ends the worker; safe to call repeatedly.
+        """Closes the env and ends the worker; idempotent, bounded in time, never raises.
 
-        Asks the worker to close its env, waits up to ``polite_timeout`` s
-        (default ``CLOSE_POLITE_TIMEOUT``), then terminates, then kills it;
-        so it returns within ``polite_timeout + CLOSE_TERMINATE_TIMEOUT +
-        CLOSE_KILL_TIMEOUT`` s. Never raises because of the worker's state:
-        an exception raised by the env's own ``close()``, or the worker
-        dying while closing, is logged as a warning (with the env id and the
-        worker's traceback), since it happens while everything is torn down.
-        To close many envs, :func:`close_all` waits for all of them at once.
+        Errors while closing (the env's own ``close()``, the worker dying) are only
+        logged. To close many envs at once, use :func:`close_all`. See
+        docs/protocol.rst, "Closing".
         """
         stop_all([self], polite_timeout)
 
@@ -269,8 +249,9 @@ class ProcessEnvironment(NotCopyable, WorkerChannel):
         self._waiting.clear()
 
     def _disown(self) -> None:
-        """In a forked child: closed here without a word to the parent's worker; and
-        multiprocessing forgets the process (its exit hook would terminate it)."""
+        """In a forked child: closed without a word to the parent's worker, which
+        multiprocessing forgets (its exit hook would terminate it).
+        """
         if self._state in (EnvState.NEW, EnvState.CLOSED):
             return
         self._state = EnvState.CLOSED
@@ -290,9 +271,8 @@ class ProcessEnvironment(NotCopyable, WorkerChannel):
         """Calls ``env.name(*args, **kwargs)`` in the worker.
 
         Returns:
-            a promise; call it (optionally with ``timeout=``) for the value.
-            A promise that is dropped without being called gives up its
-            answer (it is discarded when it arrives).
+            a promise; call it (optionally with ``timeout=``) for the value. A
+            promise dropped uncalled gives up its answer.
         """
         return self._request(MessageType.CALL, (name, args, kwargs))
 
@@ -301,19 +281,11 @@ class ProcessEnvironment(NotCopyable, WorkerChannel):
         return self._request(MessageType.ACCESS, name)
 
     def step(self, action: Any, blocking: bool = True) -> Any:
-        """Steps the env.
+        """Steps the env; returns the time step (``blocking``) or a promise of it.
 
-        For an ``AlfEnvironment`` the worker checks ``action`` against the
-        action spec before stepping (``ValueError`` naming the field and the
-        expected shape and dtype for a wrong structure, shape, batch size or
-        a dtype that does not cast safely; the env is not touched) and the
-        time step against ``time_step_spec()``. Values outside the bounds of
-        a ``BoundedTensorSpec`` are passed to the env unchanged (never
-        clipped).
-
-        Args:
-            action: a nest matching ``action_spec()``.
-            blocking: return the time step (True) or a promise of it (False).
+        The worker checks an ``AlfEnvironment``'s action against its spec before
+        stepping (``ValueError`` naming the field; the env is not touched). Values
+        outside a ``BoundedTensorSpec``'s bounds are passed on, never clipped.
         """
         codecs = self._step_codecs()
         record = codecs.pack_action(action) if codecs is not None else None
@@ -358,10 +330,8 @@ class ProcessEnvironment(NotCopyable, WorkerChannel):
     def step_packed(self, record: bytes, blocking: bool = True) -> Any:
         """Steps with an action packed by a ``LeafCodec`` of the env's action spec.
 
-        The pipe path of ``ParallelAlfEnvironment``: the action was checked by
-        the caller; the answer is the time step, checked against
-        ``time_step_spec()`` in the worker and packed the same way (one
-        ``bytes`` record; see :mod:`alf_env.control_plane.leaf_codec`).
+        The pipe path of ``ParallelAlfEnvironment``, whose caller has checked the
+        action; the answer is the packed time step (:mod:`alf_env.control_plane.leaf_codec`).
         """
         promise = self._request(MessageType.STEP_PACKED, record)
         return promise() if blocking else promise
@@ -382,18 +352,9 @@ class ProcessEnvironment(NotCopyable, WorkerChannel):
     def sync_progress(self, progress: Any = None, blocking: bool = True) -> Any:
         """Forwards the trainer's training progress to the env (ALF's ``sync_progress``).
 
-        Calls ``env.sync_progress(progress)`` in the worker if the env defines
-        ``sync_progress``; an env that does not is left alone. ALF pushes its
-        global scheduler progress this way so that schedules in the workers
-        follow training; alf_env has no global progress, so the trainer
-        passes the value (e.g. ``{"iterations": i, "env_steps": n}`` or a
-        fraction). Unlike ALF (which does not wait), the call is answered, so
-        an exception in the env's ``sync_progress`` is raised here; it is
-        ordered with the other requests (the next ``step`` sees the progress).
-
-        Args:
-            progress: any picklable value.
-            blocking: wait for the answer (``True``) or return a promise.
+        Calls ``env.sync_progress(progress)`` in the worker if the env defines it.
+        Unlike ALF's, the call is answered and ordered with the steps; see
+        docs/migration.rst.
 
         Returns:
             Whether the env defines ``sync_progress`` (or a promise of it).
@@ -456,14 +417,12 @@ class ProcessEnvironment(NotCopyable, WorkerChannel):
     def __getattr__(self, name: str) -> Any:
         """Reads attribute ``name`` of the remote env (a method is called remotely).
 
-        Only reached for names this object does not have itself. Names with
-        one leading underscore are forwarded too (e.g. ``_rng`` of a
-        ``RandomAlfEnvironment``); dunder names are not (``pickle`` and
-        ``copy`` probe those), nor is anything before ``__init__`` ran.
+        Names with one leading underscore are forwarded; dunder names (probed by
+        ``pickle`` and ``copy``) are not, nor is anything before ``__init__`` ran.
 
         Raises:
-            EnvironmentClosedAttributeError: the env is closed (also an
-                ``AttributeError``: ``getattr(env, name, None)`` gives ``None``).
+            EnvironmentClosedAttributeError: the env is closed (an ``AttributeError``
+                too, so ``getattr(env, name, None)`` gives ``None``).
         """
         if (name.startswith("__") and name.endswith("__")) or "_state" not in self.__dict__:
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")

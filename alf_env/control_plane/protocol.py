@@ -1,48 +1,10 @@
 """The parent <-> worker pipe protocol: its messages and the wire's constants.
 
-The parent (:class:`~alf_env.control_plane.process_environment.ProcessEnvironment`)
-and the worker (:func:`~alf_env.control_plane.worker.serve`) exchange
-``(MessageType, payload)`` tuples over a ``multiprocessing`` pipe:
-
-================  ======  ====================================================
-message           sender  payload / meaning
-================  ======  ====================================================
-``READY``         worker  ``None``: the env was constructed; calls may follow.
-``ACCESS``        parent  attribute name: read ``getattr(env, name)``.
-``CALL``          parent  ``(name, args, kwargs)``: call ``env.name(...)``.
-``RESULT``        worker  the answer to the request before it (any message the
-                          parent sends); in the native loop also a
-                          ``FastVectorEnv`` worker's report of a finished job
-                          (infos and final observations that did not fit the
-                          rows), which the front end reads after the job.
-``EXCEPTION``     worker  a :class:`~alf_env.control_plane.remote.RemoteException`:
-                          what went wrong, whole.
-``CLOSE``         parent  ``None``: close the env, answer ``RESULT`` and exit.
-``FAST_LOOP``     parent  a ``FastLoopSpec`` (see
-                          :class:`~alf_env.control_plane.worker.FastLoopEntry`):
-                          attach to the shared region, answer ``RESULT``, then
-                          serve step/reset jobs from the native job slot until
-                          it says CLOSE; pipe requests are then served when
-                          the slot says CALL.
-``STEP_PACKED``   parent  the action as one packed record
-                          (:mod:`~alf_env.control_plane.leaf_codec`): step;
-                          answered by ``RESULT`` with a packed time step.
-``RESET_PACKED``  parent  empty: reset; answered like ``STEP_PACKED``.
-================  ======  ====================================================
-
-Every request is answered by exactly one ``RESULT`` or ``EXCEPTION``, in order
-(see :mod:`alf_env.control_plane.channel` for how the parent matches answers
-to requests).
-
-**Two encodings on one pipe.** Messages are pickled (``Connection.send``),
-except the hot path's packed records -- ``STEP_PACKED``, ``RESET_PACKED`` and
-the ``RESULT`` that answers them -- which go as a *raw frame*: one byte, the
-message type's value, then the record's bytes (:func:`send_raw`). A pickle
-(protocol 2 and up, which ``multiprocessing`` always uses) starts with the
-``PROTO`` opcode ``0x80`` and every ``MessageType`` value is below it, so
-:func:`decode_message` tells the two apart by the first byte. A raw frame costs
-no pickling on either side (about 2 us per message here) and is decoded to
-the same ``(MessageType, bytes)`` pair a pickled one would give.
+Parent and worker exchange ``(MessageType, payload)`` tuples; every request is
+answered by exactly one ``RESULT`` or ``EXCEPTION``, in order. The hot path's
+packed records travel as raw frames (a type byte, then the record), not
+pickles: every ``MessageType`` value is below the pickle ``PROTO`` opcode, so
+the first byte tells the two apart. See docs/protocol.rst, "The message protocol".
 """
 
 import enum
@@ -62,7 +24,7 @@ DEATH_GRACE = 0.05
 
 
 class MessageType(enum.Enum):
-    """The messages of the parent <-> worker pipe protocol (see module doc)."""
+    """The messages of the pipe protocol (see docs/protocol.rst)."""
     READY = 1
     ACCESS = 2
     CALL = 3
@@ -93,10 +55,8 @@ _MAX_FRAME = 0x7fffffff  # longer messages get Connection's 12-byte header
 def send_raw(conn: Connection, msg_type: MessageType, record: Bytes = b"") -> None:
     """Sends ``(msg_type, record)`` as a raw frame (no pickling), in one write.
 
-    ``Connection.send_bytes`` writes a message over 16 KiB as two writes
-    (length, then data), and the first wakes the reader for only 4 bytes; a
-    frame is written whole here, with the same framing, so
-    ``Connection.recv_bytes`` reads it.
+    ``Connection.send_bytes`` splits a message over 16 KiB into two writes, the
+    first waking the reader for only 4 bytes. Same framing: ``recv_bytes`` reads it.
     """
     size = len(record) + 1
     if size > _MAX_FRAME:
@@ -112,9 +72,7 @@ def frame_parts(msg_type: Optional[MessageType], data: Bytes) -> Tuple[Bytes, ..
     """The bytes ``Connection.recv_bytes`` reads as one message, in parts to write in turn.
 
     Args:
-        msg_type: the type of a raw frame (:func:`send_raw`), or ``None`` for
-            ``data`` that is a whole pickled message (``Connection.send_bytes``).
-        data: the record of a raw frame, or the pickled message.
+        msg_type: a raw frame's type, or ``None`` if ``data`` is a whole pickle.
     """
     tag = b"" if msg_type is None else bytes((msg_type.value,))
     size = len(tag) + len(data)
@@ -125,10 +83,9 @@ def frame_parts(msg_type: Optional[MessageType], data: Bytes) -> Tuple[Bytes, ..
 
 def send_message(conn: Connection, msg_type: Optional[MessageType], data: Bytes,
                  sentinel: int, owed: Callable[[], bool], receive: Callable[[], None]) -> bool:
-    """Sends one message whole: a raw frame of type ``msg_type``, or pickled ``data``.
+    """Sends one message whole: a raw frame, or pickled ``data`` if ``msg_type`` is ``None``.
 
-    A blocking write when nothing is ``owed()``; else :func:`send_receiving`
-    (same arguments), whose result it returns.
+    While an answer is ``owed()``, as :func:`send_receiving`.
     """
     if owed():
         return send_receiving(conn, frame_parts(msg_type, data), sentinel, owed, receive)
@@ -143,15 +100,11 @@ def send_receiving(conn: Connection, parts: Sequence[Bytes], sentinel: int,
                    owed: Callable[[], bool], receive: Callable[[], None]) -> bool:
     """Writes ``parts`` on ``conn`` without ever blocking on a full pipe.
 
-    While ``owed()`` (the other side may be writing messages we owe it a
-    read of), each time ``conn`` becomes readable ``receive()`` reads one
-    message whole; that frees the other side to read the rest of ours.
+    While ``owed()``, the other side may be blocked writing to us: each time
+    ``conn`` turns readable, ``receive()`` reads one message, freeing it to read ours.
 
-    Args:
-        parts: the message (:func:`frame_parts`).
-        sentinel: the other process's sentinel.
     Returns:
-        ``False`` if the other process ended before the message was written.
+        ``False`` if the other process (``sentinel``) ended first.
     Raises:
         BrokenPipeError, ConnectionResetError: the other end is closed.
     """
@@ -188,13 +141,11 @@ def _write_some(fd: int, data: memoryview) -> int:
 
 
 def read_message(conn: Connection) -> Tuple[Optional[MessageType], Any]:
-    """Receives one message as ``(MessageType, payload)``, or ``(None, error)``
-    for one that was read whole but did not decode (e.g. a pickle of a class
-    this process cannot import): the pipe is still in step, and the reader
-    decides whom the error goes to.
+    """One message as ``(MessageType, payload)``, or ``(None, error)`` for one read
+    whole that did not decode: the pipe stays in step, and the reader decides whom it fails.
 
     Raises:
-        EOFError, OSError: as ``Connection.recv_bytes`` (the other end is gone).
+        EOFError, OSError: the other end is gone.
     """
     data = conn.recv_bytes()
     try:
@@ -204,14 +155,11 @@ def read_message(conn: Connection) -> Tuple[Optional[MessageType], Any]:
 
 
 def decode_message(data: bytes) -> Tuple[MessageType, Any]:
-    """The ``(MessageType, payload)`` of one message's bytes (``Connection.recv_bytes()``).
-
-    Pickled messages and raw frames are told apart by the first byte (see the
-    module docstring).
+    """The ``(MessageType, payload)`` of one message's bytes (a pickle or a raw frame).
 
     Raises:
         ValueError: the first byte is neither a pickle's nor a message type's.
-        Exception: what unpickling a pickled message raised.
+        Exception: what unpickling raised.
     """
     first = data[0] if data else None
     if first == _PICKLE_FIRST_BYTE:
@@ -247,11 +195,9 @@ SYNC_PROGRESS_CALL = "<sync_progress>"
 def read_last_words(conn: Connection, exitcode: Optional[int]) -> str:
     """The traceback a worker that ended by itself sent before it exited, or ``""``.
 
-    A worker whose env raises ``SystemExit`` or ``KeyboardInterrupt`` sends a
-    fatal ``EXCEPTION`` (``RemoteException.fatal``) and exits; in a native loop
-    nobody is reading the pipe then, so it is the last message there when the
-    trainer sees the death. Read only after an exit (``exitcode >= 0``), when
-    the worker's messages are whole; a killed worker may have been cut short.
+    An env raising ``SystemExit``/``KeyboardInterrupt`` makes the worker send a fatal
+    ``EXCEPTION`` and exit, unread in a native loop. Only an exit (``exitcode >= 0``)
+    guarantees whole messages; a killed worker may have been cut short.
     """
     words = ""
     if exitcode is None or exitcode < 0:

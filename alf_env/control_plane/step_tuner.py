@@ -1,37 +1,13 @@
 """Choosing, while the env runs, the settings that make the trainer's loop fastest.
 
-Some settings of the workers win on a quiet machine and lose, sometimes many
-times over, on a shared one: pinning them to CPUs, letting them spin while
-they wait for the next step, leaving torch's OpenMP threads spinning after
-the policy's forward pass. Which one wins depends on what else runs (the
-trainer's own torch threads, another training, a busy process), and that
-changes while a training runs. So :class:`StepTuner` measures each setting
-(a :class:`Knob` with a preferred and an alternative value) with the steps
-the trainer takes anyway:
-
-1. it times the trainer's *cycle*, from the start of one lockstep step to the
-   start of the next, so that what a setting costs the trainer's own work
-   (the policy's forward pass) counts as well as the step;
-2. for one knob at a time it times windows of cycles at the current value,
-   the other value, the other again and the current again (so a drift of
-   the machine's speed cancels out), and keeps the alternative value only
-   when its mean cycle is shorter than the preferred value's by more than
-   the knob's margin;
-   An alternative whose first window is :data:`CLEAR_LOSS` times the
-   current value's is dropped at once, and its window ends after
-   :data:`EARLY_CYCLES` cycles when their median shows that: timing it
-   longer only costs;
-3. after all knobs have been chosen it keeps them for ``period_s`` seconds of
-   stepping, then chooses again; so a load that comes or goes is noticed
-   within about ``period_s``. Each round that changes nothing doubles that
-   wait, up to ``max_period_s``, so the windows at a losing value cost a
-   steady loop little; a change brings it back to ``period_s``.
-
-Cycles longer than :data:`OUTLIER` times their window's median and than
-:data:`OUTLIER_S` (a training update between two rollouts, a checkpoint) are
-left out of the means; waits for a busy core's time slice are counted. Each
-decision is kept in :attr:`StepTuner.decisions` and logged at INFO when a
-value changes.
+Some worker settings (CPU pinning, spinning for the next job, torch's OpenMP
+threads spinning after the forward pass) win on a quiet machine and lose,
+sometimes many times over, on a shared one, and the load changes during a
+training. So :class:`StepTuner` times the trainer's whole *cycle* (step start
+to step start, so a setting's cost to the forward pass counts) under each
+:class:`Knob`'s two values, in windows ordered current, other, other, current
+(a drift of the machine's speed cancels out), and chooses again periodically.
+See docs/benchmarks.md, "What decides these figures".
 """
 
 import enum
@@ -66,14 +42,11 @@ class Knob:
     """One setting the tuner chooses: a preferred and an alternative value.
 
     Args:
-        name: names the knob in decisions and logs.
-        preferred: the value it starts at and keeps unless the other wins.
-        alternative: the other value.
         apply: ``apply(value)`` puts a value into effect (at a step's start).
         margin: the fraction by which the alternative's mean cycle must be
             shorter to be chosen.
-        available: whether the knob can act now (checked at each round); a
-            knob that cannot is left at its value and not timed.
+        available: whether the knob can act now (checked each round); if not,
+            it keeps its value and is not timed.
     """
 
     def __init__(self, name: str, preferred: Hashable, alternative: Hashable,
@@ -127,19 +100,17 @@ def trimmed_mean(cycles: Sequence[float]) -> float:
 class StepTuner:
     """Times the trainer's cycles under each knob's values and keeps the faster.
 
-    See the module doc. Call :meth:`step_started` at the start of every
-    lockstep step.
+    Call :meth:`step_started` at the start of every lockstep step. Each round
+    that changes nothing doubles the wait before the next, up to
+    ``max_period_s``, so windows at a losing value cost a steady loop little.
 
     Args:
         knobs: the settings to choose, in the order they are timed.
         before_step: called at every step's start, after the timing (e.g. an
-            :class:`~alf_env.control_plane.openmp.OpenMpPause` that a knob
-            switches on and off).
-        window: cycles per timed window at least.
-        window_s: seconds per timed window at least.
+            :class:`~alf_env.control_plane.openmp.OpenMpPause` a knob switches).
+        window, window_s: cycles and seconds per timed window, at least.
         period_s: seconds of stepping between two rounds after a change.
         max_period_s: the longest wait between two rounds.
-        clock: the clock of the cycles and of the periods.
     """
 
     def __init__(self, knobs: Sequence[Knob], before_step: Sequence[Callable[[], None]] = (),
@@ -236,9 +207,8 @@ class StepTuner:
     def _clearly_losing(self) -> bool:
         """Whether the other value's first window already loses by :data:`CLEAR_LOSS`.
 
-        Its median cycle over :data:`EARLY_CYCLES` or more says so well before the
-        window's end, which matters when it is many times slower (a worker spinning
-        through a busy core's time slices).
+        Its median over :data:`EARLY_CYCLES` cycles says so long before the window's
+        end, which matters when it is many times slower: timing it longer only costs.
         """
         if len(self._plan) != 3 or len(self._cycles) < EARLY_CYCLES:
             return False

@@ -1,25 +1,11 @@
 """The settings a :class:`~alf_env.data_plane.job_board.JobBoard` tunes while it steps.
 
 Each is a :class:`~alf_env.control_plane.step_tuner.Knob` of one
-:class:`~alf_env.control_plane.step_tuner.StepTuner` that times the trainer's
-cycle (docs/benchmarks.md, "Choices the defaults rest on", has the figures):
-
-``placement``
-    workers pinned round robin to the CPUs (preferred: 2-10% faster on a
-    quiet machine) or placed by the OS (a core held by something else stalls
-    a pinned worker). Only when the user left ``worker_cpus="auto"``.
-``job_wait_spin_us``
-    how long a worker spins for its next job before it sleeps: 50 µs
-    (preferred: the trainer's torch threads get the cores during its forward
-    pass) or 300 µs (a loop of steps alone, or a short forward pass on one
-    torch thread, is answered without wake-ups). Not the spin mode's own cap
-    (2-5 ms): beside a busy process, workers that spin that long looked
-    faster for a window and then, as the kernel's balancer moved them, ran
-    at a fifth of the speed. Only with the adaptive spin (``spin_us=-1``).
-``openmp_pause``
-    whether the trainer's OpenMP pool is released before each step
-    (:mod:`alf_env.control_plane.openmp`). Only once an OpenMP runtime is
-    loaded (torch imported).
+:class:`~alf_env.control_plane.step_tuner.StepTuner`; docs/benchmarks.md,
+"What decides these figures", lists them. The long job-wait spin is 300 µs,
+not the spin mode's own cap (2-5 ms): beside a busy process, workers spinning
+that long looked faster for a window, then ran at a fifth of the speed once
+the kernel's balancer moved them.
 """
 
 from typing import Any, Optional, Sequence
@@ -48,10 +34,9 @@ def tune_board(board: JobBoard, pids: Sequence[int], worker_cpus: Any,
                plan: Optional[Sequence[int]], spin_us: int) -> StepTuner:
     """Readies the workers for a shared machine and tunes the board while it steps.
 
-    Puts the workers under the normal scheduling policy and installs a
-    :class:`StepTuner` (returned) as the board's step hook, with the knobs of
-    the module doc that apply. A setting the user chose (``worker_cpus``
-    other than ``"auto"``, a fixed ``spin_us``) is kept as it is.
+    Puts the workers under the normal scheduling policy and installs the
+    returned :class:`StepTuner` as the board's step hook. Settings the user
+    chose (``worker_cpus`` other than ``"auto"``, a fixed ``spin_us``) are kept.
     """
     pids = list(pids)
     normal_scheduling(pids)

@@ -1,15 +1,8 @@
 """The interface between the job loop and a front end's row handler.
 
-The job loop (:mod:`alf_env.data_plane.job_loop`) moves jobs, not data of any
-particular kind: what a STEP or RESET job does to a worker's env and rows is
-up to a *job handler*, which a front end provides (gymnasium envs, ALF time
-steps). The loop is typed against the two protocols here and knows no front
-end.
-
-A front end hands the parent a :class:`HandlerFactory` (inside the
-``FastLoopSpec`` it sends with ``FAST_LOOP``); the worker calls it once, with
-its env, the shared block, its pipe and its env id, and gets the
-:class:`JobHandler` it runs jobs with.
+The job loop moves jobs, not data of any kind: what a STEP or RESET does to a
+worker's env and rows is up to the *job handler* a front end provides, so the
+loop is typed against these two protocols and knows no front end.
 """
 
 import multiprocessing.connection
@@ -21,15 +14,12 @@ __all__ = ["JobHandler", "HandlerFactory"]
 
 
 class JobHandler(Protocol):
-    """Runs STEP and RESET jobs for one worker; built in the worker by a factory.
-
-    Raising from :meth:`step` or :meth:`reset` reports ERROR for the job and
-    sends the exception home on the pipe.
+    """Runs STEP and RESET jobs for one worker; raising reports ERROR for the job.
 
     Attributes:
-        after_step: run once a STEP job has been reported finished (work
-            that may overlap the trainer's, e.g. resetting envs that ended),
-            or ``None``. It raises nothing: errors are kept for the next job.
+        after_step: run once a STEP job is reported finished (work that may
+            overlap the trainer's), or ``None``. Raises nothing: errors are kept
+            for the next job.
     """
 
     after_step: Optional[Callable[[], None]]
@@ -38,15 +28,14 @@ class JobHandler(Protocol):
         """Reads the action rows, steps, writes the result rows."""
 
     def reset(self, arg: int) -> None:
-        """Resets (``arg`` is handler-defined, e.g. which staged reset), writes the rows."""
+        """Resets (``arg`` is handler-defined), writes the rows."""
 
 
 class HandlerFactory(Protocol):
     """Builds a worker's :class:`JobHandler`; made in the parent, called in the worker.
 
-    It travels to the worker pickled, so it must be picklable under spawn and
-    forkserver (an instance of a module-level class, or a module-level
-    function).
+    Pickled to the worker, so under spawn and forkserver it must be a module-level
+    function or an instance of a module-level class.
     """
 
     def __call__(self, env: Any, block: SharedBlock,

@@ -1,24 +1,10 @@
 """Posting jobs to workers in the native loop and collecting their completions.
 
-Shared by the front ends that drive ``ProcessEnvironment`` workers through a
-``SharedBlock`` (``FastParallelEnvironment`` and ``alf_env.vector.FastVectorEnv``):
-
-* :meth:`JobBoard.post` hands a job to some workers, first finishing any job
-  they still run.
-* :meth:`JobBoard.wait_for` waits until the listed workers finished and raises
-  what one of them raised; :meth:`JobBoard.wait_first` returns the first ``k``
-  of a set of workers to finish, in completion order (EnvPool's ``recv``).
-* A worker whose job reports ERROR has sent the exception on its pipe; it is
-  read as soon as the completion is seen (so the pipe stays in step) and
-  raised by the wait that asked for that worker. An ``on_ok`` hook lets a
-  front end read what successful jobs sent on the pipe at the same moment.
-* A worker that dies turns into ``WorkerDiedError`` (the native wait polls
-  pidfds); its job is abandoned so that closing can proceed.
-* :meth:`JobBoard.serve_pipe` is the doorbell of ``ProcessEnvironment``:
-  for each pipe request, a CALL job makes the parked worker read its pipe,
-  and the request is written while it reads (so it may be of any size).
-* :meth:`JobBoard.release` brings every worker back from the native loop and
-  closes it (bounded in time; a worker stuck in a job is terminated).
+Shared by the shared-memory front ends. A failed job's exception, sent on the
+worker's pipe, is read as soon as the completion is seen (so the pipe stays
+in step) and raised by the wait that asked for that worker; a dead worker's
+job is abandoned so that closing can proceed. See docs/protocol.rst, "The
+native job loop", and docs/architecture.rst, "Data plane" (the doorbell).
 """
 
 import functools
@@ -47,19 +33,15 @@ OkHook = Callable[[List[int], Mapping[int, Any]], Dict[int, BaseException]]
 class JobBoard:
     """The parent's view of the job slots of a set of worker processes.
 
+    Holds its front end (``on_ok``) and is held by its workers (:meth:`doorbell`)
+    only weakly, so a front end dropped without ``close()`` is collected at once.
+
     Args:
         controller: the ``Controller`` of the shared block.
         envs: the workers; ``envs[i]`` owns job slot ``i``.
-        on_ok: optional hook run for the jobs that finished OK; a bound
-            method's object (the front end) is held weakly.
-        timeout: seconds a wait may last when its caller gives no ``timeout``
-            (``None``: no limit); this also bounds the waits inside
-            :meth:`post` (for a job still running) and :meth:`serve_pipe`.
-
-    The board refers to its front end and is referred to by its workers only
-    weakly (``on_ok``, :meth:`doorbell`), so that a front end dropped without
-    ``close()`` is not kept alive by a reference cycle and is collected at
-    once (see ``control_plane.shutdown.close_when_collected``).
+        on_ok: optional hook run for the jobs that finished OK (see ``OkHook``).
+        timeout: default seconds of a wait (``None``: no limit), also bounding
+            the waits inside :meth:`post` and :meth:`serve_pipe`.
     """
 
     def __init__(self, controller: Any, envs: Sequence[ProcessEnvironment],
@@ -100,14 +82,12 @@ class JobBoard:
 
     def run(self, workers: Sequence[int], job: Any, arg: int, during: str,
             timeout: Optional[float] = None) -> None:
-        """:meth:`post` then :meth:`wait_for` the same workers, in fewer steps.
-
-        The synchronous step's path: when nothing else is outstanding, one
-        native wait for all of them usually ends it.
+        """:meth:`post` then :meth:`wait_for` the same workers: the synchronous step's path,
+        usually one native wait when nothing else is outstanding.
 
         Raises:
-            as :meth:`wait_for` (on ``EnvTimeoutError`` the jobs stay posted:
-            a later :meth:`wait_for` picks them up).
+            as :meth:`wait_for` (on ``EnvTimeoutError`` the jobs stay posted: a later
+            :meth:`wait_for` picks them up).
         """
         if self.controller.num_outstanding:
             self.post(workers, job, arg)
@@ -145,16 +125,13 @@ class JobBoard:
         """Waits until each of ``workers`` finished its job; raises what one raised.
 
         Args:
-            workers: the workers to wait for.
             during: what they do (for error messages).
-            timeout: seconds to wait at most (``None``: the board's
-                ``timeout``).
-            raise_errors: raise what a job raised (else keep it for
-                :meth:`pop_errors`).
+            timeout: seconds at most (``None``: the board's ``timeout``).
+            raise_errors: raise what a job raised (else keep it for :meth:`pop_errors`).
 
         Raises:
-            EnvTimeoutError: ``timeout`` passed first (nothing is lost: a later
-                wait still sees every completion).
+            EnvTimeoutError: ``timeout`` passed first (a later wait still sees every
+                completion).
             WorkerDiedError: a worker died before finishing.
             Exception: what a worker's job raised (the first in ``workers``).
         """
@@ -175,10 +152,8 @@ class JobBoard:
                    timeout: Optional[float] = None) -> List[int]:
         """Returns the first ``k`` of ``candidates`` to finish, in completion order.
 
-        Every job outstanding on the board must belong to a candidate (so any
-        completion counts). Workers that finished earlier (e.g. seen while
-        another wait ran) come first. Errors of their jobs are not raised:
-        ask :meth:`pop_errors`.
+        Every outstanding job must belong to a candidate. Workers that finished
+        earlier come first. Job errors are not raised: ask :meth:`pop_errors`.
 
         Raises:
             EnvTimeoutError, WorkerDiedError: as :meth:`wait_for`.
@@ -213,8 +188,7 @@ class JobBoard:
         return finished
 
     def _take_finished(self) -> None:
-        """Records the completions a timed-out native wait left queued (a later
-        wait would take them the same way)."""
+        """Records the completions a timed-out native wait left queued."""
         while self.controller.num_outstanding:
             status, ids = self.controller.wait(1, 0.0)
             if status != WaitStatus.OK:
@@ -222,8 +196,7 @@ class JobBoard:
             self._on_finished(ids.tolist())
 
     def _envs_of(self, workers: List[int]) -> str:
-        """The envs of ``workers`` for a message: ``envs [1]``, or ``envs [2, 3]
-        (worker 1)`` when workers host several envs."""
+        """The envs of ``workers`` for a message (with the workers if they host several)."""
         ids = [i for w in workers for i in (self.envs[w].hosted_env_ids or [w])]
         if len(ids) == len(workers):
             return f"envs {ids}"
@@ -267,19 +240,15 @@ class JobBoard:
     def serve_pipe(self, worker: int, write: Callable[[], None]) -> None:
         """The doorbell: make a worker in the native loop serve one pipe request.
 
-        First the worker's earlier answers are received (a worker writing one
-        that nobody reads would never take the job) and its earlier job
-        finished; then a CALL job makes it read its pipe, and ``write()``
-        puts the request there while it reads, so a request larger than the
-        pipe's buffer never waits on a worker that waits for us. Returns once
-        the worker has read the request (its CALL job finishes then); the
-        answer is awaited on the pipe by the request's promise. What an
-        earlier job raised (e.g. a spare's reset in the background) stays for
-        the wait that asks for that job.
+        The worker's earlier answers are received first (a worker writing one that
+        nobody reads would never take the job), then a CALL job makes it read its
+        pipe while ``write()`` fills it, so a request of any size goes through.
+        Returns once the worker has read the request. Errors of earlier jobs stay
+        for the wait that asks for them.
 
         Raises:
-            EnvTimeoutError, WorkerDiedError: as :meth:`wait_for`; raised
-                before ``write`` is called, nothing was posted.
+            EnvTimeoutError, WorkerDiedError: as :meth:`wait_for`, before ``write``
+                is called (nothing was posted).
         """
         receive_answers([self.envs[worker]], self.timeout, "a call")
         if self.controller.outstanding(worker):
@@ -289,8 +258,7 @@ class JobBoard:
         self.wait_for([worker], "a call", raise_errors=False)
 
     def doorbell(self, worker: int) -> Callable[..., None]:
-        """:meth:`serve_pipe` of ``worker``, for its ``start_fast_loop``; it
-        holds the board weakly (the board holds the workers)."""
+        """:meth:`serve_pipe` of ``worker``, for its ``start_fast_loop``; holds the board weakly."""
         board = weakref.ref(self)
 
         def ring(*args: Any) -> None:
@@ -304,14 +272,9 @@ class JobBoard:
     def release(self, timeout: Optional[float] = None) -> None:
         """Brings every worker back from the native loop; terminates stuck ones.
 
-        All the workers are asked at once: each gets a CLOSE job as soon as
-        its current job (if any) has finished, so one worker stuck in a job
-        delays nobody else; those still in the loop when ``timeout`` passes
-        are terminated (side by side).
-
-        Args:
-            timeout: seconds for all workers together (default
-                ``CLOSE_POLITE_TIMEOUT``); never raises.
+        Each worker gets a CLOSE job once its current job has finished, so one
+        stuck worker delays nobody else; those still in the loop at ``timeout``
+        (default ``CLOSE_POLITE_TIMEOUT``, for all together) are terminated. Never raises.
         """
         total = shutdown.CLOSE_POLITE_TIMEOUT if timeout is None else timeout
         deadline = time.monotonic() + total

@@ -1,25 +1,10 @@
 """The worker side of the native fast path: the job loop.
 
-A worker enters this loop when its parent sends ``MessageType.FAST_LOOP``.
-From then on it waits on its job slot in the shared region (a futex wait that
-releases the GIL) and runs one job at a time:
-
-- ``STEP``: the job handler reads this worker's action rows, steps its env(s)
-  and writes the results into this worker's rows; report OK.
-- ``RESET``: the handler resets (the job argument is handler-defined, e.g. a
-  seed) and writes the results; report OK.
-- ``CALL``: one request is coming on the pipe (the parent posts the job
-  first, then writes the request while this worker reads it, so a request
-  of any size goes through); read it, report OK, then serve it (the answer
-  goes back on the pipe, where the parent waits for it).
-- ``CLOSE``: report OK and go back to serving the pipe directly.
-
-A step or reset that raises reports ERROR and then sends the exception,
-whole, on the pipe (the parent reads it as an unsolicited report). Nothing is
-sent on the pipe while the parent waits for the job to finish without reading
-the pipe, so no message, however large, can block both sides. Fixed-size
-data moves only through the shared rows; anything of variable size moves on
-the pipe.
+After ``MessageType.FAST_LOOP`` a worker waits on its job slot (a futex wait
+that releases the GIL) instead of its pipe and runs one job at a time. It
+never writes to the pipe while the parent waits for a job without reading
+the pipe, so no message, however large, blocks both sides. See
+docs/protocol.rst, "The native job loop".
 """
 
 import multiprocessing.connection
@@ -42,13 +27,13 @@ class FastLoopSpec(NamedTuple):
     """What a worker needs to join the shared region (sent with FAST_LOOP).
 
     Attributes:
-        block: the ``SharedBlock`` (pickled with its fd, see ``alf_env.data_plane.shared_block``).
+        block: the ``SharedBlock`` (pickled with its fd).
         worker_index: this worker's job slot.
         spin_us: the waiting policy (-1: adaptive, 0: never spin).
         make_handler: builds this worker's
             :class:`~alf_env.data_plane.handlers.JobHandler`.
-        workers_pinned: the workers are pinned to CPUs (``worker_cpus``),
-            which lets the adaptive policy spin longer.
+        workers_pinned: the workers are pinned to CPUs, so the adaptive policy
+            may spin longer.
     """
     block: SharedBlock
     worker_index: int
@@ -57,10 +42,7 @@ class FastLoopSpec(NamedTuple):
     workers_pinned: bool = False
 
     def run(self, conn: Connection, proxy: WorkerEnvProxy, env_id: Optional[int]) -> bool:
-        """Serves jobs from the native slot (the worker's ``FAST_LOOP`` entry point).
-
-        Returns whether the worker keeps serving the pipe afterwards.
-        """
+        """The worker's ``FAST_LOOP`` entry point; returns whether it keeps serving the pipe."""
         return run_fast_loop(conn, proxy, env_id, self)
 
 
@@ -70,12 +52,8 @@ def start_job_loops(board: "JobBoard", block: SharedBlock, spin_us: int,
     """Sends every worker of ``board`` into the job loop over ``block`` (the parent's side).
 
     Args:
-        board: the ``JobBoard`` of the workers: its controller learns each
-            worker's pid, and its doorbell serves a worker's pipe requests
-            while the worker is in the loop.
-        block: the shared block that holds the workers' rows.
-        spin_us: the waiting policy (-1: adaptive, 0: never spin).
-        workers_pinned: the workers are pinned to CPUs (``worker_cpus``).
+        board: its controller learns each worker's pid; its doorbell serves the
+            worker's pipe requests while it is in the loop.
         handlers: one job handler factory per worker, in worker order.
     """
     for w, (worker, handler) in enumerate(zip(board.envs, handlers)):

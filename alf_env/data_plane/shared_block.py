@@ -1,31 +1,10 @@
 """Shared-memory blocks: the Python face of the native engine ``alf_env._penv``.
 
-A :class:`SharedBlock` is one anonymous shared-memory region that the main
-process and its worker processes map. It holds a *control block* (job slots,
-the finished-worker queue and the futex words through which processes hand
-jobs to each other) and one numpy array per *field* (actions, observations,
-rewards, ...), each with ``num_rows`` rows. ``FastParallelEnvironment`` writes
-actions into the rows of a worker, posts a ``STEP`` job, and reads the
-worker's observation rows once :meth:`Controller.wait` returns the worker.
-
-The layout, the job-slot state machine, the memory orders, waiting and CPU
-use, and the region's lifetime are described once, in ``docs/shared_memory.rst``.
-The region is a ``memfd``: nothing appears in ``/dev/shm``, and the kernel frees
-it when the last process that maps it ends, however it ends.
-
-Example::
-
-    block = SharedBlock([("action", (2,), np.float32),
-                         ("obs", (4,), np.float32)], num_rows=n, num_workers=n)
-    controller = block.controller()
-    # start workers with `block` as an argument; in worker i:
-    #     port = block.worker_port(i)
-    #     job, arg = port.wait_job(timeout_s=1.0) ... port.finish(JobStatus.OK)
-    controller.set_worker_pid(i, process.pid)
-    block["action"][:] = actions
-    controller.post(range(n), JobType.STEP)
-    status, ids = controller.wait(n)
-    observations = block["obs"][ids]
+A :class:`SharedBlock` is one anonymous region (a ``memfd``: nothing in
+``/dev/shm``, freed by the kernel when the last process mapping it ends,
+however it ends) that holds a control block (job slots, the finished queue,
+futex words) and one numpy array of ``num_rows`` rows per field. Layout, job
+states, memory orders and waiting: see docs/shared_memory.rst.
 """
 
 from __future__ import annotations
@@ -78,8 +57,8 @@ def _normalize_fields(fields: Iterable[Sequence[Any]]) -> Tuple[FieldSpec, ...]:
     """Validates fields and returns them as ``(str, tuple of int, np.dtype)``.
 
     Raises:
-        ValueError: a malformed field, a repeated name, a negative dimension
-            or a dtype that cannot live in shared memory (object references).
+        ValueError: a malformed field, a repeated name, a negative dimension or
+            a dtype holding object references.
     """
     result = []
     seen = set()
@@ -130,15 +109,12 @@ class SharedBlock:
     """A shared-memory region with a control block and one array per field.
 
     Args:
-        fields: ``(name, shape, dtype)`` per field; ``shape`` is the shape of
-            one row (e.g. one env's observation).
+        fields: ``(name, shape, dtype)`` per field; ``shape`` is one row's.
         num_rows: rows per field (e.g. the number of envs).
         num_workers: worker processes (job slots) of the control block.
 
     Attributes:
         fields: the normalized fields, ``(name, tuple shape, np.dtype)``.
-        num_rows: rows per field.
-        num_workers: job slots in the control block.
         layout: the :class:`alf_env._penv.Layout` (offsets and strides).
 
     Raises:
@@ -238,15 +214,12 @@ class SharedBlock:
                    workers_pinned: bool = False) -> Controller:
         """Initialises the control block and returns the main-process side.
 
-        Call exactly once per block, in the main process, before workers
-        attach.
+        Call exactly once per block, in the main process, before workers attach.
 
         Args:
-            spin_us: ``-1`` adaptive spinning, ``0`` never spin, ``> 0`` spin
-                that many microseconds before sleeping.
-            workers_pinned: the workers are pinned to CPUs, so the adaptive
-                policy may spin longer when they outnumber the CPUs (5 ms
-                instead of 2 ms; see docs/shared_memory.rst).
+            spin_us: ``-1`` adaptive, ``0`` never spin, ``> 0`` spin that many µs.
+            workers_pinned: the workers are pinned to CPUs, so the adaptive policy
+                may spin longer when they outnumber the CPUs.
         """
         return Controller(self.region, self.num_workers, spin_us, workers_pinned)
 
@@ -255,7 +228,6 @@ class SharedBlock:
         """Returns the worker-side port of job slot ``index``.
 
         Args:
-            index: the worker's slot, ``0 <= index < num_workers``.
             spin_us, workers_pinned: as for :meth:`controller`.
         """
         return WorkerPort(self.region, self.num_workers, index, spin_us, workers_pinned)
@@ -264,8 +236,8 @@ class SharedBlock:
     def close(self) -> None:
         """Drops this block's references to the region (idempotent).
 
-        The mapping itself goes away once no numpy view of it is left, and
-        the memory once every process has done the same.
+        The mapping goes once no numpy view of it is left, the memory once every
+        process has done the same.
         """
         self._views = None
         self._region = None

@@ -1,44 +1,19 @@
 """Batched environments in worker processes, stepped through shared memory.
 
-Design
-------
 :class:`FastParallelEnvironment` has the arguments and the results of
 :class:`~alf_env.environments.parallel_environment.ParallelAlfEnvironment` (the
-reference path it is tested against, value by value) but moves the hot path
-out of the pipes:
+reference path it is tested against, value by value) but moves steps and resets
+out of the pipes: a ``SharedBlock`` holds, for every leaf of the flattened
+action and time step specs, the rows of every env, and the pipe keeps what has
+no fixed size (spec queries, ``seed``, ``render``, any ``call``, errors). By
+default a worker hosts an :class:`~alf_env.front_ends.alf.env_group.EnvGroup` of
+consecutive envs. The design: ``docs/architecture.rst`` ("Data plane", "Front
+ends").
 
-* **Fixed-size data through shared memory.** One ``SharedBlock`` (a memfd
-  region, see :mod:`alf_env.data_plane.shared_block`) holds, for every leaf of the flattened
-  action spec and time step spec, an array of ``num_envs * env_batch_size``
-  rows. Worker ``i`` owns rows ``[i * b, (i + 1) * b)``. The parent writes
-  actions into the rows of the envs it steps, posts a STEP job to their job
-  slots and waits for their completions (one native call that releases the
-  GIL); the workers write their time steps into their own rows.
-* **Variable-size data through the pipe.** Everything else (spec queries,
-  ``seed``, ``render``, any ``call``, errors with their tracebacks) keeps
-  using the enum-typed pipe protocol of ``ProcessEnvironment``: after each
-  pipe request the parent posts a CALL job so the worker, parked in its
-  native loop, reads the pipe.
-* **Faults.** A worker whose step raised reports ERROR in its slot and sends
-  the exception on the pipe; the parent re-raises it once every worker has
-  finished. A worker that dies is noticed by the native wait (pidfds) within
-  ~50 ms and raises ``WorkerDiedError`` (a pipe call notices it on the pipe).
-  With ``timeout=`` every wait is bounded (``EnvTimeoutError``; then only
-  ``close()`` is left). ``close()`` brings all workers out of the native loop
-  at once, terminating any still stuck in a job after
-  ``CLOSE_POLITE_TIMEOUT``, then closes them side by side: it returns within
-  ``2 * CLOSE_POLITE_TIMEOUT + CLOSE_TERMINATE_TIMEOUT + CLOSE_KILL_TIMEOUT``
-  (the second polite wait only for an env whose own ``close()`` hangs).
-* **Several envs per worker.** By default the envs are spread over as many
-  workers as there are usable CPUs (``num_workers``; with spares or
-  ``blocking``, one env per worker). A worker then hosts an
-  :class:`~alf_env.front_ends.alf.env_group.EnvGroup` of consecutive envs that
-  it steps one after the other; the parent sees one batched env per worker
-  and returns exactly what one env per worker would (row ``i`` is env
-  ``i``). ``envs`` lists a
-  :class:`~alf_env.front_ends.alf.env_group.MemberProxy` per env.
-* **Copies.** Returned tensors are copies of the shared rows, unless
-  ``zero_copy=True`` (then they are views that the next step overwrites).
+An env's error is raised once every worker has finished the job, so no job is
+left running; a dead worker is noticed by the native wait (pidfds) within
+~50 ms. What each fault raises and the bound on ``close()``:
+``docs/reliability.md`` ("Fault table").
 """
 
 import functools
@@ -70,35 +45,30 @@ except ImportError as _err:  # pragma: no cover - the package always builds it
 class FastParallelEnvironment(ParallelAlfEnvironment):
     """Like ``ParallelAlfEnvironment``, with steps and resets through shared memory.
 
+    What each argument does and when to change it: ``docs/options.rst`` ("ALF
+    front ends").
+
     Args:
-        env_constructors: as for ``ParallelAlfEnvironment``; so are
-            ``start_serially``, ``blocking``, ``flatten``,
-            ``num_spare_envs_for_reload``, ``torch_num_threads_per_env``,
-            ``start_method`` and ``worker_cpus``, whose default here is
-            ``"auto"``: the workers are spread over the CPUs (``"spread"``)
-            when there are no spares and at least as many workers as usable
-            CPUs; ``None`` leaves their placement to the OS.
-        zero_copy: return tensors that view the shared rows instead of copies
-            (valid until the next step; needs no spares, and turns off the
-            background resets, which would overwrite a LAST row the caller
-            still views).
-        spin_us: how long a waiter spins before it sleeps on the futex, in
-            microseconds: -1 adapts to how long waits last (and only yields
-            the core while spinning when there are more processes than
-            cores), 0 never spins.
-        num_workers: worker processes; the envs are split into this many
-            groups of equal size (it must divide the number of envs), each
-            stepped one env after the other in its worker. Default: about one
-            worker per usable CPU (the largest divisor of the number of envs
-            up to the CPUs, or the smallest one above them when that would
-            leave most CPUs idle); one per env with spares or ``blocking``.
-            ``num_workers=len(env_constructors)`` is one process per env.
-            With ``start_serially=False`` a worker builds its envs side by
-            side, each in a thread (see
-            :mod:`~alf_env.front_ends.alf.env_group`).
-        timeout: as for ``ParallelAlfEnvironment``: seconds each reset, step
-            and call may wait for the workers; then ``EnvTimeoutError`` and
-            the environment can only be closed.
+        env_constructors: one constructor per env, spares included.
+        start_serially: start the workers one after another (``False`` also builds
+            a worker's envs side by side, each in a thread).
+        blocking: step the envs one after another (for debugging).
+        flatten: as for ``ParallelAlfEnvironment``.
+        num_spare_envs_for_reload: spares that take the slot of an env that resets.
+        torch_num_threads_per_env: ``torch.set_num_threads`` in each worker.
+        start_method: ``"fork"``, ``"spawn"`` or ``"forkserver"``.
+        zero_copy: return views of the shared rows, valid until the next step
+            (no spares; turns off the background resets, which would overwrite them).
+        spin_us: how long a waiter spins before it sleeps (-1 adaptive, 0 never).
+        timeout: seconds each reset, step and call may wait for the workers; then
+            ``EnvTimeoutError``, and the environment can only be closed.
+        worker_cpus: ``"auto"``, ``None`` (the OS decides), ``"spread"`` or CPU ids.
+        num_workers: worker processes, dividing the number of envs (default: about
+            one per usable CPU; one per env with spares or ``blocking``).
+
+    Raises:
+        ValueError: ``zero_copy`` with spares, or a ``num_workers`` that does not fit
+            (:func:`plan_group_size`).
     """
 
     _FAST = True
@@ -157,8 +127,7 @@ class FastParallelEnvironment(ParallelAlfEnvironment):
     @property
     def envs(self) -> List[Any]:
         """One handle per env, spares included: its ``ProcessEnvironment``, or a
-        :class:`~alf_env.front_ends.alf.env_group.MemberProxy` when workers host
-        several envs (``call`` and attribute access work the same)."""
+        ``MemberProxy`` when workers host several envs (used the same way)."""
         if self._group_size == 1:
             return self._envs
         g = self._group_size
@@ -354,11 +323,8 @@ _LAST_BYTES = np.array(StepType.LAST, np.int32).tobytes()
 
 
 def _has_last(step_types: np.ndarray) -> bool:
-    """Whether an entry of the int32 ``step_types`` is ``LAST``.
-
-    A search of the bytes for an aligned ``LAST``: a seventh of the cost of
-    a numpy comparison, asked after every step.
-    """
+    """Whether an entry of the int32 ``step_types`` is ``LAST``: a search of the
+    bytes, a seventh of the cost of a numpy comparison (asked after every step)."""
     if step_types.dtype != np.int32:
         return bool((step_types == StepType.LAST).any())
     data = step_types.tobytes()
@@ -370,14 +336,8 @@ def _has_last(step_types: np.ndarray) -> bool:
 
 def plan_group_size(num_envs: int, num_workers: Optional[int], num_spares: int,
                     blocking: bool) -> int:
-    """How many envs each worker of a FastParallelEnvironment hosts.
-
-    Args:
-        num_envs: the number of env constructors.
-        num_workers: what the user asked for, or ``None`` (see
-            :class:`FastParallelEnvironment`).
-        num_spares: ``num_spare_envs_for_reload`` (spares need one env per worker).
-        blocking: ``blocking`` mode (one env per worker).
+    """How many envs each worker of a FastParallelEnvironment hosts (``num_workers``:
+    ``docs/options.rst``); spares and ``blocking`` need one env per worker.
 
     Raises:
         ValueError: ``num_workers`` out of range, not dividing the number of

@@ -1,19 +1,10 @@
 """The job engine of ``FastVectorEnv``: posting STEP and RESET jobs and collecting them.
 
-Both modes post jobs to whole workers through the
-:class:`~alf_env.data_plane.job_board.JobBoard` and track the workers *in
-flight* (a STEP or RESET posted, its result not yet returned). The
-synchronous mode waits for all of them (:meth:`JobEngine.wait_all`); the
-asynchronous (EnvPool) mode returns the first ``batch_size`` envs to finish
-(:meth:`JobEngine.receive`, behind ``recv()``), with ``info["env_id"]``,
-while the others keep stepping. The unit of asynchrony is a worker: ``send``
-takes whole workers (all ``envs_per_worker`` envs of each;
-:meth:`JobEngine.check_ids`).
-
-A dead worker breaks the env (every later call but ``close()`` raises its
-``WorkerDiedError``); any other error but a timeout ends the pending call; a
-timeout keeps it, so waiting again picks it up (:meth:`CallState.guard
-<alf_env.front_ends.gym.state.CallState.guard>`).
+Jobs go to whole workers, so the unit of asynchrony is a worker: ``send`` takes
+all the envs of each (:meth:`JobEngine.check_ids`). A dead worker breaks the env;
+any other error but a timeout ends the pending call (:meth:`CallState.guard
+<alf_env.front_ends.gym.state.CallState.guard>`). Both modes, call by call:
+``docs/architecture.rst`` ("One step of FastVectorEnv").
 """
 
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
@@ -35,16 +26,9 @@ __all__ = ["JobEngine"]
 class JobEngine:
     """Posts jobs to the workers, tracks those in flight and waits for them.
 
-    Args:
-        calls: the env's :class:`~alf_env.front_ends.gym.state.CallState`
-            (its pending call ends, or the env breaks, as the jobs say).
-        board: a ``JobBoard``, or a ``PipeBoard`` on the pipe path.
-        workers: the worker processes.
-        bounds: the env rows ``(begin, end)`` of each worker.
-        batch_size: envs per ``recv()`` (asynchronous mode).
-        action: the actions' layout (checks and writes them).
-        action_views: the action rows.
-        results: what reads the rows of finished jobs.
+    ``calls`` is the env's :class:`~alf_env.front_ends.gym.state.CallState`: its
+    pending call ends, or the env breaks, as the jobs say. ``board`` is a
+    ``JobBoard``, or a ``PipeBoard`` on the pipe path.
     """
 
     def __init__(self, calls: CallState, board: Any, workers: Sequence[ProcessEnvironment],
@@ -81,12 +65,9 @@ class JobEngine:
         self.in_flight.update(workers)
 
     def settle(self) -> None:
-        """Lets the jobs in flight finish (their results stay for recv()).
-
-        Needed before a pipe request: the doorbell must find the worker idle,
-        or it would wait for the job itself and could raise the job's error
-        with the request already on the pipe.
-        """
+        """Lets the jobs in flight finish (their results stay for recv()): a pipe
+        request needs an idle worker, or its doorbell would wait for the job and
+        could raise the job's error with the request already on the pipe."""
         if self.in_flight:
             workers = sorted(self.in_flight)
             self._calls.guard(lambda: self._board.wait_for(
@@ -96,12 +77,9 @@ class JobEngine:
 
     def send(self, actions: Any, env_ids: Optional[Any],
              received: Optional[Tuple[Any, List[int]]] = None) -> None:
-        """Checks ids and actions, writes the actions, posts STEP to their workers.
-
-        ``env_ids=None`` means every env (the synchronous step).
-        ``received``: ``(rows, workers)`` of ``env_ids`` when they are the ids
-        of the last recv() (checked then): only whether they are idle is checked.
-        """
+        """Checks ids and actions, writes the actions, posts STEP to their workers
+        (``env_ids=None``: every env; ``received``: the ``(rows, workers)`` of the
+        ids of the last recv(), checked then, so only their idleness is checked)."""
         rows: Rows
         if env_ids is None:
             ids, rows, workers = self._all_ids, self._all_rows, self._all_workers
@@ -116,13 +94,9 @@ class JobEngine:
         self.post(workers, JobType.STEP, 0)
 
     def step_all(self, actions: Any) -> None:
-        """Writes the actions of every env, steps them all and waits (synchronous ``step``).
-
-        ``send`` + ``wait_all`` in one call, for the hot path; the state
-        stays DEFAULT throughout (the board has no timeout, and an
-        interrupted wait leaves the jobs outstanding on the board, which
-        finishes them before it posts again).
-        """
+        """``send`` + ``wait_all`` of every env in one call, for the hot path. The state
+        stays DEFAULT: the board has no timeout, and after an interrupted wait it
+        finishes the outstanding jobs before it posts again."""
         self._write_actions(actions, self._all_ids, self._all_rows)
         self._calls.guard(lambda: self._board.run(self._all_workers, JobType.STEP, 0, "step"))
 
@@ -230,8 +204,7 @@ class JobEngine:
     # -- pipe requests ------------------------------------------------------------------
 
     def call_some(self, name: str, calls: Mapping[int, Tuple[tuple, dict]]) -> Dict[int, Any]:
-        """Calls ``name`` of the envs of ``calls`` (checked ids), each with its own
-        arguments; only their workers get a request."""
+        """Calls ``name`` of the envs of ``calls`` (checked ids); only their workers are asked."""
         self.settle()
         by_worker: Dict[int, Dict[int, Tuple[tuple, dict]]] = {}
         for env_id, call in calls.items():

@@ -1,26 +1,10 @@
 """What the workers of a ``FastVectorEnv`` return: pipe reports, and batches from the rows.
 
-**The pipe** carries what has no fixed size, only when there is some:
-
-* info values of no fixed size (str, None, nested dicts; in SAME_STEP mode
-  ``final_obs`` and ``final_info`` at an episode's end), the signature of a
-  new info layout (once per layout and worker), and whole infos that do not
-  fit the info area; an empty info costs nothing;
-* observation leaves of spaces with no fixed size (Graph, Sequence, custom
-  spaces): they are pickled every step, so such spaces cost a pipe message
-  per worker per step (about what ``AsyncVectorEnv`` pays for everything);
-* reset arguments other than the default (seeds, options, ``reset_mask``):
-  one pipe call per worker before the RESET job;
-* ``call`` / ``get_attr`` / ``set_attr`` / ``render``, and errors with their
-  worker tracebacks.
-
-A worker sends at most one report per job; the parent reads it as soon as it
-sees the job finish (``ProcessEnvironment.pending_report``, through
-:meth:`ResultAssembler.collect_reports`, the ``on_ok`` hook of the
-:class:`~alf_env.data_plane.job_board.JobBoard`), so the pipe never gets out
-of step. The rows and the reports then make the batch: the observations
-(:class:`~alf_env.front_ends.gym.space_layout.SpaceLayout`) and the batched infos
-(:class:`~alf_env.front_ends.gym.info_codec.InfoDecoder`).
+What takes the pipe rather than the rows: ``docs/architecture.rst`` ("Data
+plane") and ``docs/options.rst`` (``info_bytes``). A worker sends at most one
+report per job and the parent reads it as soon as it sees the job finish
+(:meth:`ResultAssembler.collect_reports`, the ``JobBoard``'s ``on_ok`` hook), so
+the pipe never gets out of step.
 """
 
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
@@ -50,21 +34,10 @@ class ResultAssembler:
     """Reads the workers' reports and batches observations and infos from the rows.
 
     It owns the pipe parts of the last results (per env: the info payload and
-    the observation leaves of no fixed size) and, in the DISABLED autoreset
-    mode, which envs ended (the one mode that refuses to step them).
-
-    Args:
-        rows: the row views, an ``EnvRows`` (shared memory) or a ``PipeRows``.
-        info: the ``(num_envs, info_bytes)`` info area, or ``None`` (no
-            shared info area: every info is a pipe payload).
-        observation: the observations' layout (``SpaceLayout`` or ``PipeLayout``).
-        workers: the worker processes (for their pipe reports).
-        bounds: the env rows ``(begin, end)`` of each worker.
-        copy: whether the synchronous results copy the observation rows.
-        autoreset_mode: the envs' autoreset mode.
-        declared_infos: info layouts known before the first step (signatures).
-        payloads: the ``{row: info payload}`` dict to keep (the pipe path's
-            rows write it); default: a new one.
+    the observation leaves of no fixed size) and, under DISABLED autoreset,
+    which envs ended (the one mode that refuses to step them). ``info`` is
+    ``None`` when every info is a pipe payload; the pipe path's rows write
+    ``payloads`` too.
     """
 
     def __init__(self, rows: Any, info: Optional[np.ndarray], observation: Any,
@@ -97,14 +70,10 @@ class ResultAssembler:
 
     def collect_reports(self, workers: List[int],
                         jobs: Mapping[int, Any]) -> Dict[int, BaseException]:
-        """Reads the pipe reports of finished STEP/RESET jobs (JobBoard's on_ok hook).
-
-        Args:
-            workers: the workers whose jobs finished OK.
-            jobs: the last job posted to each worker.
+        """Reads the pipe reports of the STEP/RESET jobs of ``workers`` that finished OK.
 
         Returns:
-            what reading a worker's report raised (e.g. the worker died), by worker.
+            What reading a worker's report raised (e.g. the worker died), by worker.
         """
         errors: Dict[int, BaseException] = {}
         if not self._payloads and not np.count_nonzero(self._report):
@@ -188,8 +157,7 @@ class ResultAssembler:
     # -- the envs that ended (DISABLED mode) ----------------------------------------
 
     def check_not_ended(self, ids: np.ndarray) -> None:
-        """Raises ``AssertionError`` (gymnasium's) if an env of ``ids`` ended and
-        autoreset is DISABLED."""
+        """Raises gymnasium's ``AssertionError`` if an env of ``ids`` ended (DISABLED)."""
         if self._disabled and self._needs_reset[ids].any():
             ended = ids[self._needs_reset[ids]].tolist()
             raise AssertionError(

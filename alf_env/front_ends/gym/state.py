@@ -1,24 +1,16 @@
 """The gymnasium-style state machine of the vector envs, and their argument checks.
 
-:class:`CallState` says which call is pending (an :class:`AsyncState`), what
-broke the env, and holds the checks that guard the API; :class:`VectorApi`
-holds the gymnasium methods written in terms of the others. Both serve
-:class:`~alf_env.front_ends.gym.vector_env.FastVectorEnv` and
-:class:`~alf_env.front_ends.ray.vector_env.RayVectorEnv` (the same errors,
-word for word)::
+Shared by :class:`~alf_env.front_ends.gym.vector_env.FastVectorEnv` and
+:class:`~alf_env.front_ends.ray.vector_env.RayVectorEnv`, so both raise the same
+errors, word for word::
 
     DEFAULT --reset_async--> WAITING_RESET --reset_wait--> DEFAULT
     DEFAULT --step_async---> WAITING_STEP  --step_wait---> DEFAULT
     DEFAULT --call_async---> WAITING_CALL  --call_wait---> DEFAULT
 
-Any other ``*_async`` while not DEFAULT raises ``AlreadyPendingCallError``; a
-``*_wait`` without its ``*_async`` raises ``NoAsyncCallError``; anything after
-``close()`` raises ``ClosedEnvironmentError``. A ``*_wait`` that times out
-raises :class:`~alf_env.errors.EnvTimeoutError` and keeps its state, so it
-can be called again (nothing is lost; gymnasium instead forgets the call).
-A worker exception returns to DEFAULT and is re-raised with its type and
-worker traceback; a dead worker raises ``WorkerDiedError``, and so does every
-later call but ``close()``.
+Unlike gymnasium, a ``*_wait`` that times out keeps its state, so waiting again
+loses nothing. The errors: ``docs/migration.rst`` ("From gymnasium
+AsyncVectorEnv") and ``docs/contract.rst`` ("Errors").
 """
 
 import enum
@@ -54,13 +46,8 @@ class AsyncState(enum.Enum):
 class CallState:
     """The pending call of a vector env, what broke it, and the checks of its API.
 
-    Args:
-        owner: the class name the errors give (``"FastVectorEnv"``).
-        num_envs: the number of envs (for the seed and mask checks).
-        is_async: whether the env runs in the asynchronous (EnvPool) mode.
-        broken_by: where the error that broke the env comes from, when
-            something else than :meth:`guard` records it (e.g. a Ray actor
-            group); default: what :meth:`guard` and :meth:`resolve` recorded.
+    ``owner`` is the class name the errors give; ``broken_by`` reads what broke
+    the env when something else than :meth:`guard` records it (a Ray actor group).
     """
 
     def __init__(self, owner: str, num_envs: int, is_async: bool,
@@ -104,12 +91,12 @@ class CallState:
                 f"`{self.pending.value}` to complete.", self.pending.value)
 
     def check_ready(self, what: str) -> None:
-        """Checks that ``what`` (a call that starts something) may run now."""
+        """Checks that ``what``, a call that starts something, may run now."""
         self.check_running()
         self.check_idle(what)
 
     def check_waiting(self, state: AsyncState, what: str, pair: str) -> None:
-        """Checks that a ``*_wait`` call may run: the env is open and ``pair`` was called."""
+        """Checks that ``what`` (a ``*_wait``) may run: ``pair`` was called."""
         self.check_running()
         if self.pending is not state:
             raise NoAsyncCallError(f"Calling `{what}` without any prior call to `{pair}`.",
@@ -119,7 +106,7 @@ class CallState:
 
     def guard(self, fn: Callable[[], _T]) -> _T:
         """Runs a post or a wait: a dead worker breaks the env; any other error
-        but a timeout (after which waiting again picks the call up) ends the call."""
+        but a timeout (waiting again picks the call up) ends the call."""
         try:
             return fn()
         except WorkerDiedError as exc:
@@ -180,9 +167,8 @@ class CallState:
     def reset_arguments(self, seed: Seeds, options: Optional[Dict[str, Any]]
                         ) -> Tuple[List[Optional[int]], Optional[Dict[str, Any]],
                                    Optional[np.ndarray]]:
-        """Checks ``reset_async``'s arguments: returns one seed per env, a copy of
-        ``options`` without its ``"reset_mask"`` (the caller's stays intact) and
-        the checked mask (``None``: every env)."""
+        """``reset_async``'s arguments, checked: seeds, a copy of ``options`` without
+        ``"reset_mask"`` (the caller's dict stays intact), the mask (``None``: all)."""
         self.check_running()
         seeds = self.seed_list(seed)
         self.check_idle("reset_async")
@@ -211,36 +197,46 @@ class CallState:
 
 
 class VectorApi:
-    """The vector env methods written in terms of the others, and the documented
-    API both vector envs implement (a mixin of methods only: it reads no attribute).
+    """The documented API of both vector envs, and the methods written in terms of
+    the others (a mixin of methods only: it reads no attribute).
 
-    The class using it implements ``reset_async``/``reset_wait``,
-    ``step_async``/``step_wait``, ``call_async``/``call_wait``, the EnvPool
-    methods ``async_reset``/``send``/``recv`` and ``close``; the docstrings
-    here are theirs.
+    The class using it implements the methods that raise ``NotImplementedError``
+    here and inherits their docstrings. Any call raises ``ClosedEnvironmentError``
+    after ``close()`` and ``WorkerDiedError`` once a worker died; one that starts
+    something raises ``AlreadyPendingCallError`` while a call is pending. Full
+    semantics: ``docs/contract.rst`` ("gymnasium front end", "Errors").
     """
 
     def reset(self, *, seed: Seeds = None,
               options: Optional[Dict[str, Any]] = None) -> Tuple[Any, Dict[str, Any]]:
-        """Resets the envs; returns the batched observations and infos.
+        """Resets the envs.
 
         Args:
-            seed: ``None`` (unseeded), an int (env ``i`` gets ``seed + i``) or
-                one seed (or ``None``) per env.
-            options: passed to every env's ``reset``; a ``"reset_mask"`` entry
-                (bool array of ``num_envs``) resets only those envs
-                (synchronous mode).
+            seed: ``None``, an int (env ``i`` gets ``seed + i``) or one per env.
+            options: passed to every env's ``reset``; a ``"reset_mask"`` (bool array,
+                synchronous mode) resets only those envs.
+
+        Returns:
+            ``(observations, infos)``, batched.
+
+        Raises:
+            ValueError: a ``seed`` list not of ``num_envs``, or a bad ``reset_mask``.
+            TypeError: a ``reset_mask`` that is not a bool numpy array.
         """
         self.reset_async(seed=seed, options=options)
         return self.reset_wait()
 
     def call(self, name: str, /, *args: Any, **kwargs: Any) -> Tuple[Any, ...]:
-        """Calls method ``name`` (or reads the attribute) of every env; a tuple."""
+        """Calls method ``name`` of every env with ``*args, **kwargs``.
+
+        Returns:
+            One result per env, a tuple (the attribute's value if not callable).
+        """
         self.call_async(name, *args, **kwargs)
         return self.call_wait()
 
     def get_attr(self, name: str) -> Tuple[Any, ...]:
-        """Attribute ``name`` of every env (a method is called without arguments)."""
+        """Attribute ``name`` of every env, a tuple (a method is called without arguments)."""
         return self.call(name)
 
     def render(self) -> Tuple[Any, ...]:
@@ -257,11 +253,14 @@ class VectorApi:
 
     def reset_async(self, seed: Seeds = None,
                     options: Optional[Dict[str, Any]] = None) -> None:
-        """Posts the resets (see :meth:`reset`); collect them with :meth:`reset_wait`."""
+        """Posts the resets (arguments as :meth:`reset`); collect with :meth:`reset_wait`."""
         raise NotImplementedError
 
     def reset_wait(self, timeout: Optional[float] = None) -> Tuple[Any, Dict[str, Any]]:
-        """Waits for the resets posted by :meth:`reset_async`.
+        """Waits at most ``timeout`` seconds for the resets of :meth:`reset_async`.
+
+        Returns:
+            ``(observations, infos)``, batched.
 
         Raises:
             NoAsyncCallError: no reset is pending.
@@ -270,7 +269,10 @@ class VectorApi:
         raise NotImplementedError
 
     def step_wait(self, timeout: Optional[float] = None) -> Step:
-        """Waits for the steps posted by ``step_async``.
+        """Waits at most ``timeout`` seconds for the steps of ``step_async``.
+
+        Returns:
+            ``(observations, rewards, terminated, truncated, infos)``, batched.
 
         Raises:
             NoAsyncCallError: no step is pending.
@@ -283,7 +285,10 @@ class VectorApi:
         raise NotImplementedError
 
     def call_wait(self, timeout: Optional[float] = None) -> Tuple[Any, ...]:
-        """The results of the pending :meth:`call_async`, one per env.
+        """Waits at most ``timeout`` seconds for the pending :meth:`call_async`.
+
+        Returns:
+            One result per env, a tuple.
 
         Raises:
             NoAsyncCallError: no call is pending.
@@ -296,7 +301,11 @@ class VectorApi:
         raise NotImplementedError
 
     def send(self, actions: Any, env_ids: Any) -> None:
-        """Steps the envs ``env_ids`` with ``actions`` (batched in the order of the ids).
+        """Starts a step of the envs ``env_ids`` (EnvPool mode); collect with :meth:`recv`.
+
+        Args:
+            actions: one per env of ``env_ids``, batched in the order of the ids.
+            env_ids: whole workers (or actors) of envs, none still in flight.
 
         Raises:
             ValueError: bad ids (out of range, repeated, not whole workers or
@@ -305,9 +314,11 @@ class VectorApi:
         raise NotImplementedError
 
     def recv(self, timeout: Optional[float] = None) -> Step:
-        """The first ``batch_size`` envs to finish: ``(obs, rewards, terminated,
-        truncated, info)`` with ``info["env_id"]``, rows in completion order
-        (whole workers or actors).
+        """Waits at most ``timeout`` seconds for the first ``batch_size`` envs to finish.
+
+        Returns:
+            The 5-tuple of ``step`` for those envs, in completion order (whole
+            workers or actors), with their ids in ``info["env_id"]``.
 
         Raises:
             NoAsyncCallError: fewer than ``batch_size`` envs are in flight.

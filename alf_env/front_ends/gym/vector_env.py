@@ -1,20 +1,10 @@
 """``FastVectorEnv``: gymnasium's vector API over alf_env's shared-memory workers.
 
-:class:`FastVectorEnv` is a ``gymnasium.vector.VectorEnv`` that behaves like
-``AsyncVectorEnv`` (and, value for value, like ``SyncVectorEnv``) and adds an
-EnvPool-style asynchronous mode (``batch_size < num_envs``: ``async_reset``,
-``send``, ``recv``). What the options and modes do is in ``docs/options.rst``
-and ``docs/contract.rst``; how a step runs is in ``docs/architecture.rst``.
-
-This module holds the API (:func:`make` is in
-:mod:`~alf_env.front_ends.gym.make`). The class is composed of objects that
-own their state, each built in ``__init__``: a
-:class:`~alf_env.front_ends.gym.state.CallState` (the state machine), a
-:class:`~alf_env.front_ends.gym.engine.JobEngine` (posting jobs, waiting for
-them) and a :class:`~alf_env.front_ends.gym.results.ResultAssembler` (pipe
-reports, batched results), over the workers and rows that
-:mod:`~alf_env.front_ends.gym.startup` sets up;
-:mod:`~alf_env.front_ends.gym.pipe_path` steps the envs through the pipe instead.
+The options and modes: ``docs/options.rst`` ("gymnasium front end") and
+``docs/contract.rst``. The class is composed of a ``CallState`` (``state.py``),
+a ``JobEngine`` (``engine.py``) and a ``ResultAssembler`` (``results.py``) over
+the workers that ``startup.py`` sets up (``pipe_path.py``: without shared memory);
+how a step runs through them: ``docs/architecture.rst`` ("One step of FastVectorEnv").
 """
 
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
@@ -61,39 +51,29 @@ __all__ = ["FastVectorEnv"]
 class FastVectorEnv(NotCopyable, VectorApi, gym.vector.VectorEnv):
     """A gymnasium vector env whose envs run in worker processes, stepped through shared memory.
 
-    The arguments of ``gymnasium.vector.AsyncVectorEnv`` come first, in its
-    order (positional use works the same); alf_env's own are keyword-only.
-    ``docs/options.rst`` says what each does and when to change it.
+    ``AsyncVectorEnv``'s arguments come first, in its order (positional calls
+    work the same); alf_env's own are keyword-only. What each does and when to
+    change it: ``docs/options.rst`` ("gymnasium front end").
 
     Args:
         env_fns: one constructor per env (called in the workers).
-        shared_memory: ``False``: the pipe path, as ``AsyncVectorEnv(shared_memory=
-            False)`` (also taken for an action space of no fixed size;
-            ``self.shared_memory`` says which path serves).
-        copy: return copies of the observations, or (``False``, synchronous
-            mode) views of the shared rows that the next step overwrites.
-        context: start method, ``"fork"``, ``"spawn"`` or ``"forkserver"``
-            (``None``: multiprocessing's default).
-        daemon: the workers' flag (``False``: envs may start processes).
+        shared_memory: ``False``: the pipe path, as ``AsyncVectorEnv``.
+        copy: ``False``: views of the shared rows, overwritten by the next step.
+        context: the start method (``None``: multiprocessing's default).
+        daemon: the workers' daemon flag (``False``: envs may start processes).
         worker: not supported (``TypeError``); wrap the env instead.
-        observation_mode: ``"same"``, ``"different"`` (synchronous mode only)
-            or ``(observation_space, single_observation_space)``, as gymnasium.
-        autoreset_mode: a ``gymnasium.vector.AutoresetMode`` (or its value);
-            the asynchronous mode supports NEXT_STEP and SAME_STEP.
-        max_concurrency: most envs stepping at once: bounds the workers.
-        batch_size: envs returned per step; ``None`` or ``len(env_fns)``:
-            synchronous; fewer: the asynchronous (EnvPool) mode.
-        num_workers: worker processes (default: the usable CPUs, at most one
-            per env, in the synchronous mode; one per env in the asynchronous
-            mode, where it must divide the number of envs).
-        envs_per_worker: the other way to say it (give one of the two).
+        observation_mode: ``"same"``, ``"different"`` or a pair of spaces, as gymnasium.
+        autoreset_mode: a ``gymnasium.vector.AutoresetMode`` (or its value).
+        max_concurrency: most envs stepping at once (bounds the workers).
+        batch_size: envs per step; fewer than ``len(env_fns)``: the EnvPool mode.
+        num_workers: worker processes (default: one per usable CPU; asynchronous
+            mode: one per env).
+        envs_per_worker: or envs per worker (give one of the two).
         spin_us: how long waiters spin before sleeping (-1 adaptive, 0 never).
-        worker_cpus: where the worker processes run: ``"auto"``, ``None``
-            (the OS decides), ``"spread"`` or a sequence of CPU ids.
-        info_bytes: shared memory per env for the fixed-size values of its
-            info dict (``0``: every info on the pipe).
-        info_example: an info dict as the envs return it (or a sequence of
-            them), so that even the first step sends nothing on the pipe.
+        worker_cpus: ``"auto"``, ``None`` (the OS decides), ``"spread"`` or CPU ids.
+        info_bytes: shared memory per env for the fixed-size values of its infos.
+        info_example: an info dict as the envs return it, so that even the first
+            step sends nothing on the pipe.
 
     Raises:
         TypeError: ``worker`` given, or a malformed ``observation_mode`` pair.
@@ -181,10 +161,8 @@ class FastVectorEnv(NotCopyable, VectorApi, gym.vector.VectorEnv):
         except BaseException:
             self.close(terminate=True)
             raise
-        # Not closed by the program but still referenced at exit: the exit
-        # hook of control_plane.shutdown brings the workers back from the
-        # native loop (the board is registered) and closes them with every
-        # other worker, all at once.
+        # Still referenced at exit: control_plane.shutdown's exit hook closes the
+        # workers (the board is registered) with every other worker, all at once.
 
     # -- the gymnasium API ----------------------------------------------------------
 
@@ -215,7 +193,14 @@ class FastVectorEnv(NotCopyable, VectorApi, gym.vector.VectorEnv):
         return self._results.gather_all(self._reset_rows)
 
     def step(self, actions: Any) -> Step:
-        """Steps the envs (asynchronous mode: those of the last ``recv``)."""
+        """Steps the envs (asynchronous mode: those of the last ``recv``).
+
+        Args:
+            actions: one per env, as for :meth:`step_async` (which lists the errors).
+
+        Returns:
+            ``(observations, rewards, terminated, truncated, infos)``, batched.
+        """
         if self.is_async or self._engine.in_flight or self._calls.pending is not \
                 AsyncState.DEFAULT:
             self.step_async(actions)  # raises what the state machine says
@@ -225,17 +210,16 @@ class FastVectorEnv(NotCopyable, VectorApi, gym.vector.VectorEnv):
         return self._results.step_results()
 
     def step_async(self, actions: Any) -> None:
-        """Writes the actions and posts the steps; collect them with :meth:`step_wait`.
+        """Checks and writes the actions, posts the steps; collect with :meth:`step_wait`.
 
-        Each env receives its item of the batch as ``AsyncVectorEnv`` sends it,
-        checked against ``single_action_space`` but never clipped
-        (``docs/contract.rst`` says which actions are refused).
+        Args:
+            actions: the batch; each env gets its item as ``AsyncVectorEnv`` sends it,
+                never clipped (which are refused: ``docs/contract.rst``, "Errors").
 
         Raises:
             TypeError: ``actions`` cannot be iterated over (e.g. ``step(0)``).
-            ValueError: a malformed action (naming the field, the env where
-                one is at fault, the expected and the actual shape and
-                dtype); nothing was sent.
+            ValueError: a malformed action (naming the field, the env at fault,
+                the expected and actual shape and dtype); nothing was sent.
         """
         self._calls.check_ready("step_async")
         received = None
@@ -289,7 +273,7 @@ class FastVectorEnv(NotCopyable, VectorApi, gym.vector.VectorEnv):
         """Sets attribute ``name`` of every env.
 
         Args:
-            values: a list or tuple of one value per env, or one value for all.
+            values: one value per env (a list or tuple), or one value for all.
         """
         values = self._calls.attr_values(name, values)
         self._engine.settle()
@@ -297,19 +281,16 @@ class FastVectorEnv(NotCopyable, VectorApi, gym.vector.VectorEnv):
                              for w, (begin, end) in zip(self._workers, self._bounds)], None)
 
     def call_envs(self, name: str, calls: Mapping[int, Tuple[tuple, dict]]) -> Dict[int, Any]:
-        """Calls method ``name`` (or reads the attribute) of some envs, each with
-        its own arguments.
+        """Calls ``name`` of some envs, each with its own arguments, as :meth:`call`.
 
-        Unlike :meth:`call`, which sends every worker the same request, only
-        the workers that host the envs of ``calls`` get one, holding only
-        their envs' arguments (so a large argument for one env crosses one pipe).
+        Only their workers get a request, with only their envs' arguments, so a
+        large argument for one env crosses one pipe.
 
         Args:
-            name: as for ``call``.
             calls: ``{env_id: (args, kwargs)}``.
 
         Returns:
-            ``{env_id: what env_id's call returned}``.
+            ``{env_id: what its call returned}``.
 
         Raises:
             ValueError: an env id out of ``[0, num_envs)``, or ``step``,
@@ -358,17 +339,14 @@ class FastVectorEnv(NotCopyable, VectorApi, gym.vector.VectorEnv):
     # -- closing ------------------------------------------------------------------
 
     def close_extras(self, timeout: Optional[float] = None, terminate: bool = False) -> None:
-        """Ends the workers (``VectorEnv.close`` calls this once).
+        """Ends the workers, within a bound (``VectorEnv.close`` calls this once).
 
-        Bounded: workers still stuck in a job after ``timeout`` are
-        terminated, then every worker closes its envs within
-        ``CLOSE_POLITE_TIMEOUT`` (else it is terminated, then killed). An
-        exception raised by an env's ``close()`` is logged, not raised.
-        Closing while a ``reset``/``step``/``call`` is pending warns
-        (``UserWarning``, as ``AsyncVectorEnv``) and drops its results.
+        A pending call is dropped with ``AsyncVectorEnv``'s ``UserWarning``; an
+        env's ``close()`` error is logged, not raised. The bound:
+        ``docs/protocol.rst`` ("Closing"), ``docs/reliability.md`` ("Fault table").
 
         Args:
-            timeout: seconds to let running jobs finish before workers are
+            timeout: seconds running jobs may take before their workers are
                 terminated (default: ``CLOSE_POLITE_TIMEOUT``).
             terminate: terminate the workers at once.
         """
@@ -392,8 +370,8 @@ class FastVectorEnv(NotCopyable, VectorApi, gym.vector.VectorEnv):
 
 
 # One thread at a time: a second thread's call raises ConcurrentUseError before it
-# writes or posts anything (it used to write its actions into the rows of the
-# first thread's step, and post jobs the first thread then waited for).
+# writes or posts anything (else it would write its actions into the rows of the
+# first thread's step, and post jobs the first thread then waits for).
 guard_methods(FastVectorEnv, ("reset", "reset_async", "reset_wait", "step", "step_async",
                               "step_wait", "call", "call_async", "call_wait", "get_attr",
                               "set_attr", "render", "async_reset", "send", "recv",

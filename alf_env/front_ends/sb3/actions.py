@@ -1,24 +1,13 @@
 """SB3's actions, one per env, to the envs: through shared memory, or as given.
 
-SB3's ``SubprocVecEnv`` sends env ``i`` the ``i``-th item of the actions, as
-it is, pickled (``zip(remotes, actions)``): a list of per-env dicts for a
-``Dict`` space, a tuple per env for a ``Tuple`` space, a float for a
-``Discrete`` space if the caller passed one. :class:`ActionRouter` keeps
-that contract on :class:`~alf_env.vector.FastVectorEnv`, whose batches have
-gymnasium's layout (a dict of batches, a tuple of batches):
-
-* the per-env actions are put in gymnasium's layout, so env ``i`` always
-  gets ``actions[i]`` (never a transposed batch, even when ``num_envs`` equals
-  the number of sub-spaces);
-* an env's action that the shared rows carry exactly (of its type, dtype,
-  shape and value: see :mod:`alf_env.front_ends.gym.action_items`) goes through
-  them; any other (a float, NaN or inf for a ``Discrete`` space, an integer
-  beyond the space's dtype, another shape, an object) is *passed*: sent to
-  that env as it is, on the pipe, so the env sees what ``SubprocVecEnv``
-  would give it and decides.
-
-A batch of the space's dtype and shape (what SB3's algorithms pass) takes the
-first path with no per-env work.
+SB3's ``SubprocVecEnv`` sends env ``i`` the item ``actions[i]`` as it is;
+:class:`ActionRouter` keeps that contract on :class:`~alf_env.vector.FastVectorEnv`,
+whose batches have gymnasium's layout. An env's action that the shared rows carry
+exactly (see :mod:`alf_env.front_ends.gym.action_items`) goes through them; any
+other is *passed*: sent to that env as it is, on the pipe, so the env decides.
+The rules: ``docs/migration.rst`` ("From stable-baselines3 SubprocVecEnv"). A
+batch of the space's dtype and shape, what SB3's algorithms pass, takes the rows
+with no per-env work.
 """
 
 from typing import Any, Dict, List, Mapping, Tuple
@@ -32,12 +21,7 @@ __all__ = ["ActionRouter"]
 
 
 class ActionRouter:
-    """Splits SB3's actions into a batch for the shared rows and the passed ones.
-
-    Args:
-        space: the per-env action space.
-        num_envs: the number of envs.
-    """
+    """Splits SB3's actions into a batch for the shared rows and the passed ones."""
 
     def __init__(self, space: spaces.Space, num_envs: int) -> None:
         self.space = space
@@ -49,9 +33,8 @@ class ActionRouter:
         self._blank = _blank(space)
 
     def split(self, actions: Any) -> Tuple[Any, Dict[int, Any]]:
-        """``(batch, passed)``: the batch to step the vector env with (gymnasium's
-        layout; a blank action for each passed env) and ``{env: its action as
-        given}`` for the envs whose actions go on the pipe.
+        """``(batch, passed)``: the batch for the vector env (gymnasium's layout, a
+        blank action for each passed env) and ``{env: its action as given}``.
 
         Raises:
             ValueError: not one action per env (a dict, or a wrong count).
@@ -105,7 +88,7 @@ def _batched(space: spaces.Space, items: List[Any]) -> Any:
 
     Raises:
         KeyError, IndexError, TypeError, ValueError: an item does not have the
-            structure of ``space`` (other keys, another length).
+            structure of ``space``.
     """
     if isinstance(space, spaces.Dict):
         for item in items:

@@ -1,55 +1,17 @@
 """A stable-baselines3 ``VecEnv`` on alf_env's shared-memory workers.
 
-:class:`FastSubprocVecEnv` is a drop-in for SB3's ``SubprocVecEnv`` (and
-``DummyVecEnv``): change ``SubprocVecEnv(env_fns)`` to
-``FastSubprocVecEnv(env_fns)`` and the rest of an SB3 program (algorithms,
-``VecEnv`` wrappers, callbacks, ``evaluate_policy``) stays as it is::
+:class:`FastSubprocVecEnv` is a drop-in for SB3's ``SubprocVecEnv``; what it
+returns and where it differs: ``docs/training.rst`` ("stable-baselines3:
+FastSubprocVecEnv") and ``docs/migration.rst`` ("From stable-baselines3
+SubprocVecEnv"). It needs the ``sb3`` extra; ``import alf_env`` does not
+import this module.
 
-    from stable_baselines3 import PPO
-    from stable_baselines3.common.env_util import make_vec_env
-    from alf_env.front_ends.sb3.vec_env import FastSubprocVecEnv
-
-    vec_env = make_vec_env("CartPole-v1", n_envs=4, vec_env_cls=FastSubprocVecEnv)
-    PPO("MlpPolicy", vec_env).learn(10_000)
-
-It needs the ``sb3`` extra (``pip install alf_env[sb3]``); ``import alf_env``
-does not import this module.
-
-Design
-------
 The envs run in a :class:`alf_env.vector.FastVectorEnv` in its ``SAME_STEP``
-autoreset mode, which is SB3's: at the end of an episode the env is reset at
-once and the returned observation is the reset observation. This class turns
-gymnasium's batched results into SB3's:
-
-* ``dones = terminated | truncated``, rewards as float32 (as
-  ``DummyVecEnv``'s buffer holds them);
-* one info dict per env: the env's own step info, plus
-  ``"TimeLimit.truncated"`` (truncated and not terminated) and, at the end of
-  an episode, ``"terminal_observation"``; the reset info of an env that was
-  reset goes to ``reset_infos``, as in SB3;
-* ``seed()`` / ``set_options()`` (SB3's ``VecEnv`` base class) are used by the
-  next ``reset()`` only.
-
-Info dicts come back from the workers batched (gymnasium's layout) and are
-split per env again; numbers that gymnasium batched into ``bool``, ``int64``
-or ``float64`` arrays come back as Python ``bool``, ``int`` and ``float``,
-other numpy scalars and arrays as numpy values (equal to the env's values).
-
-``get_attr``, ``set_attr``, ``env_method``, ``has_attr`` and
-``env_is_wrapped`` act on the envs named by ``indices`` only, exactly as SB3
-does (``env.get_wrapper_attr`` for reading and calling, ``setattr`` on the
-outermost wrapper for writing; negative indices count from the end): each
-env's worker hosts it with a small dispatcher
-(:class:`~alf_env.front_ends.sb3.worker.Port`) that runs these requests, and
-only the workers of the named envs get a request
-(``FastVectorEnv.call_envs``).
-
-**Actions** reach the envs as ``SubprocVecEnv`` sends them: env ``i`` gets
-``actions[i]``, one action per env (a list of dicts for a ``Dict`` space, of
-tuples for a ``Tuple`` space), never cast: what the shared rows cannot carry
-exactly (a float for a ``Discrete`` space, NaN, an integer beyond the space's
-dtype) is sent to that env as it is, on the pipe
+autoreset mode, which is SB3's; this class turns gymnasium's batched results
+into SB3's. Per-env requests (``get_attr``, ``env_method``, ...) run on each
+env's :class:`~alf_env.front_ends.sb3.worker.Port` and reach only the workers
+of the envs they name (``FastVectorEnv.call_envs``). An action the shared rows
+cannot carry exactly goes to its env as given, on the pipe
 (:mod:`~alf_env.front_ends.sb3.actions`).
 """
 
@@ -93,25 +55,20 @@ class FastSubprocVecEnv(NotCopyable, VecEnv):
 
     A drop-in for ``SubprocVecEnv(env_fns, start_method=None)``: the same
     results as SB3's ``DummyVecEnv`` for the same seeded envs and actions.
+    The keyword arguments are ``FastVectorEnv``'s (``docs/options.rst``).
 
     Args:
-        env_fns: one constructor per env, each returning a new gymnasium env
-            (called in the workers; lambdas and closures work with every
-            start method).
-        start_method: ``"fork"``, ``"spawn"`` or ``"forkserver"``; ``None``
-            picks ``"forkserver"`` where available, else ``"spawn"`` (what
-            ``SubprocVecEnv`` does). With spawn and forkserver the main
-            script needs an ``if __name__ == "__main__":`` guard.
-        num_workers: worker processes, the envs spread over them evenly;
-            default: as :class:`~alf_env.vector.FastVectorEnv` (the CPUs this
-            process may use, at most one per env).
-        envs_per_worker: or envs per worker process (dividing
-            ``len(env_fns)``); ``1`` is one process per env, as
-            ``SubprocVecEnv``. Give ``num_workers`` or ``envs_per_worker``,
-            not both.
+        env_fns: one constructor per env (called in the workers; lambdas and
+            closures work with every start method).
+        start_method: ``"fork"``, ``"spawn"`` or ``"forkserver"``; ``None``:
+            ``"forkserver"`` where available, else ``"spawn"``, as ``SubprocVecEnv``
+            (both need an ``if __name__ == "__main__":`` guard in the main script).
+        num_workers: worker processes (default: as ``FastVectorEnv``).
+        envs_per_worker: or envs per worker (``1``: one process per env, as
+            ``SubprocVecEnv``).
         spin_us: how long waiters spin before sleeping (-1 adaptive, 0 never).
-        worker_cpus: ``"auto"`` (default), ``None``, ``"spread"`` or CPU ids
-            to pin the workers to (see :class:`~alf_env.vector.FastVectorEnv`).
+        worker_cpus: where the workers run (``"auto"``, ``None``, ``"spread"``
+            or CPU ids).
 
     Raises:
         ValueError: bad arguments (naming the argument).
@@ -164,11 +121,8 @@ class FastSubprocVecEnv(NotCopyable, VecEnv):
     # -- stepping -----------------------------------------------------------------
 
     def reset(self) -> VecEnvObs:
-        """Resets every env with the seeds and options set since the last reset.
-
-        A step still pending is finished first and its results dropped (SB3:
-        the pending work is cancelled).
-        """
+        """Resets every env with the seeds and options set since the last reset
+        (a pending step is finished first and its results dropped, as SB3 cancels it)."""
         if self.waiting:
             self._vector_env.step_wait()
             self.waiting = False
@@ -193,7 +147,7 @@ class FastSubprocVecEnv(NotCopyable, VecEnv):
         return obs
 
     def step_async(self, actions: np.ndarray) -> None:
-        """Sends env ``i`` its action ``actions[i]`` (see the module doc).
+        """Sends env ``i`` its action ``actions[i]``, as given (see the module doc).
 
         Raises:
             ValueError: not one action per env.
@@ -266,8 +220,7 @@ class FastSubprocVecEnv(NotCopyable, VecEnv):
         return self._request("is_wrapped", indices, wrapper_class)
 
     def get_images(self) -> Sequence[Optional[np.ndarray]]:
-        """One frame per env when the envs render ``rgb_array`` (else ``None`` each, with
-        a warning, as SB3 does)."""
+        """One frame per env if the envs render ``rgb_array`` (else ``None`` each and a warning)."""
         if self.render_mode != "rgb_array":
             warnings.warn(f"The render mode is {self.render_mode}, but this method assumes "
                           f"it is `rgb_array` to obtain images.", stacklevel=2)
@@ -293,8 +246,7 @@ class FastSubprocVecEnv(NotCopyable, VecEnv):
         return [next(taken[i]) for i in targets]
 
     def _call_ports(self, calls: Dict[int, tuple]) -> Dict[int, List[Any]]:
-        """Runs ``port(op, times, *args)`` (``calls[i]``) on the port of each env
-        ``i`` of ``calls``; only their workers get a request."""
+        """Runs ``port(*calls[i])`` on the port of each env ``i``; only their workers are asked."""
         return self._vector_env.call_envs(PORT_ATTR, {i: (call, {}) for i, call in calls.items()})
 
 
@@ -321,7 +273,11 @@ def _same(a: Any, b: Any) -> bool:
 
 
 def _unbatch_info(infos: Dict[str, Any], i: int, skip: tuple = ()) -> Dict[str, Any]:
-    """Env ``i``'s own info dict from gymnasium's batched info (keys with their ``_key`` mask)."""
+    """Env ``i``'s own info dict from gymnasium's batched info (keys with their ``_key`` mask).
+
+    Items of ``bool``/``int64``/``float64`` arrays were Python numbers that gymnasium
+    batched, so they come back as Python numbers; other numpy values stay numpy.
+    """
     info: Dict[str, Any] = {}
     for key, value in infos.items():
         if key in skip or key.startswith("_"):

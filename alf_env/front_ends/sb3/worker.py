@@ -1,13 +1,10 @@
 """The worker side of :class:`alf_env.sb3.FastSubprocVecEnv`.
 
-Each env of a worker is hosted as an :class:`Sb3Env`: the user's env, left as
-it was made, with a :class:`Port` that runs SB3's per-env requests on it and
-holds the action that a step passes to the env as the user gave it (see
-:mod:`alf_env.front_ends.sb3.actions`).
-
-Kept apart from :mod:`alf_env.sb3` so that a worker started with spawn or
-forkserver does not import stable-baselines3 (and torch with it) unless an
-env needs SB3's patching of old ``gym`` envs.
+Each env of a worker is hosted as an :class:`Sb3Env`, with a :class:`Port` that
+runs SB3's per-env requests and holds an action passed as given (see
+:mod:`alf_env.front_ends.sb3.actions`). Kept apart from :mod:`alf_env.sb3` so
+that a worker started with spawn or forkserver imports stable-baselines3 (and
+torch) only for an env that needs SB3's patching of old ``gym`` envs.
 """
 
 from typing import Any, Callable, List, Type
@@ -19,19 +16,14 @@ PORT_ATTR = "_alf_env_sb3_port"
 
 
 class Port:
-    """Runs SB3's per-env requests on one env, in its worker process.
-
-    Args:
-        env: the env (the outermost wrapper).
-    """
+    """Runs SB3's per-env requests on one env (its outermost wrapper), in its worker."""
 
     def __init__(self, env: gym.Env) -> None:
         self.env = env
         self._staged: List[Any] = []  # the next step's action, as the user gave it
 
     def __call__(self, op: str, times: int, *args: Any) -> List[Any]:
-        """The results of ``op(*args)`` run ``times`` times (SB3's ``indices``
-        may name an env more than once)."""
+        """``op(*args)`` run ``times`` times (SB3's ``indices`` may name an env twice)."""
         return [getattr(self, op)(*args) for _ in range(times)]
 
     def get_attr(self, name: str) -> Any:
@@ -77,14 +69,9 @@ class Port:
 class Sb3Env:
     """What a worker hosts for each SB3 env: the env and its :class:`Port`.
 
-    The worker's env group steps, resets, renders and closes this object; it
-    forwards everything to the env, except that a step takes the port's
-    staged action if there is one, and that :data:`PORT_ATTR` reads the port.
-    So the env itself is neither wrapped (its ``spec`` and wrappers stay as
-    SB3's own vec envs show them) nor given attributes.
-
-    Args:
-        env: the env (the outermost wrapper).
+    It forwards everything to the env but a step (which takes the port's staged
+    action, if any) and :data:`PORT_ATTR`, so the env is neither wrapped nor
+    given attributes: its ``spec`` and wrappers stay as SB3's vec envs show them.
     """
 
     def __init__(self, env: gym.Env) -> None:
