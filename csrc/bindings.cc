@@ -199,6 +199,16 @@ PYBIND11_MODULE(_penv, m) {
           "Posts `job` to each listed worker; ValueError (nothing posted) if "
           "an id is out of range, repeated or already busy.")
       .def(
+          "wake_order",
+          [](const Controller& controller, const py::handle& worker_ids) {
+            return controller.wake_order(to_ids(worker_ids));
+          },
+          py::arg("worker_ids"),
+          "The order post() would wake these workers from this thread now: "
+          "those asleep on this thread's CPU last.")
+      .def("sleep_cpu", &Controller::sleep_cpu, py::arg("worker"),
+           "The CPU `worker` last went to sleep on (-1: not known yet).")
+      .def(
           "wait",
           [](Controller& controller, std::int64_t k, std::optional<double> timeout_s) {
             if (k < 0) {

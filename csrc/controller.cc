@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <poll.h>
+#include <sched.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -125,8 +126,42 @@ void Controller::post(const std::vector<std::int64_t>& workers, JobType job,
     posted_seq_[worker] = seq;
     outstanding_[worker] = 1;
     ++num_outstanding_;
-    wake_sleeper(slot.seq, slot.sleeping);
   }
+  // Every job is published before the first wake, and a worker asleep on
+  // this CPU is woken last: the kernel may hand it this CPU at once (wakeup
+  // preemption), and the wakes still to come would wait for its whole job.
+  for (std::int64_t worker : order_wakes(workers)) {
+    JobSlot& slot = block_.slot(worker);
+    wake_sleeper(slot.seq, slot.sleeping);  // (D) after every (C) above
+  }
+}
+
+std::vector<std::int64_t> Controller::wake_order(
+    const std::vector<std::int64_t>& workers) const {
+  for (std::int64_t worker : workers) check_worker(worker, "Controller.wake_order");
+  return order_wakes(workers);
+}
+
+std::vector<std::int64_t> Controller::order_wakes(
+    const std::vector<std::int64_t>& workers) const {
+  const int here = ::sched_getcpu();
+  std::vector<std::int64_t> order(workers);
+  if (here < 0) return order;
+  // stable: the callers' order among the workers on other CPUs is kept.
+  std::stable_partition(order.begin(), order.end(), [&](std::int64_t worker) {
+    // relaxed: a hint (see JobSlot::sleep_cpu).
+    return block_.slot(worker).sleep_cpu.load(std::memory_order_relaxed) !=
+           static_cast<std::uint32_t>(here);
+  });
+  return order;
+}
+
+std::int64_t Controller::sleep_cpu(std::int64_t worker) const {
+  check_worker(worker, "Controller.sleep_cpu");
+  // relaxed: a hint (see JobSlot::sleep_cpu).
+  const std::uint32_t cpu =
+      block_.slot(worker).sleep_cpu.load(std::memory_order_relaxed);
+  return cpu == kUnknownCpu ? -1 : static_cast<std::int64_t>(cpu);
 }
 
 void Controller::drain() {

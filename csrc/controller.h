@@ -68,6 +68,15 @@ class Controller {
   void post(const std::vector<std::int64_t>& workers, JobType job,
             std::int64_t arg);
 
+  // The order in which post() wakes `workers` from this thread now: those
+  // last asleep on another CPU first (in the given order), then those asleep
+  // on the calling thread's CPU.
+  std::vector<std::int64_t> wake_order(
+      const std::vector<std::int64_t>& workers) const;
+
+  // The CPU `worker` last went to sleep on, -1 if not known yet.
+  std::int64_t sleep_cpu(std::int64_t worker) const;
+
   // Waits for k completions (0 <= k <= num_outstanding()). `check` runs after
   // every sleep slice and EINTR and may throw to abort the wait.
   WaitResult wait(std::size_t k, const Deadline& deadline,
@@ -97,6 +106,8 @@ class Controller {
 
  private:
   void check_worker(std::int64_t worker, const char* who) const;
+  // wake_order() of ids already checked.
+  std::vector<std::int64_t> order_wakes(const std::vector<std::int64_t>& workers) const;
   void drain();
   std::vector<std::int32_t> find_dead_workers();
   std::vector<std::int32_t> take(std::size_t k);

@@ -116,6 +116,7 @@ ControlBlock ControlBlock::initialize(SharedRegion& region,
                 kAdaptiveMaxJobWaitSpin)
                 .count()),
         std::memory_order_relaxed);
+    slot->sleep_cpu.store(kUnknownCpu, std::memory_order_relaxed);
   }
   new (base + kQueueTailOffset) QueueTail;
   for (std::size_t i = 0; i < block.queue_.capacity(); ++i) {

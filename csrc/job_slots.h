@@ -87,7 +87,7 @@ struct alignas(kCacheLineSize) CompletionWord {
 };
 
 // One worker's mailbox. Written by the main process: seq, job_type, arg,
-// job_wait_spin_us; by the worker: sleeping, status, done_seq.
+// job_wait_spin_us; by the worker: sleeping, sleep_cpu, status, done_seq.
 struct alignas(kCacheLineSize) JobSlot {
   std::atomic<std::uint32_t> seq;       // futex word: +1 per posted job
   std::atomic<std::uint32_t> sleeping;  // kSleeping while the worker sleeps
@@ -98,7 +98,12 @@ struct alignas(kCacheLineSize) JobSlot {
   // Cap (µs) of the adaptive spin while waiting for the next job;
   // kJobWaitSpinModeCap: the spin mode's own cap (see futex.h).
   std::atomic<std::uint32_t> job_wait_spin_us;
+  // The CPU the worker last went to sleep on (kUnknownCpu: not known). A
+  // hint for the order of the main process's wakes (Controller::wake_order).
+  std::atomic<std::uint32_t> sleep_cpu;
 };
+
+inline constexpr std::uint32_t kUnknownCpu = 0xffffffffu;
 
 static_assert(sizeof(ControlHeader) == kCacheLineSize &&
                   sizeof(CompletionWord) == kCacheLineSize &&

@@ -103,6 +103,11 @@ WorkerPort::Job WorkerPort::wait_job(const Deadline& deadline,
             deadline.remaining(kMaxSleepSlice))) {
       continue;
     }
+    // relaxed: a hint for the order of the main process's wakes, read with
+    // no other data; a stale value costs at worst one wake in the old order.
+    const int cpu = ::sched_getcpu();
+    slot.sleep_cpu.store(cpu >= 0 ? static_cast<std::uint32_t>(cpu) : kUnknownCpu,
+                         std::memory_order_relaxed);
     const FutexWaitResult result = sleep_on(
         slot.seq, seen_seq_, slot.sleeping, deadline.remaining(kMaxSleepSlice));
     if (result == FutexWaitResult::kTimedOut ||

@@ -37,6 +37,12 @@ def step_arg(serial: int, delay_us: int = 0) -> int:
     return (serial << DELAY_BITS) | delay_us
 
 
+def pinned_job_worker(block, index: int, spin_us: int, cpu: int) -> None:
+    """:func:`job_worker` on CPU ``cpu`` only."""
+    os.sched_setaffinity(0, {cpu})
+    job_worker(block, index, spin_us)
+
+
 def job_worker(block, index: int, spin_us: int = -1, burn: bool = False) -> None:
     """Serves jobs of slot ``index`` of ``block`` until CLOSE.
 

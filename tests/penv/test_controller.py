@@ -142,3 +142,51 @@ def test_set_worker_pid_errors():
         controller.set_worker_pid(0, pid)
     controller.set_worker_pid(0, os.getpid())
     controller.set_worker_pid(0, 0)  # stop watching
+
+
+def _wait_until_asleep_on(controller, cpus, timeout_s=30.0):
+    deadline = time.monotonic() + timeout_s
+    while [controller.sleep_cpu(w) for w in range(len(cpus))] != cpus:
+        assert time.monotonic() < deadline, [controller.sleep_cpu(w) for w in range(len(cpus))]
+        time.sleep(0.01)
+
+
+def test_sleep_cpu_is_unknown_until_a_worker_sleeps_and_checks_its_id():
+    controller = make_block(2).controller(0)
+    assert [controller.sleep_cpu(w) for w in range(2)] == [-1, -1]
+    with pytest.raises(ValueError, match=r"Controller.sleep_cpu: worker id 2 is out of range"):
+        controller.sleep_cpu(2)
+    with pytest.raises(ValueError, match=r"Controller.wake_order: worker id -1 is out of range"):
+        controller.wake_order([0, -1])
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two usable CPUs")
+def test_post_wakes_the_worker_asleep_on_the_posting_cpu_last(start_process):
+    # A worker woken on the poster's CPU may take that CPU at once; the other
+    # worker's wake must not wait behind its whole job.
+    cpus = sorted(os.sched_getaffinity(0))[:2]
+    block = make_block(2)
+    controller = block.controller(0)  # spin_us=0: the workers sleep at once
+    processes = []
+    for w, cpu in enumerate(cpus):
+        processes.append(start_process(_workers.pinned_job_worker, block, w, 0, cpu))
+        controller.set_worker_pid(w, processes[-1].pid)
+    allowed = os.sched_getaffinity(0)
+    try:
+        _wait_until_asleep_on(controller, cpus)
+        os.sched_setaffinity(0, {cpus[0]})  # this thread posts from worker 0's CPU
+        assert controller.wake_order([0, 1]) == [1, 0]
+        assert controller.wake_order([1, 0]) == [1, 0]
+        assert controller.wake_order([0]) == [0]
+        os.sched_setaffinity(0, {cpus[1]})
+        assert controller.wake_order([0, 1]) == [0, 1]
+        assert controller.wake_order([1, 0]) == [0, 1]
+        for round_ in range(1, 21):  # and both still get every job
+            block["inp"][:] = np.arange(2)[:, None] * 1000 + round_
+            controller.post([0, 1], JobType.STEP, _workers.step_arg(round_))
+            status, ids = controller.wait(2, timeout_s=10)
+            assert status == WaitStatus.OK and sorted(ids) == [0, 1]
+            np.testing.assert_array_equal(block["out"], block["inp"])
+    finally:
+        os.sched_setaffinity(0, allowed)
+    close_workers(controller, processes)
