@@ -19,6 +19,7 @@ mean µs), the step (median, 90th percentile and mean µs) and env-steps/s.
 """
 
 import argparse
+import functools
 import json
 import statistics
 import subprocess
@@ -49,6 +50,7 @@ def _run(env_id: str, variant: str, steps: int) -> Dict[str, float]:
     import torch
 
     from alf_env.bench.loads import MlpPolicy
+    from alf_env.bench.workloads import make_env
     from alf_env.vector import FastVectorEnv
 
     backend, *options = variant.split("+")
@@ -62,7 +64,7 @@ def _run(env_id: str, variant: str, steps: int) -> Dict[str, float]:
             kwargs["worker_cpus"] = None
         elif option != "nopolicy":
             raise ValueError(f"unknown option {option!r} in variant {variant!r}")
-    fns = [lambda: gym.make(env_id)] * NUM_ENVS
+    fns = [functools.partial(make_env, env_id, i) for i in range(NUM_ENVS)]
     if backend == "gym_sync":
         env = gym.vector.SyncVectorEnv(fns)
     elif backend == "fast_vector":
@@ -97,7 +99,8 @@ def _run(env_id: str, variant: str, steps: int) -> Dict[str, float]:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--env", default="HalfCheetah-v5", help="a gymnasium id")
+    parser.add_argument("--env", default="HalfCheetah-v5",
+                        help="an alf-env-bench workload (Pong, S30, ...) or a gymnasium id")
     parser.add_argument("--variants", default="fast_vector,fast_vector+nopolicy,gym_sync,"
                         "fast_vector+t1,gym_sync+t1,fast_vector+t1+spin300",
                         help="comma-separated variants (module doc)")

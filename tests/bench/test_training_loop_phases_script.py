@@ -46,3 +46,8 @@ def test_a_one_thread_variant_gives_torch_its_threads_back(phases):
     threads = torch.get_num_threads()
     phases.run_variant("CartPole-v1", "gym_sync+t1+nopolicy", steps=5)
     assert torch.get_num_threads() == threads
+
+
+def test_an_alf_env_bench_workload_is_made_by_its_name(phases):
+    stats = phases.run_variant("S10", "gym_sync+nopolicy", steps=5)  # not a gymnasium id
+    assert stats["env_steps_per_s"] > 0
