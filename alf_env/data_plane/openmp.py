@@ -74,7 +74,7 @@ class OpenMpPark:
         return self._park is not None and self._park.parked
 
     def set(self, enabled: object) -> None:
-        """Switches parking on or off (a :class:`~.step_tuner.Knob`'s apply)."""
+        """Switches parking on or off (the apply of the tuner's ``openmp_park`` knob)."""
         self.enabled = bool(enabled)
 
     def begin(self) -> Optional[Callable[[], None]]:
