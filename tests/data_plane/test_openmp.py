@@ -14,7 +14,6 @@ import torch
 
 from alf_env.data_plane.openmp import OpenMpPark, loaded_openmp_runtime
 from alf_env.vector import FastVectorEnv
-from tests.support.child_runs import run_module
 from tests.support.paths import REPO_ROOT
 
 
@@ -142,12 +141,3 @@ def test_a_step_that_raises_still_unparks():
         assert seen == [True] and not park.parked
     finally:
         env.close()
-
-
-def test_ctrl_c_during_a_parked_step_unparks_and_ends_the_script():
-    run = run_module("tests.data_plane.parked_interrupt_script", [], timeout=120)
-    assert run.problems() == []
-    assert run.status != 0
-    assert "parked True" in run.stdout
-    assert "interrupted; still parked: False" in run.stdout
-    assert run.stderr.rstrip().endswith("KeyboardInterrupt"), run.stderr
