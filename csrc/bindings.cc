@@ -19,7 +19,6 @@
 #include "futex.h"
 #include "job_slots.h"
 #include "layout.h"
-#include "openmp_park.h"
 #include "protocol.h"
 #include "region.h"
 #include "row_copy.h"
@@ -313,17 +312,6 @@ PYBIND11_MODULE(_penv, m) {
         "row, a Python bool for a bool row, a Python int in an integer row's "
         "range, a numpy scalar of the row's dtype); returns how many it "
         "copied (the rest need the caller's converting path).");
-
-  py::class_<OpenMpPark>(
-      m, "_OpenMpPark",
-      "Parks the calling thread's OpenMP pool (a team sleeping on a futex) "
-      "between begin() and end(). See alf_env/control_plane/openmp.py.")
-      .def(py::init<const std::string&>(), py::arg("runtime_path"))
-      .def("begin", &OpenMpPark::begin,
-           "Opens a parallel region whose other threads sleep until end().")
-      .def("end", &OpenMpPark::end, py::call_guard<py::gil_scoped_release>(),
-           "Wakes the parked threads and closes the region (on begin()'s thread).")
-      .def_property_readonly("parked", &OpenMpPark::parked);
 
   py::module_ testing = m.def_submodule(
       "_testing", "Low-level hooks for the tests of alf_env._penv.");

@@ -13,7 +13,7 @@ See docs/benchmarks.md, "What decides these figures".
 import enum
 import statistics
 import time
-from typing import Callable, Dict, Hashable, List, NamedTuple, Optional, Protocol, Sequence
+from typing import Callable, Dict, Hashable, List, NamedTuple, Optional, Sequence
 
 from absl import logging
 
@@ -36,12 +36,6 @@ EARLY_CYCLES = 8
 #: what a setting may cost.
 OUTLIER = 8.0
 OUTLIER_S = 0.05
-
-
-class StepBracket(Protocol):
-    """Something done around every step: ``begin`` at its start returns what ends it."""
-
-    def begin(self) -> Optional[Callable[[], None]]: ...
 
 
 class Knob:
@@ -112,15 +106,14 @@ class StepTuner:
 
     Args:
         knobs: the settings to choose, in the order they are timed.
-        bracket: begun at every step's start, after the timing (e.g. the
-            :class:`~alf_env.data_plane.openmp.OpenMpPark` a knob switches); what
-            its ``begin`` returns is run at the step's end.
+        before_step: called at every step's start, after the timing (e.g. an
+            :class:`~alf_env.control_plane.openmp.OpenMpPause` a knob switches).
         window, window_s: cycles and seconds per timed window, at least.
         period_s: seconds of stepping between two rounds after a change.
         max_period_s: the longest wait between two rounds.
     """
 
-    def __init__(self, knobs: Sequence[Knob], bracket: Optional[StepBracket] = None,
+    def __init__(self, knobs: Sequence[Knob], before_step: Sequence[Callable[[], None]] = (),
                  window: int = WINDOW_CYCLES, window_s: float = WINDOW_S,
                  period_s: float = PERIOD_S, max_period_s: float = MAX_PERIOD_S,
                  clock: Callable[[], float] = time.perf_counter) -> None:
@@ -132,7 +125,7 @@ class StepTuner:
         #: Seconds until the next round (``period_s``, doubled by quiet rounds).
         self.wait_s = period_s
         self.decisions: List[Decision] = []
-        self.bracket = bracket
+        self.before_step = list(before_step)
         self._clock = clock
         self._phase = _Phase.SETTLED
         self._settled_until = -float("inf")  # start the first round at once
@@ -151,12 +144,8 @@ class StepTuner:
         """The current value of each knob, by name."""
         return {k.name: k.value for k in self.knobs}
 
-    def step_started(self) -> Optional[Callable[[], None]]:
-        """Counts the cycle that ends here and moves the tuner on.
-
-        Returns:
-            What to run when the step ends (the bracket's), or ``None``.
-        """
+    def step_started(self) -> None:
+        """Counts the cycle that ends here and moves the tuner on."""
         now = self._clock()
         last, self._last = self._last, now
         if self._phase is _Phase.SETTLED:
@@ -164,7 +153,8 @@ class StepTuner:
                 self._start_round()
         elif last is not None:
             self._count(now - last)
-        return None if self.bracket is None else self.bracket.begin()
+        for action in self.before_step:
+            action()
 
     def _start_round(self) -> None:
         self._round = [k for k in self.knobs if k.available()]

@@ -11,21 +11,21 @@ the kernel's balancer moved them.
 from typing import Any, Optional, Sequence
 
 from alf_env.control_plane.affinity import AUTO, normal_scheduling
+from alf_env.control_plane.openmp import OpenMpPause
 from alf_env.control_plane.placement import MARGIN as PLACEMENT_MARGIN
 from alf_env.control_plane.placement import Placement, place_workers
 from alf_env.control_plane.step_tuner import Knob, StepTuner
 from alf_env.data_plane.job_board import JobBoard
-from alf_env.data_plane.openmp import OpenMpPark
 
 #: The worker's job-wait spin cap (µs) preferred in a training loop.
 SHORT_JOB_WAIT_SPIN_US = 50
 #: The worker's job-wait spin cap (µs) where the trainer's gap between steps is short.
 LONG_JOB_WAIT_SPIN_US = 300
-#: How much shorter the cycle must be to switch the spin or the OpenMP parking:
+#: How much shorter the cycle must be to switch the spin or the OpenMP pause:
 #: either choice costs little when it is wrong, so a small margin, above the
 #: noise of four windows on a quiet machine.
 SPIN_MARGIN = 0.05
-PARK_MARGIN = 0.05
+PAUSE_MARGIN = 0.05
 #: The ``spin_us`` of the adaptive spin (the only one whose cap is tuned).
 ADAPTIVE_SPIN = -1
 
@@ -58,9 +58,9 @@ def tune_board(board: JobBoard, pids: Sequence[int], worker_cpus: Any,
 
         knobs.append(Knob("job_wait_spin_us", SHORT_JOB_WAIT_SPIN_US, LONG_JOB_WAIT_SPIN_US,
                           set_cap, SPIN_MARGIN))
-    park = OpenMpPark()
-    knobs.append(Knob("openmp_park", False, True, park.set, PARK_MARGIN,
-                      available=lambda: park.available))
-    tuner = StepTuner(knobs, bracket=park)
+    pause = OpenMpPause()
+    knobs.append(Knob("openmp_pause", False, True, pause.set, PAUSE_MARGIN,
+                      available=lambda: pause.available))
+    tuner = StepTuner(knobs, before_step=[pause])
     board.step_hook = tuner.step_started
     return tuner

@@ -56,9 +56,8 @@ class JobBoard:
         self._errors: Dict[int, BaseException] = {}  # what their failed jobs raised
         self._jobs: Dict[int, Any] = {}  # the last job posted to each worker
         #: Called at the start of every lockstep :meth:`run`, e.g. a
-        #: ``StepTuner``'s ``step_started``; what it returns (if not ``None``) is
-        #: called when the run's wait ends, however it ends.
-        self.step_hook: Optional[Callable[[], Optional[Callable[[], None]]]] = None
+        #: ``StepTuner``'s ``step_started``; ``None``: nothing is called.
+        self.step_hook: Optional[Callable[[], None]] = None
         # At exit (or SIGTERM), workers still in the loop are brought back first.
         shutdown.register_board(self)
 
@@ -95,18 +94,15 @@ class JobBoard:
             self.wait_for(workers, during, timeout)
             return
         hook = self.step_hook
-        end = None if hook is None else hook()
-        try:
-            self._post_idle(list(workers), job, arg)
-            if timeout is None:
-                timeout = self.timeout
-            deadline = None if timeout is None else time.monotonic() + timeout
-            # Only these jobs are outstanding, so the first len(workers) completions are theirs.
-            self._wait_some(len(workers), during, deadline, timeout,
-                            lambda: [w for w in workers if w not in self._done])
-        finally:
-            if end is not None:
-                end()
+        if hook is not None:
+            hook()
+        self._post_idle(list(workers), job, arg)
+        if timeout is None:
+            timeout = self.timeout
+        deadline = None if timeout is None else time.monotonic() + timeout
+        # Only these jobs are outstanding, so the first len(workers) completions are theirs.
+        self._wait_some(len(workers), during, deadline, timeout,
+                        lambda: [w for w in workers if w not in self._done])
         if self._errors:
             self._raise_first_error(workers)
 

@@ -12,17 +12,15 @@ class Loop:
     """A trainer's loop on a simulated clock."""
 
     def __init__(self, knobs: List[Knob], window: int = 4, period_s: float = 10.0,
-                 bracket=None) -> None:
+                 before_step=()) -> None:
         self.now = 0.0
-        self.tuner = StepTuner(knobs, bracket=bracket, window=window, window_s=0.0,
+        self.tuner = StepTuner(knobs, before_step=before_step, window=window, window_s=0.0,
                                period_s=period_s, clock=lambda: self.now)
 
     def run(self, cycles: int, cost: Callable[[Dict[str, object]], float]) -> None:
         for _ in range(cycles):
-            end = self.tuner.step_started()
+            self.tuner.step_started()
             self.now += cost(self.tuner.values)
-            if end is not None:
-                end()
 
 
 def knob(name: str = "spin", margin: float = 0.05, moves: List = None, **kwargs) -> Knob:
@@ -145,26 +143,20 @@ def test_knobs_are_chosen_one_after_the_other_each_with_the_others_as_chosen():
 def test_a_knob_that_cannot_act_is_left_alone_until_it_can():
     can = [False]
     moves = []
-    loop = Loop([knob("openmp_park", moves=moves, available=lambda: can[0])])
+    loop = Loop([knob("openmp_pause", moves=moves, available=lambda: can[0])])
     loop.run(40, lambda values: 100e-6)
     assert loop.tuner.decisions == [] and moves == []
     can[0] = True  # e.g. torch was imported after the env started
     loop.now += loop.tuner.wait_s
-    loop.run(40, lambda values: 100e-6 if values["openmp_park"] == "short" else 60e-6)
-    assert loop.tuner.decisions == decided(Decision("openmp_park", 100e-6, 60e-6, "long"))
+    loop.run(40, lambda values: 100e-6 if values["openmp_pause"] == "short" else 60e-6)
+    assert loop.tuner.decisions == decided(Decision("openmp_pause", 100e-6, 60e-6, "long"))
 
 
-def test_the_bracket_begins_every_step_and_what_it_returns_ends_it():
+def test_the_step_actions_run_at_every_step():
     calls = []
-
-    class Bracket:
-        def begin(self):
-            calls.append("begin")
-            return lambda: calls.append("end")
-
-    loop = Loop([knob()], bracket=Bracket())
-    loop.run(3, by_value(short=1e-4, long=1e-4))
-    assert calls == ["begin", "end"] * 3
+    loop = Loop([knob()], before_step=[lambda: calls.append(1)])
+    loop.run(7, by_value(short=1e-4, long=1e-4))
+    assert len(calls) == 7
 
 
 def test_the_first_choice_is_made_within_a_few_windows():

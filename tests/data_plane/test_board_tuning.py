@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 
+from alf_env.control_plane.openmp import OpenMpPause, loaded_openmp_runtime
 from alf_env.control_plane.placement import Placement
 from alf_env.data_plane.board_tuning import LONG_JOB_WAIT_SPIN_US, SHORT_JOB_WAIT_SPIN_US
 
@@ -44,10 +45,10 @@ def test_default_front_ends_choose_every_knob_and_apply_what_they_chose(front_en
     try:
         tuner = tuner_of(env)
         assert [k.name for k in tuner.knobs] == ["placement", "job_wait_spin_us",
-                                                 "openmp_park"]
+                                                 "openmp_pause"]
         assert tuner.values == {"placement": Placement.PINNED,
                                 "job_wait_spin_us": SHORT_JOB_WAIT_SPIN_US,
-                                "openmp_park": False}
+                                "openmp_pause": False}
         assert all(os.sched_getscheduler(pid) == os.SCHED_OTHER for pid in pids)
         assert [len(os.sched_getaffinity(pid)) for pid in pids] == [1] * len(pids)
         for _ in range(100_000):  # windows last 64 cycles and 50 ms at least
@@ -55,13 +56,14 @@ def test_default_front_ends_choose_every_knob_and_apply_what_they_chose(front_en
                 break
             step()
         assert [d.knob for d in tuner.decisions] == ["placement", "job_wait_spin_us",
-                                                     "openmp_park"]
+                                                     "openmp_pause"]
         chosen = {d.knob: d.chosen for d in tuner.decisions}
         assert tuner.values == chosen
         expected = 1 if chosen["placement"] is Placement.PINNED else CPUS
         assert [len(os.sched_getaffinity(pid)) for pid in pids] == [expected] * len(pids)
         assert env._board.controller.job_wait_spin_us == chosen["job_wait_spin_us"]
-        assert tuner.bracket.enabled is chosen["openmp_park"]
+        pause, = tuner.before_step
+        assert pause.enabled is chosen["openmp_pause"]
     finally:
         env.close()
 
@@ -97,3 +99,37 @@ def test_the_spin_knob_sets_the_cap_of_every_workers_job_wait():
         assert env._board.controller.job_wait_spin_us == SHORT_JOB_WAIT_SPIN_US
     finally:
         env.close()
+
+
+def thread_count() -> int:
+    return len(os.listdir("/proc/self/task"))
+
+
+@needs_two_cpus
+def test_the_openmp_pause_releases_the_pool_of_torchs_threads():
+    assert loaded_openmp_runtime() is not None  # torch is imported
+    pause = OpenMpPause()
+    assert pause.available
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        x = torch.randn(256, 256)
+        x @ x  # starts the pool
+        with_pool = thread_count()
+        pause()  # not enabled: nothing happens
+        assert thread_count() == with_pool
+        pause.set(True)
+        pause()
+        assert thread_count() < with_pool
+        x @ x  # torch starts it again when it needs it
+        assert thread_count() == with_pool
+    finally:
+        torch.set_num_threads(threads)
+
+
+def test_without_an_openmp_runtime_the_pause_is_unavailable(tmp_path):
+    maps = tmp_path / "maps"
+    maps.write_text("7f00-7f01 r-xp 00000000 08:01 1 /usr/lib/libc.so.6\n")
+    assert loaded_openmp_runtime(str(maps)) is None
+    maps.write_text("7f00-7f01 r-xp 00000000 08:01 1 /opt/torch/lib/libgomp-a34b3233.so.1\n")
+    assert loaded_openmp_runtime(str(maps)) == "/opt/torch/lib/libgomp-a34b3233.so.1"
