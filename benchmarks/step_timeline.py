@@ -10,7 +10,7 @@ For every step of ``FastVectorEnv`` (8 envs, default arguments, after
 ``--warmup`` untimed steps, 1,500 by default) it records, on one clock
 (``CLOCK_MONOTONIC``, shared by all processes): the trainer's step start and
 return, and each worker's job start (its ``wait_job`` returned a step) and end
-(its ``finish``), with the CPU each ran on. The workers' ports are wrapped
+(its ``finish``), with the CPU each job started on. The workers' ports are wrapped
 before the workers fork, so they record into a shared file. Printed per
 quantity, in µs: mean, 10th, 50th, 90th and 99th percentile over the steps:
 
@@ -40,14 +40,15 @@ from typing import Any, Dict, List, Optional
 import numpy as np
 
 from alf_env.bench.loads import BusyLoad, make_policy
+from alf_env.bench.report import markdown_table
 from alf_env.bench.workloads import make_env
 from alf_env.data_plane import shared_block
 from alf_env.vector import FastVectorEnv
 
 NUM_ENVS = 8  # also the most workers there can be (one env each)
 WARMUP = 1500
-# Per worker and step: job start, job end (ns), CPU at start, CPU at end.
-FIELDS = 4
+# Per worker and step: job start, job end (ns), the CPU it started on.
+FIELDS = 3
 
 _sched_getcpu = ctypes.CDLL(None, use_errno=True).sched_getcpu
 
@@ -76,9 +77,9 @@ class RecordingPort:
         return job
 
     def finish(self, *args: Any) -> Any:
-        if self._in_step and self._rec is not None and self._k < self._shape[1]:
+        if self._in_step and self._k < self._shape[1]:
+            assert self._rec is not None  # opened by the wait_job that began the step
             self._rec[self._worker, self._k, 1] = time.monotonic_ns()
-            self._rec[self._worker, self._k, 3] = _sched_getcpu()
             self._k += 1
         self._in_step = False
         return self._port.finish(*args)
@@ -160,12 +161,10 @@ def main(argv: Optional[List[str]] = None) -> None:
         phases = record(args.workload, args.steps, args.policy, args.warmup, **env_kwargs)
     print(f"{args.workload}, {NUM_ENVS} envs, {args.steps} steps, load {args.load}, "
           f"policy {args.policy or 'none'}, arguments {env_kwargs or 'default'} (µs)")
-    print("| | mean | p10 | p50 | p90 | p99 |\n|---|---:|---:|---:|---:|---:|")
-    for name, values in phases.items():
-        if name.endswith(" cpu"):
-            continue
-        q = np.percentile(values, [10, 50, 90, 99])
-        print(f"| {name} | {values.mean():.1f} | " + " | ".join(f"{v:.1f}" for v in q) + " |")
+    rows = [[name, f"{values.mean():.1f}"]
+            + [f"{v:.1f}" for v in np.percentile(values, [10, 50, 90, 99])]
+            for name, values in phases.items() if not name.endswith(" cpu")]
+    print(markdown_table(["phase", "mean", "p10", "p50", "p90", "p99"], rows))
     for name, values in phases.items():
         if name.endswith(" cpu"):
             cpus, counts = np.unique(values.astype(int), return_counts=True)
