@@ -51,7 +51,7 @@ import numpy as np
 from alf_env import _penv
 from alf_env.bench.backends import env_fns
 from alf_env.bench.core import Actions
-from alf_env.bench.references import _plain_loop
+from alf_env.bench.references import plain_loop
 from alf_env.bench.report import markdown_table
 from alf_env.bench.workloads import make_env
 from alf_env.control_plane.affinity import usable_cpu_count
@@ -122,7 +122,7 @@ def env_step_times(make: Callable[[], gym.Env], actions: List[np.ndarray],
         done = False
         for i in range(-WARMUP, steps):
             begin = clock()
-            done = _plain_loop(env, actions, i, 1, done)
+            done = plain_loop(env, actions, i, 1, done)
             if i >= 0:
                 times[i] = clock() - begin
     finally:

@@ -27,7 +27,7 @@ from alf_env.control_plane.affinity import usable_cpu_count
 CEILING_TIMEOUT = 120.0
 
 
-def _plain_loop(env: Any, actions: Sequence[np.ndarray], start: int, count: int,
+def plain_loop(env: Any, actions: Sequence[np.ndarray], start: int, count: int,
                 done: bool) -> bool:
     """Steps ``env`` ``count`` times (a reset after the end of an episode counts
     as a step, as in the vector envs' auto-reset); returns whether it ended."""
@@ -51,7 +51,7 @@ def single_runner(workload: str, num_envs: int, actions: Actions) -> Runner:
 
     def step(k: int) -> None:
         nonlocal done
-        done = _plain_loop(env, flat, k * num_envs, num_envs, done)
+        done = plain_loop(env, flat, k * num_envs, num_envs, done)
 
     return Runner(step=step, close=env.close)
 
@@ -64,18 +64,18 @@ def _ceiling_worker(conn: Connection, workload: str, env_id: int,
         env = make_env(workload, env_id)
         try:
             env.reset(seed=ACTION_SEED + env_id)
-            done = _plain_loop(env, actions, 0, warmup, False)
+            done = plain_loop(env, actions, 0, warmup, False)
             conn.send(("ready", None))
             conn.recv()
             clock = time.perf_counter
             begin = clock()
             if steps is not None:
-                _plain_loop(env, actions, warmup, steps, done)
+                plain_loop(env, actions, warmup, steps, done)
                 count = steps
             else:
                 deadline, count = begin + seconds, 0
                 while clock() < deadline:
-                    done = _plain_loop(env, actions, warmup + count, 16, done)
+                    done = plain_loop(env, actions, warmup + count, 16, done)
                     count += 16
             conn.send(("done", (count, clock() - begin)))
         finally:

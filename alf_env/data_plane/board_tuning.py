@@ -10,6 +10,7 @@ the kernel's balancer moved them.
 
 from typing import Any, Optional, Sequence
 
+from alf_env import _penv
 from alf_env.control_plane.affinity import AUTO, normal_scheduling
 from alf_env.control_plane.openmp import OpenMpPause
 from alf_env.control_plane.placement import MARGIN as PLACEMENT_MARGIN
@@ -34,9 +35,20 @@ def tune_board(board: JobBoard, pids: Sequence[int], worker_cpus: Any,
                plan: Optional[Sequence[int]], spin_us: int) -> StepTuner:
     """Readies the workers for a shared machine and tunes the board while it steps.
 
-    Puts the workers under the normal scheduling policy and installs the
-    returned :class:`StepTuner` as the board's step hook. Settings the user
-    chose (``worker_cpus`` other than ``"auto"``, a fixed ``spin_us``) are kept.
+    Installs :func:`controller_tuner`'s tuner as the board's step hook.
+    """
+    tuner = controller_tuner(board.controller, pids, worker_cpus, plan, spin_us)
+    board.step_hook = tuner.step_started
+    return tuner
+
+
+def controller_tuner(controller: _penv.Controller, pids: Sequence[int], worker_cpus: Any,
+                     plan: Optional[Sequence[int]], spin_us: int) -> StepTuner:
+    """The tuner of the settings of ``controller``'s workers (``pids``), to be called
+    at every step's start.
+
+    Puts the workers under the normal scheduling policy. Settings the user chose
+    (``worker_cpus`` other than ``"auto"``, a fixed ``spin_us``) are kept.
     """
     pids = list(pids)
     normal_scheduling(pids)
@@ -50,7 +62,6 @@ def tune_board(board: JobBoard, pids: Sequence[int], worker_cpus: Any,
         knobs.append(Knob("placement", Placement.PINNED, Placement.OS, place,
                           PLACEMENT_MARGIN))
     if spin_us == ADAPTIVE_SPIN:
-        controller = board.controller
         controller.job_wait_spin_us = SHORT_JOB_WAIT_SPIN_US
 
         def set_cap(cap_us: Any) -> None:
@@ -61,6 +72,4 @@ def tune_board(board: JobBoard, pids: Sequence[int], worker_cpus: Any,
     pause = OpenMpPause()
     knobs.append(Knob("openmp_pause", False, True, pause.set, PAUSE_MARGIN,
                       available=lambda: pause.available))
-    tuner = StepTuner(knobs, before_step=[pause])
-    board.step_hook = tuner.step_started
-    return tuner
+    return StepTuner(knobs, before_step=[pause])

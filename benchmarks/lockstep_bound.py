@@ -1,0 +1,324 @@
+"""How fast can a lockstep vector env with its envs in worker processes be here, under a load?
+
+``FastVectorEnv`` and ``FastParallelEnvironment`` keep every env in a worker
+process and wait for all of them at each step (lockstep). This script times an
+idealized loop of that design against ``SyncVectorEnv`` in the same loop and
+under the same condition, so that a target above what the ideal reaches is out
+of reach for any front end of the design on this machine:
+
+* ``bare``: W worker processes (forked; W = usable CPUs) own n / W envs each.
+  At each step the trainer posts a STEP job to every worker through alf_env's
+  native job board (the hand-off ``FastVectorEnv`` uses) and waits for all of
+  them; each worker steps its envs with the workload's fixed actions (resetting
+  an env whose episode ended) and reports done. Nothing else: no action or
+  observation crosses, nothing is batched, no info is carried. A front end of
+  this design does all of this and more.
+
+  Variants: ``bare_tuned`` chooses its settings while it runs with
+  FastVectorEnv's own tuner (placement, the workers' job-wait spin, torch's
+  OpenMP pool); the others keep FastVectorEnv's preferred settings, with the
+  workers pinned one per CPU (``bare_pinned``) or placed by the OS
+  (``bare_os``), and with a policy also pinned with torch's OpenMP pool released
+  before each step (``bare_released``). The *bound* of a repeat is its best
+  variant.
+* ``hybrid``: one worker process steps half the envs while the trainer steps the
+  other half itself. alf_env has no such mode (an env in the trainer's process
+  is not isolated from it); it shows what that design would give.
+* ``fast_vector`` (``FastVectorEnv``) and ``gym_async`` (``AsyncVectorEnv``),
+  with default arguments, for reference.
+
+Conditions (as ``alf-env-bench``'s options): ``--load N`` busy processes during
+every measurement; ``--policy mlp`` a torch MLP's forward pass before every
+step, at torch's default threads, on one fixed batch of the workload's
+observations (the same in every loop).
+
+Every loop runs ``--seconds`` after ``--warmup`` steps, the loops interleaved
+in each of ``--repeats`` rounds; ratios to ``SyncVectorEnv`` are paired within
+a round.
+
+Run:  python benchmarks/lockstep_bound.py [--workload CartPole-v1,HalfCheetah-v5,Pong]
+      [--num-envs 8] [--load N] [--policy mlp] [--repeats 5] [--seconds 2]
+"""
+
+import argparse
+import contextlib
+import functools
+import multiprocessing
+import os
+import statistics
+import sys
+import time
+from typing import Any, Callable, Dict, List, Optional, Sequence
+
+import gymnasium as gym
+import numpy as np
+
+from alf_env import _penv
+from alf_env.bench.core import Actions
+from alf_env.bench.loads import POLICIES, BusyLoad, make_policy
+from alf_env.bench.references import plain_loop
+from alf_env.bench.report import markdown_table
+from alf_env.bench.workloads import make_env
+from alf_env.control_plane.affinity import AUTO, usable_cpus
+from alf_env.control_plane.openmp import OpenMpPause
+from alf_env.control_plane.step_tuner import StepTuner
+from alf_env.data_plane.board_tuning import SHORT_JOB_WAIT_SPIN_US, controller_tuner
+from alf_env.data_plane.shared_block import SPIN_ADAPTIVE, SharedBlock
+
+#: The loops whose best is the bound (``bare_released`` runs only with a policy).
+BARE = ("bare_tuned", "bare_pinned", "bare_os", "bare_released")
+WAIT_S = 30.0  # a worker that does not answer in this long is reported stuck
+
+
+class Stepper:
+    """Steps a list of envs through a cycle of per-env actions (``plain_loop``)."""
+
+    def __init__(self, workload: str, env_ids: Sequence[int], actions: List[np.ndarray]
+                 ) -> None:
+        self.envs = [make_env(workload, i) for i in env_ids]
+        self.done = [False] * len(self.envs)
+        self.actions = actions
+        self.count = 0
+        for i, env in zip(env_ids, self.envs):
+            env.reset(seed=i)
+
+    def step(self) -> None:
+        """One step of every env."""
+        for k, env in enumerate(self.envs):
+            self.done[k] = plain_loop(env, self.actions, self.count + k, 1, self.done[k])
+        self.count += len(self.envs)
+
+    def close(self) -> None:
+        for env in self.envs:
+            env.close()
+
+
+def _worker(block: SharedBlock, index: int, workload: str, env_ids: List[int],
+            actions: List[np.ndarray]) -> None:
+    """A bare worker: steps its envs for every STEP job, until CLOSE."""
+    stepper = Stepper(workload, env_ids, actions)
+    port = block.worker_port(index, SPIN_ADAPTIVE, False)
+    while True:
+        job, _ = port.wait_job(1.0)
+        if job == _penv.JobType.STEP:
+            stepper.step()
+            port.finish(_penv.JobStatus.OK)
+        elif job == _penv.JobType.CLOSE:
+            port.finish(_penv.JobStatus.OK)
+            stepper.close()
+            return
+
+
+class BareLockstep:
+    """``num_workers`` bare workers own ``worker_envs`` envs each; the trainer
+    steps ``own_envs`` itself between posting and waiting.
+
+    Args:
+        cpus: one CPU per worker (pinned), or ``None`` (the OS places them).
+        release_openmp: release torch's OpenMP pool before each step.
+        tuned: choose the settings while stepping, with FastVectorEnv's tuner
+            (``cpus`` is then where the workers start).
+    """
+
+    def __init__(self, workload: str, num_workers: int, worker_envs: int, own_envs: int,
+                 actions: List[np.ndarray], cpus: Optional[List[int]],
+                 release_openmp: bool = False, tuned: bool = False) -> None:
+        self.block = SharedBlock([("x", (1,), np.float32)], num_rows=num_workers,
+                                 num_workers=num_workers)
+        self.controller = self.block.controller(SPIN_ADAPTIVE,
+                                                workers_pinned=cpus is not None)
+        self.workers = list(range(num_workers))
+        self.own = Stepper(workload, range(num_workers * worker_envs,
+                                           num_workers * worker_envs + own_envs), actions)
+        self.controller.job_wait_spin_us = SHORT_JOB_WAIT_SPIN_US
+        self.pause = OpenMpPause()
+        self.pause.set(release_openmp and self.pause.available)
+        self.tuner: Optional[StepTuner] = None
+        context = multiprocessing.get_context("fork")
+        self.procs = []
+        try:
+            for w in self.workers:
+                ids = list(range(w * worker_envs, (w + 1) * worker_envs))
+                proc = context.Process(target=_worker, name=f"bound-worker-{w}", daemon=True,
+                                       args=(self.block, w, workload, ids, actions))
+                proc.start()
+                self.procs.append(proc)
+                self.controller.set_worker_pid(w, proc.pid)
+                if cpus is not None:
+                    os.sched_setaffinity(proc.pid, {cpus[w % len(cpus)]})
+            self.step()  # every worker has built its envs
+            if tuned:
+                self.tuner = controller_tuner(self.controller, [p.pid for p in self.procs],
+                                              AUTO, cpus, SPIN_ADAPTIVE)
+        except BaseException:
+            self.close()
+            raise
+
+    def step(self, job: Any = _penv.JobType.STEP) -> None:
+        if self.tuner is not None:
+            self.tuner.step_started()
+        self.pause()
+        self.controller.post(self.workers, job, 0)
+        if job == _penv.JobType.STEP:
+            self.own.step()
+        status, _ = self.controller.wait(len(self.workers), WAIT_S)
+        if status != _penv.WaitStatus.OK:
+            raise RuntimeError(f"lockstep bound: a worker's job ended with {status}")
+
+    def close(self) -> None:
+        with contextlib.suppress(RuntimeError):
+            if all(p.is_alive() for p in self.procs) and len(self.procs) == len(self.workers):
+                self.step(_penv.JobType.CLOSE)
+        for proc in self.procs:
+            proc.join(5.0)
+            if proc.is_alive():
+                proc.kill()
+                proc.join()
+        self.own.close()
+        self.block.close()
+
+
+class VectorLoop:
+    """A gymnasium vector env stepped through the workload's batches of actions."""
+
+    def __init__(self, env: Any, batches: List[np.ndarray]) -> None:
+        self.env = env
+        self.batches = batches
+        self.count = 0
+        try:
+            env.reset(seed=0)
+        except BaseException:
+            env.close()
+            raise
+
+    def step(self) -> None:
+        self.env.step(self.batches[self.count % len(self.batches)])
+        self.count += 1
+
+    def close(self) -> None:
+        self.env.close()
+
+
+def loops(workload: str, num_envs: int, actions: Actions, policy: bool
+          ) -> Dict[str, Callable[[], Any]]:
+    """The constructors of every loop of one workload, by name."""
+    from alf_env.vector import FastVectorEnv
+
+    fns = [functools.partial(make_env, workload, i) for i in range(num_envs)]
+    cpus = usable_cpus()
+    workers = len(cpus)
+    if num_envs % workers or num_envs % 2:
+        raise ValueError(f"--num-envs: expected a multiple of {workers} and of 2, "
+                         f"got {num_envs}")
+    flat = actions.per_env()
+    bare = functools.partial(BareLockstep, workload, workers, num_envs // workers, 0, flat)
+    made: Dict[str, Callable[[], Any]] = {
+        "gym_sync": lambda: VectorLoop(gym.vector.SyncVectorEnv(fns), actions.numpy),
+        "gym_async": lambda: VectorLoop(gym.vector.AsyncVectorEnv(fns), actions.numpy),
+        "fast_vector": lambda: VectorLoop(FastVectorEnv(fns), actions.numpy),
+        "bare_tuned": lambda: bare(cpus, tuned=True),
+        "bare_pinned": lambda: bare(cpus),
+        "bare_os": lambda: bare(None),
+        "hybrid": lambda: BareLockstep(workload, 1, num_envs // 2, num_envs // 2, flat, None),
+    }
+    if policy:
+        made["bare_released"] = lambda: bare(cpus, release_openmp=True)
+    return made
+
+
+def observations(workload: str, num_envs: int) -> np.ndarray:
+    """A batch of the workload's first observations (what the policy runs on)."""
+    env = make_env(workload, 0)
+    try:
+        obs, _ = env.reset(seed=0)
+    finally:
+        env.close()
+    return np.stack([np.asarray(obs)] * num_envs)
+
+
+def timed(make: Callable[[], Any], policy: Optional[Callable[[Any], None]], obs: np.ndarray,
+          warmup: int, seconds: float) -> float:
+    """Batched steps per second of one loop (the policy's forward pass before each)."""
+    loop = make()
+    try:
+        for _ in range(warmup):
+            if policy is not None:
+                policy(obs)
+            loop.step()
+        steps, begin = 0, time.perf_counter()
+        while True:
+            for _ in range(16):
+                if policy is not None:
+                    policy(obs)
+                loop.step()
+            steps += 16
+            elapsed = time.perf_counter() - begin
+            if elapsed >= seconds:
+                return steps / elapsed
+    finally:
+        loop.close()
+
+
+def measure(workload: str, num_envs: int, policy_name: str, repeats: int, warmup: int,
+            seconds: float, progress: Callable[[str], None] = lambda line: None
+            ) -> Dict[str, List[float]]:
+    """Env-steps/s of every loop of ``workload``, ``repeats`` interleaved rounds."""
+    policy = make_policy(policy_name, None)
+    made = loops(workload, num_envs, Actions.make(workload, num_envs), policy is not None)
+    obs = observations(workload, num_envs)
+    rates: Dict[str, List[float]] = {name: [] for name in made}
+    for r in range(repeats):
+        for name, make in made.items():
+            rates[name].append(num_envs * timed(make, policy, obs, warmup, seconds))
+            progress(f"{workload} round {r + 1}/{repeats} {name}: "
+                     f"{rates[name][-1]:,.0f} env-steps/s")
+    rates["bound"] = [max(rates[name][r] for name in BARE if name in rates)
+                      for r in range(repeats)]
+    return rates
+
+
+def _spread(values: List[float]) -> str:
+    return f"{statistics.median(values):.2f} ({min(values):.2f}–{max(values):.2f})"
+
+
+def report(results: Dict[str, Dict[str, List[float]]], out: Any) -> None:
+    """Writes env-steps/s (medians) and ratios to gym_sync (paired, median (min–max))."""
+    names = [n for n in next(iter(results.values())) if n != "gym_sync"]
+    rows, ratios = [], []
+    for workload, rates in results.items():
+        rows.append([workload] + [f"{statistics.median(rates[n]):,.0f}"
+                                  for n in ["gym_sync"] + names])
+        sync = rates["gym_sync"]
+        ratios.append([workload] + [_spread([a / b for a, b in zip(rates[n], sync)])
+                                    for n in names])
+    out.write("Env-steps/s (median)\n\n")
+    out.write(markdown_table(["workload", "gym_sync"] + names, rows))
+    out.write("\n\nx gym_sync (paired, median (min–max))\n\n")
+    out.write(markdown_table(["workload"] + names, ratios))
+    out.write("\n")
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--workload", default="CartPole-v1,HalfCheetah-v5,Pong",
+                        help="comma-separated workloads (alf-env-bench names)")
+    parser.add_argument("--num-envs", type=int, default=8)
+    parser.add_argument("--load", type=int, default=0, help="busy processes beside the loops")
+    parser.add_argument("--policy", choices=POLICIES, default="none")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--seconds", type=float, default=2.0)
+    parser.add_argument("--warmup", type=int, default=500)
+    args = parser.parse_args(argv)
+    with BusyLoad(args.load):
+        results = {w: measure(w, args.num_envs, args.policy, args.repeats, args.warmup,
+                              args.seconds, lambda line: print(line, file=sys.stderr,
+                                                               flush=True))
+                   for w in args.workload.split(",")}
+    print(f"Lockstep bound, {args.num_envs} envs, load {args.load}, policy {args.policy}\n")
+    report(results, sys.stdout)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

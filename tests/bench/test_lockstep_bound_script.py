@@ -1,0 +1,90 @@
+"""benchmarks/lockstep_bound.py: an idealized lockstep loop against SyncVectorEnv."""
+
+import math
+
+import numpy as np
+import psutil
+import pytest
+
+from alf_env.bench.core import Actions
+from tests.support.scripts import load_benchmark_script
+
+
+@pytest.fixture(scope="module")
+def bound():
+    return load_benchmark_script("lockstep_bound")
+
+
+@pytest.mark.parametrize("num_workers, worker_envs, own_envs", [(2, 2, 0), (1, 2, 2)])
+def test_bare_workers_step_their_envs_as_a_plain_loop_would(bound, num_workers, worker_envs,
+                                                             own_envs):
+    actions = Actions.make("CartPole-v1", 4).per_env()
+    children = psutil.Process().children()
+    loop = bound.BareLockstep("CartPole-v1", num_workers, worker_envs, own_envs, actions,
+                              cpus=None)
+    try:
+        assert len(psutil.Process().children()) == len(children) + num_workers
+        for _ in range(30):
+            loop.step()
+        assert loop.own.count == 31 * own_envs  # the first step came with the start
+    finally:
+        loop.close()
+    assert psutil.Process().children() == children
+    # The trainer's share is stepped as SyncVectorEnv's loop would step those envs.
+    if own_envs:
+        reference = bound.Stepper("CartPole-v1", range(num_workers * worker_envs,
+                                                       num_workers * worker_envs + own_envs),
+                                  actions)
+        for _ in range(31):
+            reference.step()
+        for ours, theirs in zip(loop.own.envs, reference.envs):
+            np.testing.assert_array_equal(ours.unwrapped.state, theirs.unwrapped.state)
+        reference.close()
+
+
+def test_the_tuned_variant_steps_under_fast_vector_envs_tuner(bound):
+    actions = Actions.make("CartPole-v1", 4).per_env()
+    loop = bound.BareLockstep("CartPole-v1", 2, 2, 0, actions, cpus=[0, 0], tuned=True)
+    try:
+        for _ in range(30):
+            loop.step()
+        assert set(loop.tuner.values) == {"placement", "job_wait_spin_us", "openmp_pause"}
+    finally:
+        loop.close()
+
+
+def test_a_worker_that_dies_ends_the_step_with_an_error_and_nothing_is_left(bound):
+    actions = Actions.make("CartPole-v1", 2).per_env()
+    children = psutil.Process().children()
+    loop = bound.BareLockstep("CartPole-v1", 1, 2, 0, actions, cpus=None)
+    loop.procs[0].kill()
+    loop.procs[0].join()
+    with pytest.raises(RuntimeError, match="a worker's job ended with"):
+        loop.step()
+    loop.close()
+    assert psutil.Process().children() == children
+
+
+def test_the_policy_adds_the_released_variant_and_the_bound_is_the_best_bare_loop(bound):
+    rates = bound.measure("CartPole-v1", 2, "mlp", repeats=2, warmup=5, seconds=0.05)
+    assert set(rates) == {"gym_sync", "gym_async", "fast_vector", "bare_tuned", "bare_pinned",
+                          "bare_os", "bare_released", "hybrid", "bound"}
+    assert all(len(v) == 2 and all(math.isfinite(x) and x > 0 for x in v)
+               for v in rates.values())
+    for r in range(2):
+        assert rates["bound"][r] == max(rates[n][r] for n in bound.BARE)
+
+
+def test_main_prints_rates_and_ratios_beside_a_busy_process(bound, capsys):
+    children = psutil.Process().children()
+    assert bound.main(["--workload", "CartPole-v1", "--num-envs", "2", "--repeats", "1",
+                       "--seconds", "0.05", "--warmup", "5", "--load", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "load 1, policy none" in out and "bare_released" not in out
+    assert out.count("| CartPole-v1 | ") == 2  # rates, then ratios
+    assert psutil.Process().children() == children
+
+
+def test_an_odd_number_of_envs_is_refused_by_name(bound):
+    with pytest.raises(ValueError, match="--num-envs: expected a multiple of"):
+        bound.loops("CartPole-v1", 3, Actions.make("CartPole-v1", 3), policy=False)
