@@ -57,7 +57,7 @@ from alf_env import _penv
 from alf_env.bench.core import Actions
 from alf_env.bench.loads import POLICIES, BusyLoad, make_policy
 from alf_env.bench.references import plain_loop
-from alf_env.bench.report import markdown_table
+from alf_env.bench.report import fmt_paired, markdown_table
 from alf_env.bench.workloads import make_env
 from alf_env.control_plane.affinity import AUTO, usable_cpus
 from alf_env.control_plane.openmp import OpenMpPause
@@ -277,23 +277,19 @@ def measure(workload: str, num_envs: int, policy_name: str, repeats: int, warmup
     return rates
 
 
-def _spread(values: List[float]) -> str:
-    return f"{statistics.median(values):.2f} ({min(values):.2f}–{max(values):.2f})"
-
-
 def report(results: Dict[str, Dict[str, List[float]]], out: Any) -> None:
-    """Writes env-steps/s (medians) and ratios to gym_sync (paired, median (min–max))."""
+    """Writes env-steps/s (medians) and ratios to gym_sync (paired, median (min - max))."""
     names = [n for n in next(iter(results.values())) if n != "gym_sync"]
     rows, ratios = [], []
     for workload, rates in results.items():
         rows.append([workload] + [f"{statistics.median(rates[n]):,.0f}"
                                   for n in ["gym_sync"] + names])
         sync = rates["gym_sync"]
-        ratios.append([workload] + [_spread([a / b for a, b in zip(rates[n], sync)])
+        ratios.append([workload] + [fmt_paired([a / b for a, b in zip(rates[n], sync)])
                                     for n in names])
     out.write("Env-steps/s (median)\n\n")
     out.write(markdown_table(["workload", "gym_sync"] + names, rows))
-    out.write("\n\nx gym_sync (paired, median (min–max))\n\n")
+    out.write("\n\nx gym_sync (paired, median (min - max))\n\n")
     out.write(markdown_table(["workload"] + names, ratios))
     out.write("\n")
 

@@ -28,7 +28,7 @@ CEILING_TIMEOUT = 120.0
 
 
 def plain_loop(env: Any, actions: Sequence[np.ndarray], start: int, count: int,
-                done: bool) -> bool:
+               done: bool) -> bool:
     """Steps ``env`` ``count`` times (a reset after the end of an episode counts
     as a step, as in the vector envs' auto-reset); returns whether it ended."""
     n = len(actions)
