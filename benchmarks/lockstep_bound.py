@@ -26,6 +26,9 @@ of reach for any front end of the design on this machine:
   is not isolated from it); it shows what that design would give.
 * ``fast_vector`` (``FastVectorEnv``) and ``gym_async`` (``AsyncVectorEnv``),
   with default arguments, for reference.
+* ``ceiling`` (without a policy): ``alf-env-bench``'s ceiling, one env per
+  usable CPU stepped in a process of its own with no hand-off, so that the
+  bound's fraction of it bounds ``fast_vector/ceiling``.
 
 Conditions (as ``alf-env-bench``'s options): ``--load N`` busy processes during
 every measurement; ``--policy mlp`` a torch MLP's forward pass before every
@@ -33,8 +36,8 @@ step, at torch's default threads, on one fixed batch of the workload's
 observations (the same in every loop).
 
 Every loop runs ``--seconds`` after ``--warmup`` steps, the loops interleaved
-in each of ``--repeats`` rounds; ratios to ``SyncVectorEnv`` are paired within
-a round.
+in each of ``--repeats`` rounds; ratios to ``SyncVectorEnv`` (and to the
+ceiling) are paired within a round.
 
 Run:  python benchmarks/lockstep_bound.py [--workload CartPole-v1,HalfCheetah-v5,Pong]
       [--num-envs 8] [--load N] [--policy mlp] [--repeats 5] [--seconds 2]
@@ -54,9 +57,9 @@ import gymnasium as gym
 import numpy as np
 
 from alf_env import _penv
-from alf_env.bench.core import Actions
+from alf_env.bench.core import Actions, Plan
 from alf_env.bench.loads import POLICIES, BusyLoad, make_policy
-from alf_env.bench.references import plain_loop
+from alf_env.bench.references import ceiling_runner, plain_loop
 from alf_env.bench.report import fmt_paired, markdown_table
 from alf_env.bench.workloads import make_env
 from alf_env.control_plane.affinity import AUTO, usable_cpus
@@ -94,10 +97,10 @@ class Stepper:
 
 
 def _worker(block: SharedBlock, index: int, workload: str, env_ids: List[int],
-            actions: List[np.ndarray]) -> None:
+            actions: List[np.ndarray], pinned: bool) -> None:
     """A bare worker: steps its envs for every STEP job, until CLOSE."""
     stepper = Stepper(workload, env_ids, actions)
-    port = block.worker_port(index, SPIN_ADAPTIVE, False)
+    port = block.worker_port(index, SPIN_ADAPTIVE, pinned)
     while True:
         job, _ = port.wait_job(1.0)
         if job == _penv.JobType.STEP:
@@ -140,7 +143,8 @@ class BareLockstep:
             for w in self.workers:
                 ids = list(range(w * worker_envs, (w + 1) * worker_envs))
                 proc = context.Process(target=_worker, name=f"bound-worker-{w}", daemon=True,
-                                       args=(self.block, w, workload, ids, actions))
+                                       args=(self.block, w, workload, ids, actions,
+                                             cpus is not None))
                 proc.start()
                 self.procs.append(proc)
                 self.controller.set_worker_pid(w, proc.pid)
@@ -259,6 +263,18 @@ def timed(make: Callable[[], Any], policy: Optional[Callable[[Any], None]], obs:
         loop.close()
 
 
+def ceiling_rate(workload: str, num_envs: int, warmup: int, seconds: float) -> float:
+    """Env-steps/s of ``alf-env-bench``'s ``ceiling``: one env per usable CPU,
+    each in a process of its own, stepped with no hand-off at all."""
+    runner = ceiling_runner(workload, num_envs, Actions.make(workload, num_envs))
+    try:
+        assert runner.timed is not None
+        env_steps, elapsed = runner.timed(Plan(warmup=warmup, steps=None, seconds=seconds))
+    finally:
+        runner.close()
+    return env_steps / elapsed
+
+
 def measure(workload: str, num_envs: int, policy_name: str, repeats: int, warmup: int,
             seconds: float, progress: Callable[[str], None] = lambda line: None
             ) -> Dict[str, List[float]]:
@@ -267,11 +283,17 @@ def measure(workload: str, num_envs: int, policy_name: str, repeats: int, warmup
     made = loops(workload, num_envs, Actions.make(workload, num_envs), policy is not None)
     obs = observations(workload, num_envs)
     rates: Dict[str, List[float]] = {name: [] for name in made}
+    if policy is None:
+        rates["ceiling"] = []
     for r in range(repeats):
         for name, make in made.items():
             rates[name].append(num_envs * timed(make, policy, obs, warmup, seconds))
             progress(f"{workload} round {r + 1}/{repeats} {name}: "
                      f"{rates[name][-1]:,.0f} env-steps/s")
+        if policy is None:
+            rates["ceiling"].append(ceiling_rate(workload, num_envs, warmup, seconds))
+            progress(f"{workload} round {r + 1}/{repeats} ceiling: "
+                     f"{rates['ceiling'][-1]:,.0f} env-steps/s")
     rates["bound"] = [max(rates[name][r] for name in BARE if name in rates)
                       for r in range(repeats)]
     return rates
@@ -280,17 +302,19 @@ def measure(workload: str, num_envs: int, policy_name: str, repeats: int, warmup
 def report(results: Dict[str, Dict[str, List[float]]], out: Any) -> None:
     """Writes env-steps/s (medians) and ratios to gym_sync (paired, median (min - max))."""
     names = [n for n in next(iter(results.values())) if n != "gym_sync"]
-    rows, ratios = [], []
-    for workload, rates in results.items():
-        rows.append([workload] + [f"{statistics.median(rates[n]):,.0f}"
-                                  for n in ["gym_sync"] + names])
-        sync = rates["gym_sync"]
-        ratios.append([workload] + [fmt_paired([a / b for a, b in zip(rates[n], sync)])
-                                    for n in names])
+    rows = [[workload] + [f"{statistics.median(rates[n]):,.0f}" for n in ["gym_sync"] + names]
+            for workload, rates in results.items()]
     out.write("Env-steps/s (median)\n\n")
     out.write(markdown_table(["workload", "gym_sync"] + names, rows))
-    out.write("\n\nx gym_sync (paired, median (min - max))\n\n")
-    out.write(markdown_table(["workload"] + names, ratios))
+    for reference in ("gym_sync", "ceiling"):
+        if reference not in next(iter(results.values())):
+            continue
+        others = [n for n in names if n != reference]
+        ratios = [[workload] + [fmt_paired([a / b for a, b in zip(rates[n], rates[reference])])
+                                for n in others]
+                  for workload, rates in results.items()]
+        out.write(f"\n\nx {reference} (paired, median (min - max))\n\n")
+        out.write(markdown_table(["workload"] + others, ratios))
     out.write("\n")
 
 

@@ -1,5 +1,6 @@
 """benchmarks/lockstep_bound.py: an idealized lockstep loop against SyncVectorEnv."""
 
+import io
 import math
 
 import numpy as np
@@ -81,8 +82,29 @@ def test_main_prints_rates_and_ratios_beside_a_busy_process(bound, capsys):
                        "--seconds", "0.05", "--warmup", "5", "--load", "1"]) == 0
     out = capsys.readouterr().out
     assert "load 1, policy none" in out and "bare_released" not in out
-    assert out.count("| CartPole-v1 | ") == 2  # rates, then ratios
+    assert out.count("| CartPole-v1 | ") == 3  # rates, then ratios to gym_sync and the ceiling
+    assert "x ceiling" in out
     assert psutil.Process().children() == children
+
+
+def test_without_a_policy_the_ceiling_is_measured_in_every_round(bound):
+    children = psutil.Process().children()
+    rates = bound.measure("CartPole-v1", 2, "none", repeats=2, warmup=5, seconds=0.05)
+    assert "bare_released" not in rates
+    assert len(rates["ceiling"]) == 2 and all(math.isfinite(x) and x > 0
+                                               for x in rates["ceiling"])
+    assert psutil.Process().children() == children  # the ceiling's processes are gone
+
+
+def test_with_a_policy_there_is_no_ceiling_to_compare_with(bound):
+    rates = {"gym_sync": [1.0], "fast_vector": [2.0], "bound": [3.0]}
+    stream = io.StringIO()
+    bound.report({"CartPole-v1": rates}, stream)
+    out = stream.getvalue()
+    assert "x gym_sync" in out and "x ceiling" not in out
+    last_row = [line for line in out.splitlines() if line.startswith("| CartPole-v1")][-1]
+    assert [cell.strip() for cell in last_row.strip("|").split("|")] == [
+        "CartPole-v1", "2.00", "3.00"]
 
 
 def test_an_odd_number_of_envs_is_refused_by_name(bound):
