@@ -263,10 +263,11 @@ def timed(make: Callable[[], Any], policy: Optional[Callable[[Any], None]], obs:
         loop.close()
 
 
-def ceiling_rate(workload: str, num_envs: int, warmup: int, seconds: float) -> float:
+def ceiling_rate(workload: str, num_envs: int, actions: Actions, warmup: int,
+                 seconds: float) -> float:
     """Env-steps/s of ``alf-env-bench``'s ``ceiling``: one env per usable CPU,
     each in a process of its own, stepped with no hand-off at all."""
-    runner = ceiling_runner(workload, num_envs, Actions.make(workload, num_envs))
+    runner = ceiling_runner(workload, num_envs, actions)
     try:
         assert runner.timed is not None
         env_steps, elapsed = runner.timed(Plan(warmup=warmup, steps=None, seconds=seconds))
@@ -280,20 +281,24 @@ def measure(workload: str, num_envs: int, policy_name: str, repeats: int, warmup
             ) -> Dict[str, List[float]]:
     """Env-steps/s of every loop of ``workload``, ``repeats`` interleaved rounds."""
     policy = make_policy(policy_name, None)
-    made = loops(workload, num_envs, Actions.make(workload, num_envs), policy is not None)
+    actions = Actions.make(workload, num_envs)
     obs = observations(workload, num_envs)
-    rates: Dict[str, List[float]] = {name: [] for name in made}
-    if policy is None:
-        rates["ceiling"] = []
+
+    def env_steps_per_s(make: Callable[[], Any]) -> float:
+        return num_envs * timed(make, policy, obs, warmup, seconds)
+
+    rate_of: Dict[str, Callable[[], float]] = {
+        name: functools.partial(env_steps_per_s, make)
+        for name, make in loops(workload, num_envs, actions, policy is not None).items()}
+    if policy is None:  # the ceiling's loop has no place for a policy
+        rate_of["ceiling"] = functools.partial(ceiling_rate, workload, num_envs, actions,
+                                               warmup, seconds)
+    rates: Dict[str, List[float]] = {name: [] for name in rate_of}
     for r in range(repeats):
-        for name, make in made.items():
-            rates[name].append(num_envs * timed(make, policy, obs, warmup, seconds))
+        for name, rate in rate_of.items():
+            rates[name].append(rate())
             progress(f"{workload} round {r + 1}/{repeats} {name}: "
                      f"{rates[name][-1]:,.0f} env-steps/s")
-        if policy is None:
-            rates["ceiling"].append(ceiling_rate(workload, num_envs, warmup, seconds))
-            progress(f"{workload} round {r + 1}/{repeats} ceiling: "
-                     f"{rates['ceiling'][-1]:,.0f} env-steps/s")
     rates["bound"] = [max(rates[name][r] for name in BARE if name in rates)
                       for r in range(repeats)]
     return rates
