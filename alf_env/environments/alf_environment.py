@@ -144,10 +144,18 @@ class AlfEnvironment(abc.ABC):
             EnvironmentClosedError: if the env was closed.
         """
         self._check_not_closed()
-        if self.current_time_step() is None:
+        if not self._has_time_step():
             return self.reset()
         self._current_time_step = self._step(action)
         return self._current_time_step
+
+    def _has_time_step(self) -> bool:
+        """Whether a reset or step has made a time step (:meth:`step` resets if not).
+
+        A subclass that keeps its last time step in another form overrides this,
+        so that the check does not build a ``TimeStep`` that :meth:`_step` drops.
+        """
+        return self.current_time_step() is not None
 
     @abc.abstractmethod
     def _reset(self) -> TimeStep:

@@ -35,7 +35,7 @@ same conversions and the same values as ``step()``, without building the
 asked for); :mod:`alf_env.environments.gym_flat_step` compiles it.
 """
 
-from typing import TYPE_CHECKING, Any, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 import gymnasium
 import numpy as np
@@ -147,6 +147,9 @@ class AlfGymWrapper(AlfEnvironment):
         # The flattened time step of the last flat step (see flat_stepper),
         # packed into _current_time_step only when someone asks for it.
         self._current_leaves: Optional[List[Any]] = None
+        # (time_step_spec(), numpy dtype of each of its leaves), made when
+        # current_time_step() first packs _current_leaves.
+        self._leaf_specs: Optional[Tuple[TimeStep, List[np.dtype]]] = None
         # No compiled conversions yet: the probe below takes the general path.
         self._fast_gym_action: Optional[Converter] = None
         self._gym_action_space: Optional[spaces.Space] = None
@@ -288,10 +291,18 @@ class AlfGymWrapper(AlfEnvironment):
         leaves = self._current_leaves
         if leaves is not None:
             self._current_leaves = None
-            spec = self.time_step_spec()
+            if self._leaf_specs is None:
+                # The specs are fixed at construction; building them costs
+                # hundreds of µs, more than a whole episode of some envs' steps.
+                spec = self.time_step_spec()
+                self._leaf_specs = (spec, [s.numpy_dtype for s in nest.flatten(spec)])
+            spec, dtypes = self._leaf_specs
             self._current_time_step = nest.pack_sequence_as(spec, [
-                np.array(leaf, dtype=s.numpy_dtype) for leaf, s in zip(leaves, nest.flatten(spec))])
+                np.array(leaf, dtype=dtype) for leaf, dtype in zip(leaves, dtypes)])
         return super().current_time_step()
+
+    def _has_time_step(self) -> bool:
+        return self._current_leaves is not None or self._current_time_step is not None
 
     def flat_stepper(self) -> Optional["FlatStep"]:
         """A step on flattened nests, for a worker that writes them into shared rows.

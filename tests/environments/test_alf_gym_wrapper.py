@@ -791,6 +791,34 @@ def test_current_time_step_after_flat_steps_is_a_time_step_of_its_own():
             == _leaf_bytes(nest.flatten(twin.current_time_step())))
 
 
+def test_the_step_after_a_flat_last_step_packs_no_time_step(monkeypatch):
+    # A worker's flat steps leave leaves, not a TimeStep: the step() that
+    # resets after LAST must not pack them (nor build time_step_spec()) only
+    # to drop them, and current_time_step() builds the spec once.
+    env = _wrap(length=2)
+    flat_step = env.flat_stepper()
+    env.reset()
+    built = []
+    original = AlfGymWrapper.time_step_spec
+
+    def counted(self):
+        built.append(1)
+        return original(self)
+
+    monkeypatch.setattr(AlfGymWrapper, "time_step_spec", counted)
+    for _ in range(3):
+        assert flat_step([np.array(1)])[1] is False
+        assert flat_step([np.array(1)])[1] is True
+        assert flat_step([np.array(1)]) is None
+        first = env.step(np.array(1))  # the reset after LAST
+        assert int(first.step_type) == StepType.FIRST
+    assert built == []
+    for _ in range(3):
+        flat_step([np.array(2)])
+        assert int(env.current_time_step().prev_action) == 2
+    assert built == [1]
+
+
 def test_flat_step_of_a_closed_env_raises():
     env = _wrap()
     flat_step = env.flat_stepper()
