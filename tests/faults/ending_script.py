@@ -222,6 +222,9 @@ def _say(*words: Any) -> None:
 
 
 def main(front_end: str, start_method: str, num_envs: int, ending: str) -> None:
+    # Ctrl-C as in a terminal, also when the tests were started where SIGINT is
+    # ignored (a background job, nohup): Python leaves an inherited SIG_IGN be.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     # Registered first, so it runs last: after alf_env's and multiprocessing's hooks.
     atexit.register(_report_leftovers)
     if ending == "sigterm_own_handler":
