@@ -1,10 +1,11 @@
 """Where the workers of a shared-memory front end run: pinned, or placed by the OS.
 
 On a quiet machine, pinning the workers of a lockstep batch round robin to the
-CPUs (``worker_cpus="auto"``) is 2-10% faster: the kernel's balancer cannot
-leave two busy workers on one core. On a shared machine it can be many times
-slower: a pinned worker whose core is held by something else (another
-training, a busy process, the trainer's own OpenMP threads spinning after a
+CPUs (``worker_cpus="auto"``) can be a few percent faster: the kernel's
+balancer cannot leave two busy workers on one core (docs/benchmarks.md gives
+what was measured). On a shared machine it can be many times slower: a
+pinned worker whose core is held by something else (another training, a busy
+process, the trainer's own OpenMP threads spinning after a
 torch op) waits for that core's time slice to end instead of moving to the
 other one. So the placement is a knob of the
 :class:`~alf_env.control_plane.step_tuner.StepTuner`, which keeps the pinning
