@@ -129,7 +129,7 @@ class BareLockstep:
         self.block = SharedBlock([("x", (1,), np.float32)], num_rows=num_workers,
                                  num_workers=num_workers)
         self.controller = self.block.controller(SPIN_ADAPTIVE,
-                                                workers_pinned=cpus is not None)
+                                                workers_spread=cpus is not None)
         self.workers = list(range(num_workers))
         self.own = Stepper(workload, range(num_workers * worker_envs,
                                            num_workers * worker_envs + own_envs), actions)

@@ -175,7 +175,7 @@ def native_hand_off_seconds(num_workers: int, steps: int) -> float:
     block = SharedBlock([("x", (1,), np.float32)], num_rows=num_workers,
                         num_workers=num_workers)
     # The control block is initialised by the controller, before workers attach.
-    controller = block.controller(SPIN_ADAPTIVE, workers_pinned=False)
+    controller = block.controller(SPIN_ADAPTIVE, workers_spread=False)
     context = multiprocessing.get_context("fork")
     procs = [context.Process(target=_bare_worker, args=(block, i), daemon=True)
              for i in range(num_workers)]

@@ -182,7 +182,7 @@ PYBIND11_MODULE(_penv, m) {
                          "finished workers, detect dead workers.")
       .def(py::init<std::shared_ptr<SharedRegion>, std::size_t, int, bool>(),
            py::arg("region").none(false), py::arg("num_workers"),
-           py::arg("spin_us") = kSpinAdaptive, py::arg("workers_pinned") = false)
+           py::arg("spin_us") = kSpinAdaptive, py::arg("workers_spread") = false)
       .def_property_readonly("num_workers", &Controller::num_workers)
       .def("set_worker_pid", &Controller::set_worker_pid, py::arg("worker"),
            py::arg("pid"),
@@ -272,7 +272,7 @@ PYBIND11_MODULE(_penv, m) {
   py::class_<WorkerPort>(m, "WorkerPort", "Worker side of one job slot.")
       .def(py::init<std::shared_ptr<SharedRegion>, std::size_t, std::size_t, int, bool>(),
            py::arg("region").none(false), py::arg("num_workers"), py::arg("worker_index"),
-           py::arg("spin_us") = kSpinAdaptive, py::arg("workers_pinned") = false)
+           py::arg("spin_us") = kSpinAdaptive, py::arg("workers_spread") = false)
       .def(
           "wait_job",
           [](WorkerPort& port, std::optional<double> timeout_s) {

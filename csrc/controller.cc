@@ -41,11 +41,11 @@ int pidfd_open(pid_t pid) {
 
 Controller::Controller(std::shared_ptr<SharedRegion> region,
                        std::size_t num_workers, int spin_us,
-                       bool workers_pinned)
+                       bool workers_spread)
     : region_(require_region(std::move(region), "Controller")),
       num_workers_(num_workers),
       block_(ControlBlock::initialize(*region_, num_workers)),
-      spin_(spin_us, num_workers + 1, workers_pinned),
+      spin_(spin_us, num_workers + 1, workers_spread),
       posted_seq_(num_workers, 0),
       outstanding_(num_workers, 0),
       finished_(num_workers, 0),

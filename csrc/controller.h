@@ -51,10 +51,10 @@ class Controller {
   };
 
   // Initialises the control block at the start of `region` for
-  // `num_workers` workers. spin_us, workers_pinned: see SpinPolicy (-1
-  // adaptive, 0 never; whether the workers are pinned to CPUs).
+  // `num_workers` workers. spin_us, workers_spread: see SpinPolicy (-1
+  // adaptive, 0 never; whether the workers are spread over the CPUs).
   Controller(std::shared_ptr<SharedRegion> region, std::size_t num_workers,
-             int spin_us = kSpinAdaptive, bool workers_pinned = false);
+             int spin_us = kSpinAdaptive, bool workers_spread = false);
 
   std::size_t num_workers() const noexcept { return num_workers_; }
 

@@ -128,13 +128,13 @@ int usable_cpu_count() {
 }
 
 SpinPolicy::SpinPolicy(int spin_us, std::size_t num_processes,
-                       bool workers_pinned,
+                       bool workers_spread,
                        std::chrono::nanoseconds adaptive_cap)
     : pause_rounds_(num_processes > static_cast<std::size_t>(usable_cpu_count())
                         ? 0  // oversubscribed: yield from the first round
                         : kPauseRounds),
       mode_cap_ns_(pause_rounds_ != 0 ? kAdaptiveMaxSpin.count()
-                   : workers_pinned   ? kAdaptiveMaxPinnedSpin.count()
+                   : workers_spread   ? kAdaptiveMaxSpreadSpin.count()
                                       : kAdaptiveMaxYieldSpin.count()),
       max_budget_ns_(adaptive_cap.count() > 0 ? adaptive_cap.count()
                                               : mode_cap_ns_) {

@@ -56,10 +56,13 @@
 // three busy workers on one core and one on the other (4 workers + a
 // spinning main process = 5 runnable tasks, "balanced" 3 / 2), so waits as
 // long as a lockstep step of CPU-bound envs should end in sleep. When the
-// caller says the workers are pinned (`workers_pinned`, worker_cpus in the
-// Python API), the balancer cannot misplace them and the cap is
-// kAdaptiveMaxPinnedSpin (5 ms) for the main process: it spins through a
-// ~2 ms step (4 envs of ~1 ms on 2 cores), worth ~5% there. A worker waiting
+// caller says the workers are spread over the CPUs (`workers_spread`: pinned
+// one per CPU, or at least one per CPU in lockstep, worker_cpus in the Python
+// API), the cap is kAdaptiveMaxSpreadSpin (5 ms) for the main process: it
+// spins through a ~2 ms step (4 envs of ~1 ms on 2 cores), worth ~5% there
+// with pinned workers. Workers so spread but placed by the OS need it too:
+// HalfCheetah, 8 envs on 2 workers, a torch policy in the loop, ran at 0.68x
+// (6 paired runs) with the 2 ms cap. A worker waiting
 // for its next job is capped at kAdaptiveMaxJobWaitSpin (50 µs) in every mode
 // (see there) until the main process sets another cap in the job slot.
 //   The budget never exceeds the caller's remaining timeout.
@@ -143,7 +146,7 @@ inline constexpr std::chrono::nanoseconds kAdaptiveMaxSpin =
     std::chrono::microseconds(100);
 inline constexpr std::chrono::nanoseconds kAdaptiveMaxYieldSpin =
     std::chrono::microseconds(2000);
-inline constexpr std::chrono::nanoseconds kAdaptiveMaxPinnedSpin =
+inline constexpr std::chrono::nanoseconds kAdaptiveMaxSpreadSpin =
     std::chrono::microseconds(5000);
 inline constexpr std::chrono::nanoseconds kAdaptiveMinSpin =
     std::chrono::microseconds(2);
@@ -153,12 +156,12 @@ inline constexpr std::chrono::nanoseconds kAdaptiveMinSpin =
 // loop. Spinning through the latter, even yielding, takes cores that the
 // trainer's threads need: CartPole, 8 envs on 2 workers, a torch MLP forward
 // in the loop on 2 CPUs: 14.6k env-steps/s with the workers spinning up to
-// the 5 ms pinned cap, 31.4k with them sleeping at once. So a worker spins at
+// the 5 ms spread cap, 31.4k with them sleeping at once. So a worker spins at
 // most a few wake-ups' worth and sleeps through anything longer.
 inline constexpr std::chrono::nanoseconds kAdaptiveMaxJobWaitSpin =
     std::chrono::microseconds(50);
 // The value of JobSlot::job_wait_spin_us that means "the mode's own cap"
-// (kAdaptiveMaxSpin, kAdaptiveMaxYieldSpin or kAdaptiveMaxPinnedSpin): when
+// (kAdaptiveMaxSpin, kAdaptiveMaxYieldSpin or kAdaptiveMaxSpreadSpin): when
 // the trainer's time between steps is short, as in a loop of env steps
 // alone, a worker that spins through it answers the next step without a
 // wake-up. Which cap serves a training loop better is measured while it runs
@@ -176,11 +179,12 @@ class SpinPolicy {
  public:
   // spin_us: kSpinAdaptive (-1), kSpinNever (0) or a fixed budget in µs.
   // num_processes: processes that share the work (num_workers + 1).
-  // workers_pinned: the workers are pinned to CPUs (see the header comment).
+  // workers_spread: the workers are spread over the CPUs (see the header
+  // comment).
   // adaptive_cap: if positive, the adaptive budget's cap instead of the
   // mode's (WorkerPort: kAdaptiveMaxJobWaitSpin).
   SpinPolicy(int spin_us, std::size_t num_processes,
-             bool workers_pinned = false,
+             bool workers_spread = false,
              std::chrono::nanoseconds adaptive_cap = std::chrono::nanoseconds(0));
 
   // Spins until `ready()` returns true (-> true) or the budget, capped at
@@ -211,7 +215,7 @@ class SpinPolicy {
   // Pause rounds before yielding: kPauseRounds, or 0 when oversubscribed.
   std::uint32_t pause_rounds_;
   // The mode's cap: kAdaptiveMaxSpin, or when only yielding
-  // kAdaptiveMaxYieldSpin (kAdaptiveMaxPinnedSpin with pinned workers).
+  // kAdaptiveMaxYieldSpin (kAdaptiveMaxSpreadSpin with spread workers).
   std::int64_t mode_cap_ns_;
   // The adaptive budget's cap: the caller's adaptive_cap, or mode_cap_ns_.
   std::int64_t max_budget_ns_;

@@ -32,11 +32,11 @@ constexpr std::chrono::microseconds kFullQueueSleep{100};
 
 WorkerPort::WorkerPort(std::shared_ptr<SharedRegion> region,
                        std::size_t num_workers, std::size_t worker_index,
-                       int spin_us, bool workers_pinned)
+                       int spin_us, bool workers_spread)
     : region_(require_region(std::move(region), "WorkerPort")),
       block_(ControlBlock::attach(*region_, num_workers)),
       index_(checked_index(worker_index, num_workers)),
-      spin_(spin_us, num_workers + 1, workers_pinned, kAdaptiveMaxJobWaitSpin),
+      spin_(spin_us, num_workers + 1, workers_spread, kAdaptiveMaxJobWaitSpin),
       spin_cap_us_(static_cast<std::uint32_t>(
           std::chrono::duration_cast<std::chrono::microseconds>(
               kAdaptiveMaxJobWaitSpin)

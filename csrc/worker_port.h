@@ -46,10 +46,10 @@ class WorkerPort {
   };
 
   // Attaches to the control block (validating it) as worker `worker_index`.
-  // spin_us, workers_pinned: see SpinPolicy.
+  // spin_us, workers_spread: see SpinPolicy.
   WorkerPort(std::shared_ptr<SharedRegion> region, std::size_t num_workers,
              std::size_t worker_index, int spin_us = kSpinAdaptive,
-             bool workers_pinned = false);
+             bool workers_spread = false);
 
   // Waits for the next job; {NONE, 0} when the deadline passes. Throws
   // std::logic_error if the previous job was not finish()ed.

@@ -19,8 +19,8 @@ The unsuffixed alf_env backends use the classes' default arguments:
                         ``num_workers`` argument).
 ``fast_spread``         ``fast`` with ``worker_cpus="spread"``.
 ``fast_os``             ``fast`` with ``worker_cpus=None`` (the OS places the
-                        workers; the default ``"auto"`` spreads them when they
-                        step in lockstep and cover every CPU).
+                        workers from the start; under the default ``"auto"``
+                        the env may pin them while it runs).
 ``fast_vector``         ``alf_env.vector.FastVectorEnv`` (gymnasium API, shared
                         memory; a drop-in for ``AsyncVectorEnv``).
 ``fast_vector_1pw``     ``fast_vector`` with ``num_workers=num_envs``.

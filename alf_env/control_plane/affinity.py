@@ -9,8 +9,9 @@ Pinning worker ``i`` to CPU ``cpus[i % len(cpus)]`` (``"spread"``) places
 them evenly. The price: a pinned worker cannot move away from a core that
 something else keeps busy.
 
-``"auto"`` (the default of the shared-memory front ends) spreads the workers
-when both hold:
+``"auto"`` (the default of the shared-memory front ends) starts the workers
+placed by the OS, and plans a spread that the env may switch to while it
+runs (:func:`start_plan`) when both hold:
 
 * the workers step in lockstep (a synchronous ``FastVectorEnv``, a
   ``FastParallelEnvironment`` without spares): in the asynchronous (EnvPool)
@@ -19,13 +20,13 @@ when both hold:
 * there are at least as many workers as CPUs this process may use, so every
   CPU gets a worker (or the same number of workers, +-1). Several trainings
   that each spread this way still load every core alike; with fewer workers
-  than CPUs they would all pile onto the first CPUs, so the OS places them.
+  than CPUs they would all pile onto the first CPUs.
 
-Otherwise it leaves the placement to the OS, as ``None`` does. Pinning loses
-badly when something else holds a worker's core, so the shared-memory front
-ends do not keep an ``"auto"`` pinning blindly: a
-:class:`~alf_env.control_plane.step_tuner.StepTuner` times the trainer's loop
-with them pinned and OS-placed and keeps the faster, again as the load changes.
+Measured inside one env, pinning gained nothing on a quiet machine and lost
+16-24% beside a busy process, so the OS places the workers unless pinning
+wins clearly: a :class:`~alf_env.control_plane.step_tuner.StepTuner` times
+the trainer's loop both ways and pins only if that is 20% faster, and looks
+again as the load changes.
 
 Scheduling policy
 -----------------
@@ -74,9 +75,10 @@ def plan_worker_cpus(worker_cpus: WorkerCpus, num_workers: int,
     Args:
         worker_cpus: ``None`` (the OS places the workers), ``"spread"``
             (worker ``i`` on the ``i % n``-th of the ``n`` CPUs this process
-            may use), ``"auto"`` (``"spread"`` when ``lockstep`` and
-            ``num_workers >= n >= 2``, else ``None``; see the module
-            docstring) or a sequence of CPU ids (worker ``i`` on
+            may use), ``"auto"`` (the CPUs of ``"spread"`` when ``lockstep``
+            and ``num_workers >= n >= 2``, else ``None``; the workers start
+            placed by the OS and this is where the env may pin them, see the
+            module docstring) or a sequence of CPU ids (worker ``i`` on
             ``worker_cpus[i % len(worker_cpus)]``).
         num_workers: how many worker processes there will be.
         lockstep: whether every step waits for all the workers (shared-memory
@@ -113,6 +115,17 @@ def plan_worker_cpus(worker_cpus: WorkerCpus, num_workers: int,
                 raise ValueError(f"worker_cpus: CPU {cpu} is not one this process may run "
                                  f"on (expected ids from {allowed})")
     return [cpus[i % len(cpus)] for i in range(num_workers)]
+
+
+def start_plan(worker_cpus: WorkerCpus, plan: Optional[Sequence[int]]
+               ) -> Optional[Sequence[int]]:
+    """The CPUs to pin the workers to at start (``None``: the OS places them).
+
+    ``plan`` is :func:`plan_worker_cpus`'s answer for ``worker_cpus``. Under
+    ``"auto"`` the workers start placed by the OS; the plan is only what the
+    env may switch to (see the module docstring).
+    """
+    return None if isinstance(worker_cpus, str) and worker_cpus == AUTO else plan
 
 
 def pin_workers(pids: Sequence[int], plan: Optional[Sequence[int]]) -> None:

@@ -1,24 +1,24 @@
 """Where the workers of a shared-memory front end run: pinned, or placed by the OS.
 
-On a quiet machine, pinning the workers of a lockstep batch round robin to the
-CPUs (``worker_cpus="auto"``) can be a few percent faster: the kernel's
-balancer cannot leave two busy workers on one core (docs/benchmarks.md gives
-what was measured). On a shared machine it can be many times slower: a
-pinned worker whose core is held by something else (another training, a busy
-process, the trainer's own OpenMP threads spinning after a
-torch op) waits for that core's time slice to end instead of moving to the
-other one. So the placement is a knob of the
-:class:`~alf_env.control_plane.step_tuner.StepTuner`, which keeps the pinning
-only while it is faster.
+Pinning the workers of a lockstep batch round robin to the CPUs keeps the
+kernel's balancer from leaving two busy workers on one core. Measured inside
+one env it gained nothing on a quiet machine or with a policy in the loop,
+and cost 16-24% beside a busy process (docs/benchmarks.md): a pinned worker
+whose core is held by something else (another training, a busy process, the
+trainer's own OpenMP threads spinning after a torch op) waits for that
+core's time slice instead of moving to the other one. So the OS places the
+workers, and the placement is a knob of the
+:class:`~alf_env.control_plane.step_tuner.StepTuner`, which pins them only
+while that is clearly faster.
 """
 
 import enum
 import os
 from typing import Sequence
 
-#: How much shorter the trainer's cycle must be with the OS placing the workers
-#: for that to be chosen: more than the noise of a window on a quiet machine,
-#: far less than what a busy core costs a pinned worker (2-10x).
+#: How much shorter the trainer's cycle must be with the workers pinned for
+#: that to be chosen: more than the noise of a window on a loaded machine, so a
+#: lucky window does not pin workers that a busy core then holds up.
 MARGIN = 0.2
 
 

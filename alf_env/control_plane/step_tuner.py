@@ -6,7 +6,8 @@ sometimes many times over, on a shared one, and the load changes during a
 training. So :class:`StepTuner` times the trainer's whole *cycle* (step start
 to step start, so a setting's cost to the forward pass counts) under each
 :class:`Knob`'s two values, in windows ordered current, other, other, current
-(a drift of the machine's speed cancels out), and chooses again periodically.
+(a drift of the machine's speed cancels out), and chooses again periodically,
+or at once when the cycles become much slower than they settled at.
 See docs/benchmarks.md, "What decides these figures".
 """
 
@@ -36,6 +37,15 @@ EARLY_CYCLES = 8
 #: what a setting may cost.
 OUTLIER = 8.0
 OUTLIER_S = 0.05
+#: Cycles per block watched between rounds.
+WATCH_CYCLES = 16
+#: A watched block whose median cycle is this many times the shortest cycle
+#: seen (a block median, or a timed window's mean) starts a round at once: the
+#: load changed, or the loop fell into a slow state (the trainer's OpenMP
+#: threads sharing its core made HalfCheetah's cycles 15-20x longer for
+#: seconds; timing the knobs again switched it out). After such a round, the
+#: new speed is the reference.
+DRIFT = 2.0
 
 
 class Knob:
@@ -47,12 +57,17 @@ class Knob:
             shorter to be chosen.
         available: whether the knob can act now (checked each round); if not,
             it keeps its value and is not timed.
+        window_s: seconds per timed window at least, where more than the
+            tuner's own: a value whose cost comes as rare long cycles needs
+            windows long enough to hold several of them.
     """
 
     def __init__(self, name: str, preferred: Hashable, alternative: Hashable,
                  apply: Callable[[Hashable], None], margin: float,
-                 available: Callable[[], bool] = lambda: True) -> None:
+                 available: Callable[[], bool] = lambda: True,
+                 window_s: float = 0.0) -> None:
         self.name = name
+        self.window_s = window_s
         self.preferred = preferred
         self.alternative = alternative
         self.margin = margin
@@ -138,6 +153,8 @@ class StepTuner:
         self._times: Dict[Hashable, List[float]] = {}
         self._changed = False  # whether this round changed a value
         self._first: Hashable = None  # the current knob's value when its timing began
+        self._watched: List[float] = []  # cycles of the current watched block
+        self._settled_s = float("inf")  # the shortest cycle seen (see DRIFT)
 
     @property
     def values(self) -> Dict[str, Hashable]:
@@ -151,12 +168,33 @@ class StepTuner:
         if self._phase is _Phase.SETTLED:
             if now >= self._settled_until:
                 self._start_round()
+            elif last is not None:
+                self._watch(now - last)
         elif last is not None:
             self._count(now - last)
         for action in self.before_step:
             action()
 
+    def _watch(self, seconds: float) -> None:
+        """Starts a round at once if a block of cycles is :data:`DRIFT` times slower
+        than the shortest seen (a median: a training update between rollouts is
+        one long cycle, not a slower loop)."""
+        self._watched.append(seconds)
+        if len(self._watched) < WATCH_CYCLES:
+            return
+        median = statistics.median(self._watched)
+        self._watched = []
+        if median > DRIFT * self._settled_s:
+            logging.info("alf_env: the loop's cycles became %.1fx slower (%.0f us); timing "
+                         "its settings again", median / self._settled_s, median * 1e6)
+            self.wait_s = self.period_s
+            self._settled_s = float("inf")
+            self._start_round()
+        else:
+            self._settled_s = min(self._settled_s, median)
+
     def _start_round(self) -> None:
+        self._watched = []
         self._round = [k for k in self.knobs if k.available()]
         self._phase = _Phase.TIMING
         self._changed = False
@@ -183,12 +221,14 @@ class StepTuner:
             return
         self._cycles.append(seconds)
         self._window_total += seconds
+        knob = self._round[0]
         early = self._clearly_losing()
         if not early and (len(self._cycles) < self.window
-                          or self._window_total < self.window_s):
+                          or self._window_total < max(self.window_s, knob.window_s)):
             return
-        knob = self._round[0]
-        self._times[self._plan.pop(0)].append(trimmed_mean(self._cycles))
+        mean = trimmed_mean(self._cycles)
+        self._times[self._plan.pop(0)].append(mean)
+        self._settled_s = min(self._settled_s, mean)
         self._cycles, self._window_total = [], 0.0
         first = self._times[self._first]
         second = self._times[knob.other() if knob.value == self._first else knob.value]

@@ -27,6 +27,10 @@ LONG_JOB_WAIT_SPIN_US = 300
 #: noise of four windows on a quiet machine.
 SPIN_MARGIN = 0.05
 PAUSE_MARGIN = 0.05
+#: Seconds per window when timing the OpenMP pause: kept, the pool's spinning
+#: threads cost a few cycles of 5-15 ms each (1-5% of them), which windows of
+#: 64 cycles often miss, and then keeping it looked faster.
+PAUSE_WINDOW_S = 0.5
 #: The ``spin_us`` of the adaptive spin (the only one whose cap is tuned).
 ADAPTIVE_SPIN = -1
 
@@ -52,14 +56,25 @@ def controller_tuner(controller: _penv.Controller, pids: Sequence[int], worker_c
     """
     pids = list(pids)
     normal_scheduling(pids)
-    knobs = []
-    if worker_cpus == AUTO and plan is not None:
+    # Released unless keeping the pool measures faster. Released, the next
+    # forward pass starts new threads; when the CPUs are busy at that moment
+    # the kernel may put them on the trainer's own core, where each parallel
+    # region waits for a tick (4 ms), and a loop can stay in that state.
+    # Starting released, the first windows show that state, and keeping the
+    # pool is chosen; tried later from a kept pool, the release looked fast
+    # and then fell into it in 5 runs of 14 (docs/benchmarks.md). Timed
+    # first: switching it ends the state (step_tuner.DRIFT).
+    pause = OpenMpPause()
+    pause.set(True)
+    knobs = [Knob("openmp_pause", True, False, pause.set, PAUSE_MARGIN,
+                  available=lambda: pause.available, window_s=PAUSE_WINDOW_S)]
+    if isinstance(worker_cpus, str) and worker_cpus == AUTO and plan is not None:
         cpus = list(plan)
 
         def place(placement: Any) -> None:
             place_workers(pids, cpus, Placement(placement))
 
-        knobs.append(Knob("placement", Placement.PINNED, Placement.OS, place,
+        knobs.append(Knob("placement", Placement.OS, Placement.PINNED, place,
                           PLACEMENT_MARGIN))
     if spin_us == ADAPTIVE_SPIN:
         controller.job_wait_spin_us = SHORT_JOB_WAIT_SPIN_US
@@ -69,7 +84,4 @@ def controller_tuner(controller: _penv.Controller, pids: Sequence[int], worker_c
 
         knobs.append(Knob("job_wait_spin_us", SHORT_JOB_WAIT_SPIN_US, LONG_JOB_WAIT_SPIN_US,
                           set_cap, SPIN_MARGIN))
-    pause = OpenMpPause()
-    knobs.append(Knob("openmp_pause", False, True, pause.set, PAUSE_MARGIN,
-                      available=lambda: pause.available))
     return StepTuner(knobs, before_step=[pause])

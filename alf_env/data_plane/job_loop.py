@@ -32,14 +32,14 @@ class FastLoopSpec(NamedTuple):
         spin_us: the waiting policy (-1: adaptive, 0: never spin).
         make_handler: builds this worker's
             :class:`~alf_env.data_plane.handlers.JobHandler`.
-        workers_pinned: the workers are pinned to CPUs, so the adaptive policy
-            may spin longer.
+        workers_spread: the workers are spread over the CPUs (see
+            :meth:`SharedBlock.controller`), so the adaptive policy may spin longer.
     """
     block: SharedBlock
     worker_index: int
     spin_us: int
     make_handler: HandlerFactory
-    workers_pinned: bool = False
+    workers_spread: bool = False
 
     def run(self, conn: Connection, proxy: WorkerEnvProxy, env_id: Optional[int]) -> bool:
         """The worker's ``FAST_LOOP`` entry point; returns whether it keeps serving the pipe."""
@@ -48,7 +48,7 @@ class FastLoopSpec(NamedTuple):
 
 
 def start_job_loops(board: "JobBoard", block: SharedBlock, spin_us: int,
-                    workers_pinned: bool, handlers: Sequence[HandlerFactory]) -> None:
+                    workers_spread: bool, handlers: Sequence[HandlerFactory]) -> None:
     """Sends every worker of ``board`` into the job loop over ``block`` (the parent's side).
 
     Args:
@@ -59,7 +59,7 @@ def start_job_loops(board: "JobBoard", block: SharedBlock, spin_us: int,
     for w, (worker, handler) in enumerate(zip(board.envs, handlers)):
         assert worker.pid is not None  # started
         board.controller.set_worker_pid(w, worker.pid)
-        worker.start_fast_loop(FastLoopSpec(block, w, spin_us, handler, workers_pinned),
+        worker.start_fast_loop(FastLoopSpec(block, w, spin_us, handler, workers_spread),
                                board.doorbell(w))
 
 # How long one wait for a job may last before the loop looks around again
@@ -72,7 +72,7 @@ def run_fast_loop(conn: Connection, proxy: WorkerEnvProxy, env_id: Optional[int]
                   spec: FastLoopSpec) -> bool:
     """Serves jobs from the native slot; returns whether to keep serving the pipe."""
     try:
-        port = spec.block.worker_port(spec.worker_index, spec.spin_us, spec.workers_pinned)
+        port = spec.block.worker_port(spec.worker_index, spec.spin_us, spec.workers_spread)
         handler = spec.make_handler(proxy.env, spec.block, conn, env_id)
     except Exception as exc:  # noqa: BLE001 -- reported; the pipe stays served
         conn.send((MessageType.EXCEPTION,

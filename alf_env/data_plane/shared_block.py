@@ -211,26 +211,28 @@ class SharedBlock:
 
     # ---------------------------------------------------------- endpoints --
     def controller(self, spin_us: int = SPIN_ADAPTIVE,
-                   workers_pinned: bool = False) -> Controller:
+                   workers_spread: bool = False) -> Controller:
         """Initialises the control block and returns the main-process side.
 
         Call exactly once per block, in the main process, before workers attach.
 
         Args:
             spin_us: ``-1`` adaptive, ``0`` never spin, ``> 0`` spin that many µs.
-            workers_pinned: the workers are pinned to CPUs, so the adaptive policy
-                may spin longer when they outnumber the CPUs.
+            workers_spread: the workers are spread over the CPUs (pinned one
+                per CPU, or at least one per CPU stepping in lockstep), so the
+                adaptive policy may spin longer when they outnumber the CPUs
+                (csrc/futex.h).
         """
-        return Controller(self.region, self.num_workers, spin_us, workers_pinned)
+        return Controller(self.region, self.num_workers, spin_us, workers_spread)
 
     def worker_port(self, index: int, spin_us: int = SPIN_ADAPTIVE,
-                    workers_pinned: bool = False) -> WorkerPort:
+                    workers_spread: bool = False) -> WorkerPort:
         """Returns the worker-side port of job slot ``index``.
 
         Args:
-            spin_us, workers_pinned: as for :meth:`controller`.
+            spin_us, workers_spread: as for :meth:`controller`.
         """
-        return WorkerPort(self.region, self.num_workers, index, spin_us, workers_pinned)
+        return WorkerPort(self.region, self.num_workers, index, spin_us, workers_spread)
 
     # ----------------------------------------------------------- lifetime --
     def close(self) -> None:

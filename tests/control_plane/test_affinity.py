@@ -103,38 +103,47 @@ def _placement(env):
     return "os"
 
 
-SPREAD_BY_DEFAULT = "spread" if len(CPUS) > 1 else "os"
+def _may_pin(env):
+    """Whether the env's tuner may pin the workers (it has a placement knob)."""
+    hook = getattr(getattr(env, "_board", None), "step_hook", None)
+    return hook is not None and "placement" in hook.__self__.values
 
 
-@pytest.mark.parametrize("backend, kwargs, expected", [
-    ("vector", {}, SPREAD_BY_DEFAULT),                     # synchronous, a worker per CPU
-    ("fast", {}, SPREAD_BY_DEFAULT),                       # no spares, a worker per CPU
-    ("parallel", {}, "os"),                                # the pipe path
-    ("vector", {"worker_cpus": None}, "os"),
-    ("fast", {"worker_cpus": None}, "os"),
-    ("vector", {"batch_size": 1}, "os"),                   # the asynchronous mode
-    ("fast", {"num_spare_envs_for_reload": 1}, "os"),      # spares
-    ("parallel", {"worker_cpus": "auto"}, "os"),           # auto means None on pipes
+MAY_PIN = len(CPUS) > 1
+
+
+@pytest.mark.parametrize("backend, kwargs, may_pin", [
+    ("vector", {}, MAY_PIN),                   # synchronous, a worker per CPU
+    ("fast", {}, MAY_PIN),                     # no spares, a worker per CPU
+    ("parallel", {}, False),                   # the pipe path
+    ("vector", {"worker_cpus": None}, False),
+    ("fast", {"worker_cpus": None}, False),
+    ("vector", {"batch_size": 1}, False),      # the asynchronous mode
+    ("fast", {"num_spare_envs_for_reload": 1}, False),  # spares
+    ("parallel", {"worker_cpus": "auto"}, False),       # auto means None on pipes
 ])
-def test_default_placement(backend, kwargs, expected):
+def test_default_placement_is_the_os_and_auto_may_pin_lockstep_workers(backend, kwargs,
+                                                                       may_pin):
     num_envs = len(CPUS) + (1 if "num_spare_envs_for_reload" in kwargs else 0)
     if kwargs.get("batch_size") == 1:
         num_envs = max(2, len(CPUS))  # the asynchronous mode needs more envs than the batch
     env = BACKENDS[backend](num_envs, **kwargs)
     try:
-        assert _placement(env) == expected
+        assert _placement(env) == "os"
+        assert _may_pin(env) is may_pin
         env.reset()
     finally:
         env.close()
 
 
-def test_sb3_front_end_spreads_its_workers_by_default():
+def test_sb3_front_end_starts_its_workers_placed_by_the_os_and_may_pin_them():
     from alf_env.sb3 import FastSubprocVecEnv
 
     fns = [functools.partial(make_synthetic_env, "W1", i) for i in range(len(CPUS))]
     env = FastSubprocVecEnv(fns, "fork", envs_per_worker=1)
     try:
-        assert _placement(env._vector_env) == SPREAD_BY_DEFAULT
+        assert _placement(env._vector_env) == "os"
+        assert _may_pin(env._vector_env) is MAY_PIN
         env.reset()
     finally:
         env.close()
@@ -169,10 +178,10 @@ def test_bad_value_raises_before_any_worker_starts(backend):
 @pytest.mark.parametrize("backend", ["fast", "vector"])
 @pytest.mark.parametrize("worker_cpus, cap_us", [
     (None, 2000), ("spread", 5000), ("auto", 5000 if len(CPUS) > 1 else 2000)])
-def test_pinned_workers_let_the_trainer_spin_longer(backend, worker_cpus, cap_us):
+def test_spread_workers_let_the_trainer_spin_longer(backend, worker_cpus, cap_us):
     # As many workers as CPUs: oversubscribed (the trainer makes one more), so
-    # spinning only yields; pinned workers raise the adaptive cap (see
-    # csrc/futex.h: the kernel's balancer cannot misplace them then).
+    # spinning only yields; workers spread over the CPUs, pinned or placed by
+    # the OS under "auto", raise the adaptive cap (see csrc/futex.h).
     env = BACKENDS[backend](len(CPUS), worker_cpus=worker_cpus)
     try:
         controller = env._board.controller

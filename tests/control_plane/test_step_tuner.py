@@ -117,10 +117,19 @@ def test_it_keeps_its_choice_for_the_period_then_chooses_again_as_the_load_chang
     loop = Loop([knob()], period_s=10.0)
     loop.run(20, by_value(short=100e-6, long=50e-6))  # e.g. a loop of steps alone
     assert loop.tuner.values == {"spin": "long"}
-    loop.run(200, by_value(short=100e-6, long=400e-6))  # a policy came into the loop
+    loop.run(200, by_value(short=60e-6, long=90e-6))  # 1.8x slower: not a drift
     assert len(loop.tuner.decisions) == 1  # not yet looked at again
     loop.now += 10.0
-    loop.run(20, by_value(short=100e-6, long=400e-6))
+    loop.run(20, by_value(short=60e-6, long=90e-6))
+    assert loop.tuner.decisions[-1:] == decided(Decision("spin", 60e-6, 90e-6, "short"))
+    assert loop.tuner.values == {"spin": "short"}
+
+
+def test_a_loop_that_becomes_much_slower_chooses_again_at_once():
+    loop = Loop([knob()], period_s=10.0)
+    loop.run(20, by_value(short=100e-6, long=50e-6))
+    loop.run(200, by_value(short=100e-6, long=400e-6))  # a policy came into the loop
+    assert loop.now < 10.0
     assert loop.tuner.decisions[-1:] == decided(Decision("spin", 100e-6, 400e-6, "short"))
     assert loop.tuner.values == {"spin": "short"}
 
@@ -197,6 +206,35 @@ def test_a_window_of_fast_cycles_lasts_its_minimum_time():
     assert loop.tuner.decisions == decided(Decision("spin", 100e-6, 50e-6, "long"))
 
 
+def stalling(every: int) -> Callable[[Dict[str, object]], float]:
+    """Cycles of 100 µs at "short"; 50 µs at "long", but every ``every``-th is a
+    4 ms stall."""
+    longs = []
+
+    def cost(values):
+        if values["spin"] == "short":
+            return 100e-6
+        longs.append(1)
+        return 4e-3 if len(longs) % every == 0 else 50e-6
+
+    return cost
+
+
+def test_a_knob_may_ask_for_longer_windows_than_the_tuner():
+    # Windows of 4 cycles miss the stalls and choose "long"; windows of 0.1 s
+    # hold several and keep "short".
+    short_windows = Loop([knob()], window=4)
+    short_windows.run(40, stalling(every=20))
+    assert short_windows.tuner.decisions[0].chosen == "long"
+    long_windows = Loop([knob(window_s=0.1)], window=4)
+    long_windows.run(40, stalling(every=20))
+    assert long_windows.tuner.decisions == []  # still in its first window
+    long_windows.run(4000, stalling(every=20))
+    decision = long_windows.tuner.decisions[0]
+    assert decision.chosen == "short"
+    assert decision.alternative_s > decision.preferred_s
+
+
 def test_a_value_many_times_slower_is_dropped_within_a_few_cycles():
     loop = Loop([knob()], window=64)
     spent = []
@@ -208,3 +246,52 @@ def test_a_value_many_times_slower_is_dropped_within_a_few_cycles():
     loop.run(64 + 2 + 12, cost)
     assert loop.tuner.decisions == decided(Decision("spin", 100e-6, 4e-3, "short"))
     assert spent.count("long") == 9  # the skipped first cycle and 8 more, not 64
+
+
+def test_cycles_that_become_much_slower_start_a_round_at_once():
+    loop = Loop([knob()], window=4, period_s=10.0)
+    loop.run(40, by_value(short=100e-6, long=200e-6))
+    assert [d.chosen for d in loop.tuner.decisions] == ["short"]
+    loop.run(200, by_value(short=110e-6, long=200e-6))  # machine noise: no round
+    assert len(loop.tuner.decisions) == 1
+    # The loop falls into a slow state that switching the knob ends (the
+    # long value is fast now): well before the 10 s period, a round runs.
+    loop.run(100, by_value(short=3e-3, long=200e-6))
+    assert loop.now < 10.0
+    assert [d.chosen for d in loop.tuner.decisions] == ["short", "long"]
+
+
+def test_a_long_cycle_now_and_then_is_not_a_slower_loop():
+    # A training update between rollouts: one long cycle in every 32.
+    cycles = iter(range(10 ** 6))
+    loop = Loop([knob()], window=4)
+    loop.run(2000, lambda values: 50e-3 if next(cycles) % 32 == 31 else 100e-6)
+    assert len(loop.tuner.decisions) == 1
+
+
+def test_a_slow_state_that_starts_during_a_round_is_caught_after_it():
+    # The first knob keeps "short"; while the second is timed, the loop falls
+    # into a slow state at pause="short" that only pause="long" ends.
+    loop = Loop([knob("pause"), knob("spin")], window=4)
+    slow = [False]
+
+    def cost(values):
+        if len(loop.tuner.decisions) == 1:
+            slow[0] = True
+        if slow[0] and values["pause"] == "short":
+            return 3e-3
+        return 100e-6
+
+    loop.run(200, cost)
+    assert loop.now < 10.0
+    assert [(d.knob, d.chosen) for d in loop.tuner.decisions][:3] == [
+        ("pause", "short"), ("spin", "short"), ("pause", "long")]
+
+
+def test_after_a_round_for_a_slower_loop_the_new_speed_is_the_reference():
+    # A busy process starts: every value is 3x slower for good. One round, then
+    # the tuner settles at the new speed instead of timing again and again.
+    loop = Loop([knob()], window=4)
+    loop.run(40, by_value(short=100e-6, long=200e-6))
+    loop.run(2000, by_value(short=300e-6, long=600e-6))
+    assert len(loop.tuner.decisions) == 2

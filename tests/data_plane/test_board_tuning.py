@@ -44,25 +44,26 @@ def test_default_front_ends_choose_every_knob_and_apply_what_they_chose(front_en
     env, pids, step = make_env(front_end)
     try:
         tuner = tuner_of(env)
-        assert [k.name for k in tuner.knobs] == ["placement", "job_wait_spin_us",
-                                                 "openmp_pause"]
-        assert tuner.values == {"placement": Placement.PINNED,
+        assert [k.name for k in tuner.knobs] == ["openmp_pause", "placement",
+                                                 "job_wait_spin_us"]
+        assert tuner.values == {"placement": Placement.OS,
                                 "job_wait_spin_us": SHORT_JOB_WAIT_SPIN_US,
-                                "openmp_pause": False}
+                                "openmp_pause": True}
+        pause, = tuner.before_step
+        assert pause.enabled  # the value the tuner starts from is in effect
         assert all(os.sched_getscheduler(pid) == os.SCHED_OTHER for pid in pids)
-        assert [len(os.sched_getaffinity(pid)) for pid in pids] == [1] * len(pids)
+        assert [len(os.sched_getaffinity(pid)) for pid in pids] == [CPUS] * len(pids)
         for _ in range(100_000):  # windows last 64 cycles and 50 ms at least
             if len(tuner.decisions) == 3:
                 break
             step()
-        assert [d.knob for d in tuner.decisions] == ["placement", "job_wait_spin_us",
-                                                     "openmp_pause"]
+        assert [d.knob for d in tuner.decisions] == ["openmp_pause", "placement",
+                                                     "job_wait_spin_us"]
         chosen = {d.knob: d.chosen for d in tuner.decisions}
         assert tuner.values == chosen
         expected = 1 if chosen["placement"] is Placement.PINNED else CPUS
         assert [len(os.sched_getaffinity(pid)) for pid in pids] == [expected] * len(pids)
         assert env._board.controller.job_wait_spin_us == chosen["job_wait_spin_us"]
-        pause, = tuner.before_step
         assert pause.enabled is chosen["openmp_pause"]
     finally:
         env.close()

@@ -92,10 +92,10 @@ def test_adaptive_spin_only_yields_when_processes_outnumber_cpus():
     assert controller.spin_yields_only and block.worker_port(0).spin_yields_only
     assert controller.spin_budget_us == 2000  # kAdaptiveMaxYieldSpin
     block = SharedBlock([], num_rows=0, num_workers=cpus)
-    controller = block.controller(workers_pinned=True)
+    controller = block.controller(workers_spread=True)
     assert controller.spin_yields_only
-    assert block.worker_port(0, workers_pinned=True).spin_yields_only
-    assert controller.spin_budget_us == 5000  # kAdaptiveMaxPinnedSpin
+    assert block.worker_port(0, workers_spread=True).spin_yields_only
+    assert controller.spin_budget_us == 5000  # kAdaptiveMaxSpreadSpin
 
 
 def test_a_worker_waiting_for_its_next_job_spins_50_us_at_most_in_every_mode():
@@ -104,8 +104,8 @@ def test_a_worker_waiting_for_its_next_job_spins_50_us_at_most_in_every_mode():
     for num_workers in (1, cpus, 2 * cpus):
         for pinned in (False, True):
             block = SharedBlock([], num_rows=0, num_workers=num_workers)
-            block.controller(workers_pinned=pinned)
-            assert block.worker_port(0, workers_pinned=pinned).spin_budget_us == 50
+            block.controller(workers_spread=pinned)
+            assert block.worker_port(0, workers_spread=pinned).spin_budget_us == 50
     # A fixed budget is the caller's own: kept.
     block = SharedBlock([], num_rows=0, num_workers=1)
     block.controller(1000)
@@ -115,13 +115,13 @@ def test_a_worker_waiting_for_its_next_job_spins_50_us_at_most_in_every_mode():
 def test_the_main_process_sets_the_job_wait_cap_and_each_worker_applies_it_at_its_next_wait():
     cpus = _testing.usable_cpu_count()
     block = SharedBlock([], num_rows=0, num_workers=cpus)  # oversubscribed: yield-spinning
-    controller = block.controller(workers_pinned=True)
-    port = block.worker_port(0, workers_pinned=True)
+    controller = block.controller(workers_spread=True)
+    port = block.worker_port(0, workers_spread=True)
     assert controller.job_wait_spin_us == 50
     controller.job_wait_spin_us = 0  # the mode's own cap
     assert port.spin_budget_us == 50  # not before its next wait
     assert port.wait_job(timeout_s=0) == (JobType.NONE, 0)
-    assert port.spin_budget_us == 5000  # kAdaptiveMaxPinnedSpin
+    assert port.spin_budget_us == 5000  # kAdaptiveMaxSpreadSpin
     controller.job_wait_spin_us = 300
     port.wait_job(timeout_s=0)
     assert controller.job_wait_spin_us == 300 and port.spin_budget_us == 300
@@ -139,7 +139,7 @@ def test_the_main_process_sets_the_job_wait_cap_and_each_worker_applies_it_at_it
 @pytest.mark.skipif(_testing.usable_cpu_count() < 2, reason="needs 2 CPUs")
 def test_pinned_workers_do_not_change_the_cap_without_oversubscription():
     block = SharedBlock([], num_rows=0, num_workers=1)  # 2 processes
-    assert block.controller(workers_pinned=True).spin_budget_us == 100
+    assert block.controller(workers_spread=True).spin_budget_us == 100
 
 
 @pytest.mark.skipif(_testing.usable_cpu_count() < 2, reason="needs 2 CPUs")
@@ -156,7 +156,7 @@ def test_adaptive_spin_learns_to_sleep_through_long_jobs(start_process):
     # within ~13 waits and the main process then sleeps at once.
     cpus = _testing.usable_cpu_count()
     block = SharedBlock([("rec", (3,), np.int64)], num_rows=cpus, num_workers=cpus)
-    controller = block.controller(workers_pinned=True)
+    controller = block.controller(workers_spread=True)
     assert controller.spin_budget_us == 5000
     process, = start_job_workers(start_process, block, controller, 1)
     budgets = []

@@ -186,12 +186,12 @@ class FastParallelEnvironment(ParallelAlfEnvironment):
         self._step_type_view = self._block.views["time_step.step_type"]
         self._pack_time_step = compile_nest(self._time_step_spec)[1]
         self._controller = self._block.controller(spin_us,
-                                                  workers_pinned=self._workers_pinned)
+                                                  workers_spread=self._workers_spread)
         self._board = JobBoard(self._controller, self._envs, timeout=self._timeout)
         handlers = [AlfRowsHandler((i * b, (i + 1) * b), tuple(action_names),
                                    tuple(time_step_names), grouped=self._group_size > 1)
                     for i in range(num_envs)]
-        start_job_loops(self._board, self._block, spin_us, self._workers_pinned, handlers)
+        start_job_loops(self._board, self._block, spin_us, self._workers_spread, handlers)
         self._update_slot_rows()
 
     # -- jobs (see data_plane.job_board.JobBoard) ---------------------------

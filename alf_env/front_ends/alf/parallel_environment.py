@@ -40,7 +40,7 @@ import numpy as np
 import torch
 
 from alf_env import nest
-from alf_env.control_plane.affinity import WorkerCpus, pin_workers, plan_worker_cpus
+from alf_env.control_plane.affinity import WorkerCpus, pin_workers, plan_worker_cpus, start_plan
 from alf_env.control_plane.channel import resolve_all
 from alf_env.control_plane.group import close_all, start_environments
 from alf_env.control_plane.guards import NotCopyable, OneThread
@@ -123,9 +123,9 @@ class ParallelAlfEnvironment(NotCopyable, MembersSpecs, AlfEnvironment):
             OS decides), ``"spread"`` (worker ``i`` pinned to the ``i % n``-th
             of the ``n`` CPUs this process may use) or a sequence of CPU ids
             (worker ``i`` pinned to ``worker_cpus[i % len(worker_cpus)]``).
-            ``"auto"`` spreads the workers of a ``FastParallelEnvironment``
-            without spares when they are at least as many as the usable CPUs
-            (its default); on the pipe path here it means ``None``, which
+            ``"auto"`` (the default of ``FastParallelEnvironment``) starts
+            the workers placed by the OS and may spread them while they run
+            (docs/options.rst); on the pipe path here it means ``None``, which
             measured faster (docs/benchmarks.md, "Choices the defaults rest on").
         timeout: seconds that each ``reset()``, ``step()`` and call
             (``seed``, ``render``, ``call_envs_with_same_args``) may wait for
@@ -184,7 +184,7 @@ class ParallelAlfEnvironment(NotCopyable, MembersSpecs, AlfEnvironment):
                 f"number of env_constructors), got {num_spare_envs_for_reload}")
         cpu_plan = plan_worker_cpus(worker_cpus, num_envs,
                                     lockstep=self._FAST and not num_spare_envs_for_reload)
-        self._workers_pinned = cpu_plan is not None
+        self._workers_spread = cpu_plan is not None
         self._cpu_plan = cpu_plan
         self._blocking = blocking
         self._envs = [
@@ -201,7 +201,8 @@ class ParallelAlfEnvironment(NotCopyable, MembersSpecs, AlfEnvironment):
         # and this ends its workers all at once; close() detaches it.
         self._finalizer = close_when_collected(self, self._envs)
         try:
-            pin_workers([env.pid for env in self._envs if env.pid is not None], cpu_plan)
+            pin_workers([env.pid for env in self._envs if env.pid is not None],
+                        start_plan(worker_cpus, cpu_plan))
             check_same_specs(self._envs)
             first = self._envs[0]
             self._env_batched = bool(first.batched)

@@ -332,7 +332,7 @@ def attach_workers(workers: Sequence[ProcessEnvironment], spaces: Spaces,
                    bounds: Sequence[Tuple[int, int]], *, shared_memory: bool,
                    autoreset_mode: AutoresetMode, copy: bool, info_bytes: int,
                    declared_infos: Sequence[Signature], spin_us: int,
-                   workers_pinned: bool) -> Transport:
+                   workers_spread: bool) -> Transport:
     """Builds the shared rows and sends each worker into its native job loop, or
     sets up the pipe path (``shared_memory=False``, or actions of no fixed size)."""
     observation = SpaceLayout(spaces.single_observation_space, "obs", "observation")
@@ -354,12 +354,12 @@ def attach_workers(workers: Sequence[ProcessEnvironment], spaces: Spaces,
         rows = EnvRows(block, observation, action)
         results = ResultAssembler(rows, rows.info, observation, workers, bounds, copy,
                                   autoreset_mode, declared_infos)
-        controller = block.controller(spin_us, workers_pinned=workers_pinned)
+        controller = block.controller(spin_us, workers_spread=workers_spread)
         board = JobBoard(controller, workers, on_ok=results.collect_reports)
         handlers = [GymRowsHandler(rows_of, observation, action, autoreset_mode,
                                    info_bytes, declared_infos)
                     for rows_of in bounds]
-        start_job_loops(board, block, spin_us, workers_pinned, handlers)
+        start_job_loops(board, block, spin_us, workers_spread, handlers)
     except BaseException:
         block.close()
         raise

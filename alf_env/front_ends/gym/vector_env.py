@@ -14,7 +14,13 @@ import numpy as np
 from gymnasium.error import AlreadyPendingCallError
 from gymnasium.vector import AutoresetMode
 
-from alf_env.control_plane.affinity import AUTO, WorkerCpus, pin_workers, plan_worker_cpus
+from alf_env.control_plane.affinity import (
+    AUTO,
+    WorkerCpus,
+    pin_workers,
+    plan_worker_cpus,
+    start_plan,
+)
 from alf_env.control_plane.group import close_all
 from alf_env.control_plane.guards import NotCopyable, OneThread, guard_methods
 from alf_env.control_plane.process_environment import ProcessEnvironment
@@ -136,7 +142,8 @@ class FastVectorEnv(NotCopyable, VectorApi, gym.vector.VectorEnv):
             # Dropped unclosed, the env is collected (nothing refers back to
             # it) and this ends its workers; close() detaches it.
             self._finalizer = close_when_collected(self, self._workers)
-            pin_workers([w.pid for w in self._workers if w.pid is not None], cpu_plan)
+            pin_workers([w.pid for w in self._workers if w.pid is not None],
+                        start_plan(worker_cpus, cpu_plan))
             spaces = describe_workers(self._workers, observation_mode, batch_size,
                                       autoreset_mode)
             self.single_observation_space = spaces.single_observation_space
@@ -149,7 +156,7 @@ class FastVectorEnv(NotCopyable, VectorApi, gym.vector.VectorEnv):
                 self._workers, spaces, self._bounds, shared_memory=self.shared_memory,
                 autoreset_mode=autoreset_mode, copy=copy, info_bytes=info_bytes,
                 declared_infos=declared, spin_us=spin_us,
-                workers_pinned=cpu_plan is not None)
+                workers_spread=cpu_plan is not None)
             self.shared_memory = transport.shared_memory
             self._block, self._board = transport.block, transport.board
             self._results = transport.results
