@@ -39,12 +39,14 @@ OUTLIER = 8.0
 OUTLIER_S = 0.05
 #: Cycles per block watched between rounds.
 WATCH_CYCLES = 16
-#: A watched block whose median cycle is this many times the shortest cycle
-#: seen (a block median, or a timed window's mean) starts a round at once: the
-#: load changed, or the loop fell into a slow state (the trainer's OpenMP
-#: threads sharing its core made HalfCheetah's cycles 15-20x longer for
-#: seconds; timing the knobs again switched it out). After such a round, the
-#: new speed is the reference.
+#: Consecutive watched blocks whose median cycle is :data:`DRIFT` times the
+#: shortest window mean of the last round start a round at once: the load
+#: changed, or the loop fell into a slow state (the trainer's OpenMP threads
+#: sharing its core made HalfCheetah's cycles 15-20x longer for seconds;
+#: timing the knobs again switched it out). Beside a busy process single
+#: blocks swing 2x; a reference that also took the shortest block median
+#: started 32 rounds in 60 s there.
+WATCH_BLOCKS = 4
 DRIFT = 2.0
 
 
@@ -154,7 +156,8 @@ class StepTuner:
         self._changed = False  # whether this round changed a value
         self._first: Hashable = None  # the current knob's value when its timing began
         self._watched: List[float] = []  # cycles of the current watched block
-        self._settled_s = float("inf")  # the shortest cycle seen (see DRIFT)
+        self._settled_s = float("inf")  # the last round's shortest window mean
+        self._slow_blocks = 0  # consecutive watched blocks slower by DRIFT
 
     @property
     def values(self) -> Dict[str, Hashable]:
@@ -176,25 +179,24 @@ class StepTuner:
             action()
 
     def _watch(self, seconds: float) -> None:
-        """Starts a round at once if a block of cycles is :data:`DRIFT` times slower
-        than the shortest seen (a median: a training update between rollouts is
-        one long cycle, not a slower loop)."""
+        """Starts a round at once after :data:`WATCH_BLOCKS` blocks of cycles
+        :data:`DRIFT` times slower than the last round's shortest window (block
+        medians: a training update between rollouts is one long cycle, not a
+        slower loop)."""
         self._watched.append(seconds)
         if len(self._watched) < WATCH_CYCLES:
             return
         median = statistics.median(self._watched)
         self._watched = []
-        if median > DRIFT * self._settled_s:
+        self._slow_blocks = self._slow_blocks + 1 if median > DRIFT * self._settled_s else 0
+        if self._slow_blocks >= WATCH_BLOCKS:
             logging.info("alf_env: the loop's cycles became %.1fx slower (%.0f us); timing "
                          "its settings again", median / self._settled_s, median * 1e6)
             self.wait_s = self.period_s
-            self._settled_s = float("inf")
             self._start_round()
-        else:
-            self._settled_s = min(self._settled_s, median)
 
     def _start_round(self) -> None:
-        self._watched = []
+        self._watched, self._settled_s, self._slow_blocks = [], float("inf"), 0
         self._round = [k for k in self.knobs if k.available()]
         self._phase = _Phase.TIMING
         self._changed = False

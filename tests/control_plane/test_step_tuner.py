@@ -295,3 +295,14 @@ def test_after_a_round_for_a_slower_loop_the_new_speed_is_the_reference():
     loop.run(40, by_value(short=100e-6, long=200e-6))
     loop.run(2000, by_value(short=300e-6, long=600e-6))
     assert len(loop.tuner.decisions) == 2
+
+
+def test_blocks_that_swing_beside_a_busy_process_start_no_round():
+    # Every other block of 16 cycles is 3x slower (a busy core's time slices):
+    # never four slow blocks in a row, so no round before the period.
+    cycles = iter(range(10 ** 6))
+    loop = Loop([knob()], window=4, period_s=10.0)
+    loop.run(20, by_value(short=100e-6, long=200e-6))
+    loop.run(4000, lambda values: 300e-6 if (next(cycles) // 16) % 2 else 100e-6)
+    assert loop.now < 10.0
+    assert len(loop.tuner.decisions) == 1
