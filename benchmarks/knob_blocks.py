@@ -79,12 +79,8 @@ def measure(workload: str, knob: str, num_envs: int = 8, policy_name: str = "non
         if chosen is None or not chosen.available():
             raise ValueError(f"--knob: this env's tuner cannot set {knob!r} here; it "
                              f"times {sorted(k.name for k in tuner.knobs if k.available())}")
-        def before_step() -> None:
-            for action in tuner.before_step:
-                action()
-
         # From here the tuner only runs what it runs before every step.
-        board.step_hook = before_step
+        board.step_hook = tuner.run_before_step
         values = (chosen.preferred, chosen.alternative)
         means: Dict[Any, List[float]] = {v: [] for v in values}
         pairs: List[float] = []

@@ -117,6 +117,11 @@ def plan_worker_cpus(worker_cpus: WorkerCpus, num_workers: int,
     return [cpus[i % len(cpus)] for i in range(num_workers)]
 
 
+def is_auto(worker_cpus: WorkerCpus) -> bool:
+    """Whether ``worker_cpus`` is ``"auto"`` (a sequence of CPU ids never is)."""
+    return isinstance(worker_cpus, str) and worker_cpus == AUTO
+
+
 def start_plan(worker_cpus: WorkerCpus, plan: Optional[Sequence[int]]
                ) -> Optional[Sequence[int]]:
     """The CPUs to pin the workers to at start (``None``: the OS places them).
@@ -125,7 +130,7 @@ def start_plan(worker_cpus: WorkerCpus, plan: Optional[Sequence[int]]
     ``"auto"`` the workers start placed by the OS; the plan is only what the
     env may switch to (see the module docstring).
     """
-    return None if isinstance(worker_cpus, str) and worker_cpus == AUTO else plan
+    return None if is_auto(worker_cpus) else plan
 
 
 def pin_workers(pids: Sequence[int], plan: Optional[Sequence[int]]) -> None:

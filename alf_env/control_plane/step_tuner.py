@@ -156,7 +156,7 @@ class StepTuner:
         self._changed = False  # whether this round changed a value
         self._first: Hashable = None  # the current knob's value when its timing began
         self._watched: List[float] = []  # cycles of the current watched block
-        self._settled_s = float("inf")  # the last round's shortest window mean
+        self._reference_s = float("inf")  # the last round's shortest window mean
         self._slow_blocks = 0  # consecutive watched blocks slower by DRIFT
 
     @property
@@ -175,6 +175,11 @@ class StepTuner:
                 self._watch(now - last)
         elif last is not None:
             self._count(now - last)
+        self.run_before_step()
+
+    def run_before_step(self) -> None:
+        """Runs the ``before_step`` actions (what :meth:`step_started` does after
+        its timing; a frozen tuner's step hook)."""
         for action in self.before_step:
             action()
 
@@ -188,15 +193,15 @@ class StepTuner:
             return
         median = statistics.median(self._watched)
         self._watched = []
-        self._slow_blocks = self._slow_blocks + 1 if median > DRIFT * self._settled_s else 0
+        self._slow_blocks = self._slow_blocks + 1 if median > DRIFT * self._reference_s else 0
         if self._slow_blocks >= WATCH_BLOCKS:
             logging.info("alf_env: the loop's cycles became %.1fx slower (%.0f us); timing "
-                         "its settings again", median / self._settled_s, median * 1e6)
+                         "its settings again", median / self._reference_s, median * 1e6)
             self.wait_s = self.period_s
             self._start_round()
 
     def _start_round(self) -> None:
-        self._watched, self._settled_s, self._slow_blocks = [], float("inf"), 0
+        self._watched, self._reference_s, self._slow_blocks = [], float("inf"), 0
         self._round = [k for k in self.knobs if k.available()]
         self._phase = _Phase.TIMING
         self._changed = False
@@ -230,7 +235,7 @@ class StepTuner:
             return
         mean = trimmed_mean(self._cycles)
         self._times[self._plan.pop(0)].append(mean)
-        self._settled_s = min(self._settled_s, mean)
+        self._reference_s = min(self._reference_s, mean)
         self._cycles, self._window_total = [], 0.0
         first = self._times[self._first]
         second = self._times[knob.other() if knob.value == self._first else knob.value]

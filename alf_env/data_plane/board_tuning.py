@@ -11,7 +11,7 @@ the kernel's balancer moved them.
 from typing import Any, Optional, Sequence
 
 from alf_env import _penv
-from alf_env.control_plane.affinity import AUTO, normal_scheduling
+from alf_env.control_plane.affinity import is_auto, normal_scheduling
 from alf_env.control_plane.openmp import OpenMpPause
 from alf_env.control_plane.placement import MARGIN as PLACEMENT_MARGIN
 from alf_env.control_plane.placement import Placement, place_workers
@@ -27,9 +27,9 @@ LONG_JOB_WAIT_SPIN_US = 300
 #: noise of four windows on a quiet machine.
 SPIN_MARGIN = 0.05
 PAUSE_MARGIN = 0.05
-#: Seconds per window when timing the OpenMP pause: kept, the pool's spinning
-#: threads cost a few cycles of 5-15 ms each (1-5% of them), which windows of
-#: 64 cycles often miss, and then keeping it looked faster.
+#: Seconds per window when timing the OpenMP pause: a kept pool costs rare
+#: cycles of 5-20 ms, which windows of 64 cycles often miss, and then keeping
+#: it looked faster.
 PAUSE_WINDOW_S = 0.5
 #: The ``spin_us`` of the adaptive spin (the only one whose cap is tuned).
 ADAPTIVE_SPIN = -1
@@ -56,19 +56,17 @@ def controller_tuner(controller: _penv.Controller, pids: Sequence[int], worker_c
     """
     pids = list(pids)
     normal_scheduling(pids)
-    # Released unless keeping the pool measures faster. Released, the next
-    # forward pass starts new threads; when the CPUs are busy at that moment
-    # the kernel may put them on the trainer's own core, where each parallel
-    # region waits for a tick (4 ms), and a loop can stay in that state.
-    # Starting released, the first windows show that state, and keeping the
-    # pool is chosen; tried later from a kept pool, the release looked fast
-    # and then fell into it in 5 runs of 14 (docs/benchmarks.md). Timed
-    # first: switching it ends the state (step_tuner.DRIFT).
+    # Released unless keeping the pool measures faster: a release can leave
+    # the loop in a slow state (new OpenMP threads on the trainer's own core),
+    # which its first windows show when it is the starting value, and which
+    # a release tried later from a kept pool fell into after winning its
+    # windows. Timed first: switching it ends the state (step_tuner.DRIFT).
+    # docs/benchmarks.md, "What decides these figures", has the runs.
     pause = OpenMpPause()
     pause.set(True)
     knobs = [Knob("openmp_pause", True, False, pause.set, PAUSE_MARGIN,
                   available=lambda: pause.available, window_s=PAUSE_WINDOW_S)]
-    if isinstance(worker_cpus, str) and worker_cpus == AUTO and plan is not None:
+    if is_auto(worker_cpus) and plan is not None:
         cpus = list(plan)
 
         def place(placement: Any) -> None:

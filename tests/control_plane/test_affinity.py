@@ -7,7 +7,7 @@ import psutil
 import pytest
 
 from alf_env.control_plane import affinity
-from alf_env.control_plane.affinity import pin_workers, plan_worker_cpus, usable_cpus
+from alf_env.control_plane.affinity import is_auto, pin_workers, plan_worker_cpus, usable_cpus
 from alf_env.environments.alf_gym_wrapper import AlfGymWrapper
 from alf_env.environments.fast_parallel_environment import FastParallelEnvironment
 from alf_env.environments.parallel_environment import ParallelAlfEnvironment
@@ -61,6 +61,13 @@ def test_plan_spread_and_lists():
 def test_plan_rejects_bad_values(value, message):
     with pytest.raises(ValueError, match=message):
         plan_worker_cpus(value, 2)
+
+
+def test_only_the_string_auto_is_auto():
+    import numpy as np
+
+    assert is_auto("auto")
+    assert not any(is_auto(v) for v in (None, "spread", [0, 1], np.array([0, 1])))
 
 
 def test_pin_names_the_worker_that_failed():
