@@ -190,15 +190,23 @@ class AlfRowsHandler:
             self._outputs.write_leaves(result[0], self._env_id, True)
 
     def _step_members(self, arg: int) -> None:
+        # Every member steps before any row is written, so the writes' objects
+        # stay in the caches an env's step evicts (GymRowsHandler.step says more).
         group = self._group
         group.begin_job()
-        for j, (actions, outputs, env_id, flat_step) in enumerate(self._members):
+        results: List[Tuple[bool, Any]] = []  # (flat leaves?, leaves or time step)
+        for j, (actions, _, _, flat_step) in enumerate(self._members):
             if flat_step is not None:
                 leaves = group.step_member_flat(j, flat_step, actions.read_leaves())
                 if leaves is not None:
-                    outputs.write_leaves(leaves, env_id, True)
+                    results.append((True, leaves))
                     continue
-            outputs.write(group.step_member(j, actions.read()), env_id)
+            results.append((False, group.step_member(j, actions.read())))
+        for (flat, result), (_, outputs, env_id, _) in zip(results, self._members):
+            if flat:
+                outputs.write_leaves(result, env_id, True)
+            else:
+                outputs.write(result, env_id)
 
     def _reset_members(self, arg: int) -> None:
         group = self._group

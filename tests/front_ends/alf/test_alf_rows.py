@@ -143,3 +143,45 @@ def test_a_flat_step_that_raises_names_its_env():
     finally:
         group.close()
         block.close()
+
+
+@pytest.mark.parametrize("member_classes", [(AlfGymWrapper,) * 3,
+                                            (AlfGymWrapper, _Subclass, AlfGymWrapper)])
+def test_every_member_steps_before_any_row_is_written(member_classes, monkeypatch):
+    group = EnvGroup([functools.partial(_numeric, cls=cls) for cls in member_classes], 10)
+    handler, (action_views, _), block = _handler(group, 3)
+    order = []
+    step_member, step_member_flat = group.step_member, group.step_member_flat
+
+    def logged_step(j, *args):
+        order.append(("step", j))
+        return step_member(j, *args)
+
+    def logged_flat_step(j, *args):
+        order.append(("step", j))
+        return step_member_flat(j, *args)
+
+    monkeypatch.setattr(group, "step_member", logged_step)
+    monkeypatch.setattr(group, "step_member_flat", logged_flat_step)
+    # Every write of a member's rows ends in write_leaves (write flattens first).
+    rows_class = type(handler._members[0][1])
+    write_leaves = rows_class.write_leaves
+
+    def logged_write_leaves(self, leaves, env_id, scalars=False):
+        order.append(("write", env_id))
+        return write_leaves(self, leaves, env_id, scalars)
+
+    monkeypatch.setattr(rows_class, "write_leaves", logged_write_leaves)
+    try:
+        handler.reset(0)
+        action_views[0][...] = 0.5
+        order.clear()
+        handler.step(0)
+        steps = [entry for entry in order if entry[0] == "step"]
+        writes = [entry for entry in order if entry[0] == "write"]
+        assert sorted({j for _, j in steps}) == [0, 1, 2]
+        assert writes == [("write", j) for j in range(3)]
+        assert order.index(writes[0]) > max(order.index(s) for s in steps)
+    finally:
+        group.close()
+        block.close()

@@ -117,3 +117,30 @@ def test_steps_of_a_known_layout_take_the_exact_write(monkeypatch):
         np.testing.assert_array_equal(rows.info_layout, [2] * NUM_ENVS)
     finally:
         block.close()
+
+
+def test_every_env_steps_before_any_row_is_written(monkeypatch):
+    handler, rows, pipe, block = _bound("endless", exact=True)
+    order = []
+    for k, env in enumerate(handler._group.envs):
+        def step(action, k=k, step=env.step):
+            order.append(("step", k))
+            return step(action)
+        monkeypatch.setattr(env, "step", step)
+    write = handler._write
+
+    def logged_write(k, *args):
+        order.append(("write", k))
+        return write(k, *args)
+
+    monkeypatch.setattr(handler, "_write", logged_write)
+    try:
+        handler.reset(0)
+        rows.act[0][...] = 0.5
+        order.clear()
+        handler.step(0)
+        assert order == ([("step", k) for k in range(NUM_ENVS)]
+                         + [("write", k) for k in range(NUM_ENVS)])
+        assert not rows.terminated.any() and rows.reward.all()
+    finally:
+        block.close()
