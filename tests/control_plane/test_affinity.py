@@ -3,6 +3,7 @@
 import functools
 import os
 
+import numpy as np
 import psutil
 import pytest
 
@@ -64,8 +65,6 @@ def test_plan_rejects_bad_values(value, message):
 
 
 def test_only_the_string_auto_is_auto():
-    import numpy as np
-
     assert is_auto("auto")
     assert not any(is_auto(v) for v in (None, "spread", [0, 1], np.array([0, 1])))
 
