@@ -39,8 +39,17 @@ Every loop runs ``--seconds`` after ``--warmup`` steps, the loops interleaved
 in each of ``--repeats`` rounds; ratios to ``SyncVectorEnv`` (and to the
 ceiling) are paired within a round.
 
+``--alternate`` measures instead what ``fast_vector`` costs per step over the
+bare loop it is bounded by (placed by the OS, as ``FastVectorEnv``'s default,
+and with a policy releasing torch's OpenMP pool, as its tuner does): one
+trainer holds both and steps them in alternating blocks of ``--block`` steps
+(a cycle: the policy's forward pass and the step), so a drift of the machine's
+speed, which moves separate runs by 30%, hits both alike. Printed: the medians
+over the blocks of each one's median cycle (µs) and of their difference.
+
 Run:  python benchmarks/lockstep_bound.py [--workload CartPole-v1,HalfCheetah-v5,Pong]
       [--num-envs 8] [--load N] [--policy mlp] [--repeats 5] [--seconds 2]
+      [--alternate [--blocks 200] [--block 32]]
 """
 
 import argparse
@@ -304,6 +313,60 @@ def measure(workload: str, num_envs: int, policy_name: str, repeats: int, warmup
     return rates
 
 
+def alternate(workload: str, num_envs: int, policy_name: str, blocks: int, block: int,
+              warmup: int) -> Dict[str, float]:
+    """µs per cycle of ``fast_vector`` and of the bare loop, stepped by one trainer in
+    ``blocks`` alternating blocks of ``block`` cycles each (after ``warmup`` cycles of
+    each, in which ``FastVectorEnv``'s tuner makes its first choices).
+
+    Returns:
+        ``fast_vector``, ``bare``: the median over the blocks of each one's median
+        cycle; ``difference``: the median over the blocks of the difference of the
+        two, that is what ``fast_vector`` adds to the bare loop's cycle.
+    """
+    from alf_env.vector import FastVectorEnv
+
+    policy = make_policy(policy_name, None)
+    actions = Actions.make(workload, num_envs)
+    obs = observations(workload, num_envs)
+    workers = len(usable_cpus())
+    if num_envs % workers:
+        raise ValueError(f"--num-envs: expected a multiple of {workers}, got {num_envs}")
+    fns = [functools.partial(make_env, workload, i) for i in range(num_envs)]
+    fast = VectorLoop(FastVectorEnv(fns), actions.numpy)
+    try:
+        bare = BareLockstep(workload, workers, num_envs // workers, 0, actions.per_env(),
+                            None, release_openmp=policy is not None)
+    except BaseException:
+        fast.close()
+        raise
+
+    def cycles(loop: Any, count: int) -> List[float]:
+        times = []
+        for _ in range(count):
+            begin = time.perf_counter()
+            if policy is not None:
+                policy(obs)
+            loop.step()
+            times.append(time.perf_counter() - begin)
+        return times
+
+    medians: Dict[str, List[float]] = {"fast_vector": [], "bare": [], "difference": []}
+    try:
+        cycles(fast, warmup)
+        cycles(bare, warmup)
+        for _ in range(blocks):
+            fast_s = statistics.median(cycles(fast, block))
+            bare_s = statistics.median(cycles(bare, block))
+            medians["fast_vector"].append(fast_s)
+            medians["bare"].append(bare_s)
+            medians["difference"].append(fast_s - bare_s)
+    finally:
+        fast.close()
+        bare.close()
+    return {name: 1e6 * statistics.median(values) for name, values in medians.items()}
+
+
 def report(results: Dict[str, Dict[str, List[float]]], out: Any) -> None:
     """Writes env-steps/s (medians) and ratios to gym_sync (paired, median (min - max))."""
     names = [n for n in next(iter(results.values())) if n != "gym_sync"]
@@ -334,7 +397,24 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--seconds", type=float, default=2.0)
     parser.add_argument("--warmup", type=int, default=500)
+    parser.add_argument("--alternate", action="store_true",
+                        help="fast_vector's cost per step over the bare loop, in one trainer")
+    parser.add_argument("--blocks", type=int, default=200, help="with --alternate")
+    parser.add_argument("--block", type=int, default=32, help="cycles per block (--alternate)")
     args = parser.parse_args(argv)
+    if args.alternate:
+        with BusyLoad(args.load):
+            rows = []
+            for w in args.workload.split(","):
+                us = alternate(w, args.num_envs, args.policy, args.blocks, args.block,
+                               args.warmup)
+                rows.append([w] + [f"{us[n]:.0f}" for n in ("fast_vector", "bare", "difference")]
+                            + [f"{us['bare'] / us['fast_vector']:.2f}"])
+        print(f"fast_vector against the bare loop, alternating blocks of {args.block}, "
+              f"{args.num_envs} envs, load {args.load}, policy {args.policy} (µs per cycle)\n")
+        print(markdown_table(["workload", "fast_vector", "bare", "difference",
+                              "bare / fast_vector"], rows))
+        return 0
     with BusyLoad(args.load):
         results = {w: measure(w, args.num_envs, args.policy, args.repeats, args.warmup,
                               args.seconds, lambda line: print(line, file=sys.stderr,

@@ -110,3 +110,25 @@ def test_with_a_policy_there_is_no_ceiling_to_compare_with(bound):
 def test_an_odd_number_of_envs_is_refused_by_name(bound):
     with pytest.raises(ValueError, match="--num-envs: expected a multiple of"):
         bound.loops("CartPole-v1", 3, Actions.make("CartPole-v1", 3), policy=False)
+
+
+def test_alternating_blocks_time_both_loops_in_one_trainer_and_leave_nothing(bound):
+    children = psutil.Process().children()
+    us = bound.alternate("CartPole-v1", 2, "none", blocks=3, block=4, warmup=5)
+    assert set(us) == {"fast_vector", "bare", "difference"}
+    assert us["fast_vector"] > 0 and us["bare"] > 0 and math.isfinite(us["difference"])
+    assert psutil.Process().children() == children
+
+
+def test_main_alternate_prints_what_fast_vector_adds_to_the_bare_loop(bound, capsys):
+    assert bound.main(["--alternate", "--workload", "CartPole-v1", "--num-envs", "2",
+                       "--blocks", "2", "--block", "3", "--warmup", "5"]) == 0
+    out = capsys.readouterr().out
+    assert "fast_vector against the bare loop, alternating blocks of 3" in out
+    header, _, row = [line for line in out.splitlines() if line.startswith("|")]
+    assert [c.strip() for c in header.strip("|").split("|")] == [
+        "workload", "fast_vector", "bare", "difference", "bare / fast_vector"]
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[0] == "CartPole-v1"
+    fast, bare = float(cells[1]), float(cells[2])
+    assert float(cells[4]) == pytest.approx(bare / fast, abs=0.01)
