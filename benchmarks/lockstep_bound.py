@@ -212,6 +212,18 @@ class VectorLoop:
         self.env.close()
 
 
+def bare_lockstep(workload: str, num_envs: int, actions: Actions
+                  ) -> Callable[..., BareLockstep]:
+    """``BareLockstep`` of ``num_envs`` envs, one worker per usable CPU; called with
+    the CPUs to pin to (``None``: the OS places) and the options."""
+    workers = len(usable_cpus())
+    if num_envs % workers or num_envs % 2:
+        raise ValueError(f"--num-envs: expected a multiple of {workers} and of 2, "
+                         f"got {num_envs}")
+    return functools.partial(BareLockstep, workload, workers, num_envs // workers, 0,
+                             actions.per_env())
+
+
 def loops(workload: str, num_envs: int, actions: Actions, policy: bool
           ) -> Dict[str, Callable[[], Any]]:
     """The constructors of every loop of one workload, by name."""
@@ -219,12 +231,8 @@ def loops(workload: str, num_envs: int, actions: Actions, policy: bool
 
     fns = [functools.partial(make_env, workload, i) for i in range(num_envs)]
     cpus = usable_cpus()
-    workers = len(cpus)
-    if num_envs % workers or num_envs % 2:
-        raise ValueError(f"--num-envs: expected a multiple of {workers} and of 2, "
-                         f"got {num_envs}")
+    bare = bare_lockstep(workload, num_envs, actions)
     flat = actions.per_env()
-    bare = functools.partial(BareLockstep, workload, workers, num_envs // workers, 0, flat)
     made: Dict[str, Callable[[], Any]] = {
         "gym_sync": lambda: VectorLoop(gym.vector.SyncVectorEnv(fns), actions.numpy),
         "gym_async": lambda: VectorLoop(gym.vector.AsyncVectorEnv(fns), actions.numpy),
@@ -324,19 +332,13 @@ def alternate(workload: str, num_envs: int, policy_name: str, blocks: int, block
         cycle; ``difference``: the median over the blocks of the difference of the
         two, that is what ``fast_vector`` adds to the bare loop's cycle.
     """
-    from alf_env.vector import FastVectorEnv
-
     policy = make_policy(policy_name, None)
     actions = Actions.make(workload, num_envs)
     obs = observations(workload, num_envs)
-    workers = len(usable_cpus())
-    if num_envs % workers:
-        raise ValueError(f"--num-envs: expected a multiple of {workers}, got {num_envs}")
-    fns = [functools.partial(make_env, workload, i) for i in range(num_envs)]
-    fast = VectorLoop(FastVectorEnv(fns), actions.numpy)
+    make_bare = bare_lockstep(workload, num_envs, actions)
+    fast = loops(workload, num_envs, actions, policy is not None)["fast_vector"]()
     try:
-        bare = BareLockstep(workload, workers, num_envs // workers, 0, actions.per_env(),
-                            None, release_openmp=policy is not None)
+        bare = make_bare(None, release_openmp=policy is not None)
     except BaseException:
         fast.close()
         raise
