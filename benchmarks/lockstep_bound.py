@@ -14,13 +14,9 @@ of reach for any front end of the design on this machine:
   observation crosses, nothing is batched, no info is carried. A front end of
   this design does all of this and more.
 
-  Variants: ``bare_tuned`` chooses its settings while it runs with
-  FastVectorEnv's own tuner (placement, the workers' job-wait spin, torch's
-  OpenMP pool); the others keep FastVectorEnv's preferred settings, with the
-  workers pinned one per CPU (``bare_pinned``) or placed by the OS
-  (``bare_os``), and with a policy also pinned with torch's OpenMP pool released
-  before each step (``bare_released``). The *bound* of a repeat is its best
-  variant.
+  Variants: the workers pinned one per CPU (``bare_pinned``) or placed by the
+  OS (``bare_os``, as ``FastVectorEnv``'s default). The *bound* of a repeat is
+  its better variant.
 * ``hybrid``: one worker process steps half the envs while the trainer steps the
   other half itself. alf_env has no such mode (an env in the trainer's process
   is not isolated from it); it shows what that design would give.
@@ -40,8 +36,7 @@ in each of ``--repeats`` rounds; ratios to ``SyncVectorEnv`` (and to the
 ceiling) are paired within a round.
 
 ``--alternate`` measures instead what ``fast_vector`` costs per step over the
-bare loop it is bounded by (placed by the OS, as ``FastVectorEnv``'s default,
-and with a policy releasing torch's OpenMP pool, as its tuner does): one
+bare loop it is bounded by (placed by the OS, as ``FastVectorEnv``'s default): one
 trainer holds both and steps them in alternating blocks of ``--block`` steps
 (a cycle: the policy's forward pass and the step), so a drift of the machine's
 speed, which moves separate runs by 30%, hits both alike. Printed: the medians
@@ -71,14 +66,11 @@ from alf_env.bench.loads import POLICIES, BusyLoad, make_policy
 from alf_env.bench.references import ceiling_runner, plain_loop
 from alf_env.bench.report import fmt_paired, markdown_table
 from alf_env.bench.workloads import make_env
-from alf_env.control_plane.affinity import AUTO, usable_cpus
-from alf_env.control_plane.openmp import OpenMpPause
-from alf_env.control_plane.step_tuner import StepTuner
-from alf_env.data_plane.board_tuning import SHORT_JOB_WAIT_SPIN_US, controller_tuner
+from alf_env.control_plane.affinity import usable_cpus
 from alf_env.data_plane.shared_block import SPIN_ADAPTIVE, SharedBlock
 
-#: The loops whose best is the bound (``bare_released`` runs only with a policy).
-BARE = ("bare_tuned", "bare_pinned", "bare_os", "bare_released")
+#: The loops whose better is the bound.
+BARE = ("bare_pinned", "bare_os")
 WAIT_S = 30.0  # a worker that does not answer in this long is reported stuck
 
 
@@ -127,14 +119,10 @@ class BareLockstep:
 
     Args:
         cpus: one CPU per worker (pinned), or ``None`` (the OS places them).
-        release_openmp: release torch's OpenMP pool before each step.
-        tuned: choose the settings while stepping, with FastVectorEnv's tuner
-            (``cpus`` is then where the workers start).
     """
 
     def __init__(self, workload: str, num_workers: int, worker_envs: int, own_envs: int,
-                 actions: List[np.ndarray], cpus: Optional[List[int]],
-                 release_openmp: bool = False, tuned: bool = False) -> None:
+                 actions: List[np.ndarray], cpus: Optional[List[int]]) -> None:
         self.block = SharedBlock([("x", (1,), np.float32)], num_rows=num_workers,
                                  num_workers=num_workers)
         self.controller = self.block.controller(SPIN_ADAPTIVE,
@@ -142,10 +130,6 @@ class BareLockstep:
         self.workers = list(range(num_workers))
         self.own = Stepper(workload, range(num_workers * worker_envs,
                                            num_workers * worker_envs + own_envs), actions)
-        self.controller.job_wait_spin_us = SHORT_JOB_WAIT_SPIN_US
-        self.pause = OpenMpPause()
-        self.pause.set(release_openmp and self.pause.available)
-        self.tuner: Optional[StepTuner] = None
         context = multiprocessing.get_context("fork")
         self.procs = []
         try:
@@ -160,17 +144,11 @@ class BareLockstep:
                 if cpus is not None:
                     os.sched_setaffinity(proc.pid, {cpus[w % len(cpus)]})
             self.step()  # every worker has built its envs
-            if tuned:
-                self.tuner = controller_tuner(self.controller, [p.pid for p in self.procs],
-                                              AUTO, cpus, SPIN_ADAPTIVE)
         except BaseException:
             self.close()
             raise
 
     def step(self, job: Any = _penv.JobType.STEP) -> None:
-        if self.tuner is not None:
-            self.tuner.step_started()
-        self.pause()
         self.controller.post(self.workers, job, 0)
         if job == _penv.JobType.STEP:
             self.own.step()
@@ -224,8 +202,7 @@ def bare_lockstep(workload: str, num_envs: int, actions: Actions
                              actions.per_env())
 
 
-def loops(workload: str, num_envs: int, actions: Actions, policy: bool
-          ) -> Dict[str, Callable[[], Any]]:
+def loops(workload: str, num_envs: int, actions: Actions) -> Dict[str, Callable[[], Any]]:
     """The constructors of every loop of one workload, by name."""
     from alf_env.vector import FastVectorEnv
 
@@ -237,13 +214,10 @@ def loops(workload: str, num_envs: int, actions: Actions, policy: bool
         "gym_sync": lambda: VectorLoop(gym.vector.SyncVectorEnv(fns), actions.numpy),
         "gym_async": lambda: VectorLoop(gym.vector.AsyncVectorEnv(fns), actions.numpy),
         "fast_vector": lambda: VectorLoop(FastVectorEnv(fns), actions.numpy),
-        "bare_tuned": lambda: bare(cpus, tuned=True),
         "bare_pinned": lambda: bare(cpus),
         "bare_os": lambda: bare(None),
         "hybrid": lambda: BareLockstep(workload, 1, num_envs // 2, num_envs // 2, flat, None),
     }
-    if policy:
-        made["bare_released"] = lambda: bare(cpus, release_openmp=True)
     return made
 
 
@@ -306,7 +280,7 @@ def measure(workload: str, num_envs: int, policy_name: str, repeats: int, warmup
 
     rate_of: Dict[str, Callable[[], float]] = {
         name: functools.partial(env_steps_per_s, make)
-        for name, make in loops(workload, num_envs, actions, policy is not None).items()}
+        for name, make in loops(workload, num_envs, actions).items()}
     if policy is None:  # the ceiling's loop has no place for a policy
         rate_of["ceiling"] = functools.partial(ceiling_rate, workload, num_envs, actions,
                                                warmup, seconds)
@@ -325,7 +299,7 @@ def alternate(workload: str, num_envs: int, policy_name: str, blocks: int, block
               warmup: int) -> Dict[str, float]:
     """µs per cycle of ``fast_vector`` and of the bare loop, stepped by one trainer in
     ``blocks`` alternating blocks of ``block`` cycles each (after ``warmup`` cycles of
-    each, in which ``FastVectorEnv``'s tuner makes its first choices).
+    each).
 
     Returns:
         ``fast_vector``, ``bare``: the median over the blocks of each one's median
@@ -336,9 +310,9 @@ def alternate(workload: str, num_envs: int, policy_name: str, blocks: int, block
     actions = Actions.make(workload, num_envs)
     obs = observations(workload, num_envs)
     make_bare = bare_lockstep(workload, num_envs, actions)
-    fast = loops(workload, num_envs, actions, policy is not None)["fast_vector"]()
+    fast = loops(workload, num_envs, actions)["fast_vector"]()
     try:
-        bare = make_bare(None, release_openmp=policy is not None)
+        bare = make_bare(None)
     except BaseException:
         fast.close()
         raise

@@ -19,6 +19,7 @@
 #include "futex.h"
 #include "job_slots.h"
 #include "layout.h"
+#include "openmp_park.h"
 #include "protocol.h"
 #include "region.h"
 #include "row_copy.h"
@@ -303,6 +304,20 @@ PYBIND11_MODULE(_penv, m) {
       .def_property_readonly("spin_yields_only", &WorkerPort::spin_yields_only,
                              "Whether spinning only yields the core (more "
                              "processes than CPUs), never pauses on it.");
+
+  py::class_<OpenMpPark>(m, "OpenMpPark",
+                         "The calling thread's OpenMP pool threads asleep while a "
+                         "step runs (see csrc/openmp_park.h).")
+      .def(py::init<const std::string&>(), py::arg("runtime_path"))
+      .def("park", &OpenMpPark::park, py::call_guard<py::gil_scoped_release>(),
+           "Opens a parallel region in which every pool thread sleeps; returns "
+           "whether it did (False: one thread, inside a region, or parked).")
+      .def("release", &OpenMpPark::release, py::call_guard<py::gil_scoped_release>(),
+           "Wakes the parked threads and closes the region.")
+      .def_property_readonly("parked", &OpenMpPark::parked)
+      .def("pool_cpu_ns", &OpenMpPark::pool_cpu_ns,
+           "CPU ns of the pool threads the last park() put to sleep (-1: none "
+           "parked yet, or one has ended since).");
 
   m.def("_copy_leaves", &copy_leaves, py::arg("dst"), py::arg("src"),
         py::arg("scalars") = false,

@@ -164,8 +164,8 @@ inline constexpr std::chrono::nanoseconds kAdaptiveMaxJobWaitSpin =
 // (kAdaptiveMaxSpin, kAdaptiveMaxYieldSpin or kAdaptiveMaxSpreadSpin): when
 // the trainer's time between steps is short, as in a loop of env steps
 // alone, a worker that spins through it answers the next step without a
-// wake-up. Which cap serves a training loop better is measured while it runs
-// (alf_env/control_plane/step_tuner.py).
+// wake-up. The front ends keep the 50 µs cap: docs/benchmarks.md, "Settings
+// and the rows behind them", has the rows of both.
 inline constexpr std::uint32_t kJobWaitSpinModeCap = 0;
 inline constexpr std::uint32_t kAdaptiveProbePeriod = 64;
 // Rounds of `pause` before switching to sched_yield(); the clock is read

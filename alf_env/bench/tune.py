@@ -2,8 +2,8 @@
 
 The candidates follow from the env's measured step time and this machine's
 usable CPUs (:func:`candidates`): how many worker processes (each hosting
-``num_envs / num_workers`` envs), where they run (``worker_cpus``: pinned
-round robin, the default ``"auto"``, or placed by the OS), and whether the
+``num_envs / num_workers`` envs), where they run (``worker_cpus``: placed by
+the OS, the default ``"auto"``, or pinned round robin, ``"spread"``), and whether the
 batch is stepped in lockstep or EnvPool-style (``batch_size=num_envs // 2``,
 the first half to finish). Each is measured like a backend, interleaved with
 SyncVectorEnv and the other references, within ``--budget-s``; with
@@ -87,7 +87,7 @@ def candidates(num_envs: int, cpus: int, step_us: float) -> List[Layout]:
         workers.append(num_envs)
     out: List[Layout] = []
     for w in workers:
-        placements = ["auto", None] if w >= cpus >= 2 else ["auto"]
+        placements = ["auto", "spread"] if w >= cpus >= 2 else ["auto"]
         out += [Layout(w, p) for p in placements]
         half = num_envs // 2
         if w >= 2 and half % (num_envs // w) == 0:

@@ -4,29 +4,19 @@ Left to itself, the OS sometimes places workers that step CPU-bound envs in
 lockstep badly: with a spinning trainer there is one more runnable process
 than cores, and the kernel's balancer may leave two busy workers on one core
 and none on the other for a whole batched step (Linux does not migrate a
-task that ran in the last ~0.5 ms), and that step takes up to twice as long.
-Pinning worker ``i`` to CPU ``cpus[i % len(cpus)]`` (``"spread"``) places
-them evenly. The price: a pinned worker cannot move away from a core that
-something else keeps busy.
+task that ran in the last ~0.5 ms). Pinning worker ``i`` to CPU
+``cpus[i % len(cpus)]`` (``"spread"``) places them evenly, at a price: a
+pinned worker cannot move away from a core that another program (or the
+trainer's own OpenMP threads, spinning after a torch op) keeps busy. Measured
+inside one env, pinning gained nothing on a quiet machine or with a policy in
+the loop, and cost 16-24% beside a busy process (docs/benchmarks.md,
+"Settings and the rows behind them").
 
-``"auto"`` (the default of the shared-memory front ends) starts the workers
-placed by the OS, and plans a spread that the env may switch to while it
-runs (:func:`start_plan`) when both hold:
-
-* the workers step in lockstep (a synchronous ``FastVectorEnv``, a
-  ``FastParallelEnvironment`` without spares): in the asynchronous (EnvPool)
-  mode the first workers to finish make the batch, and pinning cost 2-8%
-  there (docs/benchmarks.md, "Choices the defaults rest on");
-* there are at least as many workers as CPUs this process may use, so every
-  CPU gets a worker (or the same number of workers, +-1). Several trainings
-  that each spread this way still load every core alike; with fewer workers
-  than CPUs they would all pile onto the first CPUs.
-
-Measured inside one env, pinning gained nothing on a quiet machine and lost
-16-24% beside a busy process, so the OS places the workers unless pinning
-wins clearly: a :class:`~alf_env.control_plane.step_tuner.StepTuner` times
-the trainer's loop both ways and pins only if that is 20% faster, and looks
-again as the load changes.
+So ``"auto"``, the default of the shared-memory front ends, never pins: the
+OS places the workers. It still *plans* a spread (:func:`plan_worker_cpus`)
+when the workers step in lockstep and cover every usable CPU, because such
+workers, pinned or not, are known to keep every core busy during a step: the
+trainer then spins longer for them (``workers_spread``, csrc/futex.h).
 
 Scheduling policy
 -----------------
@@ -76,9 +66,9 @@ def plan_worker_cpus(worker_cpus: WorkerCpus, num_workers: int,
         worker_cpus: ``None`` (the OS places the workers), ``"spread"``
             (worker ``i`` on the ``i % n``-th of the ``n`` CPUs this process
             may use), ``"auto"`` (the CPUs of ``"spread"`` when ``lockstep``
-            and ``num_workers >= n >= 2``, else ``None``; the workers start
-            placed by the OS and this is where the env may pin them, see the
-            module docstring) or a sequence of CPU ids (worker ``i`` on
+            and ``num_workers >= n >= 2``, else ``None``; the workers are
+            placed by the OS all the same, see :func:`pinned_cpus`) or a
+            sequence of CPU ids (worker ``i`` on
             ``worker_cpus[i % len(worker_cpus)]``).
         num_workers: how many worker processes there will be.
         lockstep: whether every step waits for all the workers (shared-memory
@@ -117,20 +107,15 @@ def plan_worker_cpus(worker_cpus: WorkerCpus, num_workers: int,
     return [cpus[i % len(cpus)] for i in range(num_workers)]
 
 
-def is_auto(worker_cpus: WorkerCpus) -> bool:
-    """Whether ``worker_cpus`` is ``"auto"`` (a sequence of CPU ids never is)."""
-    return isinstance(worker_cpus, str) and worker_cpus == AUTO
+def pinned_cpus(worker_cpus: WorkerCpus, plan: Optional[Sequence[int]]
+                ) -> Optional[Sequence[int]]:
+    """The CPUs to pin the workers to (``None``: the OS places them).
 
-
-def start_plan(worker_cpus: WorkerCpus, plan: Optional[Sequence[int]]
-               ) -> Optional[Sequence[int]]:
-    """The CPUs to pin the workers to at start (``None``: the OS places them).
-
-    ``plan`` is :func:`plan_worker_cpus`'s answer for ``worker_cpus``. Under
-    ``"auto"`` the workers start placed by the OS; the plan is only what the
-    env may switch to (see the module docstring).
+    ``plan`` is :func:`plan_worker_cpus`'s answer for ``worker_cpus``; under
+    ``"auto"`` it only says that the workers cover every CPU (see the module
+    docstring).
     """
-    return None if is_auto(worker_cpus) else plan
+    return None if isinstance(worker_cpus, str) and worker_cpus == AUTO else plan
 
 
 def pin_workers(pids: Sequence[int], plan: Optional[Sequence[int]]) -> None:

@@ -20,6 +20,7 @@ from alf_env.control_plane import shutdown
 from alf_env.control_plane.channel import receive_answers
 from alf_env.control_plane.group import close_all
 from alf_env.control_plane.process_environment import ProcessEnvironment
+from alf_env.data_plane.pool_park import PoolPark
 from alf_env.data_plane.shared_block import JobType, WaitStatus
 from alf_env.errors import EnvironmentClosedError, EnvTimeoutError, WorkerDiedError
 
@@ -55,9 +56,7 @@ class JobBoard:
         self._done: Dict[int, None] = {}
         self._errors: Dict[int, BaseException] = {}  # what their failed jobs raised
         self._jobs: Dict[int, Any] = {}  # the last job posted to each worker
-        #: Called at the start of every lockstep :meth:`run`, e.g. a
-        #: ``StepTuner``'s ``step_started``; ``None``: nothing is called.
-        self.step_hook: Optional[Callable[[], None]] = None
+        self._pool = PoolPark()  # the trainer's torch threads, parked during run()
         # At exit (or SIGTERM), workers still in the loop are brought back first.
         shutdown.register_board(self)
 
@@ -93,20 +92,28 @@ class JobBoard:
             self.post(workers, job, arg)
             self.wait_for(workers, during, timeout)
             return
-        hook = self.step_hook
-        if hook is not None:
-            # Before the post: the OpenMP pause it makes needs the CPUs that
-            # the workers take (made after the post, it cost 13-17% of a cycle).
-            hook()
-        self._post_idle(list(workers), job, arg)
-        if timeout is None:
-            timeout = self.timeout
-        deadline = None if timeout is None else time.monotonic() + timeout
-        # Only these jobs are outstanding, so the first len(workers) completions are theirs.
-        self._wait_some(len(workers), during, deadline, timeout,
-                        lambda: [w for w in workers if w not in self._done])
+        # The trainer's OpenMP threads sleep while the workers step (not spin
+        # on the cores the workers need): data_plane/pool_park.py.
+        parked = self._pool.before_step()
+        try:
+            self._post_idle(list(workers), job, arg)
+            if timeout is None:
+                timeout = self.timeout
+            deadline = None if timeout is None else time.monotonic() + timeout
+            # Only these jobs are outstanding, so the first len(workers) completions
+            # are theirs.
+            self._wait_some(len(workers), during, deadline, timeout,
+                            lambda: [w for w in workers if w not in self._done])
+        finally:
+            self._pool.after_step(parked)
         if self._errors:
             self._raise_first_error(workers)
+
+    def returned(self) -> None:
+        """Notes that the front end handed a lockstep step's results to the trainer's
+        code (what runs from here to the next :meth:`run` may leave torch's threads
+        spinning: data_plane/pool_park.py)."""
+        self._pool.returned()
 
     def job_of(self, worker: int) -> Any:
         """The last job posted to ``worker`` (a ``JobType``), or ``None``."""

@@ -209,8 +209,10 @@ class AlfGymWrapper(AlfEnvironment):
 
     def _probe_env_info_spec(self) -> Dict[Any, Any]:
         _, reset_info = self._gym_env.reset()
+        # Read before the step: an env may reuse its info dict and refill it in step().
+        reset_spec = info_spec(reset_info)
         *_, step_info = self._gym_env.step(self._fixed_action())
-        return merge_info_specs(info_spec(reset_info), info_spec(step_info))
+        return merge_info_specs(reset_spec, info_spec(step_info))
 
     # ----- AlfEnvironment API -----------------------------------------------
     @property

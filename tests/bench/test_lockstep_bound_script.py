@@ -43,17 +43,6 @@ def test_bare_workers_step_their_envs_as_a_plain_loop_would(bound, num_workers, 
         reference.close()
 
 
-def test_the_tuned_variant_steps_under_fast_vector_envs_tuner(bound):
-    actions = Actions.make("CartPole-v1", 4).per_env()
-    loop = bound.BareLockstep("CartPole-v1", 2, 2, 0, actions, cpus=[0, 0], tuned=True)
-    try:
-        for _ in range(30):
-            loop.step()
-        assert set(loop.tuner.values) == {"placement", "job_wait_spin_us", "openmp_pause"}
-    finally:
-        loop.close()
-
-
 def test_a_worker_that_dies_ends_the_step_with_an_error_and_nothing_is_left(bound):
     actions = Actions.make("CartPole-v1", 2).per_env()
     children = psutil.Process().children()
@@ -66,10 +55,10 @@ def test_a_worker_that_dies_ends_the_step_with_an_error_and_nothing_is_left(boun
     assert psutil.Process().children() == children
 
 
-def test_the_policy_adds_the_released_variant_and_the_bound_is_the_best_bare_loop(bound):
+def test_with_a_policy_the_bound_is_the_better_bare_loop(bound):
     rates = bound.measure("CartPole-v1", 2, "mlp", repeats=2, warmup=5, seconds=0.05)
-    assert set(rates) == {"gym_sync", "gym_async", "fast_vector", "bare_tuned", "bare_pinned",
-                          "bare_os", "bare_released", "hybrid", "bound"}
+    assert set(rates) == {"gym_sync", "gym_async", "fast_vector", "bare_pinned", "bare_os",
+                          "hybrid", "bound"}
     assert all(len(v) == 2 and all(math.isfinite(x) and x > 0 for x in v)
                for v in rates.values())
     for r in range(2):
@@ -81,7 +70,7 @@ def test_main_prints_rates_and_ratios_beside_a_busy_process(bound, capsys):
     assert bound.main(["--workload", "CartPole-v1", "--num-envs", "2", "--repeats", "1",
                        "--seconds", "0.05", "--warmup", "5", "--load", "1"]) == 0
     out = capsys.readouterr().out
-    assert "load 1, policy none" in out and "bare_released" not in out
+    assert "load 1, policy none" in out
     assert out.count("| CartPole-v1 | ") == 3  # rates, then ratios to gym_sync and the ceiling
     assert "x ceiling" in out
     assert psutil.Process().children() == children
@@ -90,7 +79,6 @@ def test_main_prints_rates_and_ratios_beside_a_busy_process(bound, capsys):
 def test_without_a_policy_the_ceiling_is_measured_in_every_round(bound):
     children = psutil.Process().children()
     rates = bound.measure("CartPole-v1", 2, "none", repeats=2, warmup=5, seconds=0.05)
-    assert "bare_released" not in rates
     assert len(rates["ceiling"]) == 2 and all(math.isfinite(x) and x > 0
                                                for x in rates["ceiling"])
     assert psutil.Process().children() == children  # the ceiling's processes are gone
@@ -109,7 +97,7 @@ def test_with_a_policy_there_is_no_ceiling_to_compare_with(bound):
 
 def test_an_odd_number_of_envs_is_refused_by_name(bound):
     with pytest.raises(ValueError, match="--num-envs: expected a multiple of"):
-        bound.loops("CartPole-v1", 3, Actions.make("CartPole-v1", 3), policy=False)
+        bound.loops("CartPole-v1", 3, Actions.make("CartPole-v1", 3))
 
 
 def test_alternating_blocks_time_both_loops_in_one_trainer_and_leave_nothing(bound):

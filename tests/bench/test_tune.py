@@ -17,13 +17,13 @@ from tests.support.paths import REPO_ROOT
 def test_cheap_envs_get_up_to_one_worker_per_cpu_with_each_placement_and_mode():
     names = [layout.kwargs() for layout in candidates(8, cpus=2, step_us=20.0)]
     assert names == [{"num_workers": 1},
-                     {"num_workers": 2}, {"num_workers": 2, "worker_cpus": None},
+                     {"num_workers": 2}, {"num_workers": 2, "worker_cpus": "spread"},
                      {"num_workers": 2, "batch_size": 4}]
 
 
 def test_slow_envs_also_get_one_worker_per_env():
     layouts = candidates(8, cpus=2, step_us=5000.0)
-    assert Layout(8, "auto") in layouts and Layout(8, None) in layouts
+    assert Layout(8, "auto") in layouts and Layout(8, "spread") in layouts
     assert Layout(8, "auto", 4) in layouts
     assert all(layout.num_workers in (1, 2, 8) for layout in layouts)
 

@@ -3,12 +3,11 @@
 import functools
 import os
 
-import numpy as np
 import psutil
 import pytest
 
 from alf_env.control_plane import affinity
-from alf_env.control_plane.affinity import is_auto, pin_workers, plan_worker_cpus, usable_cpus
+from alf_env.control_plane.affinity import pin_workers, pinned_cpus, plan_worker_cpus, usable_cpus
 from alf_env.environments.alf_gym_wrapper import AlfGymWrapper
 from alf_env.environments.fast_parallel_environment import FastParallelEnvironment
 from alf_env.environments.parallel_environment import ParallelAlfEnvironment
@@ -64,11 +63,6 @@ def test_plan_rejects_bad_values(value, message):
         plan_worker_cpus(value, 2)
 
 
-def test_only_the_string_auto_is_auto():
-    assert is_auto("auto")
-    assert not any(is_auto(v) for v in (None, "spread", [0, 1], np.array([0, 1])))
-
-
 def test_pin_names_the_worker_that_failed():
     dead = psutil.Popen(["true"])
     dead.wait()
@@ -93,63 +87,55 @@ def test_spread_pins_each_worker_round_robin(backend):
     ([0, 1], 2, False, False),      # not in lockstep (asynchronous mode, spares, pipes)
     ([5], 4, True, False),          # one CPU: nothing to spread over
 ])
-def test_auto_spreads_lockstep_workers_that_cover_every_cpu(monkeypatch, cpus, num_workers,
-                                                            lockstep, spread):
+def test_auto_plans_a_spread_for_lockstep_workers_that_cover_every_cpu(
+        monkeypatch, cpus, num_workers, lockstep, spread):
     monkeypatch.setattr(affinity, "usable_cpus", lambda: list(cpus))
     expected = [cpus[i % len(cpus)] for i in range(num_workers)] if spread else None
     assert plan_worker_cpus("auto", num_workers, lockstep=lockstep) == expected
+    assert pinned_cpus("auto", expected) is None  # planned, never pinned
+    assert pinned_cpus("spread", expected) == expected
 
 
 def _placement(env):
-    """'spread' if each worker is pinned round robin, 'os' if none is pinned."""
+    """'os' if no worker is pinned."""
     cpus = _worker_cpus(env)
-    if cpus == [{CPUS[i % len(CPUS)]} for i in range(len(cpus))] and len(CPUS) > 1:
-        return "spread"
     assert cpus == [set(CPUS)] * len(cpus), cpus
     return "os"
 
 
-def _may_pin(env):
-    """Whether the env's tuner may pin the workers (it has a placement knob)."""
-    hook = getattr(getattr(env, "_board", None), "step_hook", None)
-    return hook is not None and "placement" in hook.__self__.values
-
-
-MAY_PIN = len(CPUS) > 1
-
-
-@pytest.mark.parametrize("backend, kwargs, may_pin", [
-    ("vector", {}, MAY_PIN),                   # synchronous, a worker per CPU
-    ("fast", {}, MAY_PIN),                     # no spares, a worker per CPU
-    ("parallel", {}, False),                   # the pipe path
-    ("vector", {"worker_cpus": None}, False),
-    ("fast", {"worker_cpus": None}, False),
-    ("vector", {"batch_size": 1}, False),      # the asynchronous mode
-    ("fast", {"num_spare_envs_for_reload": 1}, False),  # spares
-    ("parallel", {"worker_cpus": "auto"}, False),       # auto means None on pipes
+@pytest.mark.parametrize("backend, kwargs", [
+    ("vector", {}),                            # synchronous, a worker per CPU
+    ("fast", {}),                              # no spares, a worker per CPU
+    ("parallel", {}),                          # the pipe path
+    ("vector", {"worker_cpus": None}),
+    ("fast", {"worker_cpus": None}),
+    ("vector", {"batch_size": 1}),             # the asynchronous mode
+    ("fast", {"num_spare_envs_for_reload": 1}),  # spares
+    ("parallel", {"worker_cpus": "auto"}),
 ])
-def test_default_placement_is_the_os_and_auto_may_pin_lockstep_workers(backend, kwargs,
-                                                                       may_pin):
+def test_default_placement_is_the_os_and_stays_so_while_stepping(backend, kwargs):
     num_envs = len(CPUS) + (1 if "num_spare_envs_for_reload" in kwargs else 0)
     if kwargs.get("batch_size") == 1:
         num_envs = max(2, len(CPUS))  # the asynchronous mode needs more envs than the batch
     env = BACKENDS[backend](num_envs, **kwargs)
     try:
         assert _placement(env) == "os"
-        assert _may_pin(env) is may_pin
         env.reset()
+        if backend == "vector":
+            for _ in range(50):
+                env.step(env.action_space.sample())
+        assert _placement(env) == "os"
     finally:
         env.close()
 
 
-def test_sb3_front_end_starts_its_workers_placed_by_the_os_and_may_pin_them():
+def test_sb3_front_end_starts_its_workers_placed_by_the_os():
     from alf_env.sb3 import FastSubprocVecEnv
 
     fns = [functools.partial(make_synthetic_env, "W1", i) for i in range(len(CPUS))]
     env = FastSubprocVecEnv(fns, "fork", envs_per_worker=1)
     try:
         assert _placement(env._vector_env) == "os"
-        assert _may_pin(env._vector_env) is MAY_PIN
         env.reset()
     finally:
         env.close()

@@ -23,8 +23,8 @@ import numpy as np
 import torch
 
 from alf_env import nest
-from alf_env.control_plane.affinity import AUTO, WorkerCpus, usable_cpu_count
-from alf_env.data_plane.board_tuning import tune_board
+from alf_env.control_plane.affinity import AUTO, WorkerCpus, normal_scheduling, usable_cpu_count
+from alf_env.control_plane.torch_threads import advise_torch_threads
 from alf_env.data_plane.job_board import JobBoard
 from alf_env.data_plane.job_loop import start_job_loops
 from alf_env.data_structures import StepType, TimeStep
@@ -84,7 +84,7 @@ class FastParallelEnvironment(ParallelAlfEnvironment):
             raise ValueError("zero_copy: views need each slot to keep its env; got "
                              f"num_spare_envs_for_reload={num_spare_envs_for_reload}; "
                              "use zero_copy=False with spares")
-        self._controller = None
+        self._controller: Optional[_penv.Controller] = None
         env_constructors = list(env_constructors)
         self._num_all_envs = len(env_constructors)
         self._group_size = plan_group_size(len(env_constructors), num_workers,
@@ -108,8 +108,8 @@ class FastParallelEnvironment(ParallelAlfEnvironment):
             self._background_resets = False
         try:
             self._attach_workers(spin_us)
-            tune_board(self._board, [env.pid for env in self._envs if env.pid is not None],
-                       worker_cpus, self._cpu_plan, spin_us)
+            normal_scheduling([env.pid for env in self._envs if env.pid is not None])
+            advise_torch_threads(self.num_workers)
         except BaseException:
             self.close()
             raise
@@ -241,6 +241,11 @@ class FastParallelEnvironment(ParallelAlfEnvironment):
         return self._finish_fast()
 
     def _do_step(self, action: Any) -> TimeStep:
+        time_step = self._step_rows(action)
+        self._board.returned()
+        return time_step
+
+    def _step_rows(self, action: Any) -> TimeStep:
         flat_action = self._check_action.flat(action)
         fresh = self._slots.fresh_slots
         slot_env = self._slots.slot_env

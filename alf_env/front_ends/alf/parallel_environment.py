@@ -40,7 +40,7 @@ import numpy as np
 import torch
 
 from alf_env import nest
-from alf_env.control_plane.affinity import WorkerCpus, pin_workers, plan_worker_cpus, start_plan
+from alf_env.control_plane.affinity import WorkerCpus, pin_workers, pinned_cpus, plan_worker_cpus
 from alf_env.control_plane.channel import resolve_all
 from alf_env.control_plane.group import close_all, start_environments
 from alf_env.control_plane.guards import NotCopyable, OneThread
@@ -185,7 +185,6 @@ class ParallelAlfEnvironment(NotCopyable, MembersSpecs, AlfEnvironment):
         cpu_plan = plan_worker_cpus(worker_cpus, num_envs,
                                     lockstep=self._FAST and not num_spare_envs_for_reload)
         self._workers_spread = cpu_plan is not None
-        self._cpu_plan = cpu_plan
         self._blocking = blocking
         self._envs = [
             ProcessEnvironment(ctor, env_id=self._worker_env_id(i), flatten=flatten,
@@ -202,7 +201,7 @@ class ParallelAlfEnvironment(NotCopyable, MembersSpecs, AlfEnvironment):
         self._finalizer = close_when_collected(self, self._envs)
         try:
             pin_workers([env.pid for env in self._envs if env.pid is not None],
-                        start_plan(worker_cpus, cpu_plan))
+                        pinned_cpus(worker_cpus, cpu_plan))
             check_same_specs(self._envs)
             first = self._envs[0]
             self._env_batched = bool(first.batched)

@@ -100,6 +100,11 @@ class JobEngine:
         self._write_actions(actions, self._all_ids, self._all_rows)
         self._calls.guard(lambda: self._board.run(self._all_workers, JobType.STEP, 0, "step"))
 
+    def returned(self) -> None:
+        """Notes that :meth:`step_all`'s results went to the trainer's code (the
+        board parks torch's threads for the next step only after a torch op)."""
+        self._board.returned()
+
     def _write_actions(self, actions: Any, ids: np.ndarray, rows: Any) -> None:
         """Checks ``actions`` (one per env of ``ids``) and writes them to ``rows``."""
         arrays = self._act.encode_batch(actions, len(ids), "same_kind")

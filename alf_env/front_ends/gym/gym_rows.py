@@ -31,6 +31,7 @@ reach the worker on the pipe first (``GymEnvBatch.stage_reset``), and the RESET
 job's argument says to use them (``RESET_STAGED``).
 """
 
+import copy
 import multiprocessing.connection
 import threading
 from multiprocessing.reduction import ForkingPickler
@@ -44,7 +45,8 @@ from alf_env.control_plane.protocol import MessageType
 from alf_env.control_plane.remote import mark_raised_by
 from alf_env.control_plane.worker import close_each
 from alf_env.data_plane.shared_block import SharedBlock, copy_leaves
-from alf_env.front_ends.gym.info_codec import InfoEncoder, Payload, Signature
+from alf_env.front_ends.gym.info_codec import InfoEncoder, Payload
+from alf_env.front_ends.gym.info_layout import Signature
 from alf_env.front_ends.gym.space_layout import SpaceLayout
 
 # Arguments of RESET jobs.
@@ -234,9 +236,13 @@ class Autoreset:
     def _step_same(self, k: int, env: gym.Env, action: Any) -> Tuple[Any, ...]:
         obs, reward, terminated, truncated, info = env.step(action)
         if terminated or truncated:
+            # Copies taken before the reset: an env may reuse its info dict (or
+            # its observation array) and clear or overwrite it in reset(), and
+            # SyncVectorEnv batches the finished step's values before it resets.
+            final_obs, final_info = copy.deepcopy(obs), copy.deepcopy(info)
             reset_obs, reset_info = env.reset()
             # The order in which SyncVectorEnv adds them to the batched info.
-            info = {"final_obs": obs, "final_info": info, **reset_info}
+            info = {"final_obs": final_obs, "final_info": final_info, **reset_info}
             obs = reset_obs
         return obs, reward, terminated, truncated, info
 

@@ -9,15 +9,17 @@ Design
 ------
 A *signature* describes one info dict: its keys in order, each with a
 *kind*: the value's exact Python type, numpy dtype and shape when the value
-has a fixed size, or :data:`PIPE` when it has not::
+has a fixed size, or ``PIPE`` when it has not
+(:mod:`~alf_env.front_ends.gym.info_layout` defines both, and layouts)::
 
     (("x_position", (float, "<f8", ())), ("lives", (int, "<i8", ())),
      ("final_obs", PIPE))
 
 Fixed-size values are Python ``int`` / ``float`` / ``bool``, numpy numbers
 (``np.float32(1)``, ...) and numeric or boolean ``np.ndarray``s. Everything
-else (str, None, nested dicts, object arrays, numpy bools, and the key
-``final_obs``, which gymnasium batches as an object array) is a pipe value.
+else (str, None, nested dicts, object arrays, numpy bools, any key that is
+not a str, and the key ``final_obs``, which gymnasium batches as an object
+array) is a pipe value.
 
 A *layout* is a signature placed in the env's info area: a numpy structured
 dtype with one field per fixed-size key. Each worker learns layouts from what
@@ -34,11 +36,15 @@ Exactness
 ---------
 The batched info is the one gymnasium's ``SyncVectorEnv`` builds (``info[k]``
 plus the mask ``info["_k"]``; the array's dtype set by the first env that has
-the key). When the envs of a batch share one layout with no pipe values, each
-``info[k]`` is the field's rows (the field dtype is what gymnasium picks for
-that kind). Otherwise each env's dict is rebuilt value for value (same types,
-same key order; pipe values from the report) and batched by
-:func:`add_info`, the gymnasium algorithm. A value that cannot be packed
+the key). When the envs of a batch share one layout with no pipe values, and
+no key of it is another key's mask name (``x`` and ``_x``: gymnasium's result
+then depends on the order of its writes), each ``info[k]`` is the field's rows
+(the field dtype is what gymnasium picks for that kind). Otherwise each env's
+dict is rebuilt value for value (same types, same key order; pipe values from
+the report) and batched by :func:`add_info`, the gymnasium algorithm.
+:meth:`InfoDecoder.each` returns those rebuilt dicts themselves, unbatched
+(``FastVectorEnv(batch_infos=False)``, which ``FastSubprocVecEnv`` uses): each
+env's info as the env returned it. A value that cannot be packed
 (e.g. an ``int`` beyond int64) sends that env's whole info on the pipe for
 that step, and a layout bigger than the info area, or past
 ``MAX_LAYOUTS`` per worker, does the same: nothing is lost, only slower.
@@ -49,140 +55,19 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 import numpy as np
 from absl import logging
 
-__all__ = ["PIPE", "DEFAULT_INFO_BYTES", "MAX_LAYOUTS", "signature_of", "InfoLayout",
-           "InfoEncoder", "InfoDecoder", "add_info"]
+from alf_env.front_ends.gym.info_layout import InfoLayout, Signature, signature_of
 
-#: The kind of an info value that travels on the pipe.
-PIPE = "pipe"
+__all__ = ["DEFAULT_INFO_BYTES", "MAX_LAYOUTS", "Payload", "InfoEncoder", "InfoDecoder",
+           "add_info"]
+
 #: Default size of each env's info area in the shared block, in bytes.
 DEFAULT_INFO_BYTES = 512
 #: Most layouts one worker learns; infos of further shapes travel on the pipe.
 MAX_LAYOUTS = 64
 
-# The key gymnasium batches into an object array whatever its value.
-_OBJECT_KEYS = frozenset(["final_obs"])
-# Python scalar types and the dtype gymnasium's batched array gets for them.
-_PY_DTYPES = {int: np.dtype(np.int64), float: np.dtype(np.float64),
-              bool: np.dtype(np.bool_)}
-_NUMERIC_KINDS = frozenset("biufc")
-
-Kind = Union[str, Tuple[type, str, Tuple[int, ...]]]
-Signature = Tuple[Tuple[Any, Kind], ...]
 #: What a worker sends home for one env's info: ``None`` (nothing), a dict
 #: (the whole info, layout 0) or a list (the pipe values of its layout).
 Payload = Union[None, Dict[Any, Any], List[Any]]
-
-
-def _kind(key: Any, value: Any) -> Kind:
-    """The kind of one info value (see the module docstring)."""
-    if key in _OBJECT_KEYS or not isinstance(key, str):
-        return PIPE
-    t = type(value)
-    dtype = _PY_DTYPES.get(t)
-    if dtype is not None:
-        return (t, dtype.str, ())
-    if isinstance(value, np.number):
-        return (t, value.dtype.str, ())
-    if t is np.ndarray and value.dtype.kind in _NUMERIC_KINDS:
-        return (t, value.dtype.str, value.shape)
-    return PIPE
-
-
-def signature_of(info: Dict[Any, Any]) -> Signature:
-    """The signature of an info dict: ``((key, kind), ...)`` in the dict's order."""
-    return tuple((key, _kind(key, value)) for key, value in info.items())
-
-
-class InfoLayout:
-    """A signature placed in an env's info area.
-
-    Attributes:
-        signature: the signature.
-        keys: the keys, in order.
-        kinds: the kind of each key.
-        dtype: structured dtype of the info area (``itemsize`` = the area's
-            size) with a field ``f<i>`` for each fixed-size key ``i``.
-        shm: ``[(position, key, field name, kind)]`` of the fixed-size keys.
-        pipe: positions of the pipe values.
-        nbytes: bytes the fixed-size values take.
-        fits: whether they fit in the area (and there is at least one).
-    """
-
-    def __init__(self, signature: Signature, capacity: int) -> None:
-        self.signature = signature
-        self.keys = [key for key, _ in signature]
-        self.kinds = [kind for _, kind in signature]
-        self.shm: List[Tuple[int, Any, str, Tuple[type, str, Tuple[int, ...]]]] = []
-        self.pipe: List[int] = []
-        names, formats, offsets, offset = [], [], [], 0
-        for i, (key, kind) in enumerate(signature):
-            if isinstance(kind, str):  # PIPE
-                self.pipe.append(i)
-                continue
-            _, dtype_str, shape = kind
-            field_dtype = np.dtype((np.dtype(dtype_str), shape))
-            align = np.dtype(dtype_str).alignment
-            offset = (offset + align - 1) // align * align
-            name = f"f{i}"
-            names.append(name)
-            formats.append(field_dtype)
-            offsets.append(offset)
-            offset += field_dtype.itemsize
-            self.shm.append((i, key, name, kind))
-        self.nbytes = offset
-        self.fits = offset <= capacity and bool(self.shm)
-        self.dtype = np.dtype({"names": names, "formats": formats, "offsets": offsets,
-                               "itemsize": max(capacity, 1)}) if self.fits else None
-        self._shm_positions = [i for i, _, _, _ in self.shm]
-        # Every value in shared memory, in key order: the values are the record.
-        self._all_shm = self._shm_positions == list(range(len(self.keys)))
-        self._array_checks = [(i, np.dtype(kind[1]), kind[2]) for i, _, _, kind in self.shm
-                              if kind[0] is np.ndarray]
-        self._types = tuple(kind[0] if kind != PIPE else None for kind in self.kinds)
-        self._keys = tuple(self.keys)
-        # Scalars only (no arrays, no pipe values): the types say it all.
-        self._scalars_only = not self.pipe and not self._array_checks
-
-    def matches(self, keys: Tuple[Any, ...], values: Sequence[Any]) -> bool:
-        """Whether an info with these keys and values has this layout's signature."""
-        if keys != self._keys:
-            return False
-        if self._scalars_only:
-            return tuple(map(type, values)) == self._types
-        for value, t in zip(values, self._types):
-            if t is not None and type(value) is not t:
-                return False
-        for i, dtype, shape in self._array_checks:
-            value = values[i]
-            if value.dtype != dtype or value.shape != shape:
-                return False
-        for i in self.pipe:  # a pipe value that became fixed-size changes the layout
-            if _kind(keys[i], values[i]) != PIPE:
-                return False
-        return True
-
-    def record_values(self, values: Sequence[Any]) -> Tuple[Any, ...]:
-        """The fixed-size values, in field order."""
-        if self._all_shm:
-            return tuple(values)
-        return tuple(values[i] for i in self._shm_positions)
-
-    def pipe_values(self, values: Sequence[Any]) -> Optional[List[Any]]:
-        """The pipe values (``None`` if the layout has none)."""
-        return [values[i] for i in self.pipe] if self.pipe else None
-
-    def decode(self, record: Any, pipe_values: Optional[List[Any]]) -> Dict[Any, Any]:
-        """One env's info from its record (an ``np.void``) and its pipe values."""
-        values: List[Any] = [None] * len(self.keys)
-        for i, _, name, kind in self.shm:
-            t = kind[0]
-            value = record[name]
-            # int/float/bool and numpy scalar types convert back to themselves
-            values[i] = np.array(value) if t is np.ndarray else t(value)
-        if self.pipe:
-            for i, value in zip(self.pipe, pipe_values or ()):
-                values[i] = value
-        return dict(zip(self.keys, values))
 
 
 class _EnvCache:
@@ -347,7 +232,11 @@ class InfoDecoder:
             self._gids[signature] = gid
             self._layouts.append(layout)
             self._records.append(self._info.view(layout.dtype)[:, 0])
-            self._pure.append(not layout.pipe)
+            # A key that is another key's mask name (``x`` and ``_x``) is batched
+            # by add_info, whose order of writes decides what ``_x`` holds.
+            keys = set(layout.keys)
+            self._pure.append(not layout.pipe
+                              and not any(f"_{key}" in keys for key in layout.keys))
             groups: Dict[Tuple[str, Tuple[int, ...]], List[Tuple[Any, str]]] = {}
             for _, key, name, kind in layout.shm:
                 groups.setdefault((kind[1], kind[2]), []).append((key, name))
@@ -380,6 +269,19 @@ class InfoDecoder:
         gids = self._table[self._row_worker[rows], lids]
         gid = int(gids[0])
         return gid if gid and self._pure[gid] and (gids == gid).all() else -1
+
+    def _remembered_layout(self, rows: Union[slice, np.ndarray], lids: np.ndarray) -> int:
+        """:meth:`_shared_layout`, remembered for a slice of rows (e.g. the whole
+        batch) and what its ``info_layout`` rows say."""
+        if not isinstance(rows, slice):
+            return self._shared_layout(rows, lids)
+        seen = (rows.start, rows.stop, rows.step, lids.tobytes())
+        gid = self._whole_batch.get(seen)
+        if gid is None:
+            gid = self._shared_layout(rows, lids)
+            if gid >= 0:
+                self._whole_batch[seen] = gid
+        return gid
 
     def _batch_shared(self, gid: int, rows: Union[slice, np.ndarray],
                       n: int) -> Dict[str, Any]:
@@ -418,6 +320,50 @@ class InfoDecoder:
             infos[mask_key] = mask
         return infos
 
+    def each(self, rows: Union[slice, np.ndarray], row_list: List[int],
+             payloads: Dict[int, Payload],
+             include: Optional[Sequence[int]] = None) -> List[Dict[Any, Any]]:
+        """Each env's own info dict, as the env returned it (no batching).
+
+        Same keys in the same order, same values of the same types: fixed-size
+        values from the info area (:meth:`InfoLayout.decode`), the rest from
+        the pipe payloads. A new dict per env (``{}``: no info, or a row left
+        out of ``include``).
+
+        Args:
+            rows: the rows, as a slice or an index array.
+            row_list: the same rows as ints.
+            payloads: pipe payload of each row that has one.
+            include: only these rows have an info (default: all).
+        """
+        if not payloads and include is None:
+            # The common steps: no env has an info, or all share one pure layout.
+            gid = self._remembered_layout(rows, self._lid[rows])
+            if gid == 0:
+                return [{} for _ in row_list]
+            if gid > 0:
+                return self._layouts[gid].decode_rows(self._records[gid][rows])
+        return [dict(info) if info else {}
+                for info in self._decoded(rows, row_list, payloads, include)]
+
+    def _decoded(self, rows: Union[slice, np.ndarray], row_list: List[int],
+                 payloads: Dict[int, Payload],
+                 include: Optional[Sequence[int]]) -> List[Optional[Dict[Any, Any]]]:
+        """Each row's info, one by one: decoded from its layout's record and pipe
+        values, or its payload (the whole info); ``None``: none, or not included."""
+        gids = self._table[self._row_worker[rows], self._lid[rows]].tolist()
+        included = None if include is None else set(include)
+        infos: List[Optional[Dict[Any, Any]]] = []
+        for row, gid in zip(row_list, gids):
+            payload = payloads.get(row)
+            if included is not None and row not in included:
+                infos.append(None)
+            elif gid and not isinstance(payload, dict):  # a layout's payload: its pipe values
+                infos.append(self._layouts[gid].decode(self._records[gid][row], payload))
+            else:  # no layout: the whole info, if any
+                infos.append(payload if isinstance(payload, dict) else None)
+        return infos
+
     def batch(self, rows: Union[slice, np.ndarray], row_list: List[int],
               payloads: Dict[int, Payload],
               include: Optional[Sequence[int]] = None) -> Dict[str, Any]:
@@ -434,35 +380,16 @@ class InfoDecoder:
         lids = self._lid[rows]
         if not payloads and include is None:
             # The common steps: no env has an info, or all share one pure layout.
-            if isinstance(rows, slice):  # e.g. the whole batch: remember what its rows say
-                seen = (rows.start, rows.stop, rows.step, lids.tobytes())
-                gid = self._whole_batch.get(seen)
-                if gid is None:
-                    gid = self._shared_layout(rows, lids)
-                    if gid >= 0:
-                        self._whole_batch[seen] = gid
-            else:
-                gid = self._shared_layout(rows, lids)
+            gid = self._remembered_layout(rows, lids)
             if gid == 0:
                 return infos
             if gid > 0:
                 return self._batch_shared(gid, rows, n)
         elif not payloads and not lids.any():
             return infos  # no env returned an info
-        gids = self._table[self._row_worker[rows], lids]
-        included = None if include is None else set(include)
-        for position, row in enumerate(row_list):
-            if included is not None and row not in included:
-                continue
-            payload = payloads.get(row)
-            gid = int(gids[position])
-            if gid and not isinstance(payload, dict):  # a layout's payload: its pipe values
-                info = self._layouts[gid].decode(self._records[gid][row], payload)
-            elif isinstance(payload, dict) and payload:  # no layout: the whole info
-                info = payload
-            else:
-                continue
-            add_info(infos, info, position, n)
+        for position, info in enumerate(self._decoded(rows, row_list, payloads, include)):
+            if info:
+                add_info(infos, info, position, n)
         return infos
 
 
@@ -483,7 +410,10 @@ def add_info(infos: Dict[str, Any], info: Dict[str, Any], index: int,
         else:
             array = infos[key] if key in infos else _empty_info_array(value, n)
             array[index] = value
-        mask = infos[f"_{key}"] if f"_{key}" in infos else np.zeros(n, dtype=np.bool_)
+        # .get, as gymnasium reads it (the error is gymnasium's when infos is no dict).
+        mask = infos.get(f"_{key}")
+        if mask is None:
+            mask = np.zeros(n, dtype=np.bool_)
         mask[index] = True
         infos[key], infos[f"_{key}"] = array, mask
     return infos

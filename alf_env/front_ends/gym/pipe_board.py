@@ -3,7 +3,7 @@
 :class:`PipeBoard` has the interface of
 :class:`~alf_env.data_plane.job_board.JobBoard` that
 :class:`~alf_env.front_ends.gym.engine.JobEngine` drives (``post``, ``run``,
-``wait_for``, ``wait_first``, ``pop_errors``, ``job_of``, ``release``), so
+``returned``, ``wait_for``, ``wait_first``, ``pop_errors``, ``job_of``, ``release``), so
 both paths share every rule of the engine and of the API (states, timeouts,
 errors, the asynchronous mode). Here a job is one pipe request per worker
 (``ProcessEnvironment.call``): a STEP job sends the worker its envs'
@@ -78,6 +78,11 @@ class PipeBoard:
         """:meth:`post`, then :meth:`wait_for` the same workers."""
         self.post(workers, job, arg)
         self.wait_for(workers, during, timeout)
+
+    def returned(self) -> None:
+        """Nothing: the pipe path's workers are woken by pipe messages, and the
+        trainer's OpenMP threads are parked only for a shared-memory step
+        (``JobBoard.returned``)."""
 
     def job_of(self, worker: int) -> Any:
         """The last job posted to ``worker`` (a ``JobType``), or ``None``."""

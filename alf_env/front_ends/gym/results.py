@@ -14,7 +14,8 @@ from gymnasium.vector import AutoresetMode
 
 from alf_env.control_plane.process_environment import ProcessEnvironment
 from alf_env.data_plane.shared_block import JobType
-from alf_env.front_ends.gym.info_codec import InfoDecoder, Payload, Signature
+from alf_env.front_ends.gym.info_codec import InfoDecoder, Payload
+from alf_env.front_ends.gym.info_layout import Signature
 from alf_env.front_ends.gym.state import Step
 
 __all__ = ["ENV_ID_DTYPE", "ResultAssembler", "worker_of_rows"]
@@ -44,7 +45,8 @@ class ResultAssembler:
                  workers: Sequence[ProcessEnvironment], bounds: Sequence[Tuple[int, int]],
                  copy: bool, autoreset_mode: AutoresetMode,
                  declared_infos: Sequence[Signature] = (),
-                 payloads: Optional[Dict[int, Payload]] = None) -> None:
+                 payloads: Optional[Dict[int, Payload]] = None,
+                 batch_infos: bool = True) -> None:
         num_envs = bounds[-1][1]
         self._obs, self._obs_views = observation, rows.obs
         self._reward, self._terminated = rows.reward, rows.terminated
@@ -65,6 +67,8 @@ class ResultAssembler:
         self._payloads: Dict[int, Payload] = {} if payloads is None else payloads
         self._pipe_leaves: Dict[int, List[Any]] = {}
         self._needs_reset = np.zeros(num_envs, dtype=np.bool_)
+        # False: each env's own info dict, in a list (InfoDecoder.each), not batched.
+        self._batch_infos = batch_infos
 
     # -- reading the pipe reports ---------------------------------------------------
 
@@ -111,16 +115,21 @@ class ResultAssembler:
 
     # -- the batches ----------------------------------------------------------------
 
-    def gather_all(self, info_rows: List[int]) -> Tuple[Any, Dict[str, Any]]:
-        """Observations of every env (synchronous mode) and the infos of ``info_rows``."""
+    def gather_all(self, info_rows: List[int]) -> Tuple[Any, Any]:
+        """Observations of every env (synchronous mode) and the infos of ``info_rows``
+        (batched, or with ``batch_infos=False`` a list of each env's info dict)."""
         rows = self._all_row_list
         obs = self._obs.read_rows(self._obs_views, self._all_rows, rows,
                                   self._pipe_rows(rows), self._copy)
-        if len(info_rows) == self._num_envs:
-            infos = self._info_decoder.batch(self._all_rows, rows, self._payloads_of(rows))
-        else:  # some envs were reset (reset_mask): their infos at their own positions
+        # Some envs were reset (reset_mask): only theirs, at their own positions.
+        include = None if len(info_rows) == self._num_envs else info_rows
+        infos: Any
+        if self._batch_infos:
             infos = self._info_decoder.batch(self._all_rows, rows, self._payloads_of(rows),
-                                             include=info_rows)
+                                             include=include)
+        else:
+            infos = self._info_decoder.each(self._all_rows, rows, self._payloads_of(rows),
+                                            include=include)
         return obs, infos
 
     def step_results(self) -> Step:

@@ -64,7 +64,7 @@ from alf_env.data_plane.job_loop import start_job_loops
 from alf_env.data_plane.shared_block import SharedBlock
 from alf_env.front_ends.gym.action_items import action_layout
 from alf_env.front_ends.gym.gym_rows import EnvRows, GymRowsHandler, block_fields
-from alf_env.front_ends.gym.info_codec import InfoLayout, Signature, signature_of
+from alf_env.front_ends.gym.info_layout import InfoLayout, Signature, signature_of
 from alf_env.front_ends.gym.pipe_board import PipeBoard
 from alf_env.front_ends.gym.pipe_path import PipeEnvGroup, PipeLayout, PipeRows
 from alf_env.front_ends.gym.results import ResultAssembler
@@ -332,9 +332,10 @@ def attach_workers(workers: Sequence[ProcessEnvironment], spaces: Spaces,
                    bounds: Sequence[Tuple[int, int]], *, shared_memory: bool,
                    autoreset_mode: AutoresetMode, copy: bool, info_bytes: int,
                    declared_infos: Sequence[Signature], spin_us: int,
-                   workers_spread: bool) -> Transport:
+                   workers_spread: bool, batch_infos: bool = True) -> Transport:
     """Builds the shared rows and sends each worker into its native job loop, or
-    sets up the pipe path (``shared_memory=False``, or actions of no fixed size)."""
+    sets up the pipe path (``shared_memory=False``, or actions of no fixed size).
+    ``batch_infos=False``: the results give each env's own info dict, not batched."""
     observation = SpaceLayout(spaces.single_observation_space, "obs", "observation")
     action = action_layout(spaces.single_action_space)
     # Observations of no fixed size travel beside the rows (pipe leaves), and
@@ -346,14 +347,15 @@ def attach_workers(workers: Sequence[ProcessEnvironment], spaces: Spaces,
                      list(action.pipe_paths))
         shared_memory = False
     if not shared_memory:
-        return _attach_pipe(workers, spaces, bounds, observation, action, autoreset_mode, copy)
+        return _attach_pipe(workers, spaces, bounds, observation, action, autoreset_mode, copy,
+                            batch_infos)
     num_envs = bounds[-1][1]
     block = SharedBlock(block_fields(observation, action, info_bytes),
                         num_rows=num_envs, num_workers=len(workers))
     try:
         rows = EnvRows(block, observation, action)
         results = ResultAssembler(rows, rows.info, observation, workers, bounds, copy,
-                                  autoreset_mode, declared_infos)
+                                  autoreset_mode, declared_infos, batch_infos=batch_infos)
         controller = block.controller(spin_us, workers_spread=workers_spread)
         board = JobBoard(controller, workers, on_ok=results.collect_reports)
         handlers = [GymRowsHandler(rows_of, observation, action, autoreset_mode,
@@ -369,7 +371,7 @@ def attach_workers(workers: Sequence[ProcessEnvironment], spaces: Spaces,
 def _attach_pipe(workers: Sequence[ProcessEnvironment], spaces: Spaces,
                  bounds: Sequence[Tuple[int, int]], observation: SpaceLayout,
                  fixed_action: SpaceLayout, autoreset_mode: AutoresetMode,
-                 copy: bool) -> Transport:
+                 copy: bool, batch_infos: bool = True) -> Transport:
     """The pipe path: rows in this process, a board of pipe requests."""
     num_envs = bounds[-1][1]
     pipe_observation = PipeLayout(spaces.single_observation_space, "observation", num_envs)
@@ -381,6 +383,6 @@ def _attach_pipe(workers: Sequence[ProcessEnvironment], spaces: Spaces,
     rows = PipeRows(pipe_observation, action, bounds)
     # No info area: every info is a pipe payload, which the rows keep.
     results = ResultAssembler(rows, None, pipe_observation, workers, bounds, copy,
-                              autoreset_mode, payloads=rows.payloads)
+                              autoreset_mode, payloads=rows.payloads, batch_infos=batch_infos)
     return Transport(False, None, PipeBoard(workers, rows.actions_of, rows.store), action,
                      rows.act, results)

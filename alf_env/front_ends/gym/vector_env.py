@@ -17,15 +17,16 @@ from gymnasium.vector import AutoresetMode
 from alf_env.control_plane.affinity import (
     AUTO,
     WorkerCpus,
+    normal_scheduling,
     pin_workers,
+    pinned_cpus,
     plan_worker_cpus,
-    start_plan,
 )
 from alf_env.control_plane.group import close_all
 from alf_env.control_plane.guards import NotCopyable, OneThread, guard_methods
 from alf_env.control_plane.process_environment import ProcessEnvironment
 from alf_env.control_plane.shutdown import close_when_collected
-from alf_env.data_plane.board_tuning import tune_board
+from alf_env.control_plane.torch_threads import advise_torch_threads
 from alf_env.data_plane.job_board import JobBoard
 from alf_env.data_plane.shared_block import SPIN_ADAPTIVE, JobType, SharedBlock
 from alf_env.errors import EnvTimeoutError
@@ -80,6 +81,10 @@ class FastVectorEnv(NotCopyable, VectorApi, gym.vector.VectorEnv):
         info_bytes: shared memory per env for the fixed-size values of its infos.
         info_example: an info dict as the envs return it, so that even the first
             step sends nothing on the pipe.
+        batch_infos: ``False``: the infos that ``step`` and ``reset`` return are a
+            list of each env's own info dict, exactly as the env returned it
+            (same keys, values and types; ``{}`` for an env a ``reset_mask``
+            left alone), not gymnasium's batched dict. Synchronous mode only.
 
     Raises:
         TypeError: ``worker`` given, or a malformed ``observation_mode`` pair.
@@ -98,8 +103,8 @@ class FastVectorEnv(NotCopyable, VectorApi, gym.vector.VectorEnv):
                  envs_per_worker: Optional[int] = None,
                  spin_us: int = SPIN_ADAPTIVE, worker_cpus: WorkerCpus = AUTO,
                  info_bytes: int = DEFAULT_INFO_BYTES,
-                 info_example: Union[None, Dict[str, Any], Sequence[Dict[str, Any]]] = None
-                 ) -> None:
+                 info_example: Union[None, Dict[str, Any], Sequence[Dict[str, Any]]] = None,
+                 batch_infos: bool = True) -> None:
         self._one_thread = OneThread(type(self).__name__)  # see guard_methods below
         env_fns = list(env_fns)
         batch_size = len(env_fns) if batch_size is None else int(batch_size)
@@ -107,6 +112,10 @@ class FastVectorEnv(NotCopyable, VectorApi, gym.vector.VectorEnv):
         context = resolve_context(context)
         check_arguments(env_fns, batch_size, context, autoreset_mode, worker, observation_mode)
         max_concurrency = check_max_concurrency(max_concurrency)
+        if not batch_infos and batch_size < len(env_fns):
+            raise ValueError(f"batch_infos=False: expected the synchronous mode, got "
+                             f"batch_size={batch_size} < {len(env_fns)} envs (recv() "
+                             f"returns batched infos with info['env_id'])")
         self._bounds = plan_workers(len(env_fns), batch_size, num_workers, envs_per_worker,
                                     max_concurrency)
         declared, info_bytes = declared_infos(info_example, info_bytes)
@@ -120,6 +129,8 @@ class FastVectorEnv(NotCopyable, VectorApi, gym.vector.VectorEnv):
         self.envs_per_worker: Optional[int] = sizes.pop() if len(sizes) == 1 else None
         self.num_workers = len(self._bounds)
         self.info_bytes = info_bytes
+        #: Whether the infos are batched (``False``: a list of each env's own dict).
+        self.batch_infos = bool(batch_infos)
         self.copy = copy
         self.autoreset_mode = autoreset_mode
         #: Whether shared memory serves the steps (``False``: the pipe path).
@@ -143,7 +154,7 @@ class FastVectorEnv(NotCopyable, VectorApi, gym.vector.VectorEnv):
             # it) and this ends its workers; close() detaches it.
             self._finalizer = close_when_collected(self, self._workers)
             pin_workers([w.pid for w in self._workers if w.pid is not None],
-                        start_plan(worker_cpus, cpu_plan))
+                        pinned_cpus(worker_cpus, cpu_plan))
             spaces = describe_workers(self._workers, observation_mode, batch_size,
                                       autoreset_mode)
             self.single_observation_space = spaces.single_observation_space
@@ -156,7 +167,7 @@ class FastVectorEnv(NotCopyable, VectorApi, gym.vector.VectorEnv):
                 self._workers, spaces, self._bounds, shared_memory=self.shared_memory,
                 autoreset_mode=autoreset_mode, copy=copy, info_bytes=info_bytes,
                 declared_infos=declared, spin_us=spin_us,
-                workers_spread=cpu_plan is not None)
+                workers_spread=cpu_plan is not None, batch_infos=batch_infos)
             self.shared_memory = transport.shared_memory
             self._block, self._board = transport.block, transport.board
             self._results = transport.results
@@ -164,7 +175,8 @@ class FastVectorEnv(NotCopyable, VectorApi, gym.vector.VectorEnv):
                                      batch_size, transport.action, transport.action_views,
                                      transport.results)
             if isinstance(self._board, JobBoard):
-                tune_board(self._board, self.worker_pids(), worker_cpus, cpu_plan, spin_us)
+                normal_scheduling(self.worker_pids())
+            advise_torch_threads(self.num_workers)
         except BaseException:
             self.close(terminate=True)
             raise
@@ -214,7 +226,9 @@ class FastVectorEnv(NotCopyable, VectorApi, gym.vector.VectorEnv):
             return self.step_wait()
         self._calls.check_running()
         self._engine.step_all(actions)
-        return self._results.step_results()
+        step = self._results.step_results()
+        self._engine.returned()
+        return step
 
     def step_async(self, actions: Any) -> None:
         """Checks and writes the actions, posts the steps; collect with :meth:`step_wait`.

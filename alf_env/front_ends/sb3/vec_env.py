@@ -7,11 +7,14 @@ SubprocVecEnv"). It needs the ``sb3`` extra; ``import alf_env`` does not
 import this module.
 
 The envs run in a :class:`alf_env.vector.FastVectorEnv` in its ``SAME_STEP``
-autoreset mode, which is SB3's; this class turns gymnasium's batched results
-into SB3's. Per-env requests (``get_attr``, ``env_method``, ...) run on each
-env's :class:`~alf_env.front_ends.sb3.worker.Port` and reach only the workers
-of the envs they name (``FastVectorEnv.call_envs``). An action the shared rows
-cannot carry exactly goes to its env as given, on the pipe
+autoreset mode, which is SB3's, with ``batch_infos=False``: each env's info
+dict comes back as the env wrote it (fixed-size values of the types learned
+through shared memory, anything else on the pipe; ``docs/contract.rst``), and
+no gymnasium batching rule touches it. Per-env requests (``get_attr``,
+``env_method``, ...) run on each env's
+:class:`~alf_env.front_ends.sb3.worker.Port` and reach only the workers of the
+envs they name (``FastVectorEnv.call_envs``). An action the shared rows cannot
+carry exactly goes to its env as given, on the pipe
 (:mod:`~alf_env.front_ends.sb3.actions`).
 """
 
@@ -19,7 +22,7 @@ import collections
 import functools
 import multiprocessing as mp
 import warnings
-from typing import Any, Callable, Dict, List, Optional, Sequence, Type
+from typing import Any, Callable, Dict, List, Optional, Sequence, Type, cast
 
 import gymnasium as gym
 import numpy as np
@@ -42,12 +45,9 @@ from alf_env.control_plane.protocol import START_METHODS
 from alf_env.data_plane.shared_block import SPIN_ADAPTIVE
 from alf_env.front_ends.gym.vector_env import FastVectorEnv
 from alf_env.front_ends.sb3.actions import ActionRouter
-from alf_env.front_ends.sb3.worker import PORT_ATTR, build_env
+from alf_env.front_ends.sb3.worker import PORT_ATTR, RESET_INFO, build_env
 
 __all__ = ["FastSubprocVecEnv"]
-
-# Batched info arrays of these dtypes hold what were Python numbers.
-_PYTHON_SCALAR_DTYPES = (np.dtype(np.bool_), np.dtype(np.int64), np.dtype(np.float64))
 
 
 class FastSubprocVecEnv(NotCopyable, VecEnv):
@@ -99,7 +99,7 @@ class FastSubprocVecEnv(NotCopyable, VecEnv):
             builders,
             num_workers=num_workers, envs_per_worker=envs_per_worker, context=start_method,
             autoreset_mode=AutoresetMode.SAME_STEP, spin_us=spin_us,
-            worker_cpus=worker_cpus)
+            worker_cpus=worker_cpus, batch_infos=False)
         self.start_method = start_method
         try:
             super().__init__(len(env_fns), self._vector_env.single_observation_space,
@@ -138,8 +138,8 @@ class FastSubprocVecEnv(NotCopyable, VecEnv):
                 mask[members] = True
                 obs, infos = self._vector_env.reset(
                     seed=seeds, options={**(options or {}), "reset_mask": mask})
-            for i in members:
-                reset_infos[i] = _unbatch_info(infos, i)
+            for i in members:  # Sb3Env.reset returned {RESET_INFO: the env's info}
+                reset_infos[i] = infos[i][RESET_INFO]
         self.reset_infos = reset_infos
         self._reset_seeds()
         self._reset_options()
@@ -173,18 +173,16 @@ class FastSubprocVecEnv(NotCopyable, VecEnv):
         finally:
             self.waiting = False
         dones = terminated | truncated
-        env_infos: List[Dict[str, Any]] = []
-        for i in range(self.num_envs):
-            top = _unbatch_info(infos, i, skip=("final_obs", "final_info"))
-            if dones[i]:
-                info = _unbatch_info(infos.get("final_info", {}), i)
-                self.reset_infos[i] = top
-            else:
-                info = top
-            info["TimeLimit.truncated"] = bool(truncated[i] and not terminated[i])
-            if dones[i]:
-                info["terminal_observation"] = infos["final_obs"][i]
-            env_infos.append(info)
+        # Each env's own info dict (with "TimeLimit.truncated", set by Sb3Env.step);
+        # an env that ended has {"final_obs", "final_info", RESET_INFO} (SAME_STEP
+        # autoreset), the finished step's taken before the reset.
+        env_infos = cast(List[Dict[Any, Any]], infos)  # batch_infos=False: a list
+        for i in np.flatnonzero(dones).tolist():
+            ended = env_infos[i]
+            self.reset_infos[i] = ended[RESET_INFO]
+            info = ended["final_info"]
+            info["terminal_observation"] = ended["final_obs"]
+            env_infos[i] = info
         return obs, rewards.astype(np.float32), dones, env_infos
 
     def close(self) -> None:
@@ -270,29 +268,3 @@ def _same(a: Any, b: Any) -> bool:
             a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a))
     except (TypeError, ValueError):
         return a is b
-
-
-def _unbatch_info(infos: Dict[str, Any], i: int, skip: tuple = ()) -> Dict[str, Any]:
-    """Env ``i``'s own info dict from gymnasium's batched info (keys with their ``_key`` mask).
-
-    Items of ``bool``/``int64``/``float64`` arrays were Python numbers that gymnasium
-    batched, so they come back as Python numbers; other numpy values stay numpy.
-    """
-    info: Dict[str, Any] = {}
-    for key, value in infos.items():
-        if key in skip or key.startswith("_"):
-            continue
-        mask = infos.get(f"_{key}")
-        if mask is None or not mask[i]:
-            continue
-        if isinstance(value, dict):
-            info[key] = _unbatch_info(value, i)
-            continue
-        item = value[i]
-        if isinstance(value, np.ndarray) and value.dtype != object:
-            if value.ndim > 1:
-                item = np.copy(item)  # an array value: not a view of the batch
-            elif value.dtype in _PYTHON_SCALAR_DTYPES:
-                item = item.item()
-        info[key] = item
-    return info

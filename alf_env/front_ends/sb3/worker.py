@@ -7,12 +7,22 @@ that a worker started with spawn or forkserver imports stable-baselines3 (and
 torch) only for an env that needs SB3's patching of old ``gym`` envs.
 """
 
+import enum
 from typing import Any, Callable, List, Type
 
 import gymnasium as gym
 
 #: Name by which the vector env's calls reach an env's :class:`Port`.
 PORT_ATTR = "_alf_env_sb3_port"
+
+
+class _Key(enum.Enum):
+    """Info keys of :class:`Sb3Env` (no env's own key can equal one)."""
+    RESET_INFO = "reset_info"
+
+
+#: The key under which :meth:`Sb3Env.reset` returns the env's reset info.
+RESET_INFO = _Key.RESET_INFO
 
 
 class Port:
@@ -70,8 +80,9 @@ class Sb3Env:
     """What a worker hosts for each SB3 env: the env and its :class:`Port`.
 
     It forwards everything to the env but a step (which takes the port's staged
-    action, if any) and :data:`PORT_ATTR`, so the env is neither wrapped nor
-    given attributes: its ``spec`` and wrappers stay as SB3's vec envs show them.
+    action, if any), a reset (see :meth:`reset`) and :data:`PORT_ATTR`, so the
+    env is neither wrapped nor given attributes: its ``spec`` and wrappers stay
+    as SB3's vec envs show them.
     """
 
     def __init__(self, env: gym.Env) -> None:
@@ -79,10 +90,26 @@ class Sb3Env:
         self.port = Port(env)
 
     def step(self, action: Any) -> Any:
-        return self.env.step(self.port.action_for(action))
+        """The env's step, with ``info["TimeLimit.truncated"]`` set in the env's own
+        info dict, as SB3's vec envs set it (the value's type follows the env's flags).
+
+        Raises:
+            TypeError: the env's info is not a dict (the vector env names the env).
+        """
+        obs, reward, terminated, truncated, info = self.env.step(self.port.action_for(action))
+        if not isinstance(info, dict):
+            raise TypeError(f"step() returned an info of type {type(info).__name__}; "
+                            f"expected a dict (SB3 sets its 'TimeLimit.truncated' in it)")
+        info["TimeLimit.truncated"] = truncated and not terminated
+        return obs, reward, terminated, truncated, info
 
     def reset(self, **kwargs: Any) -> Any:
-        return self.env.reset(**kwargs)
+        """The env's reset, its info under :data:`RESET_INFO`: the vector env's
+        ``SAME_STEP`` autoreset merges the reset info into the step's, and
+        under that key none of the env's own keys can collide with
+        ``final_obs`` or ``final_info``."""
+        obs, info = self.env.reset(**kwargs)
+        return obs, {RESET_INFO: info}
 
     def render(self) -> Any:
         return self.env.render()

@@ -12,14 +12,8 @@ from gymnasium.vector import AutoresetMode
 
 from alf_env.control_plane.affinity import usable_cpu_count
 from alf_env.front_ends.gym import info_codec as vector_infos
-from alf_env.front_ends.gym.info_codec import (
-    PIPE,
-    InfoDecoder,
-    InfoEncoder,
-    InfoLayout,
-    add_info,
-    signature_of,
-)
+from alf_env.front_ends.gym.info_codec import InfoDecoder, InfoEncoder, add_info
+from alf_env.front_ends.gym.info_layout import PIPE, InfoLayout, signature_of
 from alf_env.vector import FastVectorEnv, plan_workers
 from tests.support.gym_envs import InfoEnv, NumericInfoEnv, assert_tree_equal
 from tests.support.gym_runs import Trajectories, stepped_alone

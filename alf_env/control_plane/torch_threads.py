@@ -1,0 +1,60 @@
+"""The trainer's torch threads against the cores its env workers step on.
+
+torch's OpenMP threads spin for milliseconds after every op, on the cores that
+a lockstep step's workers need. A step parks them
+(:class:`~alf_env.data_plane.pool_park.PoolPark`): they sleep inside a
+parallel region for the step,
+neither ended nor created, because a pool released before the step and
+created again by the next op put its new thread on the trainer's own core and
+held steps 30x longer (docs/benchmarks.md, "The trainer's torch threads").
+What parking cannot fix, torch's threads outnumbering the cores while another
+process keeps one busy, only the user can: :func:`advise_torch_threads` says
+so once, at start.
+"""
+
+import sys
+from typing import Optional
+
+from absl import logging
+
+from alf_env.control_plane.affinity import usable_cpu_count
+
+_advised = False  # the advice is logged once per process
+
+
+def torch_threads_advice(num_workers: int) -> Optional[str]:
+    """The advice to give, or ``None`` when torch's threads leave the workers' cores free.
+
+    torch is not imported here: a trainer that has not imported it runs no op.
+
+    Args:
+        num_workers: the env's worker processes.
+    """
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return None
+    threads = int(torch.get_num_threads())
+    cpus = usable_cpu_count()
+    if threads < 2 or threads + num_workers <= cpus:
+        return None
+    better = max(1, cpus - num_workers)
+    return (f"alf_env: torch runs {threads} threads on {cpus} CPUs beside {num_workers} env "
+            f"workers. While any other process keeps a core busy, torch's threads then "
+            f"wait for each other's core at every op, and a training loop runs many times "
+            f"slower (with any vector env); torch.set_num_threads({better}) avoids that "
+            f"(docs/benchmarks.md, \"The trainer's torch threads\").")
+
+
+def advise_torch_threads(num_workers: int) -> None:
+    """Logs :func:`torch_threads_advice` once per process, if there is advice.
+
+    At INFO: on a quiet machine torch's threads cost a parked step nothing,
+    and a script that runs cleanly prints nothing to stderr.
+    """
+    global _advised
+    if _advised:
+        return
+    advice = torch_threads_advice(num_workers)
+    if advice is not None:
+        _advised = True
+        logging.info(advice)

@@ -1,0 +1,122 @@
+"""Parking the trainer's torch threads while a lockstep step runs.
+
+torch's OpenMP threads spin for milliseconds after every op (8.3 ms on the
+project's 2-CPU machine), on the cores that the step's workers need. A step
+that follows a torch op parks them instead: the native ``OpenMpPark``
+(csrc/openmp_park.h) holds them asleep inside a parallel region of their own
+pool, neither ended nor created, and wakes them when the step has finished.
+docs/benchmarks.md, "The trainer's torch threads", has why not to release the
+pool instead, and the measurements.
+"""
+
+import os
+import sys
+import time
+from typing import Callable, Optional
+
+from absl import logging
+
+from alf_env import _penv
+
+#: The OpenMP runtime whose pool can be parked (torch's CPU wheels load libgomp).
+RUNTIME = "libgomp"
+#: Seconds of the trainer's own code between two steps past which it may have
+#: run a torch op (a policy's forward pass, 100 µs and more), whose pool
+#: threads then spin; a loop of steps alone spends a few µs there.
+MIN_GAP_S = 50e-6
+
+
+def loaded_openmp_runtime(maps_path: str = "/proc/self/maps") -> Optional[str]:
+    """The path of the libgomp this process has loaded, or ``None``."""
+    try:
+        with open(maps_path) as maps:
+            for line in maps:
+                path = line.rsplit(maxsplit=1)[-1] if "/" in line else ""
+                if os.path.basename(path).startswith(RUNTIME):
+                    return path
+    except OSError:
+        return None
+    return None
+
+
+def other_threads_cpu() -> float:
+    """CPU seconds of this process's threads but the calling one."""
+    return (time.clock_gettime(time.CLOCK_PROCESS_CPUTIME_ID)
+            - time.clock_gettime(time.CLOCK_THREAD_CPUTIME_ID))
+
+
+class PoolPark:
+    """Parks the trainer's OpenMP pool for a lockstep step that follows a torch op.
+
+    A step parks the pool only when the trainer's own code since the front end
+    returned the previous step (:meth:`returned`) took more than
+    :data:`MIN_GAP_S` and the pool's threads ran in that time: then a torch op
+    ran in it, and they spin now (a sleeping thread uses no CPU time). A loop
+    that steps back to back runs no forward pass between steps and its pool
+    sleeps: parking would wake it for nothing, and every release leaves it
+    spinning for milliseconds on the workers' cores.
+
+    The pool's CPU time comes from its threads' own clocks once a park has
+    named them; before that, from all the process's threads but the caller
+    (which the kernel brings up to date only at a scheduler tick for a thread
+    running elsewhere, so the first park may come a few steps late). The
+    runtime is looked up (without loading anything) at the first such step
+    after torch is imported; a process without libgomp never parks.
+
+    Attributes:
+        parked_steps: how many steps parked the pool.
+    """
+
+    def __init__(self, clock: Callable[[], float] = time.perf_counter,
+                 coarse_cpu: Callable[[], float] = other_threads_cpu) -> None:
+        self._park: Optional[_penv.OpenMpPark] = None
+        self._unavailable = False  # torch's runtime looked up, and not parkable
+        self._clock = clock
+        self._coarse_cpu = coarse_cpu
+        self._returned_at = -float("inf")
+        self._pool_cpu_at = 0.0
+        self.parked_steps = 0
+
+    def _may_park(self) -> bool:
+        """Whether a pool may exist to park (torch imported, its runtime usable)."""
+        return not self._unavailable and (self._park is not None or "torch" in sys.modules)
+
+    def _pool_cpu(self) -> float:
+        """CPU seconds of the pool's threads (see the class docstring)."""
+        if self._park is not None:
+            ns = self._park.pool_cpu_ns()
+            if ns >= 0:
+                return ns * 1e-9
+        return self._coarse_cpu()
+
+    def returned(self) -> None:
+        """Notes that the front end handed a step's results to the trainer's code."""
+        self._returned_at = self._clock()
+        if self._may_park():
+            self._pool_cpu_at = self._pool_cpu()
+
+    def before_step(self) -> bool:
+        """Parks the pool's threads if a torch op ran since the last step returned;
+        returns whether it did (pass it to :meth:`after_step`)."""
+        if (self._clock() - self._returned_at <= MIN_GAP_S or not self._may_park()
+                or self._pool_cpu() <= self._pool_cpu_at):
+            return False
+        park = self._park
+        if park is None:
+            path = loaded_openmp_runtime()
+            try:
+                if path is None:
+                    raise RuntimeError("torch loaded no libgomp")
+                park = self._park = _penv.OpenMpPark(path)
+            except RuntimeError as err:  # e.g. a runtime without the entry points
+                self._unavailable = True
+                logging.info("alf_env: not parking torch's OpenMP threads: %s", err)
+                return False
+        parked = park.park()
+        self.parked_steps += parked
+        return parked
+
+    def after_step(self, parked: bool) -> None:
+        """Wakes the threads :meth:`before_step` parked."""
+        if parked and self._park is not None:
+            self._park.release()

@@ -1,0 +1,36 @@
+"""benchmarks/launch_spread.py: launches of a training loop, and every second of one."""
+
+import json
+
+import psutil
+import pytest
+
+from tests.support.scripts import load_benchmark_script
+
+
+@pytest.fixture(scope="module")
+def spread():
+    return load_benchmark_script("launch_spread")
+
+
+def test_launches_interleave_the_backends_in_fresh_processes(spread):
+    before = psutil.Process().children()
+    rates = spread.launches("CartPole-v1", ["fast_vector", "gym_sync"], 2, 2, warmup=0.2,
+                            seconds=1.0, torch_threads=1, progress=False)
+    assert set(rates) == {"fast_vector", "gym_sync"}
+    assert all(len(v) == 2 and all(r > 0 for r in v) for v in rates.values())
+    assert psutil.Process().children() == before
+
+
+def test_main_prints_the_spread_and_the_paired_ratio_and_writes_json(spread, capsys, tmp_path):
+    out = tmp_path / "spread.json"
+    assert spread.main(["--workload", "CartPole-v1", "--num-envs", "2", "--launches", "1",
+                        "--warmup", "0.2", "--seconds", "1", "--long", "1", "--runs", "1",
+                        "--torch-threads", "1", "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "slowest / median" in text and "/ gym_sync, paired: " in text
+    assert "slowest second / median" in text
+    saved = json.loads(out.read_text())
+    assert set(saved["launches"]) == {"fast_vector", "gym_sync"}
+    assert len(saved["long"]["fast_vector"]) == 1  # one run of one whole second
+    assert len(saved["long"]["fast_vector"][0]) == 1

@@ -1,0 +1,41 @@
+"""A training loop run as a child by test_pool_park.py: a torch MLP's forward pass
+at two threads, then a FastVectorEnv step; then steps alone. Prints, as JSON, the
+trainer's threads after every forward pass and every step, and how many steps of
+each phase parked torch's OpenMP pool (the steps alone after 20 untimed ones)."""
+
+import json
+import os
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from alf_env.vector import FastVectorEnv
+
+if __name__ == "__main__":
+    torch.set_num_threads(2)
+    env = FastVectorEnv([lambda: gym.make("CartPole-v1")] * 2, num_workers=2)
+    env.reset(seed=0)
+    # Large enough that every forward pass runs on the pool's threads.
+    policy = torch.nn.Sequential(torch.nn.Linear(4, 512), torch.nn.Tanh(),
+                                 torch.nn.Linear(512, 512), torch.nn.Tanh(),
+                                 torch.nn.Linear(512, 2))
+    obs = torch.zeros(64, 4)
+    pool = env._board._pool
+    seen = []
+    for _ in range(100):
+        with torch.no_grad():
+            policy(obs)
+        seen.append(sorted(os.listdir("/proc/self/task")))  # the pool's threads are up
+        env.step(np.zeros(2, np.int64))
+        seen.append(sorted(os.listdir("/proc/self/task")))
+    with_policy = pool.parked_steps
+    for _ in range(20):  # the pool spins on for a few ms after the last parked step
+        env.step(np.zeros(2, np.int64))
+    before = pool.parked_steps
+    for _ in range(100):
+        env.step(np.zeros(2, np.int64))
+    alone = pool.parked_steps - before
+    env.close()
+    print(json.dumps({"threads": seen, "torch_threads": torch.get_num_threads(),
+                      "parked_with_policy": with_policy, "parked_alone": alone}))
