@@ -3,13 +3,12 @@
 torch's OpenMP threads spin for milliseconds after every op, on the cores that
 a lockstep step's workers need. A step parks them
 (:class:`~alf_env.data_plane.pool_park.PoolPark`): they sleep inside a
-parallel region for the step,
-neither ended nor created, because a pool released before the step and
-created again by the next op put its new thread on the trainer's own core and
-held steps 30x longer (docs/benchmarks.md, "The trainer's torch threads").
-What parking cannot fix, torch's threads outnumbering the cores while another
-process keeps one busy, only the user can: :func:`advise_torch_threads` says
-so once, at start.
+parallel region for the step, neither ended nor created, because a pool
+released before the step and created again by the next op put its new thread
+on the trainer's own core and held steps 30x longer (docs/benchmarks.md, "The
+trainer's torch threads"). What parking cannot fix, torch's threads
+outnumbering the cores while another process keeps one busy, only the user
+can: :func:`advise_torch_threads` says so once, at start.
 """
 
 import sys
