@@ -92,6 +92,7 @@ PYBIND11_MODULE(_penv, m) {
   m.attr("CACHE_LINE_SIZE") = kCacheLineSize;
   m.attr("MAX_WORKERS") = kMaxWorkers;
   m.attr("SPIN_ADAPTIVE") = kSpinAdaptive;
+  m.attr("TIMING_BUCKETS") = kTimingBuckets;
 
   // SyscallError -> OSError(errno, message) (or its errno subclass, e.g.
   // ProcessLookupError for ESRCH).
@@ -231,6 +232,25 @@ PYBIND11_MODULE(_penv, m) {
           "Returns (WaitStatus, int32 array): OK with the first k finished "
           "workers in completion order; TIMEOUT with no ids (completions stay "
           "queued); WORKER_DIED with the dead workers' ids.")
+      .def(
+          "take_timings",
+          [](Controller& controller) {
+            const BatchTimings taken = controller.take_timings();
+            py::array_t<std::uint64_t> buckets(
+                {static_cast<py::ssize_t>(BatchTimings::kFigures),
+                 static_cast<py::ssize_t>(kTimingBuckets)});
+            std::uint64_t* out = buckets.mutable_data();
+            for (const auto& figure : taken.buckets) {
+              out = std::copy(figure.begin(), figure.end(), out);
+            }
+            return py::make_tuple(
+                taken.count,
+                py::make_tuple(taken.sum_ns[0], taken.sum_ns[1], taken.sum_ns[2]),
+                buckets);
+          },
+          "(count, (wait, spread, hand-off sums in ns), uint64 array "
+          "(3, TIMING_BUCKETS) of their histograms) of the lockstep batches "
+          "since the last call; resets them.")
       .def("status", &Controller::status, py::arg("worker"))
       .def(
           "failed",
@@ -368,4 +388,5 @@ PYBIND11_MODULE(_penv, m) {
       },
       py::arg("region"), py::arg("offset"), py::arg("value"));
   testing.def("usable_cpu_count", &usable_cpu_count);
+  testing.def("timing_bucket", &timing_bucket, py::arg("ns"));
 }

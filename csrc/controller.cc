@@ -50,7 +50,9 @@ Controller::Controller(std::shared_ptr<SharedRegion> region,
       outstanding_(num_workers, 0),
       finished_(num_workers, 0),
       pidfds_(num_workers),
-      last_pid_poll_(Clock::now()) {}
+      last_pid_poll_(Clock::now()) {
+  batch_workers_.reserve(num_workers);  // post() then never allocates for it
+}
 
 void Controller::check_worker(std::int64_t worker, const char* who) const {
   if (worker < 0 || static_cast<std::size_t>(worker) >= num_workers_) {
@@ -112,6 +114,13 @@ void Controller::post(const std::vector<std::int64_t>& workers, JobType job,
           " already has a job outstanding (posted, not yet returned by "
           "wait()); wait() for it first, or abandon() it if the worker died");
     }
+  }
+  // A lockstep batch starts with a STEP posted while nothing is outstanding;
+  // any other post meanwhile makes it none (the workers overlap).
+  batch_open_ = job == JobType::STEP && num_outstanding_ == 0 && !workers.empty();
+  if (batch_open_) {
+    batch_posted_ns_ = monotonic_ns();
+    batch_workers_.assign(workers.begin(), workers.end());
   }
   for (std::int64_t worker : workers) {
     JobSlot& slot = block_.slot(worker);
@@ -241,7 +250,11 @@ Controller::WaitResult Controller::wait(std::size_t k, const Deadline& deadline,
   FinishedQueue& queue = block_.queue();
   drain();
   for (;;) {
-    if (pending_.size() >= k) return {WaitStatus::OK, take(k)};
+    if (pending_.size() >= k) {
+      WaitResult result{WaitStatus::OK, take(k)};
+      if (batch_open_ && num_outstanding_ == 0) record_batch();
+      return result;
+    }
     if (Clock::now() - last_pid_poll_ >= kPidPollInterval) {
       std::vector<std::int32_t> dead = find_dead_workers();
       if (!dead.empty()) return {WaitStatus::WORKER_DIED, std::move(dead)};
@@ -301,6 +314,7 @@ bool Controller::abandon(std::size_t worker) {
   BusyGuard guard(busy_, "Controller.abandon");
   check_worker(static_cast<std::int64_t>(worker), "Controller.abandon");
   if (!outstanding_[worker]) return false;
+  batch_open_ = false;
   if (finished_[worker]) {
     pending_.erase(std::find(pending_.begin(), pending_.end(),
                              static_cast<std::int32_t>(worker)));
@@ -321,6 +335,39 @@ bool Controller::abandon(std::size_t worker) {
   --num_outstanding_;
   wake_sleeper(slot.seq, slot.sleeping);
   return true;
+}
+
+void Controller::record_batch() {
+  batch_open_ = false;
+  const std::uint64_t now = monotonic_ns();
+  std::uint64_t first = ~std::uint64_t{0};
+  std::uint64_t last = 0;
+  std::uint64_t slowest = 0;
+  for (std::int64_t worker : batch_workers_) {
+    const JobSlot& slot = block_.slot(worker);
+    // relaxed (both): the worker stored them before its release push, which
+    // drain() acquired before wait() returned the worker.
+    const std::uint64_t start = slot.start_ns.load(std::memory_order_relaxed);
+    const std::uint64_t finish = slot.finish_ns.load(std::memory_order_relaxed);
+    first = std::min(first, finish);
+    last = std::max(last, finish);
+    if (finish > start) slowest = std::max(slowest, finish - start);
+  }
+  const std::uint64_t wait = now > batch_posted_ns_ ? now - batch_posted_ns_ : 0;
+  const std::uint64_t figures[BatchTimings::kFigures] = {
+      wait, last - first, wait > slowest ? wait - slowest : 0};
+  ++timings_.count;
+  for (std::size_t i = 0; i < BatchTimings::kFigures; ++i) {
+    timings_.sum_ns[i] += figures[i];
+    ++timings_.buckets[i][timing_bucket(figures[i])];
+  }
+}
+
+BatchTimings Controller::take_timings() {
+  BusyGuard guard(busy_, "Controller.take_timings");
+  BatchTimings taken = timings_;
+  timings_ = BatchTimings{};
+  return taken;
 }
 
 }  // namespace alf_env::penv

@@ -21,12 +21,21 @@
 // meantime stay queued and come out of the next wait(). On WORKER_DIED it
 // returns the dead workers' ids; their jobs stay outstanding until abandon().
 //
+// Timings: a *lockstep batch* is a STEP post() made while no job is
+// outstanding, up to the wait() that returns its last worker, with no other
+// post() or abandon() in between. For each, the Controller adds to
+// take_timings() the wait (post() to that wait()'s return), the straggler
+// spread (the last worker's finish minus the first's, from the job slots'
+// finish_ns) and the hand-off overhead (the wait minus the slowest worker's
+// finish_ns - start_ns): process-local counters, ~100 ns a batch.
+//
 // Not thread-safe: use one Controller from one thread (concurrent calls raise
 // instead of deadlocking). One Controller per region.
 #pragma once
 
 #include <sys/types.h>
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstddef>
@@ -42,6 +51,29 @@
 namespace alf_env::penv {
 
 class SharedRegion;
+
+// Buckets of a timing histogram: below 8 ns one per ns; from there each
+// power of two is split in 8 equal buckets (at most 1/8 of their value wide,
+// HDR-histogram style), up to 2^64 ns. alf_env/data_plane/step_timings.py
+// computes the same buckets (bucket_of) and reads percentiles from them.
+inline constexpr std::size_t kTimingBuckets = 496;
+
+inline std::size_t timing_bucket(std::uint64_t ns) noexcept {
+  if (ns < 8) return static_cast<std::size_t>(ns);
+  const int bits = 64 - __builtin_clzll(ns);
+  return (static_cast<std::size_t>(bits - 3) << 3) |
+         static_cast<std::size_t>((ns >> (bits - 4)) & 7);
+}
+
+// What Controller::take_timings() returns: per figure (0 wait, 1 straggler
+// spread, 2 hand-off overhead; see Controller), the sum in ns and the
+// histogram of the lockstep batches since the last take.
+struct BatchTimings {
+  static constexpr std::size_t kFigures = 3;
+  std::uint64_t count = 0;
+  std::array<std::uint64_t, kFigures> sum_ns{};
+  std::array<std::array<std::uint64_t, kTimingBuckets>, kFigures> buckets{};
+};
 
 class Controller {
  public:
@@ -104,7 +136,14 @@ class Controller {
   }
   bool spin_yields_only() const noexcept { return spin_.yields_only(); }
 
+  // The figures of the lockstep batches completed since the last call (see
+  // the top of this file); resets them.
+  BatchTimings take_timings();
+
  private:
+  // Adds the lockstep batch that just completed to timings_.
+  void record_batch();
+
   void check_worker(std::int64_t worker, const char* who) const;
   // wake_order() of ids already checked.
   std::vector<std::int64_t> order_wakes(const std::vector<std::int64_t>& workers) const;
@@ -124,6 +163,10 @@ class Controller {
   std::size_t num_outstanding_ = 0;
   std::vector<UniqueFd> pidfds_;
   std::chrono::steady_clock::time_point last_pid_poll_;
+  bool batch_open_ = false;                   // a lockstep batch is running
+  std::uint64_t batch_posted_ns_ = 0;         // when it was posted
+  std::vector<std::int64_t> batch_workers_;   // its workers
+  BatchTimings timings_;
   std::atomic<bool> busy_{false};
 };
 

@@ -117,6 +117,8 @@ ControlBlock ControlBlock::initialize(SharedRegion& region,
                 .count()),
         std::memory_order_relaxed);
     slot->sleep_cpu.store(kUnknownCpu, std::memory_order_relaxed);
+    slot->start_ns.store(0, std::memory_order_relaxed);
+    slot->finish_ns.store(0, std::memory_order_relaxed);
   }
   new (base + kQueueTailOffset) QueueTail;
   for (std::size_t i = 0; i < block.queue_.capacity(); ++i) {

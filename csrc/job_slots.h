@@ -16,8 +16,9 @@
 //             (seq_cst store: release publishes the action rows + job,
 //             seq_cst for the sleeping-flag handshake), then wakes the worker
 //             if its `sleeping` flag is set.
-//   running   worker: acquire-loads seq != last seen, reads job_type, arg.
-//   finished  worker: writes its data rows, status, done_seq = seq
+//   running   worker: acquire-loads seq != last seen, reads job_type, arg,
+//             stores start_ns (relaxed).
+//   finished  worker: writes its data rows, status, finish_ns, done_seq = seq
 //             (relaxed), pushes its id on the finished queue (release CAS),
 //             bumps CompletionWord::count (seq_cst) and wakes the main
 //             process if it sleeps.
@@ -29,6 +30,8 @@
 //             job; workers skip NONE posts. A late completion of the
 //             abandoned job is dropped by the done_seq check above.
 #pragma once
+
+#include <time.h>
 
 #include <atomic>
 #include <cstddef>
@@ -87,7 +90,8 @@ struct alignas(kCacheLineSize) CompletionWord {
 };
 
 // One worker's mailbox. Written by the main process: seq, job_type, arg,
-// job_wait_spin_us; by the worker: sleeping, sleep_cpu, status, done_seq.
+// job_wait_spin_us; by the worker: sleeping, sleep_cpu, status, done_seq,
+// start_ns, finish_ns.
 struct alignas(kCacheLineSize) JobSlot {
   std::atomic<std::uint32_t> seq;       // futex word: +1 per posted job
   std::atomic<std::uint32_t> sleeping;  // kSleeping while the worker sleeps
@@ -101,9 +105,23 @@ struct alignas(kCacheLineSize) JobSlot {
   // The CPU the worker last went to sleep on (kUnknownCpu: not known). A
   // hint for the order of the main process's wakes (Controller::wake_order).
   std::atomic<std::uint32_t> sleep_cpu;
+  // CLOCK_MONOTONIC (monotonic_ns) when the worker took its last job and
+  // when it finished it: the per-batch figures of Controller::take_timings.
+  // Published with the job's completion (see finished above).
+  std::atomic<std::uint64_t> start_ns;
+  std::atomic<std::uint64_t> finish_ns;
 };
 
 inline constexpr std::uint32_t kUnknownCpu = 0xffffffffu;
+
+// CLOCK_MONOTONIC in ns: one clock for every process of the machine (vDSO,
+// ~20 ns), so a worker's job clocks and the main process's compare directly.
+inline std::uint64_t monotonic_ns() noexcept {
+  timespec now{};
+  ::clock_gettime(CLOCK_MONOTONIC, &now);
+  return static_cast<std::uint64_t>(now.tv_sec) * 1000000000ull +
+         static_cast<std::uint64_t>(now.tv_nsec);
+}
 
 static_assert(sizeof(ControlHeader) == kCacheLineSize &&
                   sizeof(CompletionWord) == kCacheLineSize &&

@@ -15,7 +15,7 @@ inline constexpr char kEngineVersion[] = "1.0.0";
 
 // Bump whenever the layout or the meaning of anything in the control block
 // changes: a worker built from other sources then refuses to attach.
-inline constexpr std::uint32_t kLayoutVersion = 4;
+inline constexpr std::uint32_t kLayoutVersion = 5;
 
 // First 8 bytes of an initialised control block ("ALFPENV1" in ASCII).
 inline constexpr std::uint64_t kControlMagic = 0x414c4650454e5631ULL;

@@ -70,6 +70,8 @@ bool WorkerPort::try_take_job(Job& job) {
     if (type == static_cast<std::uint32_t>(JobType::NONE) || type > kMaxJobType) {
       continue;  // cancelled by abandon(): nothing to do (seq == seen_seq_ now)
     }
+    // relaxed: published with the job's completion (finish()'s release push).
+    slot.start_ns.store(monotonic_ns(), std::memory_order_relaxed);
     job = Job{static_cast<JobType>(type), arg};
     current_seq_ = seq;
     has_job_ = true;
@@ -130,8 +132,9 @@ void WorkerPort::finish(JobStatus status, const InterruptCheck& check) {
                                 "ERROR, got " + std::to_string(status_value));
   }
   JobSlot& slot = block_.slot(index_);
-  // relaxed (both): published by the release CAS of try_push below, together
-  // with the data rows this worker wrote.
+  // relaxed (all three): published by the release CAS of try_push below,
+  // together with the data rows this worker wrote.
+  slot.finish_ns.store(monotonic_ns(), std::memory_order_relaxed);
   slot.status.store(status_value, std::memory_order_relaxed);
   slot.done_seq.store(current_seq_, std::memory_order_relaxed);
   const auto id = static_cast<std::uint32_t>(index_);

@@ -207,8 +207,8 @@ def _pufferlib_runner(workload: str, num_envs: int, actions: Actions,
     to finish (PufferLib's ``batch_size=num_envs // 2``).
     """
     multiprocessing_backend = _import("pufferlib.vector", "Multiprocessing",
-                                      "pufferlib-core (`pip install --no-deps pufferlib-core "
-                                      "rich rich-argparse`)")
+                                      "pufferlib-core (`pip install --no-deps "
+                                      "pufferlib-core==3.0.23`)")
     vector = import_from("pufferlib.vector")
     workers = min(num_workers or usable_cpu_count(), num_envs)
     if num_envs % workers:

@@ -16,6 +16,7 @@ import gymnasium as gym
 import numpy as np
 
 import alf_env
+from alf_env.bench import timings as bench_timings
 from alf_env.bench import tune
 from alf_env.bench import workloads as bench_workloads
 from alf_env.bench.backends import BACKENDS
@@ -180,6 +181,13 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                              "and this machine (workers, placement, lockstep or "
                              "EnvPool-style; with --load N also beside N busy processes) "
                              "and print the fastest as a constructor line")
+    parser.add_argument("--timings", action="store_true",
+                        help="with --env: only print where a FastVectorEnv's steps spend "
+                             "their time on the env (FastVectorEnv.timings(): each env's "
+                             "step, the straggler spread, the hand-off), stepping it "
+                             "for --seconds (default "
+                             f"{bench_timings.DEFAULT_SECONDS:g}); --env without it "
+                             "prints this after its comparison")
     parser.add_argument("--budget-s", type=float, default=tune.DEFAULT_BUDGET_S,
                         metavar="S", help="--tune's time budget in seconds (default: "
                                           "%(default)s)")
@@ -202,6 +210,12 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
             args.backends = list(ENV_BACKENDS)
     elif args.tune:
         parser.error("--tune: name the env to tune with --env")
+    elif args.timings:
+        parser.error("--timings: name the env with --env")
+    if args.tune and args.timings:
+        parser.error("--timings: give --tune or --timings, not both")
+    args.timings_seconds = (bench_timings.DEFAULT_SECONDS if args.seconds is None
+                            else args.seconds)
     if args.budget_s <= 0:
         parser.error("--budget-s: give a number of seconds > 0")
     quick_workloads = args.quick and args.workloads is None
@@ -345,6 +359,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_args(argv)
     if args.tune:
         return main_tune(args)
+    if args.timings:
+        return main_timings(args)
     plan = Plan(warmup=args.warmup, steps=args.steps, seconds=args.seconds)
     case_list = cases_of(args)
     policy = make_policy(args.policy, args.torch_threads)
@@ -368,7 +384,26 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     failed = any(r.status == "error" for results in cases for r in results)
     if interrupted:
         return 130
+    if args.env is not None and main_timings(args) != 0:
+        return 1
     return 1 if failed or leftovers else 0
+
+
+def main_timings(args: argparse.Namespace) -> int:
+    """``--env ENV [--timings]``: steps a default FastVectorEnv of the env and prints
+    where its steps' time goes (:mod:`alf_env.bench.timings`)."""
+    num_envs = (args.num_envs or [ENV_NUM_ENVS])[0]
+    try:
+        taken, steps = bench_timings.measure(args.env, num_envs, args.timings_seconds)
+    except KeyboardInterrupt:
+        sys.stderr.write("interrupted\n")
+        return 130
+    sys.stdout.write(bench_timings.report(args.env, num_envs, taken, steps))
+    leftovers = check_no_leftovers()
+    if leftovers:
+        sys.stdout.write(f"worker processes left running after the run (sent SIGTERM): "
+                         f"{leftovers}\n")
+    return 1 if leftovers else 0
 
 
 def main_tune(args: argparse.Namespace) -> int:

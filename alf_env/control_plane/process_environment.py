@@ -167,13 +167,18 @@ class ProcessEnvironment(NotCopyable, WorkerChannel):
         if wait_to_start:
             self.wait_start()
 
-    def wait_start(self) -> None:
+    def wait_start(self, timeout: Optional[float] = None) -> None:
         """Waits until the worker has constructed its env.
+
+        Args:
+            timeout: seconds to wait at most (``None``: no limit), e.g. for a
+                restarted worker (``RestartPolicy.start_timeout``).
 
         Raises:
             Exception: what the env constructor raised (the worker is reaped).
             WorkerDiedError: the worker died during construction, or its constructor
                 raised ``SystemExit`` or ``KeyboardInterrupt`` (with the traceback).
+            EnvTimeoutError: ``timeout`` passed first (the worker is ended).
         """
         if self._state is EnvState.RUNNING:
             return
@@ -181,7 +186,7 @@ class ProcessEnvironment(NotCopyable, WorkerChannel):
             raise RuntimeError(f"env {self._env_id}: wait_start() needs a started "
                                f"env (state is {self._state.value})")
         try:
-            msg_type, payload = self._recv(None, during="start")
+            msg_type, payload = self._recv(timeout, during="start")
         except BaseException:
             self.close()
             raise

@@ -154,10 +154,13 @@ def close_when_collected(owner: Any, envs: Sequence[Worker]) -> "weakref.finaliz
     end are weak). It terminates them (:func:`stop_all` without a polite
     wait): bounded, and what ``AsyncVectorEnv`` does when it is collected.
 
+    A list is kept as it is, not copied: a front end that replaces a dead
+    worker in its list (``RestartPolicy``) has the new one ended too.
+
     Returns:
         the finalizer; detach it when ``owner`` is closed.
     """
-    return _finalizer(owner, stop_all, list(envs), 0.0)
+    return _finalizer(owner, stop_all, envs if isinstance(envs, list) else list(envs), 0.0)
 
 
 def _finalizer(owner: Any, stop: Any, *args: Any) -> "weakref.finalize[..., None]":

@@ -28,6 +28,7 @@ from alf_env import nest
 from alf_env.control_plane.affinity import batch_scheduling
 from alf_env.control_plane.protocol import SYNC_PROGRESS_CALL, MessageType, read_message, send_raw
 from alf_env.control_plane.remote import RemoteException, RemoteMethod
+from alf_env.control_plane.step_timings import STEP_TIMINGS_CALL, StepClock
 from alf_env.control_plane.watchdog import die_with_parent, start_parent_watchdog, worker_signals
 
 if TYPE_CHECKING:
@@ -90,6 +91,11 @@ class WorkerEnvProxy:
         self._guard_built = False
         self._codecs: Optional["StepCodecs"] = None
         self._flat_step: Any = None  # the env's flat step, made with the codecs
+        # The env's step times (control_plane/step_timings.py): a group that
+        # times its own envs brings its clock; a single env is timed here.
+        own_clock = getattr(env, "step_clock", None)
+        self._times_steps = not isinstance(own_clock, StepClock)
+        self.step_clock = own_clock if isinstance(own_clock, StepClock) else StepClock()
 
     def access(self, name: str) -> Any:
         """Reads an attribute; a method is answered by a marker to call it remotely."""
@@ -101,6 +107,8 @@ class WorkerEnvProxy:
     def call(self, name: str, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Any:
         if name == SYNC_PROGRESS_CALL:
             return forward_progress(self.env, *args, **kwargs)
+        if name == STEP_TIMINGS_CALL:
+            return self.step_clock.take()
         guard = self.guard() if name in ("step", "reset") else None
         if name == "step" and len(args) == 1 and not kwargs:
             (action,) = args
@@ -108,7 +116,12 @@ class WorkerEnvProxy:
                 guard.action.check(action, flattened=self.flatten)
             if self.flatten:
                 args = (nest.pack_sequence_as(self.env.action_spec(), action),)
-        result = getattr(self.env, name)(*args, **kwargs)
+        if name == "step" and self._times_steps:
+            start = StepClock.now()
+            result = self.env.step(*args, **kwargs)
+            self.step_clock.record(0, StepClock.now() - start)
+        else:
+            result = getattr(self.env, name)(*args, **kwargs)
         if name == "step" or name == "reset":
             if guard is not None:
                 checked = guard.time_step
@@ -126,9 +139,14 @@ class WorkerEnvProxy:
         """
         codecs = self._codecs or self._build_codecs()
         flat_step = self._flat_step
+        now = StepClock.now
+        start = now()
         result = None if flat_step is None else flat_step(codecs.action.decode(record))
         if result is None:  # no flat step, or not a plain step (a reset): step() does it
-            return self._pack(self.env.step(codecs.unpack_action(record)))
+            time_step = self.env.step(codecs.unpack_action(record))
+            self.step_clock.record(0, now() - start)
+            return self._pack(time_step)
+        self.step_clock.record(0, now() - start)
         packed = codecs.time_step.encode_exact(result[0], scalars=True)
         # A leaf that does not fit: the checks name it, on the TimeStep.
         return packed if packed is not None else self._pack(self.env.current_time_step())

@@ -8,6 +8,7 @@ loop is typed against these two protocols and knows no front end.
 import multiprocessing.connection
 from typing import Any, Callable, Optional, Protocol
 
+from alf_env.control_plane.step_timings import StepClock
 from alf_env.data_plane.shared_block import SharedBlock
 
 __all__ = ["JobHandler", "HandlerFactory"]
@@ -40,5 +41,7 @@ class HandlerFactory(Protocol):
 
     def __call__(self, env: Any, block: SharedBlock,
                  conn: multiprocessing.connection.Connection,
-                 env_id: Optional[int], /) -> JobHandler:
-        """The handler of the worker's ``env`` over ``block`` (``conn``: its pipe)."""
+                 env_id: Optional[int], clock: StepClock, /) -> JobHandler:
+        """The handler of the worker's ``env`` over ``block`` (``conn``: its pipe),
+        timing each env's step into ``clock`` (the worker's, which ``timings()``
+        reads: control_plane/step_timings.py)."""

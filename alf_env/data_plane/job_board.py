@@ -11,7 +11,7 @@ import functools
 import inspect
 import time
 import weakref
-from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Set
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Set, TypeVar
 
 import numpy as np
 from absl import logging
@@ -30,6 +30,19 @@ from alf_env.errors import EnvironmentClosedError, EnvTimeoutError, WorkerDiedEr
 # (raised by the waits as job errors).
 OkHook = Callable[[List[int], Mapping[int, Any]], Dict[int, BaseException]]
 
+# on_death(worker, error, during): called when ``worker`` died with its job
+# outstanding (the job abandoned, ``error`` its WorkerDiedError); returns whether
+# a new worker took its place (its job then counts as finished, its results
+# written by the hook: a restart, control_plane/restart.py), else the wait
+# raises ``error``.
+DeathHook = Callable[[int, BaseException, str], bool]
+
+T = TypeVar("T")
+
+#: What a wait for a pipe request's CALL job is doing (its ``during``): a death
+#: then is one of the request's, which a ``DeathHook`` may refuse to restart.
+PIPE_CALL = "a call"
+
 
 class JobBoard:
     """The parent's view of the job slots of a set of worker processes.
@@ -43,14 +56,21 @@ class JobBoard:
         on_ok: optional hook run for the jobs that finished OK (see ``OkHook``).
         timeout: default seconds of a wait (``None``: no limit), also bounding
             the waits inside :meth:`post` and :meth:`serve_pipe`.
+        on_death: optional hook that may replace a dead worker (see
+            ``DeathHook``); held weakly if a bound method. Only a wait's death
+            branch calls it, so it costs the steps nothing.
     """
 
     def __init__(self, controller: Any, envs: Sequence[ProcessEnvironment],
-                 on_ok: Optional[OkHook] = None, timeout: Optional[float] = None) -> None:
+                 on_ok: Optional[OkHook] = None, timeout: Optional[float] = None,
+                 on_death: Optional[DeathHook] = None) -> None:
         self.controller = controller
         self.envs = envs
         self.timeout = timeout
-        self._on_ok = _weakly(on_ok) if inspect.ismethod(on_ok) else on_ok
+        self._on_ok: Optional[OkHook] = (_weakly(on_ok, dict) if inspect.ismethod(on_ok)
+                                         else on_ok)
+        self._on_death: Optional[DeathHook] = None
+        self.set_death_hook(on_death)
         # Workers whose last job has finished, in completion order (a dict
         # used as an ordered set).
         self._done: Dict[int, None] = {}
@@ -59,6 +79,11 @@ class JobBoard:
         self._pool = PoolPark()  # the trainer's torch threads, parked during run()
         # At exit (or SIGTERM), workers still in the loop are brought back first.
         shutdown.register_board(self)
+
+    def set_death_hook(self, on_death: Optional[DeathHook]) -> None:
+        """Sets the hook that may replace a dead worker (see ``on_death``)."""
+        self._on_death = (_weakly(on_death, lambda: False) if inspect.ismethod(on_death)
+                          else on_death)
 
     # -- posting ---------------------------------------------------------------
 
@@ -183,9 +208,7 @@ class JobBoard:
         left = None if deadline is None else max(0.0, deadline - time.monotonic())
         status, ids = self.controller.wait(k, left)
         if status == WaitStatus.WORKER_DIED:
-            dead = int(ids[0])
-            self.controller.abandon(dead)
-            raise self.envs[dead].mark_died(during)
+            return self._on_deaths(ids.tolist(), k, during, deadline, timeout, pending)
         finished: List[int] = ids.tolist()
         if finished:
             self._on_finished(finished)
@@ -195,6 +218,27 @@ class JobBoard:
             raise EnvTimeoutError(
                 f"{self._envs_of(late)} did not finish {during} within {timeout:.3g} s")
         return finished
+
+    def _on_deaths(self, dead: List[int], k: int, during: str, deadline: Optional[float],
+                   timeout: Optional[float], pending: Callable[[], List[int]]) -> List[int]:
+        """The death branch of :meth:`_wait_some`: abandons the dead workers' jobs;
+        raises the first death unless ``on_death`` replaced the worker, then waits
+        for the rest of the ``k`` completions (a replaced worker counts as one)."""
+        errors = []
+        for w in dead:
+            self.controller.abandon(w)
+            errors.append(self.envs[w].mark_died(during))
+        replaced: List[int] = []
+        for w, error in zip(dead, errors):
+            if (self._on_death is None or not isinstance(error, WorkerDiedError)
+                    or not self._on_death(w, error, during)):
+                raise error
+            self._done[w] = None
+            replaced.append(w)
+        if k > len(replaced):
+            return replaced + self._wait_some(k - len(replaced), during, deadline, timeout,
+                                              pending)
+        return replaced
 
     def _take_finished(self) -> None:
         """Records the completions a timed-out native wait left queued."""
@@ -264,7 +308,7 @@ class JobBoard:
             self.wait_for([worker], "finishing an earlier job", raise_errors=False)
         self.post([worker], JobType.CALL)
         write()
-        self.wait_for([worker], "a call", raise_errors=False)
+        self.wait_for([worker], PIPE_CALL, raise_errors=False)
 
     def doorbell(self, worker: int) -> Callable[..., None]:
         """:meth:`serve_pipe` of ``worker``, for its ``start_fast_loop``; holds the board weakly."""
@@ -287,6 +331,7 @@ class JobBoard:
         """
         total = shutdown.CLOSE_POLITE_TIMEOUT if timeout is None else timeout
         deadline = time.monotonic() + total
+        self._on_death = None  # closing: a worker that dies now stays dead
         waiting = {i for i, env in enumerate(self.envs) if env.in_fast_loop}
         closing: Set[int] = set()  # CLOSE posted, not yet finished
         try:
@@ -333,11 +378,12 @@ class JobBoard:
             close_all(stuck, polite_timeout=0.0)
 
 
-def _weakly(method: Any) -> OkHook:
-    """``method`` (a bound method), holding its object weakly."""
-    owner, func = weakref.ref(method.__self__), method.__func__
+def _weakly(method: Callable[..., T], gone: Callable[[], T]) -> Callable[..., T]:
+    """``method`` (a bound method) holding its object weakly: ``gone()`` once the
+    object was collected."""
+    owner, func = weakref.ref(method.__self__), method.__func__  # type: ignore[attr-defined]
 
-    def hook(workers: List[int], jobs: Mapping[int, Any]) -> Dict[int, BaseException]:
+    def hook(*args: Any) -> T:
         live = owner()
-        return {} if live is None else func(live, workers, jobs)
+        return gone() if live is None else func(live, *args)
     return hook

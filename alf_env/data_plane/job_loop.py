@@ -56,11 +56,19 @@ def start_job_loops(board: "JobBoard", block: SharedBlock, spin_us: int,
             worker's pipe requests while it is in the loop.
         handlers: one job handler factory per worker, in worker order.
     """
-    for w, (worker, handler) in enumerate(zip(board.envs, handlers)):
-        assert worker.pid is not None  # started
-        board.controller.set_worker_pid(w, worker.pid)
-        worker.start_fast_loop(FastLoopSpec(block, w, spin_us, handler, workers_spread),
-                               board.doorbell(w))
+    for w, handler in enumerate(handlers):
+        join_job_loop(board, FastLoopSpec(block, w, spin_us, handler, workers_spread))
+
+
+def join_job_loop(board: "JobBoard", spec: FastLoopSpec) -> None:
+    """Sends worker ``spec.worker_index`` of ``board`` into the job loop of its slot
+    (also a worker started again in the place of a dead one, whose port starts
+    from the slot's last finished job and skips the job abandoned with it)."""
+    w = spec.worker_index
+    worker = board.envs[w]
+    assert worker.pid is not None  # started
+    board.controller.set_worker_pid(w, worker.pid)
+    worker.start_fast_loop(spec, board.doorbell(w))
 
 # How long one wait for a job may last before the loop looks around again
 # (the parent-death watchdog runs in its own thread; this only bounds how
@@ -73,7 +81,7 @@ def run_fast_loop(conn: Connection, proxy: WorkerEnvProxy, env_id: Optional[int]
     """Serves jobs from the native slot; returns whether to keep serving the pipe."""
     try:
         port = spec.block.worker_port(spec.worker_index, spec.spin_us, spec.workers_spread)
-        handler = spec.make_handler(proxy.env, spec.block, conn, env_id)
+        handler = spec.make_handler(proxy.env, spec.block, conn, env_id, proxy.step_clock)
     except Exception as exc:  # noqa: BLE001 -- reported; the pipe stays served
         conn.send((MessageType.EXCEPTION,
                    RemoteException(exc, env_id, "entering the native loop")))

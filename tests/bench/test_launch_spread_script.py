@@ -34,3 +34,23 @@ def test_main_prints_the_spread_and_the_paired_ratio_and_writes_json(spread, cap
     assert set(saved["launches"]) == {"fast_vector", "gym_sync"}
     assert len(saved["long"]["fast_vector"]) == 1  # one run of one whole second
     assert len(saved["long"]["fast_vector"][0]) == 1
+
+
+def test_trees_run_each_backend_from_each_source_tree_paired_with_the_first(
+        spread, capsys, tmp_path):
+    from tests.support.paths import REPO_ROOT
+    out = tmp_path / "trees.json"
+    assert spread.main(["--workload", "CartPole-v1", "--num-envs", "2", "--launches", "1",
+                        "--warmup", "0.1", "--seconds", "1", "--policy", "none",
+                        "--backends", "fast_vector", "--tree", f"a={REPO_ROOT}",
+                        "--tree", f"b={REPO_ROOT}", "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "fast_vector@b" in text and "/ fast_vector@a, paired: " in text
+    saved = json.loads(out.read_text())
+    assert set(saved["launches"]) == {"fast_vector@a", "fast_vector@b"}
+    assert saved["policy"] == "none" and set(saved["trees"]) == {"a", "b"}
+
+
+def test_a_tree_without_alf_env_is_refused(spread, tmp_path):
+    with pytest.raises(SystemExit):
+        spread.main(["--launches", "1", "--tree", f"x={tmp_path}"])

@@ -1,5 +1,6 @@
 """Tests of ProcessEnvironment: the enum-typed pipe protocol and its faults."""
 
+import faulthandler
 import functools
 import gc
 import multiprocessing
@@ -206,13 +207,22 @@ def test_unpicklable_result_is_reported_not_hung(make_env):
 # -- worker death ---------------------------------------------------------------
 
 
+class QuietCrashProbe(ProbeEnv):
+    """A ``ProbeEnv`` whose crash on purpose prints no "Fatal Python error" dump
+    (faulthandler, which pytest enables, is inherited by a forked worker)."""
+
+    def fail(self):
+        faulthandler.disable()
+        return super().fail()
+
+
 @pytest.mark.parametrize("fault,expected", [
     ("exit", "exited with code 3"),
     ("sigkill", r"killed by SIGKILL \(signal 9\)"),
     ("segv", r"killed by SIGSEGV \(signal 11\)"),
 ])
 def test_worker_death_raises_worker_died_error(make_env, fault, expected):
-    env = make_env(fault=fault, env_id=1)
+    env = make_env(QuietCrashProbe, fault=fault, env_id=1)
     begin = time.monotonic()
     with pytest.raises(WorkerDiedError, match=expected) as info:
         env.call("fail")()

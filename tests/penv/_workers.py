@@ -43,10 +43,12 @@ def pinned_job_worker(block, index: int, spin_us: int, cpu: int) -> None:
     job_worker(block, index, spin_us)
 
 
-def job_worker(block, index: int, spin_us: int = -1, burn: bool = False) -> None:
+def job_worker(block, index: int, spin_us: int = -1, burn: bool = False,
+               extra_delay_us: int = 0) -> None:
     """Serves jobs of slot ``index`` of ``block`` until CLOSE.
 
     With ``burn``, a STEP's delay is spent busy (thread CPU time), not asleep.
+    ``extra_delay_us`` is added to every STEP's delay (a slow worker).
     """
     port = block.worker_port(index, spin_us)
     parent = os.getppid()
@@ -73,7 +75,7 @@ def job_worker(block, index: int, spin_us: int = -1, burn: bool = False) -> None
             port.finish(JobStatus.ERROR if arg == CALL_FAIL else JobStatus.OK)
             continue
         steps += 1
-        delay_us = arg & DELAY_MASK
+        delay_us = (arg & DELAY_MASK) + extra_delay_us
         if delay_us and burn:
             end = time.thread_time() + delay_us * 1e-6
             while time.thread_time() < end:

@@ -23,6 +23,7 @@ import numpy as np
 
 from alf_env import nest
 from alf_env.control_plane.spec_checks import time_step_count_error, time_step_leaf_error
+from alf_env.control_plane.step_timings import StepClock
 from alf_env.control_plane.worker import flat_stepper_of
 from alf_env.data_plane.shared_block import SharedBlock, copy_leaves
 from alf_env.nest_compiled import compile_nest
@@ -119,7 +120,7 @@ class AlfRowsHandler:
             whose members each own ``(end - begin) / len(members)`` rows.
     """
 
-    #: A MemberGroup's ``reset_ended`` once bound to one, else ``None``.
+    #: Once bound: counts the step times (and a MemberGroup's ``reset_ended``).
     after_step: Optional[Callable[[], None]] = None
 
     def __init__(self, rows: Tuple[int, int], action_fields: Tuple[str, ...],
@@ -131,9 +132,16 @@ class AlfRowsHandler:
 
     def __call__(self, env: Any, block: SharedBlock,
                  conn: multiprocessing.connection.Connection,
-                 env_id: Optional[int]) -> "AlfRowsHandler":
-        """Binds to the worker's env and the shared block (in the worker)."""
+                 env_id: Optional[int], clock: Optional[StepClock] = None) -> "AlfRowsHandler":
+        """Binds to the worker's env and the shared block (in the worker).
+
+        Each env's step (each member's, for a group) is timed into ``clock``
+        (the worker's; a fresh one when ``None``), resized to the envs here.
+        """
         batched = bool(env.batched)
+        self._clock = clock if clock is not None else StepClock()
+        # Once a step is reported, its envs' step times are counted.
+        self.after_step = self._clock.commit
         self._env = env
         self._env_id = env_id
         self._action_spec = action_spec = env.action_spec()
@@ -157,7 +165,7 @@ class AlfRowsHandler:
             group: MemberGroup = env
             self._group = group
             # The group resets its members that ended once the step is reported.
-            self.after_step = group.reset_ended
+            self.after_step = self._after_members_step
             begin, end = self.rows
             members = group.members
             n = len(members)
@@ -168,13 +176,19 @@ class AlfRowsHandler:
                 + ((env_id or 0) + j,
                    None if member_batched else flat_stepper_of(members[j]))
                 for j in range(n)]
+            self._clock.resize(n)
             # Chosen per env (the job loop calls step and reset).
             self.step, self.reset = (  # type: ignore[method-assign]
                 self._step_members, self._reset_members)
         return self
 
     def step(self, arg: int) -> None:
-        self._outputs.write(self._env.step(self._actions.read()), self._env_id)
+        action = self._actions.read()
+        now = self._clock.reader()
+        start = now()
+        time_step = self._env.step(action)
+        self._clock.lap[0] = now() - start
+        self._outputs.write(time_step, self._env_id)
 
     def reset(self, arg: int) -> None:
         self._outputs.write(self._env.reset(), self._env_id)
@@ -183,10 +197,15 @@ class AlfRowsHandler:
         actions = self._actions.read_leaves()
         flat_step = self._flat_step
         assert flat_step is not None  # this step is chosen only with a flat step
+        now = self._clock.reader()
+        start = now()
         result = flat_step(actions)
         if result is None:  # not a plain step (a reset): the env's step() does it
-            self._outputs.write(self._env.step(self._actions.read()), self._env_id)
+            time_step = self._env.step(self._actions.read())
+            self._clock.lap[0] = now() - start
+            self._outputs.write(time_step, self._env_id)
         else:
+            self._clock.lap[0] = now() - start
             self._outputs.write_leaves(result[0], self._env_id, True)
 
     def _step_members(self, arg: int) -> None:
@@ -194,19 +213,32 @@ class AlfRowsHandler:
         # stay in the caches an env's step evicts (GymRowsHandler.step says more).
         group = self._group
         group.begin_job()
+        now, lap = self._clock.reader(), self._clock.lap
         results: List[Tuple[bool, Any]] = []  # (flat leaves?, leaves or time step)
         for j, (actions, _, _, flat_step) in enumerate(self._members):
             if flat_step is not None:
-                leaves = group.step_member_flat(j, flat_step, actions.read_leaves())
+                action_leaves = actions.read_leaves()
+                start = now()
+                leaves = group.step_member_flat(j, flat_step, action_leaves)
                 if leaves is not None:
+                    lap[j] = now() - start
                     results.append((True, leaves))
                     continue
-            results.append((False, group.step_member(j, actions.read())))
+            action = actions.read()
+            start = now()
+            time_step = group.step_member(j, action)
+            lap[j] = now() - start
+            results.append((False, time_step))
         for (flat, result), (_, outputs, env_id, _) in zip(results, self._members):
             if flat:
                 outputs.write_leaves(result, env_id, True)
             else:
                 outputs.write(result, env_id)
+
+    def _after_members_step(self) -> None:
+        """Counts the members' step times, then resets the members that ended."""
+        self._clock.commit()
+        self._group.reset_ended()
 
     def _reset_members(self, arg: int) -> None:
         group = self._group

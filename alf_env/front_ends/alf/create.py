@@ -3,6 +3,7 @@
 import functools
 from typing import Any, Callable, Optional, Sequence
 
+from alf_env.control_plane.restart import RestartPolicy
 from alf_env.environments import suite_gym
 from alf_env.environments.alf_environment import AlfEnvironment
 from alf_env.environments.alf_wrappers import BatchEnvironmentWrapper
@@ -30,6 +31,7 @@ def create_environment(env_name: str = "CartPole-v1",
                        seed: Optional[int] = None,
                        batch_size_per_env: int = 1,
                        start_method: str = "fork",
+                       restart_policy: Optional[RestartPolicy] = None,
                        **load_kwargs: Any) -> AlfEnvironment:
     """Creates a batched environment of ``num_parallel_environments`` envs.
 
@@ -53,6 +55,9 @@ def create_environment(env_name: str = "CartPole-v1",
             ``BatchEnvironmentWrapper``; the batch has
             ``num_parallel_environments * batch_size_per_env`` rows.
         start_method: ``"fork"``, ``"spawn"`` or ``"forkserver"``.
+        restart_policy: passed to the batched class (``None``: not passed, and
+            a dead worker raises): dead workers are started again
+            (``docs/contract.rst``, "Restarts").
         **load_kwargs: passed on to ``env_load_fn``.
 
     Returns:
@@ -63,6 +68,9 @@ def create_environment(env_name: str = "CartPole-v1",
                          f"{num_parallel_environments}")
     if batch_size_per_env < 1:
         raise ValueError(f"batch_size_per_env: expected >= 1, got {batch_size_per_env}")
+    if nonparallel and restart_policy is not None:
+        raise ValueError("restart_policy: nonparallel=True runs every env in this process, "
+                         "with no worker to restart; give None or nonparallel=False")
     if nonparallel:
         envs = [env_load_fn(env_name, env_id=i, **load_kwargs)
                 for i in range(num_parallel_environments * batch_size_per_env)]
@@ -81,10 +89,12 @@ def create_environment(env_name: str = "CartPole-v1",
                                          (i + 1) * batch_size_per_env), load_kwargs)
                  for i in range(num_envs)]
     ctor = parallel_environment_ctor or _default_parallel_ctor()
+    # Passed only when given: a custom class need not take it.
+    restart = {} if restart_policy is None else {"restart_policy": restart_policy}
     env = ctor(ctors, start_serially=start_serially, flatten=flatten,
                num_spare_envs_for_reload=num_spare_envs,
                torch_num_threads_per_env=torch_num_threads_per_env,
-               start_method=start_method)
+               start_method=start_method, **restart)
     if seed is not None:
         try:
             env.seed([seed * num_envs + i for i in range(num_envs)])

@@ -24,10 +24,14 @@ import torch
 
 from alf_env import nest
 from alf_env.control_plane.affinity import AUTO, WorkerCpus, normal_scheduling, usable_cpu_count
+from alf_env.control_plane.process_environment import ProcessEnvironment
+from alf_env.control_plane.restart import RestartPolicy
+from alf_env.control_plane.step_timings import StepTimings, batch_figures
 from alf_env.control_plane.torch_threads import advise_torch_threads
-from alf_env.data_plane.job_board import JobBoard
-from alf_env.data_plane.job_loop import start_job_loops
+from alf_env.data_plane.job_board import PIPE_CALL, JobBoard
+from alf_env.data_plane.job_loop import FastLoopSpec, join_job_loop, start_job_loops
 from alf_env.data_structures import StepType, TimeStep
+from alf_env.errors import WorkerDiedError
 from alf_env.front_ends.alf.alf_rows import AlfRowsHandler
 from alf_env.front_ends.alf.env_group import EnvGroup, MemberProxy
 from alf_env.front_ends.alf.parallel_environment import ParallelAlfEnvironment
@@ -65,6 +69,11 @@ class FastParallelEnvironment(ParallelAlfEnvironment):
         worker_cpus: ``"auto"``, ``None`` (the OS decides), ``"spread"`` or CPU ids.
         num_workers: worker processes, dividing the number of envs (default: about
             one per usable CPU; one per env with spares or ``blocking``).
+        restart_policy: a :class:`~alf_env.control_plane.restart.RestartPolicy`:
+            a worker that dies during a step or reset is started again (same
+            job slot and rows) and each of its slots returns the ``FIRST`` step
+            of a new episode (``docs/contract.rst``, "Restarts"). ``None``: a
+            death raises ``WorkerDiedError``.
 
     Raises:
         ValueError: ``zero_copy`` with spares, or a ``num_workers`` that does not fit
@@ -79,7 +88,8 @@ class FastParallelEnvironment(ParallelAlfEnvironment):
                  torch_num_threads_per_env: Optional[int] = 1,
                  start_method: str = "fork", *, zero_copy: bool = False,
                  spin_us: int = -1, timeout: Optional[float] = None,
-                 worker_cpus: WorkerCpus = AUTO, num_workers: Optional[int] = None) -> None:
+                 worker_cpus: WorkerCpus = AUTO, num_workers: Optional[int] = None,
+                 restart_policy: Optional[RestartPolicy] = None) -> None:
         if zero_copy and num_spare_envs_for_reload:
             raise ValueError("zero_copy: views need each slot to keep its env; got "
                              f"num_spare_envs_for_reload={num_spare_envs_for_reload}; "
@@ -102,7 +112,7 @@ class FastParallelEnvironment(ParallelAlfEnvironment):
                          num_spare_envs_for_reload=num_spare_envs_for_reload,
                          torch_num_threads_per_env=torch_num_threads_per_env,
                          start_method=start_method, timeout=timeout,
-                         worker_cpus=worker_cpus)
+                         worker_cpus=worker_cpus, restart_policy=restart_policy)
         self._zero_copy = zero_copy
         if zero_copy:
             self._background_resets = False
@@ -156,6 +166,24 @@ class FastParallelEnvironment(ParallelAlfEnvironment):
             f"call of {name!r}"))
         return [value for group in groups for value in group]
 
+    def timings(self) -> StepTimings:
+        """Where the steps since the last call spent their time; starts counting again.
+
+        Per env (each member of a worker's group, spares included), its own
+        ``step`` time in its worker; per lockstep step (the stepped workers
+        posted together while no other job runs), the wait, the straggler
+        spread and the hand-off overhead, from the workers' job slots. A step
+        posted while a spare still resets is no lockstep step (per-env figures
+        only); in ``blocking`` mode each worker's step is a batch of its own.
+        Costs one pipe call per worker now, nothing per step
+        (docs/simulators.rst, "Where each step's time goes").
+        """
+        self._check_usable()
+        envs = self._env_timings()
+        assert self._controller is not None  # set while open
+        wait, spread, handoff = batch_figures(self._controller.take_timings())
+        return StepTimings(envs, wait, spread, handoff)
+
     def _attach_workers(self, spin_us: int) -> None:
         b = self._env_batch_size
         fields: List[Tuple[str, Tuple[int, ...], np.dtype]] = []
@@ -171,6 +199,7 @@ class FastParallelEnvironment(ParallelAlfEnvironment):
         self._block = SharedBlock(fields, num_rows=num_envs * b, num_workers=num_envs)
         self._action_views = [self._block.views[n] for n in action_names]
         time_step_views = [self._block.views[n] for n in time_step_names]
+        self._time_step_views = time_step_views  # a restarted worker's FIRST step
         # The common case (no spares moved, slot k = env k) reads and writes
         # the first batch_size rows: those views are made once, here.
         batch = len(self._slots.slot_env) * b
@@ -192,6 +221,13 @@ class FastParallelEnvironment(ParallelAlfEnvironment):
                                    tuple(time_step_names), grouped=self._group_size > 1)
                     for i in range(num_envs)]
         start_job_loops(self._board, self._block, spin_us, self._workers_spread, handlers)
+        self._job_loop_specs: List[FastLoopSpec] = []
+        if self._restarts.enabled:
+            # What a restarted worker needs to join its slot (see _rejoin).
+            self._job_loop_specs = [FastLoopSpec(self._block, w, spin_us, handler,
+                                                 self._workers_spread)
+                                    for w, handler in enumerate(handlers)]
+            self._board.set_death_hook(self._restart_fast)
         self._update_slot_rows()
 
     # -- jobs (see data_plane.job_board.JobBoard) ---------------------------
@@ -203,6 +239,30 @@ class FastParallelEnvironment(ParallelAlfEnvironment):
     def _wait_for(self, workers: Iterable[int], during: str) -> None:
         """Waits until each of ``workers`` finished; raises what one raised."""
         self._board.wait_for(workers, during)
+
+    # -- restarts (restart_policy) --------------------------------------------
+
+    def _restart_fast(self, worker: int, death: BaseException, during: str) -> bool:
+        """The board's death hook: restarts ``worker`` if the policy allows (not
+        for a death during a pipe request, which raises as without a policy)."""
+        if (during == PIPE_CALL or not isinstance(death, WorkerDiedError)
+                or not self._restarts.allows(worker)):
+            return False
+        self._restart_worker(worker, death)
+        return True
+
+    def _rejoin(self, worker: int, new: ProcessEnvironment) -> None:
+        """Resets the new worker's envs over its pipe, writes their ``FIRST`` time
+        step into its rows, and sends it into the job loop of its slot (whose
+        abandoned job its port skips)."""
+        time_step = new.reset(blocking=False)(self._restarts.start_timeout)
+        b = self._env_batch_size
+        rows = slice(worker * b, (worker + 1) * b)
+        for view, leaf in zip(self._time_step_views, nest.flatten(time_step)):
+            view[rows] = np.asarray(leaf).reshape(view[rows].shape)
+        assert new.pid is not None  # started
+        normal_scheduling([new.pid])  # as for the first workers
+        join_job_loop(self._board, self._job_loop_specs[worker])
 
     # -- stepping ------------------------------------------------------------
 
@@ -321,6 +381,8 @@ class FastParallelEnvironment(ParallelAlfEnvironment):
             self._block.close()
         self._action_views = self._action_heads = None  # type: ignore[assignment]
         self._time_step_fields = self._time_step_heads = None  # type: ignore[assignment]
+        self._time_step_views = None  # type: ignore[assignment]
+        self._job_loop_specs = []  # they hold the block too
         self._step_type_view = None  # type: ignore[assignment]
 
 

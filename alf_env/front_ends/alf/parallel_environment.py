@@ -34,6 +34,7 @@ began.
 """
 
 import collections
+import functools
 from typing import Any, Callable, Deque, Dict, List, Optional, Sequence
 
 import numpy as np
@@ -46,8 +47,18 @@ from alf_env.control_plane.group import close_all, start_environments
 from alf_env.control_plane.guards import NotCopyable, OneThread
 from alf_env.control_plane.leaf_codec import StepCodecs
 from alf_env.control_plane.process_environment import ProcessEnvironment
+from alf_env.control_plane.restart import RestartBudget, RestartPolicy, describe_death
 from alf_env.control_plane.shutdown import close_when_collected
 from alf_env.control_plane.spec_checks import ActionChecker
+from alf_env.control_plane.step_timings import (
+    STEP_TIMINGS_CALL,
+    BatchClock,
+    DurationStats,
+    StepClock,
+    StepTimings,
+    env_figures,
+    no_figure,
+)
 from alf_env.data_structures import StepType, TimeStep
 from alf_env.environments.alf_environment import AlfEnvironment
 from alf_env.environments.members_specs import MembersSpecs, check_same_specs
@@ -135,6 +146,12 @@ class ParallelAlfEnvironment(NotCopyable, MembersSpecs, AlfEnvironment):
             envs that did not answer; the environment is then unusable (its
             envs are out of step) and can only be closed, which ends the
             stuck workers within the bound of ``close()``.
+        restart_policy: a :class:`~alf_env.control_plane.restart.RestartPolicy`:
+            a worker that dies during a step or reset is started again with
+            the same constructor and its slot returns the ``FIRST`` step of a
+            new episode (``docs/contract.rst``, "Restarts"; not in
+            ``blocking`` mode, where a death raises). ``None``: a death raises
+            ``WorkerDiedError`` and the environment is unusable.
 
     Actions are checked against the action spec before anything is sent
     (``ValueError`` naming the field and the expected shape and dtype, for a
@@ -165,10 +182,12 @@ class ParallelAlfEnvironment(NotCopyable, MembersSpecs, AlfEnvironment):
                  flatten: bool = True, num_spare_envs_for_reload: int = 0,
                  torch_num_threads_per_env: Optional[int] = 1,
                  start_method: str = "fork", *, timeout: Optional[float] = None,
-                 worker_cpus: WorkerCpus = None) -> None:
+                 worker_cpus: WorkerCpus = None,
+                 restart_policy: Optional[RestartPolicy] = None) -> None:
         super().__init__()
         self._one_thread = OneThread(type(self).__name__)  # see _guarded
         self._broken: Optional[BaseException] = None
+        self._batch_clock = BatchClock()  # the steps' waits, for timings()
         self._envs: List[ProcessEnvironment] = []
         self._finalizer: Any = None
         num_envs = len(env_constructors)
@@ -185,23 +204,23 @@ class ParallelAlfEnvironment(NotCopyable, MembersSpecs, AlfEnvironment):
         cpu_plan = plan_worker_cpus(worker_cpus, num_envs,
                                     lockstep=self._FAST and not num_spare_envs_for_reload)
         self._workers_spread = cpu_plan is not None
+        self._pinned_cpus = pinned_cpus(worker_cpus, cpu_plan)  # also a restarted worker's
         self._blocking = blocking
-        self._envs = [
-            ProcessEnvironment(ctor, env_id=self._worker_env_id(i), flatten=flatten,
-                               fast=self._FAST,
-                               hosted_envs=self._worker_env_id(i + 1) - self._worker_env_id(i),
-                               num_envs=self._worker_env_id(num_envs),  # ids below this
-                               torch_num_threads_per_env=torch_num_threads_per_env,
-                               start_method=start_method)
-            for i, ctor in enumerate(env_constructors)
-        ]
+        self._restarts = RestartBudget(restart_policy, num_envs)
+        # What makes worker i, again for a restart.
+        self._make_worker = functools.partial(
+            _make_worker, list(env_constructors),
+            [self._worker_env_id(i) for i in range(num_envs + 1)], flatten=flatten,
+            fast=self._FAST, torch_num_threads_per_env=torch_num_threads_per_env,
+            start_method=start_method)
+        self._envs = [self._make_worker(i) for i in range(num_envs)]
         start_environments(self._envs, start_serially)
         # Dropped unclosed, the env is collected (nothing refers back to it)
         # and this ends its workers all at once; close() detaches it.
         self._finalizer = close_when_collected(self, self._envs)
         try:
             pin_workers([env.pid for env in self._envs if env.pid is not None],
-                        pinned_cpus(worker_cpus, cpu_plan))
+                        self._pinned_cpus)
             check_same_specs(self._envs)
             first = self._envs[0]
             self._env_batched = bool(first.batched)
@@ -267,6 +286,11 @@ class ParallelAlfEnvironment(NotCopyable, MembersSpecs, AlfEnvironment):
         return [env.pid for env in self._envs if env.pid is not None]
 
     @property
+    def restart_policy(self) -> Optional[RestartPolicy]:
+        """The policy for dead workers (``None``: a death makes the env unusable)."""
+        return self._restarts.policy
+
+    @property
     def timeout(self) -> Optional[float]:
         """Seconds each reset, step and call may wait for the workers (``None``: no limit)."""
         return self._timeout
@@ -305,6 +329,27 @@ class ParallelAlfEnvironment(NotCopyable, MembersSpecs, AlfEnvironment):
         self._check_usable()
         return self._guarded(lambda: self._resolve(
             [env.call(name, *args, **kwargs) for env in self._envs], f"call of {name!r}"))
+
+    def timings(self) -> StepTimings:
+        """Where the steps since the last call spent their time; starts counting again.
+
+        Per env (spares included), its own ``step`` time in its worker; per
+        step, the wait from sending the actions to having every time step.
+        There are no job slots here, so the straggler spread and the hand-off
+        are not measured (``count`` 0; ``FastParallelEnvironment`` measures
+        them). Costs one pipe call per worker now, nothing per step
+        (docs/simulators.rst, "Where each step's time goes").
+        """
+        self._check_usable()
+        envs = self._env_timings()
+        return StepTimings(envs, self._batch_clock.take(), no_figure(), no_figure(),
+                           note="spread and hand-off: not measured without job slots "
+                                "(FastParallelEnvironment measures them)")
+
+    def _env_timings(self) -> "tuple[DurationStats, ...]":
+        """Each env's step times since the last call (one pipe call per worker)."""
+        return env_figures(self._guarded(lambda: self._resolve(
+            [env.call(STEP_TIMINGS_CALL) for env in self._envs], "timings"), "timings()"))
 
     def render(self, mode: str = "rgb_array") -> Any:
         """Renders the env serving slot 0."""
@@ -353,6 +398,74 @@ class ParallelAlfEnvironment(NotCopyable, MembersSpecs, AlfEnvironment):
         """Waits for the promises together (see ``resolve_all``), within ``timeout``."""
         return resolve_all(promises, self._timeout, during)
 
+    # -- restarts (restart_policy) ----------------------------------------------
+
+    def _resolve_slots(self, promises: List[Any], during: str) -> List[Any]:
+        """:meth:`_resolve` of the slots' time steps (``promises[k]``: slot ``k``'s);
+        a dead worker is restarted if the policy allows (:meth:`_restart_slots`)."""
+        try:
+            return self._resolve(promises, during)
+        except WorkerDiedError as exc:
+            return self._restart_slots(promises, during, exc)
+
+    def _restart_slots(self, promises: List[Any], during: str,
+                       death: WorkerDiedError) -> List[Any]:
+        """Restarts dead workers while the budget allows: each slot of one gets
+        the new worker's ``FIRST`` time step; the others' answers are intact."""
+        while True:
+            worker = self._worker_of(death)
+            slot_env = self._slots.slot_env
+            if (self._blocking or worker is None or worker not in slot_env
+                    or not self._restarts.allows(worker)):
+                raise death
+            new = self._restart_worker(worker, death)
+            promises[slot_env.index(worker)] = self._reset_promise(new)
+            try:
+                return self._resolve(promises, during)
+            except WorkerDiedError as exc:
+                death = exc
+
+    def _worker_of(self, death: WorkerDiedError) -> Optional[int]:
+        """The index of the worker that ``death`` reports, if it is one of ours."""
+        for i, env in enumerate(self._envs):
+            if env.env_id == death.env_id:
+                return i
+        return None
+
+    def _restart_worker(self, worker: int, death: WorkerDiedError) -> ProcessEnvironment:
+        """Counts and logs a restart of ``worker`` (``RestartBudget.spend``), starts
+        its replacement with the same constructor, checks its specs, and puts it
+        in the dead one's place.
+
+        Raises:
+            WorkerDiedError: ``death``, from what failed, if the new worker did not
+                start within ``start_timeout`` or its specs differ (naming the env).
+        """
+        old = self._envs[worker]
+        self._restarts.spend(worker, old.hosted_env_ids or [worker], describe_death(death))
+        close_all([old], polite_timeout=0.0)
+        new = self._make_worker(worker)
+        try:
+            new.start(wait_to_start=False)
+            new.wait_start(self._restarts.start_timeout)
+            if self._pinned_cpus is not None and new.pid is not None:
+                pin_workers([new.pid], [self._pinned_cpus[worker]])
+            try:
+                check_same_specs([old, new], label="worker")
+            except ValueError as exc:
+                raise ValueError(f"env {old.env_id} was restarted with other specs: "
+                                 f"{exc}") from None
+            self._envs[worker] = new
+            self._rejoin(worker, new)
+        except BaseException as exc:
+            close_all([new], polite_timeout=0.0)
+            raise death from exc
+        return new
+
+    def _rejoin(self, worker: int, new: ProcessEnvironment) -> None:
+        """Makes a restarted worker (in ``envs`` already) ready to serve its slot
+        (nothing on the pipe path)."""
+
     def _now_or_later(self, promise: Any) -> Any:
         """In ``blocking`` mode, waits for ``promise`` right away."""
         return _Resolved(promise(self._timeout)) if self._blocking else promise
@@ -387,13 +500,14 @@ class ParallelAlfEnvironment(NotCopyable, MembersSpecs, AlfEnvironment):
         # Spares keep their pending reset: it is collected when one takes a slot.
         self._spare_resets = dict(zip(envs[num_slots:], promises[num_slots:]))
         self._slots.fresh_slots.clear()
-        return self._finish(self._resolve(promises[:num_slots], "reset"))
+        return self._finish(self._resolve_slots(promises[:num_slots], "reset"))
 
     def _reset_promise(self, env: ProcessEnvironment) -> Any:
         """A promise of ``env``'s reset (its time step packed, see :meth:`_batch`)."""
         return env.reset_packed(blocking=False) if self._packed else env.reset(blocking=False)
 
     def _do_step(self, action: Any) -> TimeStep:
+        start = StepClock.now()
         num_slots = self._slots.num_slots
         if self._packed:  # one packed record per slot (no pickled arrays)
             records = self._codecs.action.encode_rows(self._check_action.flat(action),
@@ -415,8 +529,9 @@ class ParallelAlfEnvironment(NotCopyable, MembersSpecs, AlfEnvironment):
         for slot, env_index in enumerate(self._slots.slot_env):
             if slot not in promises:
                 promises[slot] = self._now_or_later(send(slot, self._envs[env_index]))
-        return self._finish(self._resolve(
-            [promises[slot] for slot in range(num_slots)], "step"))
+        results = self._resolve_slots([promises[slot] for slot in range(num_slots)], "step")
+        self._batch_clock.record(StepClock.now() - start)
+        return self._finish(results)
 
     def _finish(self, results: List[Any]) -> TimeStep:
         """Batches the slots' time steps; ended slots go to spares or reset at once."""
@@ -445,3 +560,16 @@ class ParallelAlfEnvironment(NotCopyable, MembersSpecs, AlfEnvironment):
             batched = nest.map_structure(lambda *xs: combine(xs), *results)
             step_types = np.asarray(batched.step_type)
         return batched, (step_types if not self._env_batched else np.zeros(0, np.int32))
+
+
+def _make_worker(constructors: Sequence[Callable[..., Any]], env_ids: Sequence[int],
+                 i: int, *, flatten: bool, fast: bool,
+                 torch_num_threads_per_env: Optional[int],
+                 start_method: str) -> ProcessEnvironment:
+    """Worker ``i`` (not started); ``env_ids[i]``: the id of its first env, and
+    ``env_ids[-1]`` the number of envs."""
+    return ProcessEnvironment(constructors[i], env_id=env_ids[i], flatten=flatten, fast=fast,
+                              hosted_envs=env_ids[i + 1] - env_ids[i],
+                              num_envs=env_ids[-1],  # ids below this
+                              torch_num_threads_per_env=torch_num_threads_per_env,
+                              start_method=start_method)

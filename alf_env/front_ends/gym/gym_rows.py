@@ -43,6 +43,7 @@ import numpy.typing as npt
 
 from alf_env.control_plane.protocol import MessageType
 from alf_env.control_plane.remote import mark_raised_by
+from alf_env.control_plane.step_timings import StepClock
 from alf_env.control_plane.worker import close_each
 from alf_env.data_plane.shared_block import SharedBlock, copy_leaves
 from alf_env.front_ends.gym.info_codec import InfoEncoder, Payload
@@ -136,6 +137,9 @@ class GymEnvBatch:
             self.close()
             raise
         self.staged: Optional[StagedReset] = None
+        #: Each env's step times (the worker answers ``timings()`` from it;
+        #: control_plane/step_timings.py), kept by whichever path steps the envs.
+        self.step_clock = StepClock(len(self.envs))
 
     def describe(self) -> List[Tuple[gym.Space[Any], gym.Space[Any]]]:
         """``(observation_space, action_space)`` of each env."""
@@ -267,7 +271,8 @@ class GymRowsHandler:
         declared_infos: signatures of declared infos (layouts known upfront).
     """
 
-    #: Nothing to do once a step is reported (the autoreset is part of the step).
+    #: Once a step is reported: count its envs' step times (the autoreset is
+    #: part of the step). Set when bound.
     after_step: Optional[Callable[[], None]] = None
 
     def __init__(self, rows: Tuple[int, int], observation: SpaceLayout,
@@ -282,8 +287,13 @@ class GymRowsHandler:
 
     def __call__(self, group: GymEnvBatch, block: SharedBlock,
                  conn: multiprocessing.connection.Connection,
-                 env_id: Optional[int]) -> "GymRowsHandler":
-        """Binds to the worker's env group, the shared block and the pipe (in the worker)."""
+                 env_id: Optional[int], clock: Optional[StepClock] = None) -> "GymRowsHandler":
+        """Binds to the worker's env group, the shared block and the pipe (in the worker).
+
+        Each env's step is timed into the group's ``step_clock`` (the worker's
+        ``clock``, which it took from the group).
+        """
+        del clock  # the group's own step_clock, whichever path steps the envs
         self._group = group
         self._conn = conn
         self._rows = EnvRows(block, self.observation, self.action)
@@ -307,6 +317,7 @@ class GymRowsHandler:
         # here: (layout id, report), or None when not known.
         self._marks: List[Optional[Tuple[int, bool]]] = [None] * n
         self._step_one = self._autoreset.step
+        self.after_step = group.step_clock.commit
         return self
 
     # -- jobs -------------------------------------------------------------------
@@ -323,13 +334,26 @@ class GymRowsHandler:
         report: Dict[int, Tuple[Payload, Optional[List[Any]]]] = {}
         begin = self.rows[0]
         read_row, act, step_one = self.action.read_row, self._rows.act, self._step_one
+        group = self._group
+        envs = group.envs
+        # The actions are read first, so that in a timed step one clock reading
+        # between two envs' steps times both (after_step counts the lap).
+        actions = [read_row(act, begin + k) for k in range(len(envs))]
+        clock = group.step_clock
+        now = StepClock.now if clock.tick() else None
+        lap = clock.lap
         results = []
-        for k, env in enumerate(self._group.envs):
+        start = 0 if now is None else now()
+        for k, env in enumerate(envs):
             try:
-                results.append(step_one(k, env, read_row(act, begin + k)))
+                results.append(step_one(k, env, actions[k]))
             except Exception as exc:
                 name_env(exc, self._group.first_env + k, "step")
                 raise
+            if now is not None:
+                end = now()
+                lap[k] = end - start
+                start = end
         for k, (obs, reward, terminated, truncated, info) in enumerate(results):
             try:
                 self._write(k, begin + k, obs, reward, terminated, truncated, info, report)

@@ -25,6 +25,7 @@ from alf_env.control_plane import shutdown
 from alf_env.control_plane.channel import wait_answers
 from alf_env.control_plane.group import close_all
 from alf_env.control_plane.process_environment import ProcessEnvironment
+from alf_env.data_plane.job_board import DeathHook
 from alf_env.data_plane.shared_block import JobType
 from alf_env.errors import EnvTimeoutError, WorkerDiedError
 
@@ -43,17 +44,24 @@ class PipeBoard:
             in order, for a STEP job.
         on_result: called with each finished job's answer (what it raises
             is raised by the waits as the job's error).
+        on_death: may replace a dead worker, as ``JobBoard``'s (``DeathHook``).
     """
 
     def __init__(self, envs: Sequence[ProcessEnvironment],
-                 actions_of: Callable[[int], List[Any]], on_result: ResultHook) -> None:
+                 actions_of: Callable[[int], List[Any]], on_result: ResultHook,
+                 on_death: Optional[DeathHook] = None) -> None:
         self.envs = envs
         self._actions_of = actions_of
         self._on_result = on_result
+        self._on_death = on_death
         self._promises: Dict[int, Any] = {}       # the answer each busy worker owes
         self._done: Dict[int, None] = {}         # finished workers, in completion order
         self._errors: Dict[int, BaseException] = {}
         self._jobs: Dict[int, Any] = {}
+
+    def set_death_hook(self, on_death: Optional[DeathHook]) -> None:
+        """Sets the hook that may replace a dead worker (see ``on_death``)."""
+        self._on_death = on_death
 
     # -- posting ---------------------------------------------------------------
 
@@ -102,10 +110,15 @@ class PipeBoard:
         """
         workers = list(workers)
         busy = [w for w in workers if w in self._promises]
-        if busy:
-            wait_answers([self._promises[w] for w in busy], None, timeout, during)
+        while busy:
+            try:
+                wait_answers([self._promises[w] for w in busy], None, timeout, during)
+            except WorkerDiedError as exc:
+                busy.remove(self._replace_dead(busy, exc, during))
+                continue
             for w in busy:
                 self._finish(w)
+            break
         if raise_errors:
             errors = self.pop_errors(workers)
             if errors:
@@ -122,14 +135,28 @@ class PipeBoard:
             EnvTimeoutError, WorkerDiedError: as :meth:`wait_for`.
         """
         ready = [w for w in self._done if w in candidates]
-        if len(ready) < k:
+        while len(ready) < k:
             busy = sorted(w for w in candidates if w in self._promises)
-            order = wait_answers([self._promises[w] for w in busy], k - len(ready),
-                                 timeout, during)
+            try:
+                order = wait_answers([self._promises[w] for w in busy], k - len(ready),
+                                     timeout, during)
+            except WorkerDiedError as exc:
+                ready.append(self._replace_dead(busy, exc, during))
+                continue
             for i in order:
                 self._finish(busy[i])
                 ready.append(busy[i])
         return ready[:k]
+
+    def _replace_dead(self, busy: List[int], exc: WorkerDiedError, during: str) -> int:
+        """The worker of ``busy`` that ``exc`` reports dead, once ``on_death`` replaced
+        it (its job then counts as finished); raises ``exc`` if it did not."""
+        dead = [w for w in busy if self.envs[w].env_id == exc.env_id]
+        if not dead or self._on_death is None or not self._on_death(dead[0], exc, during):
+            raise exc
+        self._promises.pop(dead[0], None)
+        self._done[dead[0]] = None
+        return dead[0]
 
     def _finish(self, worker: int) -> None:
         """Takes the answer of ``worker`` (it has arrived) and hands it on."""
@@ -155,6 +182,7 @@ class PipeBoard:
         """
         total = shutdown.CLOSE_POLITE_TIMEOUT if timeout is None else timeout
         deadline = time.monotonic() + total
+        self._on_death = None  # closing: a worker that dies now stays dead
         pending = dict(self._promises)
         self._promises.clear()
         while pending:

@@ -73,9 +73,12 @@ class PipeEnvGroup(GymEnvBatch):
     def step(self, actions: Sequence[Any]) -> List[EnvResult]:
         """Steps env ``k`` with ``actions[k]`` under the autoreset rule; their results."""
         results = []
+        now, record = self.step_clock.now, self.step_clock.record
         for k, (env, action) in enumerate(zip(self.envs, actions)):
             try:
+                start = now()
                 result = self._autoreset.step(k, env, action)
+                record(k, now() - start)
             except Exception as exc:
                 name_env(exc, self.first_env + k, "step")
                 raise

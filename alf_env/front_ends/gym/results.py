@@ -13,6 +13,7 @@ import numpy as np
 from gymnasium.vector import AutoresetMode
 
 from alf_env.control_plane.process_environment import ProcessEnvironment
+from alf_env.control_plane.restart import RESTARTED_INFO_KEY
 from alf_env.data_plane.shared_block import JobType
 from alf_env.front_ends.gym.info_codec import InfoDecoder, Payload
 from alf_env.front_ends.gym.info_layout import Signature
@@ -162,6 +163,26 @@ class ResultAssembler:
         if self._disabled:
             self._needs_reset[rows] = terminated | truncated
         return (obs, reward, terminated, truncated, infos), ids, rows
+
+    # -- restarted envs ---------------------------------------------------------------
+
+    def write_restarted(self, row: int, obs: Any, info: Dict[Any, Any]) -> None:
+        """Writes the results of env ``row`` whose worker was restarted (the death
+        branch only): the first observation of its new episode, reward 0, not
+        terminated, truncated, and its reset info with ``info[RESTARTED_INFO_KEY]``,
+        as a pipe payload (which the next finished job of its worker drops).
+
+        Raises:
+            ValueError: the observation does not fit the observation space.
+        """
+        leaves = self._obs.write_row(self._obs_views, row, obs)
+        if leaves:
+            self._pipe_leaves[row] = leaves
+        self._reward[row] = 0.0
+        self._terminated[row] = False
+        self._truncated[row] = True
+        self._report[row] = False
+        self._payloads[row] = {**info, RESTARTED_INFO_KEY: True}
 
     # -- the envs that ended (DISABLED mode) ----------------------------------------
 

@@ -54,13 +54,13 @@ from gymnasium.spaces.utils import is_space_dtype_shape_equiv
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_differing_spaces, batch_space
 
-from alf_env.control_plane.affinity import usable_cpu_count
+from alf_env.control_plane.affinity import normal_scheduling, usable_cpu_count
 from alf_env.control_plane.channel import resolve_all
 from alf_env.control_plane.group import start_environments
 from alf_env.control_plane.process_environment import ProcessEnvironment
 from alf_env.control_plane.protocol import START_METHODS
 from alf_env.data_plane.job_board import JobBoard
-from alf_env.data_plane.job_loop import start_job_loops
+from alf_env.data_plane.job_loop import FastLoopSpec, join_job_loop, start_job_loops
 from alf_env.data_plane.shared_block import SharedBlock
 from alf_env.front_ends.gym.action_items import action_layout
 from alf_env.front_ends.gym.gym_rows import EnvRows, GymRowsHandler, block_fields
@@ -72,7 +72,7 @@ from alf_env.front_ends.gym.space_layout import SpaceLayout
 
 __all__ = ["ObservationMode", "check_arguments", "resolve_context", "plan_workers",
            "check_max_concurrency", "declared_infos", "observation_spaces", "Spaces",
-           "Transport", "start_workers", "describe_workers", "attach_workers"]
+           "Transport", "start_workers", "make_worker", "describe_workers", "attach_workers"]
 
 #: What ``observation_mode`` takes: ``"same"``, ``"different"`` or a pair
 #: ``(observation_space, single_observation_space)``.
@@ -273,6 +273,9 @@ class Spaces(NamedTuple):
     action_space: gym.Space
     metadata: Dict[str, Any]
     render_mode: Optional[str]
+    #: ``(observation_space, action_space)`` of each env (a restarted worker's
+    #: envs must have the same).
+    each_env: List[Tuple[gym.Space, gym.Space]]
 
 
 class Transport(NamedTuple):
@@ -287,22 +290,31 @@ class Transport(NamedTuple):
     action: Union[SpaceLayout, PipeLayout]
     action_views: Any
     results: ResultAssembler
+    #: ``rejoin(w, worker)``: makes a new worker ``w`` (started, its envs reset
+    #: over the pipe, in the workers' list) serve its rows (a restart).
+    rejoin: Callable[[int, ProcessEnvironment], None]
 
 
 def start_workers(env_fns: Sequence[Callable[[], gym.Env]], bounds: Sequence[Tuple[int, int]],
                   autoreset_mode: AutoresetMode, context: str,
                   daemon: bool = True) -> List[ProcessEnvironment]:
     """Starts one worker per ``bounds`` entry, hosting the envs of those rows."""
-    num_envs = bounds[-1][1]
-    workers = [
-        ProcessEnvironment(
-            functools.partial(PipeEnvGroup, env_fns[begin:end], autoreset_mode),
-            env_id=begin, hosted_envs=end - begin, fast=True, num_envs=num_envs,
-            torch_num_threads_per_env=None, start_method=context,
-            name=f"alf_env-vector-{w}", daemon=daemon)
-        for w, (begin, end) in enumerate(bounds)]
+    workers = [make_worker(env_fns, bounds, w, autoreset_mode, context, daemon)
+               for w in range(len(bounds))]
     start_environments(workers, start_serially=False)
     return workers
+
+
+def make_worker(env_fns: Sequence[Callable[[], gym.Env]], bounds: Sequence[Tuple[int, int]],
+                w: int, autoreset_mode: AutoresetMode, context: str,
+                daemon: bool = True) -> ProcessEnvironment:
+    """Worker ``w`` (not started), hosting the envs of the rows ``bounds[w]``."""
+    begin, end = bounds[w]
+    return ProcessEnvironment(
+        functools.partial(PipeEnvGroup, env_fns[begin:end], autoreset_mode),
+        env_id=begin, hosted_envs=end - begin, fast=True, num_envs=bounds[-1][1],
+        torch_num_threads_per_env=None, start_method=context,
+        name=f"alf_env-vector-{w}", daemon=daemon)
 
 
 def describe_workers(workers: Sequence[ProcessEnvironment], observation_mode: ObservationMode,
@@ -325,7 +337,7 @@ def describe_workers(workers: Sequence[ProcessEnvironment], observation_mode: Ob
                                          batch_size)
     metadata, render_mode = workers[0].call("info")()
     return Spaces(single, batched, act0, batch_space(act0, batch_size),
-                  dict(metadata, autoreset_mode=autoreset_mode), render_mode)
+                  dict(metadata, autoreset_mode=autoreset_mode), render_mode, spaces)
 
 
 def attach_workers(workers: Sequence[ProcessEnvironment], spaces: Spaces,
@@ -365,7 +377,12 @@ def attach_workers(workers: Sequence[ProcessEnvironment], spaces: Spaces,
     except BaseException:
         block.close()
         raise
-    return Transport(True, block, board, action, rows.act, results)
+
+    def rejoin(w: int, worker: ProcessEnvironment) -> None:
+        assert worker.pid is not None  # started
+        normal_scheduling([worker.pid])  # as FastVectorEnv does for its first workers
+        join_job_loop(board, FastLoopSpec(block, w, spin_us, handlers[w], workers_spread))
+    return Transport(True, block, board, action, rows.act, results, rejoin)
 
 
 def _attach_pipe(workers: Sequence[ProcessEnvironment], spaces: Spaces,
@@ -384,5 +401,8 @@ def _attach_pipe(workers: Sequence[ProcessEnvironment], spaces: Spaces,
     # No info area: every info is a pipe payload, which the rows keep.
     results = ResultAssembler(rows, None, pipe_observation, workers, bounds, copy,
                               autoreset_mode, payloads=rows.payloads, batch_infos=batch_infos)
+
+    def rejoin(w: int, worker: ProcessEnvironment) -> None:
+        resolve_all([worker.call("check_observations", observation)])
     return Transport(False, None, PipeBoard(workers, rows.actions_of, rows.store), action,
-                     rows.act, results)
+                     rows.act, results, rejoin)

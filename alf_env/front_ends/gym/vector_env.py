@@ -7,6 +7,7 @@ the workers that ``startup.py`` sets up (``pipe_path.py``: without shared memory
 how a step runs through them: ``docs/architecture.rst`` ("One step of FastVectorEnv").
 """
 
+import functools
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import gymnasium as gym
@@ -25,7 +26,15 @@ from alf_env.control_plane.affinity import (
 from alf_env.control_plane.group import close_all
 from alf_env.control_plane.guards import NotCopyable, OneThread, guard_methods
 from alf_env.control_plane.process_environment import ProcessEnvironment
+from alf_env.control_plane.restart import RestartBudget, RestartPolicy
 from alf_env.control_plane.shutdown import close_when_collected
+from alf_env.control_plane.step_timings import (
+    STEP_TIMINGS_CALL,
+    StepTimings,
+    batch_figures,
+    env_figures,
+    no_figure,
+)
 from alf_env.control_plane.torch_threads import advise_torch_threads
 from alf_env.data_plane.job_board import JobBoard
 from alf_env.data_plane.shared_block import SPIN_ADAPTIVE, JobType, SharedBlock
@@ -39,6 +48,7 @@ from alf_env.front_ends.gym.gym_rows import (
 )
 from alf_env.front_ends.gym.info_codec import DEFAULT_INFO_BYTES
 from alf_env.front_ends.gym.pipe_board import PipeBoard
+from alf_env.front_ends.gym.restarts import WorkerRestarter
 from alf_env.front_ends.gym.startup import (
     ObservationMode,
     attach_workers,
@@ -46,6 +56,7 @@ from alf_env.front_ends.gym.startup import (
     check_max_concurrency,
     declared_infos,
     describe_workers,
+    make_worker,
     plan_workers,
     resolve_context,
     start_workers,
@@ -85,6 +96,11 @@ class FastVectorEnv(NotCopyable, VectorApi, gym.vector.VectorEnv):
             list of each env's own info dict, exactly as the env returned it
             (same keys, values and types; ``{}`` for an env a ``reset_mask``
             left alone), not gymnasium's batched dict. Synchronous mode only.
+        restart_policy: a :class:`~alf_env.control_plane.restart.RestartPolicy`:
+            a worker that dies during a step or reset is started again and its
+            envs come back truncated, with ``info["env_restarted"]``
+            (``docs/contract.rst``, "Restarts"). ``None``: a death raises
+            ``WorkerDiedError`` and breaks the env.
 
     Raises:
         TypeError: ``worker`` given, or a malformed ``observation_mode`` pair.
@@ -104,7 +120,8 @@ class FastVectorEnv(NotCopyable, VectorApi, gym.vector.VectorEnv):
                  spin_us: int = SPIN_ADAPTIVE, worker_cpus: WorkerCpus = AUTO,
                  info_bytes: int = DEFAULT_INFO_BYTES,
                  info_example: Union[None, Dict[str, Any], Sequence[Dict[str, Any]]] = None,
-                 batch_infos: bool = True) -> None:
+                 batch_infos: bool = True,
+                 restart_policy: Optional[RestartPolicy] = None) -> None:
         self._one_thread = OneThread(type(self).__name__)  # see guard_methods below
         env_fns = list(env_fns)
         batch_size = len(env_fns) if batch_size is None else int(batch_size)
@@ -118,6 +135,9 @@ class FastVectorEnv(NotCopyable, VectorApi, gym.vector.VectorEnv):
                              f"returns batched infos with info['env_id'])")
         self._bounds = plan_workers(len(env_fns), batch_size, num_workers, envs_per_worker,
                                     max_concurrency)
+        budget = RestartBudget(restart_policy, len(self._bounds))
+        #: The policy for dead workers (``None``: a death breaks the env).
+        self.restart_policy = restart_policy
         declared, info_bytes = declared_infos(info_example, info_bytes)
         cpu_plan = plan_worker_cpus(worker_cpus, len(self._bounds),
                                     lockstep=batch_size == len(env_fns))
@@ -148,6 +168,7 @@ class FastVectorEnv(NotCopyable, VectorApi, gym.vector.VectorEnv):
         self._block: Optional[SharedBlock] = None
         self._board: Union[None, JobBoard, PipeBoard] = None
         self._finalizer: Any = None
+        self._restarter: Optional[WorkerRestarter] = None
         try:
             self._workers = start_workers(env_fns, self._bounds, autoreset_mode, context, daemon)
             # Dropped unclosed, the env is collected (nothing refers back to
@@ -174,6 +195,16 @@ class FastVectorEnv(NotCopyable, VectorApi, gym.vector.VectorEnv):
             self._engine = JobEngine(self._calls, transport.board, self._workers, self._bounds,
                                      batch_size, transport.action, transport.action_views,
                                      transport.results)
+            if budget.enabled:
+                # The board holds the hook weakly; the hook's rejoin holds the board.
+                self._restarter = WorkerRestarter(
+                    budget, self._workers, self._bounds,
+                    functools.partial(make_worker, env_fns, self._bounds,
+                                      autoreset_mode=autoreset_mode, context=context,
+                                      daemon=daemon),
+                    spaces.each_env, transport.rejoin, transport.results,
+                    pinned_cpus(worker_cpus, cpu_plan))
+                transport.board.set_death_hook(self._restarter.restart)
             if isinstance(self._board, JobBoard):
                 normal_scheduling(self.worker_pids())
             advise_torch_threads(self.num_workers)
@@ -341,6 +372,33 @@ class FastVectorEnv(NotCopyable, VectorApi, gym.vector.VectorEnv):
         """The pids of the worker processes (for monitoring and CPU pinning)."""
         return [w.pid for w in self._workers if w.pid is not None]
 
+    def timings(self) -> StepTimings:
+        """Where the steps since the last call spent their time; starts counting again.
+
+        Per env, its own ``step`` time inside its worker (which env is slow);
+        per lockstep step (every env stepped together: ``step()``, or
+        ``step_async`` + ``step_wait``, whose wait then also holds the
+        trainer's work in between), the trainer's wait, the straggler spread
+        and the hand-off overhead, from the workers' job slots. The pipe path
+        (``shared_memory=False``) has no job slots: per-env figures only.
+        Costs one pipe call per worker now, nothing per step
+        (docs/simulators.rst, "Where each step's time goes").
+
+        Returns:
+            a :class:`~alf_env.control_plane.step_timings.StepTimings`
+            (``print`` it for a table).
+        """
+        self._calls.check_running()
+        self._calls.check_idle("timings")
+        self._engine.settle()
+        readings = self._calls.resolve([w.call(STEP_TIMINGS_CALL) for w in self._workers],
+                                       None)
+        if isinstance(self._board, JobBoard):
+            wait, spread, handoff = batch_figures(self._board.controller.take_timings())
+            return StepTimings(env_figures(readings), wait, spread, handoff)
+        return StepTimings(env_figures(readings), no_figure(), no_figure(), no_figure(),
+                           note="per-batch figures: not measured on the pipe path")
+
     # -- the EnvPool API ----------------------------------------------------------
 
     def async_reset(self) -> None:
@@ -385,6 +443,7 @@ class FastVectorEnv(NotCopyable, VectorApi, gym.vector.VectorEnv):
         if self._block is not None:
             self._block.close()
         self._board = None
+        self._restarter = None
         engine: Optional[JobEngine] = getattr(self, "_engine", None)  # None: __init__ failed
         if engine is not None:
             engine.close()
@@ -396,4 +455,4 @@ class FastVectorEnv(NotCopyable, VectorApi, gym.vector.VectorEnv):
 guard_methods(FastVectorEnv, ("reset", "reset_async", "reset_wait", "step", "step_async",
                               "step_wait", "call", "call_async", "call_wait", "get_attr",
                               "set_attr", "render", "async_reset", "send", "recv",
-                              "call_envs"))
+                              "call_envs", "timings"))

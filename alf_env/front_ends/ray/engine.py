@@ -17,10 +17,11 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple, Un
 
 from absl import logging
 
+from alf_env.control_plane.restart import RestartBudget, RestartPolicy, describe_death
 from alf_env.errors import EnvironmentProcessError, EnvTimeoutError, WorkerDiedError
 from alf_env.front_ends.ray._ray import ensure_initialized, is_death
 from alf_env.front_ends.ray.actor import Failure, actor_class
-from alf_env.front_ends.ray.restart import ActorDiedError, RestartPolicy
+from alf_env.front_ends.ray.restart import ActorDiedError
 
 #: ``ray.remote`` options of every actor when ``actor_options`` is ``None``.
 DEFAULT_ACTOR_OPTIONS: Dict[str, Any] = {"num_cpus": 1, "scheduling_strategy": "SPREAD"}
@@ -73,7 +74,8 @@ class ActorGroup:
         self._start_timeout = start_timeout
         self.actors: List[Any] = [None] * len(self.shares)
         self.where: List[Dict[str, Any]] = [{} for _ in self.shares]
-        self.restarts = [0] * len(self.shares)
+        self.budget = RestartBudget(restart_policy, len(self.shares))
+        self.restarts = self.budget.counts  # per actor (what actor_info() reports)
         self.jobs: Dict[int, Job] = {}                 # actor -> job in flight (oldest first)
         self._done: Dict[int, Tuple[Job, Any]] = {}    # actor -> finished job, not collected
         self.fresh: Set[int] = set()                   # recreated, restart not yet reported
@@ -311,17 +313,16 @@ class ActorGroup:
         """Recreates dead actor ``j`` (if the policy allows) and re-posts its job
         in flight through ``on_restart``; else breaks the group and raises."""
         death = exc if isinstance(exc, WorkerDiedError) else self._death(j, exc, during)
-        if self.policy is None or not self.policy.allows(self.restarts[j]):
+        if not self.budget.allows(j):
             self.broken = death
             if death is exc:
                 raise death
             raise death from exc
-        self.restarts[j] += 1
-        logging.warning("%s; restarting it (restart %d)", death, self.restarts[j])
+        self.budget.spend(j, self.shares[j], f"Ray actor {j}: {describe_death(exc)}")
         self._ray.kill(self.actors[j], no_restart=True)
         try:
             ref = self._create(j)
-            value = self._get_all([ref], self.policy.start_timeout, "restart")[0]
+            value = self._get_all([ref], self.budget.start_timeout, "restart")[0]
             self._started(j, value)
         except BaseException as restart_error:
             self.broken = death

@@ -42,6 +42,8 @@ except ImportError as exc:  # the optional extra is missing
 from alf_env.control_plane.affinity import AUTO, WorkerCpus
 from alf_env.control_plane.guards import NotCopyable
 from alf_env.control_plane.protocol import START_METHODS
+from alf_env.control_plane.restart import RESTARTED_INFO_KEY, RestartPolicy
+from alf_env.control_plane.step_timings import StepTimings
 from alf_env.data_plane.shared_block import SPIN_ADAPTIVE
 from alf_env.front_ends.gym.vector_env import FastVectorEnv
 from alf_env.front_ends.sb3.actions import ActionRouter
@@ -69,6 +71,12 @@ class FastSubprocVecEnv(NotCopyable, VecEnv):
         spin_us: how long waiters spin before sleeping (-1 adaptive, 0 never).
         worker_cpus: where the workers run (``"auto"``, ``None``, ``"spread"``
             or CPU ids).
+        restart_policy: a :class:`~alf_env.control_plane.restart.RestartPolicy`:
+            a dead worker is started again and each of its envs ends its episode
+            with ``done=True``, ``info["TimeLimit.truncated"]``,
+            ``info["env_restarted"]`` and, as ``terminal_observation``, the last
+            observation this vec env returned for it (``docs/contract.rst``,
+            "Restarts"). ``None``: a death raises ``WorkerDiedError``.
 
     Raises:
         ValueError: bad arguments (naming the argument).
@@ -78,7 +86,8 @@ class FastSubprocVecEnv(NotCopyable, VecEnv):
     def __init__(self, env_fns: Sequence[Callable[[], gym.Env]],
                  start_method: Optional[str] = None, *, num_workers: Optional[int] = None,
                  envs_per_worker: Optional[int] = None, spin_us: int = SPIN_ADAPTIVE,
-                 worker_cpus: WorkerCpus = AUTO) -> None:
+                 worker_cpus: WorkerCpus = AUTO,
+                 restart_policy: Optional[RestartPolicy] = None) -> None:
         env_fns = list(env_fns)
         if start_method is None:
             start_method = ("forkserver" if "forkserver" in mp.get_all_start_methods()
@@ -99,8 +108,10 @@ class FastSubprocVecEnv(NotCopyable, VecEnv):
             builders,
             num_workers=num_workers, envs_per_worker=envs_per_worker, context=start_method,
             autoreset_mode=AutoresetMode.SAME_STEP, spin_us=spin_us,
-            worker_cpus=worker_cpus, batch_infos=False)
+            worker_cpus=worker_cpus, batch_infos=False, restart_policy=restart_policy)
         self.start_method = start_method
+        # The observations last returned: a restarted env's terminal_observation.
+        self._last_obs: Any = None
         try:
             super().__init__(len(env_fns), self._vector_env.single_observation_space,
                              self._vector_env.single_action_space)
@@ -113,6 +124,16 @@ class FastSubprocVecEnv(NotCopyable, VecEnv):
     def vector_env(self) -> FastVectorEnv:
         """The gymnasium vector env underneath (for ``worker_pids()`` and the like)."""
         return self._vector_env
+
+    def timings(self) -> StepTimings:
+        """Where the steps since the last call spent their time; starts counting
+        again: ``FastVectorEnv.timings()`` of the vector env underneath (one
+        lockstep batch per ``step``).
+
+        Returns:
+            a :class:`~alf_env.control_plane.step_timings.StepTimings`.
+        """
+        return self._vector_env.timings()
 
     def worker_pids(self) -> List[int]:
         """The pids of the worker processes (for monitoring and CPU pinning)."""
@@ -140,10 +161,13 @@ class FastSubprocVecEnv(NotCopyable, VecEnv):
                     seed=seeds, options={**(options or {}), "reset_mask": mask})
             for i in members:  # Sb3Env.reset returned {RESET_INFO: the env's info}
                 reset_infos[i] = infos[i][RESET_INFO]
+                if RESTARTED_INFO_KEY in infos[i]:  # its worker died and was restarted
+                    reset_infos[i] = {**reset_infos[i], RESTARTED_INFO_KEY: True}
         self.reset_infos = reset_infos
         self._reset_seeds()
         self._reset_options()
         assert obs is not None  # every env is in a group
+        self._last_obs = obs
         return obs
 
     def step_async(self, actions: np.ndarray) -> None:
@@ -180,9 +204,16 @@ class FastSubprocVecEnv(NotCopyable, VecEnv):
         for i in np.flatnonzero(dones).tolist():
             ended = env_infos[i]
             self.reset_infos[i] = ended[RESET_INFO]
+            if RESTARTED_INFO_KEY in ended:
+                # Its worker died and was restarted: no final step to report, so
+                # the episode ends truncated at the last observation returned.
+                env_infos[i] = {"TimeLimit.truncated": True, RESTARTED_INFO_KEY: True,
+                                "terminal_observation": _obs_of(self._last_obs, i)}
+                continue
             info = ended["final_info"]
             info["terminal_observation"] = ended["final_obs"]
             env_infos[i] = info
+        self._last_obs = obs
         return obs, rewards.astype(np.float32), dones, env_infos
 
     def close(self) -> None:
@@ -246,6 +277,16 @@ class FastSubprocVecEnv(NotCopyable, VecEnv):
     def _call_ports(self, calls: Dict[int, tuple]) -> Dict[int, List[Any]]:
         """Runs ``port(*calls[i])`` on the port of each env ``i``; only their workers are asked."""
         return self._vector_env.call_envs(PORT_ATTR, {i: (call, {}) for i, call in calls.items()})
+
+
+def _obs_of(obs: Any, i: int) -> Any:
+    """A copy of env ``i``'s observation in the batch ``obs`` (an array, or a
+    dict or tuple of arrays, as SB3 batches them)."""
+    if isinstance(obs, dict):
+        return {key: _obs_of(value, i) for key, value in obs.items()}
+    if isinstance(obs, tuple):
+        return tuple(_obs_of(value, i) for value in obs)
+    return np.array(obs[i])
 
 
 def _group_options(options: List[Dict[str, Any]]) -> List[tuple]:

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from alf_env import nest
+from alf_env.control_plane.step_timings import StepClock
 from alf_env.data_plane.shared_block import SharedBlock
 from alf_env.environments.alf_gym_wrapper import AlfGymWrapper
 from alf_env.front_ends.alf.alf_rows import AlfRowsHandler
@@ -73,10 +74,9 @@ def _drive(handler, twin, action_views, out_views, batch, num_steps):
         expected = twin.step(action if batched else action[0])
         _assert_leaves_equal(_rows(out_views, batched), _expected(expected), step)
         ends += int(expected.is_last().sum())
-        after_step = getattr(handler, "after_step", None)
-        if after_step is not None:  # the worker loop runs it once the job is reported
-            after_step()
-            twin.reset_ended()
+        handler.after_step()  # the worker loop runs it once the job is reported
+        if isinstance(twin, EnvGroup):
+            twin.reset_ended()  # what a group's after_step does too
     return ends
 
 
@@ -184,4 +184,43 @@ def test_every_member_steps_before_any_row_is_written(member_classes, monkeypatc
         assert order.index(writes[0]) > max(order.index(s) for s in steps)
     finally:
         group.close()
+        block.close()
+
+
+@pytest.mark.parametrize("member_classes", [
+    None,                                       # a single env, flat step
+    (_Subclass,),                               # a single env, step()
+    (AlfGymWrapper, _Subclass, AlfGymWrapper),  # a group, flat and not
+])
+def test_every_step_of_every_env_is_timed_into_the_workers_clock(member_classes):
+    if member_classes is None:
+        env = _numeric(4)
+    elif len(member_classes) == 1:
+        env = _numeric(4, member_classes[0])
+    else:
+        env = EnvGroup([functools.partial(_numeric, cls=cls) for cls in member_classes], 10)
+    num_envs = 1 if member_classes is None else len(member_classes)
+    fields, names = [], {"action": [], "time_step": []}
+    for prefix, spec in (("action", env.action_spec()), ("time_step", env.time_step_spec())):
+        for path, leaf in nest.flatten_with_path(spec):
+            fields.append((f"{prefix}.{path}", tuple(leaf.shape), leaf.numpy_dtype))
+            names[prefix].append(f"{prefix}.{path}")
+    block = SharedBlock(fields, num_rows=num_envs, num_workers=1)
+    clock = StepClock()
+    handler = AlfRowsHandler((0, num_envs), tuple(names["action"]), tuple(names["time_step"]),
+                             grouped=isinstance(env, EnvGroup))(env, block, None, 0, clock)
+    try:
+        handler.reset(0)
+        for _ in range(12):  # past episode ends: the step after LAST is timed too
+            handler.step(0)
+            if handler.after_step is not None:
+                handler.after_step()
+        reading = clock.take()
+        assert [count for count, _, _ in reading] == [12] * num_envs
+        timed = len(range(0, 12, StepClock.SAMPLE_EVERY))  # the first, then one in N
+        assert all(total > 0 and sum(buckets.values()) == timed
+                   for _, total, buckets in reading)
+        assert [count for count, _, _ in clock.take()] == [0] * num_envs
+    finally:
+        env.close()
         block.close()

@@ -10,6 +10,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
+from alf_env.control_plane.step_timings import StepClock
 from alf_env.data_plane.shared_block import SharedBlock
 from alf_env.front_ends.gym import gym_rows
 from alf_env.front_ends.gym.info_codec import InfoEncoder
@@ -143,4 +144,24 @@ def test_every_env_steps_before_any_row_is_written(monkeypatch):
                          + [("write", k) for k in range(NUM_ENVS)])
         assert not rows.terminated.any() and rows.reward.all()
     finally:
+        block.close()
+
+
+def test_each_envs_step_is_timed_into_its_groups_clock():
+    handler, rows, _, block = _bound("endless", exact=True)
+    clock = handler._group.step_clock
+    try:
+        handler.reset(0)
+        for _ in range(7):
+            rows.act[0][...] = 0.5
+            handler.step(0)
+            handler.after_step()  # as the job loop does once the step is reported
+        reading = clock.take()
+        assert [count for count, _, _ in reading] == [7] * NUM_ENVS
+        timed = len(range(0, 7, StepClock.SAMPLE_EVERY))  # the first, then one in N
+        assert all(total > 0 and sum(buckets.values()) == timed
+                   for _, total, buckets in reading)
+        assert [count for count, _, _ in clock.take()] == [0] * NUM_ENVS
+    finally:
+        handler._group.close()
         block.close()

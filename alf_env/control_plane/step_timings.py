@@ -1,0 +1,356 @@
+"""Where each step's time goes: the figures of ``timings()`` on the local front ends.
+
+``FastVectorEnv``, ``FastSubprocVecEnv``, ``FastParallelEnvironment`` and
+``ParallelAlfEnvironment`` each have a ``timings()`` that returns one
+:class:`StepTimings`: for the steps since the last call,
+
+* per env, its own ``step`` time inside its worker (:attr:`StepTimings.envs`),
+  which says which env is slow;
+* per lockstep batch (a step of every env, posted together and waited for
+  together): the trainer's wait, the straggler spread (the last worker done
+  minus the first) and the hand-off overhead (the wait minus the slowest
+  worker's work: posting, waking, reporting back), which say whether the
+  workers wait on each other or on the hand-off.
+
+Where the figures are gathered, so that leaving them on costs next to nothing:
+
+* The per-env figures are kept by a :class:`StepClock` in each worker's own
+  memory (every step counted, one in ``SAMPLE_EVERY`` timed on the row
+  handlers' paths; no shared memory, so nothing the trainer reads races with
+  the worker's writes) and fetched by one pipe call per worker when
+  ``timings()`` is called (the reserved call name :data:`STEP_TIMINGS_CALL`).
+  Nothing extra travels on the pipe per step.
+* The per-batch figures are kept by the native ``Controller`` (csrc/controller.h):
+  each worker stores the CLOCK_MONOTONIC ns at which it took and finished its
+  job in its job slot (the cache line it writes anyway), and the Controller
+  adds each lockstep batch to process-local histograms when its wait returns.
+  ``timings()`` reads them with one call (``Controller.take_timings``); the
+  trainer's Python does nothing per step. ``ParallelAlfEnvironment`` has no job
+  slots: it measures the wait around its own waits and cannot see the spread
+  and the hand-off (their ``count`` is 0).
+
+Durations go into log-bucketed histograms (:func:`bucket_of`: each power of two
+of ns split into 8 equal buckets, the same buckets as the native
+``timing_bucket``), so p50 and p99 cost a fixed amount of memory however many
+steps are counted, and are exact to within one bucket (under 12.5 %).
+
+This module needs nothing native: the workers (control plane) and the front
+ends both use it.
+"""
+
+import dataclasses
+import math
+import time
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = [
+    "NUM_BUCKETS",
+    "BatchClock",
+    "STEP_TIMINGS_CALL",
+    "DurationStats",
+    "StepClock",
+    "StepTimings",
+    "batch_figures",
+    "bucket_bounds",
+    "bucket_of",
+    "buckets_of",
+    "env_figures",
+    "no_figure",
+    "percentile",
+]
+
+#: Buckets of a timing histogram (the native ``_penv.TIMING_BUCKETS``): 8 exact
+#: buckets below 8 ns, then 8 per power of two up to 2^64 ns.
+NUM_BUCKETS = 496
+
+#: The reserved call name a worker answers with its :class:`StepClock`'s
+#: :meth:`~StepClock.take` (``WorkerEnvProxy.call``), like ``SYNC_PROGRESS_CALL``.
+STEP_TIMINGS_CALL = "<step_timings>"
+
+#: A worker's reading: per env, ``(steps, sum of the timed steps' ns, {bucket: count})``.
+ClockReading = List[Tuple[int, int, Dict[int, int]]]
+
+
+def bucket_of(ns: int) -> int:
+    """The histogram bucket of a duration of ``ns`` nanoseconds (``ns >= 0``)."""
+    bits = ns.bit_length()
+    if bits < 4:
+        return ns
+    return ((bits - 3) << 3) | ((ns >> (bits - 4)) & 7)
+
+
+def bucket_bounds(bucket: int) -> Tuple[int, int]:
+    """``[low, high)`` in ns of the durations in ``bucket``."""
+    if not 0 <= bucket < NUM_BUCKETS:
+        raise ValueError(f"bucket: expected 0 <= bucket < {NUM_BUCKETS}, got {bucket}")
+    if bucket < 8:
+        return bucket, bucket + 1
+    shift = (bucket >> 3) - 1
+    sub = bucket & 7
+    return (8 + sub) << shift, (9 + sub) << shift
+
+
+def percentile(buckets: Dict[int, int], q: float) -> float:
+    """The ``q``-th percentile (0-100) in ns of the durations counted in ``buckets``.
+
+    The rank is numpy's default (``linear``) one, ``q/100 * (n - 1)``, and the
+    samples of a bucket are taken as spread evenly over it: the result lies
+    between the buckets of the two samples ``numpy.percentile`` interpolates
+    between (within an eighth of numpy's value where they are close).
+    ``nan`` when empty.
+    """
+    if not 0.0 <= q <= 100.0:
+        raise ValueError(f"percentile: expected q in [0, 100], got {q}")
+    total = sum(buckets.values())
+    if total == 0:
+        return float("nan")
+    # The 0-based (fractional) rank numpy's linear method takes: q/100 * (n - 1);
+    # within a bucket its samples are taken as spread evenly over its width.
+    rank = q / 100.0 * (total - 1)
+    seen = 0
+    low = high = 0
+    for bucket in sorted(b for b, c in buckets.items() if c):
+        count = buckets[bucket]
+        low, high = bucket_bounds(bucket)
+        if rank < seen + count:
+            return low + (high - low) * (rank - seen + 0.5) / count
+        seen += count
+    return float(high)  # not reached: rank < total
+
+
+@dataclasses.dataclass(frozen=True)
+class DurationStats:
+    """One figure's count and mean, p50 and p99 in µs (``nan`` when ``count`` is 0).
+
+    Attributes:
+        count: how many steps (or batches) were counted. The mean and the
+            percentiles are those of the timed ones: all of them, or a sample
+            (one step in ``StepClock.SAMPLE_EVERY`` of each env).
+        mean_us, p50_us, p99_us: their mean, median and 99th percentile.
+    """
+
+    count: int
+    mean_us: float
+    p50_us: float
+    p99_us: float
+
+    @classmethod
+    def of(cls, count: int, sum_ns: int, buckets: Dict[int, int]) -> "DurationStats":
+        """The stats of ``count`` durations of which those in the histogram ``buckets``
+        (all, or a sample) sum to ``sum_ns``."""
+        timed = sum(buckets.values())
+        if count == 0 or timed == 0:
+            nan = float("nan")
+            return cls(int(count), nan, nan, nan)
+        return cls(int(count), sum_ns / timed / 1e3, percentile(buckets, 50.0) / 1e3,
+                   percentile(buckets, 99.0) / 1e3)
+
+    def __str__(self) -> str:
+        if self.count == 0 or math.isnan(self.mean_us):
+            return f"n={self.count}"
+        return (f"n={self.count} mean={self.mean_us:.1f}us p50={self.p50_us:.1f}us "
+                f"p99={self.p99_us:.1f}us")
+
+
+@dataclasses.dataclass(frozen=True)
+class StepTimings:
+    """Where the steps since the last ``timings()`` spent their time.
+
+    Attributes:
+        envs: per env (index = env id), its own ``step`` time inside its worker.
+        wait: per lockstep batch, the trainer's wait: from posting the step to
+            every worker to seeing the last one done.
+        spread: per lockstep batch, the straggler spread: the last worker done
+            minus the first (the time the early workers idle for the slowest).
+        handoff: per lockstep batch, the hand-off overhead: the wait minus the
+            slowest worker's work (posting, waking the workers, reporting back,
+            and any time the workers waited for a CPU before taking the job).
+        note: what this front end cannot measure (empty when it measures all).
+    """
+
+    envs: Tuple[DurationStats, ...]
+    wait: DurationStats
+    spread: DurationStats
+    handoff: DurationStats
+    note: str = ""
+
+    def slowest_env(self) -> Optional[int]:
+        """The env with the highest p50 step time (``None`` if no env stepped)."""
+        stepped = [(s.p50_us, i) for i, s in enumerate(self.envs) if s.count]
+        return max(stepped)[1] if stepped else None
+
+    def table(self) -> str:
+        """The figures as a fixed-width text table (what ``str()`` gives)."""
+        lines = [f"{'':<22}{'count':>8}{'mean us':>11}{'p50 us':>11}{'p99 us':>11}"]
+
+        def row(name: str, stats: DurationStats) -> str:
+            if stats.count == 0 or math.isnan(stats.mean_us):
+                return f"{name:<22}{stats.count:>8}{'-':>11}{'-':>11}{'-':>11}"
+            return (f"{name:<22}{stats.count:>8}{stats.mean_us:>11.1f}"
+                    f"{stats.p50_us:>11.1f}{stats.p99_us:>11.1f}")
+        slowest = self.slowest_env()
+        for i, stats in enumerate(self.envs):
+            lines.append(row(f"env {i} step" + (" (slowest)" if i == slowest else ""),
+                             stats))
+        lines.append(row("batch wait", self.wait))
+        lines.append(row("batch straggler spread", self.spread))
+        lines.append(row("batch hand-off", self.handoff))
+        if self.note:
+            lines.append(self.note)
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.table()
+
+
+class StepClock:
+    """Counts a worker's env steps: per env, the steps, and the durations of a sample.
+
+    Kept in the worker's memory (see the module docstring); :meth:`take`
+    hands the counts home and starts again. The row handlers count each step
+    with :meth:`tick` and time one in :attr:`SAMPLE_EVERY` (the first one
+    included): on a 2-CPU machine whatever a worker does after it reports a
+    step competes with the trainer for a CPU, and timing every step of
+    CartPole cost 3% of it, one in 8 about 1% (``benchmarks/timings_cost.py``,
+    docs/simulators.rst). A timed step stores each env's duration in
+    :attr:`lap`; :meth:`commit` (the job loop's ``after_step``) appends them to
+    a list, and every :attr:`FOLD_AT` durations of an env are folded into its
+    histogram at once with numpy. :meth:`record` counts and times one env's
+    step at once, for the paths that are not the row handlers'.
+
+    Args:
+        num_envs: envs the worker steps (:meth:`resize` changes it).
+    """
+
+    #: The clock a step is timed with (``perf_counter_ns``: CLOCK_MONOTONIC on Linux).
+    now = staticmethod(time.perf_counter_ns)
+    #: The row handlers time one step of every this many.
+    SAMPLE_EVERY = 8
+    #: Durations of one env kept before they are folded into its histogram.
+    FOLD_AT = 2048
+
+    def __init__(self, num_envs: int = 1) -> None:
+        self.resize(num_envs)
+
+    def resize(self, num_envs: int) -> None:
+        """Counts ``num_envs`` envs from now on (what was counted is dropped)."""
+        self._samples: List[List[int]] = [[] for _ in range(num_envs)]
+        self._steps = [0] * num_envs  # steps counted by record()
+        self._ticks = 0               # steps of every env counted by tick()
+        self._sums = [0] * num_envs
+        self._buckets = np.zeros((num_envs, NUM_BUCKETS), np.int64)
+        #: Each env's duration of the timed step in progress (ns).
+        self.lap: List[int] = [0] * num_envs
+        self._timing = False
+        self._countdown = 1  # the next step is timed
+
+    @property
+    def num_envs(self) -> int:
+        """Envs counted."""
+        return len(self._steps)
+
+    def tick(self) -> bool:
+        """Counts a step of every env; returns whether to time it (fill :attr:`lap`)."""
+        self._ticks += 1
+        self._countdown -= 1
+        if self._countdown:
+            return False
+        self._countdown = self.SAMPLE_EVERY
+        self._timing = True
+        return True
+
+    def reader(self) -> Callable[[], int]:
+        """:meth:`tick`, as the clock to time the step with: :attr:`now`, or a
+        function that reads no clock (it returns 0) for a step not timed."""
+        return StepClock.now if self.tick() else int
+
+    def commit(self) -> None:
+        """Counts the durations in :attr:`lap` if the step that just ended was timed."""
+        if not self._timing:
+            return
+        self._timing = False
+        for samples, ns in zip(self._samples, self.lap):
+            samples.append(ns)
+        if len(self._samples[0]) >= self.FOLD_AT:
+            for k in range(self.num_envs):
+                self._fold(k)
+
+    def record(self, k: int, ns: int) -> None:
+        """Counts one step of local env ``k`` that took ``ns`` ns."""
+        self._steps[k] += 1
+        samples = self._samples[k]
+        samples.append(ns)
+        if len(samples) >= self.FOLD_AT:
+            self._fold(k)
+
+    def _fold(self, k: int) -> None:
+        """Moves env ``k``'s kept durations into its sum and histogram."""
+        samples = self._samples[k]
+        if not samples:
+            return
+        ns = np.maximum(np.array(samples, dtype=np.int64), 0)
+        samples.clear()
+        self._sums[k] += int(ns.sum())
+        self._buckets[k] += np.bincount(buckets_of(ns), minlength=NUM_BUCKETS)
+
+    def take(self) -> ClockReading:
+        """Per env, ``(steps, sum of the timed steps' ns, {bucket: count})`` since
+        the last take (the histogram counts the timed steps); resets."""
+        for k in range(self.num_envs):
+            self._fold(k)
+        reading = [(steps + self._ticks, total,
+                    {int(b): int(row[b]) for b in np.flatnonzero(row)})
+                   for steps, total, row in zip(self._steps, self._sums, self._buckets)]
+        self.resize(self.num_envs)
+        return reading
+
+
+def buckets_of(ns: "npt.NDArray[np.int64]") -> "npt.NDArray[np.int64]":
+    """:func:`bucket_of` of each duration of ``ns`` (int64 ns, ``0 <= ns < 2**53``)."""
+    # frexp's exponent of an integer exactly representable as a float64 is its
+    # bit length (0 for 0).
+    bits = np.frexp(ns.astype(np.float64))[1].astype(np.int64)
+    shifted = ns >> np.maximum(bits - 4, 0)
+    return np.where(bits < 4, ns, ((bits - 3) << 3) | (shifted & 7))
+
+
+def env_figures(readings: Sequence[ClockReading]) -> Tuple[DurationStats, ...]:
+    """The per-env stats of the workers' readings, in worker order (env id order)."""
+    return tuple(DurationStats.of(count, total, buckets)
+                 for reading in readings for count, total, buckets in reading)
+
+
+def batch_figures(taken: Tuple[int, Tuple[int, int, int], "npt.NDArray[np.uint64]"]
+                  ) -> Tuple[DurationStats, DurationStats, DurationStats]:
+    """``(wait, spread, handoff)`` of what ``Controller.take_timings()`` returned."""
+    count, sums, histograms = taken
+    wait, spread, handoff = (
+        DurationStats.of(count, int(total),
+                         {b: int(c) for b, c in enumerate(histogram) if c})
+        for total, histogram in zip(sums, histograms))
+    return wait, spread, handoff
+
+
+class BatchClock:
+    """The per-batch wait measured in Python, where there are no job slots
+    (``ParallelAlfEnvironment``): :meth:`record` after each lockstep step."""
+
+    def __init__(self) -> None:
+        self._clock = StepClock(1)
+
+    def record(self, ns: int) -> None:
+        """Counts one batch whose wait took ``ns`` ns."""
+        self._clock.record(0, ns)
+
+    def take(self) -> DurationStats:
+        """The waits since the last take; resets."""
+        ((count, total, buckets),) = self._clock.take()
+        return DurationStats.of(count, total, buckets)
+
+
+def no_figure() -> DurationStats:
+    """The stats of a figure that was not measured."""
+    return DurationStats.of(0, 0, {})

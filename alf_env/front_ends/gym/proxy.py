@@ -1,0 +1,653 @@
+"""``GymProxy``: one gymnasium env in a worker process of its own, as a plain ``gymnasium.Env``.
+
+A robot simulator (ROS and Gazebo, Unity, an emulator) is one heavy env that
+wants a process of its own: it may crash, hold a GPU context, or clash with
+the trainer's libraries. :class:`GymProxy` builds the env in a worker process
+and is itself a ``gymnasium.Env`` (``unwrapped`` is the proxy), so anything
+that takes an env takes it: ``gymnasium.utils.env_checker.check_env``,
+``gymnasium.vector.SyncVectorEnv``, stable-baselines3's ``DummyVecEnv``.
+
+**Control plane.** The proxy composes a
+:class:`~alf_env.control_plane.process_environment.ProcessEnvironment`: the
+worker, its enum-typed pipe protocol, the promises, the shutdown registry
+(workers closed at exit), the death detection (``WorkerDiedError`` naming
+the signal or exit code) and the worker's exceptions sent home with their
+traceback and env id (``RemoteException``). The worker serves a
+:class:`ProxyHost`, which holds the env and answers the proxy's requests.
+
+**Observations in shared memory.** For a ``Box`` observation space the
+proxy makes a one-row :class:`~alf_env.data_plane.shared_block.SharedBlock`
+(a memfd: nothing in ``/dev/shm``) of the space's shape and dtype; the host
+copies an observation that fits it exactly (an ``ndarray`` of that shape and
+dtype, checked and copied by the native ``copy_leaves``) into the row and
+sends only a marker on the pipe, and the proxy returns a copy of the row.
+Anything else (another space, an observation of another dtype or shape, a
+subclass of ``ndarray``) is pickled through the pipe, so every value arrives
+exactly as the env returned it. A 480x640x3 uint8 camera frame costs a memcpy
+each way instead of a 0.9 MB pickle (``benchmarks/proxy_frame.py``).
+
+**Restarts.** With ``restart_policy`` a worker that dies during ``step`` or
+``reset`` is replaced by a new one built by the same constructor (counted by
+:class:`~alf_env.control_plane.restart.RestartBudget`); see
+docs/simulators.rst.
+"""
+
+import enum
+import functools
+import inspect
+import pickle
+from typing import Any, Callable, Dict, List, Literal, NamedTuple, Optional, Tuple
+
+import gymnasium as gym
+import numpy as np
+from absl import logging
+from gymnasium import spaces
+
+from alf_env.control_plane.guards import NotCopyable, OneThread, one_thread_at_a_time
+from alf_env.control_plane.process_environment import ProcessEnvironment
+from alf_env.control_plane.protocol import START_METHODS
+from alf_env.control_plane.remote import RemoteMethod
+from alf_env.control_plane.restart import (
+    RESTARTED_INFO_KEY,
+    RestartBudget,
+    RestartPolicy,
+    describe_death,
+)
+from alf_env.control_plane.shutdown import close_when_collected
+from alf_env.data_plane.shared_block import SharedBlock, copy_leaves
+from alf_env.errors import (
+    EnvironmentClosedAttributeError,
+    EnvironmentClosedError,
+    EnvTimeoutError,
+    WorkerDiedError,
+)
+
+__all__ = ["GymProxy", "StepPromise", "ProxyHost", "Description", "IN_BLOCK"]
+
+#: The one field of a proxy's shared block: the observation row.
+_OBS_FIELD = "obs"
+
+
+class _Marker(enum.Enum):
+    """What the host sends in place of an observation it wrote into the shared row
+    (an enum: unpickled, it is the same object)."""
+    IN_BLOCK = "observation in the shared row"
+
+
+#: Stands for the observation in a step's or reset's answer when it is in the shared row.
+IN_BLOCK = _Marker.IN_BLOCK
+
+
+class Description(NamedTuple):
+    """What a proxy reads once from its env when the worker starts."""
+    observation_space: gym.Space
+    action_space: gym.Space
+    metadata: Dict[str, Any]
+    render_mode: Optional[str]
+    spec: Any  # gymnasium's EnvSpec, or None (also when it does not pickle)
+
+
+# -- the worker side ----------------------------------------------------------
+
+
+def _build_host(env_fn: Callable[[], Any]) -> "ProxyHost":
+    """The worker's env constructor: ``ProxyHost(env_fn())`` (takes no ``env_id``,
+    so ``env_fn`` is called without arguments)."""
+    return ProxyHost(env_fn())
+
+
+class ProxyHost:
+    """What a proxy's worker serves: the env, and the shared row of its observations.
+
+    The worker (``control_plane.worker``) calls its methods by name. ``step``,
+    ``reset`` and ``render`` are the env's, with the observation replaced by
+    :data:`IN_BLOCK` when it was written into the shared row; any other name is
+    read from the env with ``get_wrapper_attr`` (so ``ACCESS`` of an env's
+    method answers ``RemoteMethod``, and ``CALL`` of it calls the env's).
+    Its own attributes are prefixed ``_alf_env_`` so that they never hide
+    one of the env's.
+
+    Args:
+        env: the env (a ``gymnasium.Env``, or any object with its methods).
+    """
+
+    def __init__(self, env: Any) -> None:
+        self._alf_env_env = env
+        # [the row's view] once attached (copy_leaves takes a list of views).
+        self._alf_env_row: Optional[List[np.ndarray]] = None
+        self._alf_env_block: Optional[SharedBlock] = None
+
+    def _alf_env_describe(self) -> Description:
+        """The env's spaces, metadata, render mode and spec (``None`` if it does not pickle)."""
+        env = self._alf_env_env
+        spec = getattr(env, "spec", None)
+        try:
+            pickle.dumps(spec)
+        except Exception as exc:  # noqa: BLE001 -- any failure: the proxy has no spec
+            logging.warning("GymProxy: the env's spec does not pickle (%s: %s); the "
+                            "proxy's spec is None", type(exc).__name__, exc)
+            spec = None
+        return Description(env.observation_space, env.action_space,
+                           dict(getattr(env, "metadata", {}) or {}),
+                           getattr(env, "render_mode", None), spec)
+
+    def _alf_env_attach(self, block: SharedBlock) -> None:
+        """Maps the proxy's shared block: observations that fit its row go there."""
+        self._alf_env_block = block
+        self._alf_env_row = [block[_OBS_FIELD][0]]
+
+    def _alf_env_unwrapped(self, name: str) -> Any:
+        """``env.unwrapped.<name>`` (``_np_random``, which gymnasium's checker reads)."""
+        return getattr(self._alf_env_env.unwrapped, name)
+
+    def _observation_out(self, obs: Any) -> Any:
+        """:data:`IN_BLOCK` if ``obs`` was written into the shared row, else ``obs``."""
+        row = self._alf_env_row
+        if row is not None and type(obs) is np.ndarray and copy_leaves(row, (obs,)):
+            return IN_BLOCK
+        return obs
+
+    def step(self, action: Any) -> Any:
+        """The env's step; a fitting observation goes into the shared row."""
+        result = self._alf_env_env.step(action)
+        if type(result) is tuple and len(result) == 5:
+            obs = self._observation_out(result[0])
+            if obs is IN_BLOCK:
+                return (IN_BLOCK,) + result[1:]
+        return result
+
+    def reset(self, seed: Optional[int] = None, options: Optional[Dict[str, Any]] = None) -> Any:
+        """The env's reset; a fitting observation goes into the shared row."""
+        result = self._alf_env_env.reset(seed=seed, options=options)
+        if type(result) is tuple and len(result) == 2:
+            obs = self._observation_out(result[0])
+            if obs is IN_BLOCK:
+                return (IN_BLOCK, result[1])
+        return result
+
+    def render(self) -> Any:
+        """The env's ``render()``."""
+        return self._alf_env_env.render()
+
+    def get_wrapper_attr(self, name: str) -> Any:
+        """The env's ``get_wrapper_attr(name)``; a method is answered by ``RemoteMethod``."""
+        value = self.__getattr__(name)
+        if inspect.ismethod(value) or inspect.isbuiltin(value):
+            return RemoteMethod(name)
+        return value
+
+    def set_wrapper_attr(self, name: str, value: Any, force: bool = True) -> bool:
+        """The env's ``set_wrapper_attr(name, value, force=force)``."""
+        env = self._alf_env_env
+        setter = getattr(env, "set_wrapper_attr", None)
+        if setter is None:  # not a gymnasium.Env: what Env.set_wrapper_attr does
+            if force or hasattr(env, name):
+                setattr(env, name, value)
+                return True
+            return False
+        done: bool = setter(name, value, force=force)
+        return done
+
+    def has_wrapper_attr(self, name: str) -> bool:
+        """The env's ``has_wrapper_attr(name)``."""
+        env = self._alf_env_env
+        checker = getattr(env, "has_wrapper_attr", None)
+        return bool(checker(name)) if checker is not None else hasattr(env, name)
+
+    def close(self) -> None:
+        """Closes the env, then lets go of the shared block."""
+        try:
+            self._alf_env_env.close()
+        finally:
+            self._alf_env_row = None
+            if self._alf_env_block is not None:
+                self._alf_env_block.close()
+                self._alf_env_block = None
+
+    def __getattr__(self, name: str) -> Any:
+        """The env's attribute ``name``, read with gymnasium's ``get_wrapper_attr``."""
+        if name.startswith("__") or name.startswith("_alf_env_"):
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        env = self._alf_env_env
+        getter = getattr(env, "get_wrapper_attr", None)
+        return getter(name) if getter is not None else getattr(env, name)
+
+
+# -- the trainer side ---------------------------------------------------------
+
+
+class _Pending:
+    """A request of a step or a reset whose answer the proxy has not decoded yet.
+
+    Holds no reference to the proxy (the proxy holds the latest one).
+    """
+
+    __slots__ = ("kind", "promise", "death", "reset_args", "done", "value", "error")
+
+    def __init__(self, kind: str, promise: Any, death: Optional[WorkerDiedError],
+                 reset_args: Tuple[Any, Any] = (None, None)) -> None:
+        self.kind = kind                  # "step" or "reset"
+        self.promise = promise            # the channel's Promise (None: not sent)
+        self.death = death                # the death that kept it from being sent
+        self.reset_args = reset_args      # (seed, options) of a reset
+        self.done = False
+        self.value: Any = None
+        self.error: Optional[BaseException] = None
+
+
+class StepPromise:
+    """The answer of ``GymProxy.step(action, blocking=False)``: call it for the 5-tuple.
+
+    Calling it again returns the same value (or raises the same error).
+    """
+
+    __slots__ = ("_proxy", "_pending")
+
+    def __init__(self, proxy: "GymProxy", pending: _Pending) -> None:
+        self._proxy = proxy
+        self._pending = pending
+
+    def __call__(self, timeout: Optional[float] = None) -> Any:
+        """Waits for the step.
+
+        Args:
+            timeout: seconds to wait at most (``None``: the proxy's ``timeout``).
+        Raises:
+            EnvTimeoutError: ``timeout`` passed first (call again to keep waiting).
+        """
+        return self._proxy._finish(self._pending, timeout)
+
+
+class GymProxy(NotCopyable, gym.Env):
+    """One env in a worker process of its own, as a plain ``gymnasium.Env``.
+
+    ``step``, ``reset``, ``render`` and ``close`` return what the env returns
+    in-process, value and type (a Python float reward stays a float, an info
+    dict arrives whole). ``observation_space``, ``action_space``, ``metadata``,
+    ``render_mode`` and ``spec`` are read once when the worker starts. Any
+    other attribute is read from the worker's env with gymnasium's
+    ``get_wrapper_attr`` (a method comes back as a callable that runs in the
+    worker; a missing one raises ``AttributeError`` naming it);
+    ``get_wrapper_attr``, ``set_wrapper_attr`` and ``has_wrapper_attr`` act
+    on the worker's env; ``np_random`` and ``np_random_seed`` are the worker
+    env's. ``setattr`` sets an attribute of the proxy itself (as on a
+    gymnasium wrapper): use ``set_wrapper_attr`` to set one in the worker.
+    ``unwrapped`` is the proxy.
+
+    Not thread-safe (a second thread raises ``ConcurrentUseError``) and not
+    copyable (``pickle`` and ``copy.deepcopy`` raise ``TypeError``). ``close``
+    is idempotent and bounded; a proxy dropped unclosed ends its worker; at
+    exit every worker still running is closed.
+
+    Args:
+        env_fn: builds the env in the worker, called without arguments (sent
+            with cloudpickle under ``spawn`` and ``forkserver``).
+        context: the start method, ``"fork"``, ``"spawn"`` or ``"forkserver"``
+            (``None``: multiprocessing's default).
+        restart_policy: restart a worker that dies during ``step`` or ``reset``
+            (``None``: a death raises ``WorkerDiedError``). The call returns the
+            new episode's first observation, reward ``0.0``,
+            ``terminated=False``, ``truncated=True`` and
+            ``info["env_restarted"] = True`` (the new worker's env is reset
+            without a seed; a ``reset`` that saw the death is done again with
+            its seed and options, and its ``info`` flagged). Each restart, a
+            failed one too, counts against ``max_restarts``; past it the
+            ``WorkerDiedError`` is raised and only ``close()`` is left.
+        timeout: seconds each answer of the worker may take (``None``: no
+            limit); past it ``EnvTimeoutError``. Starting the worker is not
+            bounded by it (a restart is, by ``restart_policy.start_timeout``).
+        shared_memory: send ``Box`` observations through shared memory
+            (``False``: every observation is pickled through the pipe, for
+            comparison).
+
+    Raises:
+        Exception: what the env constructor raised (its type, with the
+            worker's traceback).
+        WorkerDiedError: the worker died while building the env.
+    """
+
+    def __init__(self, env_fn: Callable[[], Any], *, context: Optional[str] = None,
+                 restart_policy: Optional[RestartPolicy] = None,
+                 timeout: Optional[float] = None, shared_memory: bool = True) -> None:
+        if not callable(env_fn):
+            raise TypeError(f"env_fn: expected a callable returning a gymnasium.Env, got "
+                            f"{type(env_fn).__name__}")
+        from alf_env.front_ends.gym.startup import resolve_context
+        context = resolve_context(context)
+        if context not in START_METHODS:
+            raise ValueError(f"context: expected None or one of {START_METHODS}, got "
+                             f"{context!r}")
+        if timeout is not None and not timeout > 0:
+            raise ValueError(f"timeout: expected None or a positive number of seconds, "
+                             f"got {timeout!r}")
+        self._one_thread = OneThread("GymProxy")  # see one_thread_at_a_time below
+        self._budget = RestartBudget(restart_policy, 1)
+        self._host_fn = functools.partial(_build_host, env_fn)
+        self._context = context
+        self._timeout = timeout
+        self._env_id = 0  # the id the worker's errors name
+        self._closed = False
+        self._gave_up: Optional[WorkerDiedError] = None  # the death past the budget
+        self._pending: Optional[_Pending] = None
+        self._block: Optional[SharedBlock] = None
+        self._row: Optional[np.ndarray] = None
+        self._finalizer: Any = None
+        self._pe = self._new_worker()
+        try:
+            self._pe.wait_start()
+            description: Description = self._pe.call("_alf_env_describe")(timeout)
+            self.observation_space = description.observation_space
+            self.action_space = description.action_space
+            self.metadata = description.metadata
+            self.render_mode = description.render_mode
+            self.spec = description.spec
+            obs_space = self.observation_space
+            if shared_memory and isinstance(obs_space, spaces.Box):
+                self._block = SharedBlock([(_OBS_FIELD, obs_space.shape, obs_space.dtype)],
+                                          num_rows=1, num_workers=1)
+                self._row = self._block[_OBS_FIELD][0]
+                self._pe.call("_alf_env_attach", self._block)(timeout)
+        except BaseException:
+            self.close()
+            raise
+        self._ready = True  # from now on, unknown attributes are the worker env's
+
+    @classmethod
+    def make(cls, env_id: Any, *args: Any, context: Optional[str] = None,
+             restart_policy: Optional[RestartPolicy] = None, timeout: Optional[float] = None,
+             shared_memory: bool = True, **kwargs: Any) -> "GymProxy":
+        """A proxy of ``gymnasium.make(env_id, *args, **kwargs)``, built in the worker.
+
+        ``context``, ``restart_policy``, ``timeout`` and ``shared_memory`` are
+        the proxy's (see the class), not passed to ``gymnasium.make``. The
+        worker imports what registers ``env_id`` (``"module:Env-v0"`` works as
+        in ``gymnasium.make``).
+        """
+        return cls(functools.partial(gym.make, env_id, *args, **kwargs), context=context,
+                   restart_policy=restart_policy, timeout=timeout,
+                   shared_memory=shared_memory)
+
+    # -- the worker -----------------------------------------------------------
+
+    def _new_worker(self) -> ProcessEnvironment:
+        """Starts a worker (not waiting for its env); ends it if the proxy is collected."""
+        pe = ProcessEnvironment(self._host_fn, env_id=self._env_id,
+                                torch_num_threads_per_env=None, start_method=self._context,
+                                name="alf_env-proxy")
+        pe.start(wait_to_start=False)
+        if self._finalizer is not None:
+            self._finalizer.detach()
+        self._finalizer = close_when_collected(self, [pe])
+        return pe
+
+    def _channel(self) -> ProcessEnvironment:
+        """The worker's handle, for a request."""
+        if self._closed:
+            raise EnvironmentClosedError(
+                f"GymProxy of env {self._env_id} is closed; create a new one")
+        if self._gave_up is not None:
+            raise self._gave_up
+        return self._pe
+
+    @property
+    def worker_pid(self) -> Optional[int]:
+        """The worker process's id (``None`` once closed)."""
+        return None if self._closed else self._pe.pid
+
+    # -- gymnasium.Env --------------------------------------------------------
+
+    def step(self, action: Any, blocking: bool = True) -> Any:
+        """Steps the env in the worker.
+
+        Args:
+            action: the env's action (pickled to the worker as it is).
+            blocking: ``False`` returns a promise (a :class:`StepPromise`,
+                call it for the 5-tuple) right after sending the action.
+        Returns:
+            ``(observation, reward, terminated, truncated, info)`` as the env
+            returned them, or a promise of them.
+        """
+        pending = self._send("step", (action,), {})
+        if not blocking:
+            return StepPromise(self, pending)
+        return self._finish(pending, None)
+
+    def reset(self, *, seed: Optional[int] = None,
+              options: Optional[Dict[str, Any]] = None) -> Tuple[Any, Dict[str, Any]]:
+        """Resets the env in the worker; returns ``(observation, info)`` as the env did."""
+        pending = self._send("reset", (seed, options), {})
+        value: Tuple[Any, Dict[str, Any]] = self._finish(pending, None)
+        return value
+
+    def render(self) -> Any:
+        """The env's ``render()`` in the worker (a frame is pickled back)."""
+        self._settle()
+        return self._channel().call("render")(self._timeout)
+
+    def close(self) -> None:
+        """Closes the env and ends the worker: idempotent, bounded, never raises."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._finalizer is not None:
+            self._finalizer.detach()
+        self._pe.close()
+        self._pending = None
+        self._row = None
+        if self._block is not None:
+            self._block.close()
+
+    def __enter__(self) -> "GymProxy":
+        return self
+
+    def __exit__(self, *exc_info: Any) -> Literal[False]:
+        self.close()
+        return False  # exceptions propagate
+
+    @property
+    def np_random(self) -> np.random.Generator:
+        """The worker env's ``np_random`` (a copy; set it with ``proxy.np_random = ...``)."""
+        rng: np.random.Generator = self._read("np_random")
+        return rng
+
+    @np_random.setter
+    def np_random(self, value: np.random.Generator) -> None:
+        self.set_wrapper_attr("np_random", value)
+
+    @property
+    def np_random_seed(self) -> Optional[int]:  # type: ignore[override]
+        """The worker env's ``np_random_seed``."""
+        seed: Optional[int] = self._read("np_random_seed")
+        return seed
+
+    @property
+    def _np_random(self) -> Optional[np.random.Generator]:  # type: ignore[override]
+        """The worker's ``env.unwrapped._np_random`` (a copy), which gymnasium's checker reads."""
+        self._settle()
+        rng: Optional[np.random.Generator] = self._channel().call(
+            "_alf_env_unwrapped", "_np_random")(self._timeout)
+        return rng
+
+    def get_wrapper_attr(self, name: str) -> Any:
+        """The proxy's attribute ``name``, else the worker env's ``get_wrapper_attr(name)``."""
+        return getattr(self, name)
+
+    def set_wrapper_attr(self, name: str, value: Any, *, force: bool = True) -> bool:
+        """Calls ``set_wrapper_attr(name, value, force=force)`` on the worker's env.
+
+        The proxy's copies of the attributes it read at start
+        (``observation_space``, ``action_space``, ``metadata``, ``render_mode``,
+        ``spec``) are set too.
+        """
+        self._settle()
+        done: bool = self._channel().call("set_wrapper_attr", name, value,
+                                          force=force)(self._timeout)
+        if done and name in Description._fields:
+            setattr(self, name, value)
+        return done
+
+    def has_wrapper_attr(self, name: str) -> bool:
+        """Whether the proxy or the worker's env has attribute ``name``."""
+        if name in self.__dict__ or hasattr(type(self), name):
+            return True
+        self._settle()
+        has: bool = self._channel().call("has_wrapper_attr", name)(self._timeout)
+        return has
+
+    def __getattr__(self, name: str) -> Any:
+        """The worker env's attribute ``name`` (a method: a callable that runs there).
+
+        Raises:
+            AttributeError: the env has no such attribute (raised in the worker,
+                naming it), or the name is a dunder, or the proxy is not built yet.
+            EnvironmentClosedAttributeError: the proxy is closed.
+        """
+        if (name.startswith("__") and name.endswith("__")) or "_ready" not in self.__dict__:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        if self._closed:
+            raise EnvironmentClosedAttributeError(
+                f"GymProxy of env {self._env_id} is closed: its attribute {name!r} cannot "
+                f"be read; create a new one")
+        return self._read(name)
+
+    def __repr__(self) -> str:
+        spec_id = getattr(self.__dict__.get("spec"), "id", None)
+        what = f"{spec_id}, " if spec_id else ""
+        return f"<GymProxy({what}env {self._env_id}, pid {self.worker_pid})>"
+
+    __str__ = __repr__
+
+    # -- requests -------------------------------------------------------------
+
+    def _read(self, name: str) -> Any:
+        """The worker env's attribute ``name``; a method as a callable that runs there."""
+        self._settle()
+        value = self._channel().call("get_wrapper_attr", name)(self._timeout)
+        if isinstance(value, RemoteMethod):
+            return functools.partial(self._call_remote, value.name)
+        return value
+
+    def _call_remote(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        """Calls the worker env's method ``name``."""
+        self._settle()
+        return self._channel().call(name, *args, **kwargs)(self._timeout)
+
+    def _send(self, kind: str, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> _Pending:
+        """Sends a step or a reset; the answer is decoded by :meth:`_finish`."""
+        self._settle()
+        pe = self._channel()
+        reset_args = args if kind == "reset" else (None, None)
+        try:
+            promise = pe.call(kind, *args, **kwargs)
+        except WorkerDiedError as death:
+            pending = _Pending(kind, None, death, reset_args)
+        else:
+            pending = _Pending(kind, promise, None, reset_args)
+        self._pending = pending
+        return pending
+
+    def _settle(self) -> None:
+        """Decodes the answer of an outstanding step before the next request:
+        the next step would overwrite the shared row it may be in."""
+        pending = self._pending
+        if pending is not None and not pending.done:
+            try:
+                self._finish(pending, None)
+            except EnvTimeoutError:
+                raise  # still owed: nothing more may be sent
+            except Exception:  # noqa: BLE001 -- kept; the step's promise raises it
+                pass
+
+    def _finish(self, pending: _Pending, timeout: Optional[float]) -> Any:
+        """The decoded answer of ``pending`` (restarting a dead worker if allowed)."""
+        if not pending.done:
+            try:
+                pending.value = self._answer(pending, timeout)
+            except EnvTimeoutError:
+                raise  # not decoded yet: a later call waits again
+            except Exception as exc:  # noqa: BLE001 -- kept: the promise raises it again
+                pending.error = exc
+            pending.done = True
+            if self._pending is pending:
+                self._pending = None
+        if pending.error is not None:
+            raise pending.error
+        return pending.value
+
+    def _answer(self, pending: _Pending, timeout: Optional[float]) -> Any:
+        """The decoded answer of ``pending``; a death restarts the worker if allowed."""
+        try:
+            if pending.death is not None:
+                raise pending.death
+            result = pending.promise(self._timeout if timeout is None else timeout)
+        except WorkerDiedError as death:
+            if not self._budget.enabled or self._closed:
+                raise
+            seed, options = pending.reset_args
+            obs, info = self._restart(death, seed, options)
+            if pending.kind == "reset":
+                return obs, info
+            return obs, 0.0, False, True, info
+        return self._decode(result)
+
+    def _decode(self, result: Any) -> Any:
+        """A step's or reset's answer with the observation read from the shared row."""
+        if type(result) is tuple and result and result[0] is IN_BLOCK:
+            assert self._row is not None  # IN_BLOCK only comes with a shared row
+            return (self._row.copy(),) + result[1:]
+        return result
+
+    # A second thread is refused before it touches the outstanding step (the
+    # requests and the waits below all start with one of these).
+    _send = one_thread_at_a_time(_send, "a request")
+    _settle = one_thread_at_a_time(_settle, "a request")
+    _finish = one_thread_at_a_time(_finish, "waiting for an answer")
+
+    # -- restarts -------------------------------------------------------------
+
+    def _restart(self, death: WorkerDiedError, seed: Optional[int],
+                 options: Optional[Dict[str, Any]]) -> Tuple[Any, Dict[str, Any]]:
+        """Replaces the dead worker and resets its env; returns ``(obs, info)`` flagged.
+
+        Each try (a failed one too) counts against the budget; past it the
+        last death is raised and the proxy is broken (only ``close()`` works).
+        """
+        budget = self._budget
+        last: BaseException = death
+        while budget.allows(0):
+            budget.spend(0, [self._env_id], describe_death(last))
+            try:
+                obs, info = self._rebuild(seed, options)
+            except Exception as exc:  # noqa: BLE001 -- counted; tried again or raised
+                logging.warning("GymProxy of env %s: the restarted worker failed: %s: %s",
+                                self._env_id, type(exc).__name__, exc)
+                last = exc
+                if isinstance(exc, WorkerDiedError):
+                    death = exc
+                continue
+            info = dict(info)
+            info[RESTARTED_INFO_KEY] = True
+            return obs, info
+        self._gave_up = death
+        if last is not death:
+            raise death from last
+        raise death
+
+    def _rebuild(self, seed: Optional[int],
+                 options: Optional[Dict[str, Any]]) -> Tuple[Any, Dict[str, Any]]:
+        """A new worker from the same constructor, its spaces checked, attached and reset."""
+        self._pe.close()
+        self._pending = None
+        self._pe = pe = self._new_worker()
+        pe.wait_start(self._budget.start_timeout)  # past it: EnvTimeoutError, ended
+        new: Description = pe.call("_alf_env_describe")(self._timeout)
+        if (new.observation_space, new.action_space) != (self.observation_space,
+                                                         self.action_space):
+            raise RuntimeError(
+                f"GymProxy of env {self._env_id}: the restarted env has observation space "
+                f"{new.observation_space} and action space {new.action_space}; expected "
+                f"those of the first, {self.observation_space} and {self.action_space}")
+        if self._block is not None:
+            pe.call("_alf_env_attach", self._block)(self._timeout)
+        obs, info = self._decode(pe.call("reset", seed, options)(self._timeout))
+        return obs, info

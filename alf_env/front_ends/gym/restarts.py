@@ -1,0 +1,107 @@
+"""Restarting a dead worker of a ``FastVectorEnv`` (``restart_policy``).
+
+:meth:`WorkerRestarter.restart` is the board's death hook
+(:data:`~alf_env.data_plane.job_board.DeathHook`, held weakly by the board,
+which the restarter's ``rejoin`` holds): only the death branch of a
+wait calls it, so a step costs nothing more with a policy than without. It
+starts a new worker with the same env constructors, checks its spaces against
+the old ones, resets its envs over the pipe (no seed), writes what a restarted
+env returns into its rows (:meth:`ResultAssembler.write_restarted
+<alf_env.front_ends.gym.results.ResultAssembler.write_restarted>`) and puts
+the new worker in the old one's place (the same job slot and rows), while the
+surviving workers' jobs run on. The count, the limit and the log line are
+:class:`~alf_env.control_plane.restart.RestartBudget`'s; what a restarted env
+returns: ``docs/contract.rst`` ("Restarts").
+"""
+
+from typing import Any, Callable, List, Optional, Sequence, Tuple
+
+import gymnasium as gym
+
+from alf_env.control_plane.affinity import pin_workers
+from alf_env.control_plane.group import close_all
+from alf_env.control_plane.process_environment import ProcessEnvironment
+from alf_env.control_plane.restart import RestartBudget, describe_death
+from alf_env.data_plane.job_board import PIPE_CALL
+from alf_env.front_ends.gym.gym_rows import RESET_DEFAULT
+from alf_env.front_ends.gym.results import ResultAssembler
+
+__all__ = ["WorkerRestarter"]
+
+
+class WorkerRestarter:
+    """Replaces the dead workers of one ``FastVectorEnv`` under its budget.
+
+    Args:
+        budget: the restarts allowed per worker.
+        workers: the env's list of workers, shared with its board, engine and
+            results (a new worker replaces the dead one in it).
+        bounds: the env rows ``(begin, end)`` of each worker.
+        make_worker: ``make_worker(w)``: a new, unstarted worker ``w``.
+        each_env: ``(observation_space, action_space)`` of each env.
+        rejoin: ``rejoin(w, worker)`` makes the new worker serve its rows
+            (``Transport.rejoin``).
+        results: where the restarted envs' results are written.
+        cpus: the CPU each worker is pinned to (``None``: not pinned).
+    """
+
+    def __init__(self, budget: RestartBudget, workers: List[ProcessEnvironment],
+                 bounds: Sequence[Tuple[int, int]],
+                 make_worker: Callable[[int], ProcessEnvironment],
+                 each_env: Sequence[Tuple[gym.Space, gym.Space]],
+                 rejoin: Callable[[int, ProcessEnvironment], None],
+                 results: ResultAssembler, cpus: Optional[Sequence[int]] = None) -> None:
+        self._budget = budget
+        self._workers = workers
+        self._bounds = bounds
+        self._make_worker = make_worker
+        self._each_env = list(each_env)
+        self._rejoin = rejoin
+        self._results = results
+        self._cpus = cpus
+
+    def restart(self, worker: int, error: BaseException, during: str) -> bool:
+        """Restarts ``worker``, dead with ``error`` during ``during``; returns whether
+        it did (``False``: the budget is spent, or the death came during a pipe
+        request (``call``, ``get_attr``, ``set_attr``), which raises as without
+        a policy).
+
+        Raises:
+            WorkerDiedError: ``error``, from what failed, when the new worker
+                could not start (its constructor raised, ``start_timeout``
+                passed) or its spaces differ (naming the env); the failed
+                rebuild counted as a restart.
+        """
+        if during == PIPE_CALL or not self._budget.allows(worker):
+            return False
+        begin, end = self._bounds[worker]
+        self._budget.spend(worker, list(range(begin, end)), describe_death(error))
+        old = self._workers[worker]
+        old.stop_fast_loop()
+        close_all([old], polite_timeout=0.0)
+        new = self._make_worker(worker)
+        try:
+            timeout = self._budget.start_timeout
+            new.start(wait_to_start=False)
+            new.wait_start(timeout)
+            if self._cpus is not None and new.pid is not None:
+                pin_workers([new.pid], [self._cpus[worker]])
+            self._check_spaces(begin, new.call("describe")(timeout))
+            answers: List[Any] = new.call("reset", RESET_DEFAULT)(timeout)
+            for row, (obs, _, _, _, info) in enumerate(answers, start=begin):
+                self._results.write_restarted(row, obs, info)
+            self._workers[worker] = new  # in the board's, engine's and results' list too
+            self._rejoin(worker, new)
+        except BaseException as exc:
+            close_all([new], polite_timeout=0.0)
+            raise error from exc
+        return True
+
+    def _check_spaces(self, begin: int, spaces: Sequence[Tuple[gym.Space, gym.Space]]) -> None:
+        """Raises ``RuntimeError`` (naming the env) if a rebuilt env's spaces differ."""
+        for k, (obs, act) in enumerate(spaces):
+            old_obs, old_act = self._each_env[begin + k]
+            if obs != old_obs or act != old_act:
+                raise RuntimeError(
+                    f"env {begin + k} was restarted with other spaces: observation space "
+                    f"{obs} and action space {act}, expected {old_obs} and {old_act}")
