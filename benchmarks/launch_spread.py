@@ -15,7 +15,9 @@ in fresh processes, each backend in turn, and prints:
   every second of S seconds (no warm-up: the first seconds count). Per run:
   the slowest second over the run's median.
 
-``--load N`` runs N busy processes beside every launch; ``--policy none``
+Backends: ``fast_vector`` (``FastVectorEnv``'s defaults), ``fast_vector_spread``
+(its workers pinned one per CPU, ``worker_cpus="spread"``), ``gym_sync``,
+``gym_async``. ``--load N`` runs N busy processes beside every launch; ``--policy none``
 drops the forward pass (the bare step loop). ``--tree LABEL=PATH`` (repeatable)
 runs every backend once from each source tree (``PATH`` first on the child's
 ``PYTHONPATH``, with its own built ``_penv``), named ``backend@LABEL``, and
@@ -29,6 +31,7 @@ Run:  python benchmarks/launch_spread.py --workload HalfCheetah-v5 --launches 20
 """
 
 import argparse
+import functools
 import json
 import os
 import statistics
@@ -37,7 +40,7 @@ import sys
 import time
 from typing import Dict, List, Optional, Sequence, Tuple
 
-BACKENDS = ("fast_vector", "gym_sync", "gym_async")
+BACKENDS = ("fast_vector", "fast_vector_spread", "gym_sync", "gym_async")
 POLICIES = ("mlp", "none")
 
 
@@ -54,7 +57,9 @@ def child(workload: str, backend: str, num_envs: int, warmup: float, seconds: fl
     policy = make_policy(policy_name, torch_threads)
     actions = Actions.make(workload, num_envs).numpy
     fns = [lambda i=i: make_env(workload, i) for i in range(num_envs)]
-    make = {"fast_vector": FastVectorEnv, "gym_sync": gym.vector.SyncVectorEnv,
+    make = {"fast_vector": FastVectorEnv,
+            "fast_vector_spread": functools.partial(FastVectorEnv, worker_cpus="spread"),
+            "gym_sync": gym.vector.SyncVectorEnv,
             "gym_async": gym.vector.AsyncVectorEnv}[backend]
     env = make(fns)
     try:

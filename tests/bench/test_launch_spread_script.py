@@ -54,3 +54,9 @@ def test_trees_run_each_backend_from_each_source_tree_paired_with_the_first(
 def test_a_tree_without_alf_env_is_refused(spread, tmp_path):
     with pytest.raises(SystemExit):
         spread.main(["--launches", "1", "--tree", f"x={tmp_path}"])
+
+
+def test_the_backend_with_pinned_workers_runs_a_launch(spread):
+    rates = spread.launches("CartPole-v1", ["fast_vector_spread"], 1, 2, warmup=0.1,
+                            seconds=1.0, torch_threads=1, progress=False, policy="none")
+    assert len(rates["fast_vector_spread"]) == 1 and rates["fast_vector_spread"][0] > 0
