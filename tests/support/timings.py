@@ -21,3 +21,14 @@ def check_slow_env(timings: StepTimings, num_envs: int = 4, steps: int = STEPS) 
         if i != SLOW_ENV:
             assert slow >= 3 * stats.p50_us, (i, stats)
     assert timings.slowest_env() == SLOW_ENV
+
+
+def check_clock_counts(clock: StepClock, steps: int, num_envs: int) -> None:
+    """A worker's ``clock`` after ``steps`` steps of its ``num_envs`` envs through a row
+    handler: every step counted, the first and then one in ``SAMPLE_EVERY`` timed,
+    and counted from zero after the take."""
+    reading = clock.take()
+    assert [count for count, _, _ in reading] == [steps] * num_envs
+    timed = len(range(0, steps, StepClock.SAMPLE_EVERY))
+    assert all(total > 0 and sum(buckets.values()) == timed for _, total, buckets in reading)
+    assert [count for count, _, _ in clock.take()] == [0] * num_envs

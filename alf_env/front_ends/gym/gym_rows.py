@@ -290,10 +290,10 @@ class GymRowsHandler:
                  env_id: Optional[int], clock: Optional[StepClock] = None) -> "GymRowsHandler":
         """Binds to the worker's env group, the shared block and the pipe (in the worker).
 
-        Each env's step is timed into the group's ``step_clock`` (the worker's
-        ``clock``, which it took from the group).
+        Each env's step is counted into ``clock``, the worker's, which it took
+        from the group (``None``: the group's ``step_clock``).
         """
-        del clock  # the group's own step_clock, whichever path steps the envs
+        self._clock = group.step_clock if clock is None else clock
         self._group = group
         self._conn = conn
         self._rows = EnvRows(block, self.observation, self.action)
@@ -317,7 +317,7 @@ class GymRowsHandler:
         # here: (layout id, report), or None when not known.
         self._marks: List[Optional[Tuple[int, bool]]] = [None] * n
         self._step_one = self._autoreset.step
-        self.after_step = group.step_clock.commit
+        self.after_step = self._clock.commit
         return self
 
     # -- jobs -------------------------------------------------------------------
@@ -339,7 +339,7 @@ class GymRowsHandler:
         # The actions are read first, so that in a timed step one clock reading
         # between two envs' steps times both (after_step counts the lap).
         actions = [read_row(act, begin + k) for k in range(len(envs))]
-        clock = group.step_clock
+        clock = self._clock
         now = StepClock.now if clock.tick() else None
         lap = clock.lap
         results = []

@@ -10,12 +10,12 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from alf_env.control_plane.step_timings import StepClock
 from alf_env.data_plane.shared_block import SharedBlock
 from alf_env.front_ends.gym import gym_rows
 from alf_env.front_ends.gym.info_codec import InfoEncoder
 from alf_env.front_ends.gym.space_layout import SpaceLayout
 from tests.support.gym_envs import NumericInfoEnv
+from tests.support.timings import check_clock_counts
 
 NUM_ENVS = 3
 
@@ -156,12 +156,7 @@ def test_each_envs_step_is_timed_into_its_groups_clock():
             rows.act[0][...] = 0.5
             handler.step(0)
             handler.after_step()  # as the job loop does once the step is reported
-        reading = clock.take()
-        assert [count for count, _, _ in reading] == [7] * NUM_ENVS
-        timed = len(range(0, 7, StepClock.SAMPLE_EVERY))  # the first, then one in N
-        assert all(total > 0 and sum(buckets.values()) == timed
-                   for _, total, buckets in reading)
-        assert [count for count, _, _ in clock.take()] == [0] * NUM_ENVS
+        check_clock_counts(clock, 7, NUM_ENVS)
     finally:
         handler._group.close()
         block.close()
