@@ -8,7 +8,8 @@ A block that is deliberately not a whole program starts with a comment line
 ``# fragment: <why>``; there must be few of those. Blocks written for ALF
 itself (the "before" side of the migration guide) need ALF, which is not
 installed here; they are recognised by their ``alf.`` imports, and run as soon
-as ALF is importable.
+as ALF is importable. The blocks run ``CONCURRENCY`` at a time
+(``tests.support.child_runs.RunTable``).
 """
 
 import importlib.util
@@ -22,8 +23,10 @@ from typing import Dict, List, NamedTuple
 
 import pytest
 
+from tests.support.child_runs import RunTable, selected_params
 from tests.support.paths import REPO_ROOT
 
+CONCURRENCY = 3  # blocks run at the same time
 FRAGMENT_MARK = "# fragment:"
 MAX_FRAGMENTS = 3
 ALF_IMPORT = re.compile(r"^\s*(from|import) alf(\.|\s)", re.M)
@@ -103,20 +106,39 @@ def test_blocks_are_found_and_fragments_are_few():
     assert all(block.source == "docs/migration.rst" for block in alf_blocks), alf_blocks
 
 
-@pytest.mark.parametrize("block", BLOCKS, ids=[block.name for block in BLOCKS])
-def test_block_runs_as_its_own_file(block, tmp_path):
-    if is_fragment(block):
-        compile(block.code, block.name, "exec")  # a fragment must still be valid Python
-        return
-    if needs_alf(block) and importlib.util.find_spec("alf") is None:
-        compile(block.code, block.name, "exec")  # ALF's own API: runs where ALF is installed
-        return
-    script = tmp_path / f"{Path(block.source).stem}_{block.line}.py"
+def runs_as_a_file(block: Block) -> bool:
+    """Whether the test runs ``block`` (else it only compiles it)."""
+    return not is_fragment(block) and not (needs_alf(block)
+                                           and importlib.util.find_spec("alf") is None)
+
+
+def run_block(block: Block, folder: Path) -> subprocess.CompletedProcess:
+    """Runs ``block`` saved as a file of its own in ``folder``, by a fresh interpreter."""
+    script = folder / f"{Path(block.source).stem}_{block.line}.py"
     script.write_text(block.code)
     # One torch thread: blocks that train a little stay quick on a busy machine.
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
-    proc = subprocess.run([sys.executable, str(script)], cwd=REPO_ROOT, capture_output=True,
+    return subprocess.run([sys.executable, str(script)], cwd=REPO_ROOT, capture_output=True,
                           text=True, timeout=180, env=env)
+
+
+@pytest.fixture(scope="module")
+def block_runs(request, tmp_path_factory) -> RunTable:
+    """The blocks of the selected tests that run, ``CONCURRENCY`` at a time (each is
+    mostly a fresh interpreter's imports)."""
+    folder = tmp_path_factory.mktemp("doc_blocks")
+    return RunTable([b for b in selected_params(request, "block") if runs_as_a_file(b)],
+                    lambda block: run_block(block, folder), CONCURRENCY)
+
+
+@pytest.mark.parametrize("block", BLOCKS, ids=[block.name for block in BLOCKS])
+def test_block_runs_as_its_own_file(block, block_runs):
+    if not runs_as_a_file(block):
+        # A fragment, or ALF's own API (runs where ALF is installed): it must
+        # still be valid Python.
+        compile(block.code, block.name, "exec")
+        return
+    proc = block_runs.outcome(block)
     assert proc.returncode == 0, f"{block.name} failed on its own:\n{proc.stderr}"
     for snippet, outputs in EXPECTED_OUTPUT.items():
         if snippet in block.code:

@@ -3,6 +3,7 @@
 Run by ``tests/faults/test_hostile_programs.py``::
 
     python -m tests.faults.hostile_script SCENARIO FRONT_END [VARIANT] [START_METHOD]
+    python -m tests.faults.hostile_script all FRONT_END
 
 Front ends: ``process`` (one ``ProcessEnvironment``, env id 1), ``parallel``,
 ``fast``, ``vector``, ``vector_pipe`` (``FastVectorEnv(shared_memory=False)``)
@@ -23,6 +24,14 @@ Scenarios (the script prints what the test checks on stdout, one fact a line):
 * ``pdeathsig VARIANT``: ``wait`` prints the worker pids and sleeps (the
   test stops a worker and kills this script); ``thread_start`` creates the
   env in a thread that then ends, and steps it from the main thread.
+* ``all``: the scenarios that end with the script still running (every
+  ``fork`` variant of the front end, ``copy``, ``threads``), one after
+  another in this process, each with an env of its own: one interpreter
+  start-up and one import of the front end's libraries for all of them. Before
+  each it writes ``scenario NAME <time.monotonic()>`` on stdout and
+  ``scenario NAME`` on stderr, and ``scenario end <time.monotonic()>`` on
+  stdout at the end, so that the caller can tell their outputs and durations
+  apart.
 """
 
 import copy
@@ -110,6 +119,10 @@ class Trainer:
 
     def __init__(self, front_end: str, fault: str = "", start_method: str = "fork") -> None:
         self.front_end = front_end
+        if front_end in ("process", "parallel", "fast"):
+            # The envs' module (torch with it) before the workers start, as a
+            # trainer has it: each forked worker need not import it again.
+            import tests.support.alf_envs  # noqa: F401
         if front_end == "process":
             from alf_env.environments.process_environment import ProcessEnvironment
             self.env = ProcessEnvironment(functools.partial(_hostile_alf_env, fault=fault),
@@ -278,7 +291,25 @@ def pdeathsig(front_end: str, variant: str, start_method: str) -> None:
     trainer.close()
 
 
+def in_one_run(front_end: str) -> List[List[str]]:
+    """The ``[scenario, variant]`` that ``all`` runs for ``front_end``."""
+    variants = ["exit", "gc", "close"] + (["use"] if front_end in ("process", "parallel") else [])
+    return [["fork", v] for v in variants] + [["copy", ""], ["threads", ""]]
+
+
+def all_scenarios(front_end: str) -> None:
+    for scenario, variant in in_one_run(front_end):
+        name = f"{scenario}-{variant}" if variant else scenario
+        say("scenario", name, time.monotonic())
+        print("scenario", name, file=sys.stderr, flush=True)
+        main(scenario, front_end, variant)
+    say("scenario", "end", time.monotonic())
+
+
 def main(scenario: str, front_end: str, variant: str = "", start_method: str = "fork") -> None:
+    if scenario == "all":
+        all_scenarios(front_end)
+        return
     if scenario == "pdeathsig":
         pdeathsig(front_end, variant, start_method)
         return

@@ -13,15 +13,13 @@ with no ``with`` and no ``close()``) as a real child in its own session (see
 
 Every ending runs for every front end with 10 envs under ``fork``; ``spawn``
 and ``forkserver`` run a smaller set with 2 envs. The cells run
-``CONCURRENCY`` at a time (see :class:`Table`).
+``CONCURRENCY`` at a time (``tests.support.child_runs.RunTable``).
 """
-
-import concurrent.futures
-from typing import Dict, List
 
 import pytest
 
-from tests.faults.endings import ENDINGS, EXIT_BOUND, FRONT_ENDS, Cell, Outcome, problems, run_cell
+from tests.faults.endings import ENDINGS, EXIT_BOUND, FRONT_ENDS, Cell, problems, run_cell
+from tests.support.child_runs import RunTable, selected_params
 
 CONCURRENCY = 4      # child scripts run at the same time
 # The bound is the contract (measured one script at a time by
@@ -45,32 +43,10 @@ SMALL_CELLS += [Cell("process", method, 2, "sigkill") for method in ("spawn", "f
 CELLS = FORK_CELLS + SMALL_CELLS
 
 
-class Table:
-    """Runs the selected cells ``CONCURRENCY`` at a time, as the tests ask for them.
-
-    A test that asks for a cell not run yet runs it with the next pending
-    cells, so each test waits for one batch and no child outlives its test.
-    """
-
-    def __init__(self, cells: List[Cell]) -> None:
-        self.pending = list(cells)
-        self.done: Dict[Cell, Outcome] = {}
-
-    def outcome(self, cell: Cell) -> Outcome:
-        if cell not in self.done:
-            batch = [cell] + [c for c in self.pending if c != cell][:CONCURRENCY - 1]
-            self.pending = [c for c in self.pending if c not in batch]
-            with concurrent.futures.ThreadPoolExecutor(len(batch)) as pool:
-                self.done.update(zip(batch, pool.map(run_cell, batch)))
-        return self.done[cell]
-
-
 @pytest.fixture(scope="module")
-def table(request) -> Table:
-    """The selected cells of this module, in the order the tests run."""
-    return Table([item.callspec.params["cell"] for item in request.session.items
-                  if item.module is request.module and hasattr(item, "callspec")
-                  and "cell" in item.callspec.params])
+def table(request) -> RunTable:
+    """The selected cells of this module, run ``CONCURRENCY`` at a time as the tests ask."""
+    return RunTable(selected_params(request, "cell"), run_cell, CONCURRENCY)
 
 
 @pytest.mark.parametrize("cell", CELLS, ids=[c.id for c in CELLS])

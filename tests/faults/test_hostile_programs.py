@@ -7,6 +7,12 @@ its session, no new ``/dev/shm`` entry). The scenarios: a forked child that
 ends, copies of the env, two threads on one env, ``sys.exit()`` or
 ``KeyboardInterrupt`` inside an env, and a stopped worker of a SIGKILLed
 trainer. Every front end runs each of them.
+
+The scenarios after which the script goes on (every forked child, copies, two
+threads) run one after another in one child per front end (``hostile_script
+all``), each test reading its scenario's part of stdout and stderr and its
+duration; the child scripts run ``CONCURRENCY`` at a time
+(``tests.support.child_runs.RunTable``).
 """
 
 import os
@@ -17,7 +23,7 @@ import sys
 import tempfile
 import threading
 import time
-from typing import List
+from typing import Any, List, NamedTuple, Tuple
 
 import pytest
 
@@ -27,11 +33,13 @@ from alf_env.errors import (
     EnvironmentClosedAttributeError,
     EnvironmentClosedError,
 )
-from tests.faults.hostile_script import FRONT_ENDS
+from tests.faults.hostile_script import FRONT_ENDS, in_one_run
 from tests.support.child_runs import (
     ChildRun,
+    RunTable,
     lasting_new_shm_entries,
     run_module,
+    selected_params,
     session_processes,
 )
 from tests.support.faults import REPO_ROOT, kill_leftovers, wait_all_gone
@@ -39,21 +47,53 @@ from tests.support.probe_envs import ProbeEnv
 from tests.support.shm_leaks import shm_entries
 
 CHILD_TIMEOUT = 120.0  # a script still running then hangs: killed, and the test fails
-RUN_BOUND = 60.0       # generous: a few seconds each on a quiet machine
+ALL_TIMEOUT = 300.0    # the same for a script of every scenario of a front end
+RUN_BOUND = 60.0       # per scenario, generous: a few seconds each on a quiet machine
 GONE_BOUND = 10.0      # the workers of a SIGKILLed trainer, one of them stopped
+CONCURRENCY = 3        # child scripts run at the same time
 
 CLASS_NAMES = {"process": "ProcessEnvironment", "parallel": "ParallelAlfEnvironment",
                "fast": "FastParallelEnvironment", "vector": "FastVectorEnv",
                "vector_pipe": "FastVectorEnv", "sb3": "FastSubprocVecEnv"}
 
 
-def run_script(*args: str) -> ChildRun:
+def run_script(args: Tuple[str, ...]) -> ChildRun:
     """Runs ``hostile_script`` with ``args`` to its end (see ``child_runs.run_module``)."""
-    return run_module("tests.faults.hostile_script", args, CHILD_TIMEOUT)
+    return run_module("tests.faults.hostile_script", args,
+                      ALL_TIMEOUT if args[0] == "all" else CHILD_TIMEOUT)
 
 
-def line(run: ChildRun, first_word: str) -> List[str]:
-    """The words after ``first_word`` of the first line of stdout that starts with it."""
+class Part(NamedTuple):
+    """One scenario of a ``hostile_script all`` run: its stdout, stderr and duration."""
+    stdout: str
+    stderr: str
+    seconds: float
+
+
+def part(run: ChildRun, name: str) -> Part:
+    """Scenario ``name`` of the ``all`` run ``run`` (the whole run must be clean: no
+    leftovers, exit status 0, every scenario run)."""
+    report = f"stdout:\n{run.stdout}\nstderr:\n{run.stderr}"
+    assert not run.problems(), f"{run.problems()}\n{report}"
+    assert run.status == 0, f"status {run.status}\n{report}"
+    out_parts = re.split(r"^scenario (\S+) (\S+)\n", run.stdout, flags=re.M)
+    names, starts, outs = out_parts[1::3], out_parts[2::3], out_parts[3::3]
+    assert name in names and names[-1] == "end", report
+    i = names.index(name)
+    err_parts = re.split(r"^scenario (\S+)\n", run.stderr, flags=re.M)
+    errs = dict(zip(err_parts[1::2], err_parts[2::2]))
+    return Part(outs[i], errs[name], float(starts[i + 1]) - float(starts[i]))
+
+
+@pytest.fixture(scope="module")
+def table(request) -> RunTable:
+    """The child scripts of the selected tests, ``CONCURRENCY`` at a time."""
+    return RunTable(selected_params(request, "args"), run_script, CONCURRENCY)
+
+
+def line(run: Any, first_word: str) -> List[str]:
+    """The words after ``first_word`` of the first line of stdout (of a ``ChildRun`` or
+    a ``Part``) that starts with it."""
     found = [ln.split()[1:] for ln in run.stdout.splitlines() if ln.split()[:1] == [first_word]]
     assert found, f"no {first_word!r} line in:\n{run.stdout}\nstderr:\n{run.stderr}"
     return found[0]
@@ -66,24 +106,30 @@ def assert_clean_exit(run: ChildRun, status: int = 0) -> None:
     assert run.seconds < RUN_BOUND
 
 
-def assert_counts(run: ChildRun) -> None:
+def assert_counts(run: Any) -> None:
     """Every env took exactly as many steps as the script's calls that succeeded."""
     expected, *counts = [int(w) for w in line(run, "counts")]
     assert counts and all(c == expected for c in counts), line(run, "counts")
 
 
+def all_args(front_end: str) -> Tuple[str, ...]:
+    return ("all", front_end)
+
+
 # -- a forked child ---------------------------------------------------------------------
 
-FORK_CASES = [(fe, v) for fe in FRONT_ENDS for v in ("exit", "gc", "close")]
-FORK_CASES += [("process", "use"), ("parallel", "use")]  # pipe requests: refused
+FORK_CASES = [(fe, v) for fe in FRONT_ENDS for scenario, v in in_one_run(fe)
+              if scenario == "fork"]
 
 
-@pytest.mark.parametrize("front_end,variant", FORK_CASES)
-def test_a_forked_child_leaves_the_parents_workers_alone(front_end, variant):
+@pytest.mark.parametrize("front_end,variant,args",
+                         [(fe, v, all_args(fe)) for fe, v in FORK_CASES])
+def test_a_forked_child_leaves_the_parents_workers_alone(front_end, variant, args, table):
     # The child (sys.exit, or del + gc.collect() + os._exit, or close()) used to
-    # run alf_env's and multiprocessing's exit hooks on the parent's workers.
-    run = run_script("fork", front_end, variant)
-    assert_clean_exit(run)
+    # run alf_env's and multiprocessing's exit hooks on the parent's workers;
+    # "use": a pipe request from the child is refused.
+    run = part(table.outcome(args), f"fork-{variant}")
+    assert run.seconds < RUN_BOUND
     assert run.stderr == ""
     assert line(run, "child") == ["0"]
     assert_counts(run)  # the parent stepped on: 3 steps before the fork, 5 after
@@ -92,11 +138,11 @@ def test_a_forked_child_leaves_the_parents_workers_alone(front_end, variant):
 # -- copies -----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("front_end", FRONT_ENDS)
-def test_copying_the_env_is_refused_and_leaves_it_working(front_end):
+@pytest.mark.parametrize("front_end,args", [(fe, all_args(fe)) for fe in FRONT_ENDS])
+def test_copying_the_env_is_refused_and_leaves_it_working(front_end, args, table):
     # A failed copy.deepcopy used to close the original's pipes (EBADF at the next use).
-    run = run_script("copy", front_end)
-    assert_clean_exit(run)
+    run = part(table.outcome(args), "copy")
+    assert run.seconds < RUN_BOUND
     assert run.stderr == ""
     name = CLASS_NAMES[front_end]
     refused = [ln for ln in run.stdout.splitlines() if ln.startswith("refused ")]
@@ -127,13 +173,13 @@ REFUSALS = {
 }
 
 
-@pytest.mark.parametrize("front_end", FRONT_ENDS)
-def test_a_second_thread_is_refused_and_its_call_reaches_no_env(front_end):
+@pytest.mark.parametrize("front_end,args", [(fe, all_args(fe)) for fe in FRONT_ENDS])
+def test_a_second_thread_is_refused_and_its_call_reaches_no_env(front_end, args, table):
     # ParallelAlfEnvironment deadlocked; ProcessEnvironment raised "concurrent
     # poll() invocation" after the refused steps had reached the env;
     # FastVectorEnv wrote the refused call's actions into the first one's rows.
-    run = run_script("threads", front_end)
-    assert_clean_exit(run)
+    run = part(table.outcome(args), "threads")
+    assert run.seconds < RUN_BOUND
     assert run.stderr == ""
     assert line(run, "overlap") == ["1", "1"]  # one step ran, the one beside it was refused
     refusals = [ln[len("refusal "):] for ln in run.stdout.splitlines()
@@ -152,12 +198,13 @@ EXITS = {"ctor_exit": ("sys.exit(5)", "SystemExit: 5", "exited with code 5"),
          "step_kbd": ("raise KeyboardInterrupt", "KeyboardInterrupt", "exited with code 1")}
 
 
-@pytest.mark.parametrize("variant", sorted(EXITS))
-@pytest.mark.parametrize("front_end", FRONT_ENDS)
-def test_an_env_that_exits_raises_worker_died_error_with_its_traceback(front_end, variant):
+@pytest.mark.parametrize("front_end,variant,args",
+                         [(fe, v, ("exit_in", fe, v)) for fe in FRONT_ENDS for v in sorted(EXITS)])
+def test_an_env_that_exits_raises_worker_died_error_with_its_traceback(front_end, variant,
+                                                                        args, table):
     # sys.exit(5) in a constructor used to end the trainer with status 5 and
     # nothing on stderr (and KeyboardInterrupt looked like Ctrl-C).
-    run = run_script("exit_in", front_end, variant)
+    run = table.outcome(args)
     assert_clean_exit(run, status=1)  # an uncaught exception
     raise_site, raised, how = EXITS[variant]
     # One traceback, the trainer's, whose error carries the worker's.
@@ -209,11 +256,12 @@ def test_a_stopped_worker_ends_with_its_sigkilled_trainer(start_method):
             proc.stdout.close()
 
 
-@pytest.mark.parametrize("front_end", ["process", "vector"])
-def test_workers_started_from_a_thread_that_ends_keep_working(front_end):
+@pytest.mark.parametrize("front_end,args", [(fe, ("pdeathsig", fe, "thread_start"))
+                                             for fe in ["process", "vector"]])
+def test_workers_started_from_a_thread_that_ends_keep_working(front_end, args, table):
     # The kernel's parent-death signal follows the thread that forked: it is
     # only asked for from the main thread.
-    run = run_script("pdeathsig", front_end, "thread_start")
+    run = table.outcome(args)
     assert_clean_exit(run)
     assert run.stderr == ""
     assert_counts(run)

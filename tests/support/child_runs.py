@@ -6,12 +6,13 @@ it took, stdout and stderr, and that nothing is left (no process of its
 session still running, no new ``/dev/shm`` entry).
 """
 
+import concurrent.futures
 import os
 import signal
 import subprocess
 import sys
 import time
-from typing import List, NamedTuple, Optional, Sequence
+from typing import Any, Callable, Dict, Hashable, List, NamedTuple, Optional, Sequence
 
 from tests.faults.ending_script import processes
 from tests.support.faults import kill_leftovers
@@ -94,3 +95,44 @@ def run_module(module: str, args: Sequence[str], timeout: float) -> ChildRun:
     left = reap_session(proc.pid)  # the session's processes get a moment to end
     return ChildRun(status, seconds, stdout, stderr, left,
                     lasting_new_shm_entries(shm_before))
+
+
+class RunTable:
+    """Runs the child scripts of a test module ``concurrency`` at a time, as its tests ask.
+
+    A child script is mostly its interpreter's start-up and imports, a process
+    the test only waits for: run side by side, they use both cores (and, on a
+    busy machine, get a larger share of them). A test that asks for a key not
+    run yet runs it together with the next pending keys of the module's
+    selected tests, so each test waits for one batch at most and no child
+    outlives the test that started it (the suite's leak check sees none).
+
+    Args:
+        keys: the keys of the selected tests, in the order the tests run.
+        run: runs the child script of one key and returns what the tests check.
+        concurrency: children run at the same time.
+    """
+
+    def __init__(self, keys: Sequence[Hashable], run: Callable[[Any], Any],
+                 concurrency: int) -> None:
+        self.pending = list(dict.fromkeys(keys))
+        self.run = run
+        self.concurrency = concurrency
+        self.done: Dict[Hashable, Any] = {}
+
+    def outcome(self, key: Hashable) -> Any:
+        """What ``run(key)`` returned (run now, with the next pending keys, if not yet)."""
+        if key not in self.done:
+            batch = [key] + [k for k in self.pending if k != key][:self.concurrency - 1]
+            self.pending = [k for k in self.pending if k not in batch]
+            with concurrent.futures.ThreadPoolExecutor(len(batch)) as pool:
+                self.done.update(zip(batch, pool.map(self.run, batch)))
+        return self.done[key]
+
+
+def selected_params(request: Any, name: str) -> List[Any]:
+    """The values of parameter ``name`` of the selected tests of ``request``'s
+    module, in the order they run (for a module-scoped :class:`RunTable`)."""
+    return [item.callspec.params[name] for item in request.session.items
+            if item.module is request.module and hasattr(item, "callspec")
+            and name in item.callspec.params]
