@@ -2,10 +2,12 @@
 
 A backend is a :class:`Backend` in :data:`BACKENDS`: a ``build(workload,
 num_envs, actions)`` that returns a started, reset :class:`Runner` (or raises
-:class:`Skip` when it cannot run here), a label, and optionally a
-``teardown()`` run once at the end of the whole benchmark. To add one, write
-its build function (most are a ``functools.partial`` of the runners below)
-and add a line to :data:`BACKENDS`.
+:class:`Skip` when it cannot run here), the name a user knows it by, a label,
+and optionally a ``teardown()`` run once at the end of the whole benchmark. Its
+key in :data:`BACKENDS` is the id ``--backends`` takes (users' scripts name
+backends by it); everything the bench prints names it by its user-facing name.
+To add one, write its build function (most are a ``functools.partial`` of the
+runners below) and add a line to :data:`BACKENDS`.
 
 The alf_env backends without a suffix use the classes' *default arguments*,
 so a change of a default shows up in them; the suffixed ones set one
@@ -32,6 +34,9 @@ ENVS_PER_WORKER = 4
 RAY_ACTORS = 2
 #: The reference rows (not batched envs of alf_env or its alternatives).
 REFERENCES = ("single", "ceiling", "envpool")
+#: The reference rows that measure the machine rather than a vector env one could
+#: pick (EnvPool is a choice, for the envs it has a C++ version of).
+YARDSTICKS = ("single", "ceiling")
 
 
 def _import(module: str, name: str, what: str) -> Any:
@@ -293,10 +298,14 @@ class Backend(NamedTuple):
     Attributes:
         build: ``build(workload, num_envs, actions)`` returns a started
             :class:`Runner` (or raises :class:`Skip`).
-        label: what it is, for the help text and the plot's legend.
+        name: what a user knows it by (the class, and the argument a suffixed
+            backend sets), as the tables, the verdict and the plots print it;
+            the key in :data:`BACKENDS` is the id ``--backends`` takes.
+        label: what it is, in full, for the help text and ``results.md``.
         teardown: called once after the whole run (e.g. stops a local Ray).
     """
     build: BuildRunner
+    name: str
     label: str
     teardown: Optional[Callable[[], None]] = None
 
@@ -311,48 +320,66 @@ def _one_per_worker(num_envs: int) -> int:
 
 #: The one table of backends, in the order they are measured and shown.
 BACKENDS: Dict[str, Backend] = {
-    "fast": Backend(functools.partial(_alf_runner, *_FPE), "FastParallelEnvironment"),
+    "fast": Backend(functools.partial(_alf_runner, *_FPE), "FastParallelEnvironment",
+                    "FastParallelEnvironment"),
     "fast_1pw": Backend(functools.partial(_alf_runner, *_FPE, num_workers=_one_per_worker),
+                        "FastParallelEnvironment (1 env/worker)",
                         "FastParallelEnvironment, num_workers=num_envs"),
     "fast_spread": Backend(functools.partial(_alf_runner, *_FPE, worker_cpus="spread"),
+                           "FastParallelEnvironment (spread)",
                            'FastParallelEnvironment, worker_cpus="spread"'),
     "fast_os": Backend(functools.partial(_alf_runner, *_FPE, worker_cpus=None),
+                       "FastParallelEnvironment (OS-placed)",
                        "FastParallelEnvironment, worker_cpus=None (the OS places workers)"),
-    "fast_vector": Backend(fast_vector_runner, "FastVectorEnv"),
+    "fast_vector": Backend(fast_vector_runner, "FastVectorEnv", "FastVectorEnv"),
     "fast_vector_1pw": Backend(
         functools.partial(fast_vector_runner, num_workers=_one_per_worker),
-        "FastVectorEnv, num_workers=num_envs"),
+        "FastVectorEnv (1 env/worker)", "FastVectorEnv, num_workers=num_envs"),
     "fast_vector_epw4": Backend(
         functools.partial(fast_vector_runner, envs_per_worker=ENVS_PER_WORKER),
+        f"FastVectorEnv ({ENVS_PER_WORKER} envs/worker)",
         f"FastVectorEnv, envs_per_worker={ENVS_PER_WORKER}"),
     "fast_vector_spread": Backend(
         functools.partial(fast_vector_runner, worker_cpus="spread"),
-        'FastVectorEnv, worker_cpus="spread"'),
+        "FastVectorEnv (spread)", 'FastVectorEnv, worker_cpus="spread"'),
     "fast_vector_os": Backend(functools.partial(fast_vector_runner, worker_cpus=None),
+                              "FastVectorEnv (OS-placed)",
                               "FastVectorEnv, worker_cpus=None (the OS places workers)"),
     "fast_vector_async": Backend(functools.partial(fast_vector_runner, async_mode=True),
+                                 "FastVectorEnv (half batch)",
                                  "FastVectorEnv, batch_size=n/2 (EnvPool-style)"),
-    "parallel": Backend(functools.partial(_alf_runner, *_PAE),
+    "parallel": Backend(functools.partial(_alf_runner, *_PAE), "ParallelAlfEnvironment",
                         "ParallelAlfEnvironment (pipes)"),
-    "sb3_alf": Backend(functools.partial(_sb3_runner, _sb3_alf),
+    "sb3_alf": Backend(functools.partial(_sb3_runner, _sb3_alf), "FastSubprocVecEnv",
                        "alf_env.sb3.FastSubprocVecEnv"),
-    "ray_vector": Backend(_ray_vector_runner,
+    "ray_vector": Backend(_ray_vector_runner, "RayVectorEnv",
                           f"alf_env.distributed.RayVectorEnv, num_actors={RAY_ACTORS}",
                           teardown=_LocalRay.stop),
-    "gym_async": Backend(functools.partial(_gym_vector_runner, _gym_async),
+    "gym_async": Backend(functools.partial(_gym_vector_runner, _gym_async), "AsyncVectorEnv",
                          "gymnasium AsyncVectorEnv"),
     "gym_sync": Backend(functools.partial(_gym_vector_runner, gym.vector.SyncVectorEnv),
-                        "gymnasium SyncVectorEnv (in-process)"),
-    "sb3_subproc": Backend(functools.partial(_sb3_runner, _sb3_subproc),
+                        "SyncVectorEnv", "gymnasium SyncVectorEnv (in-process)"),
+    "sb3_subproc": Backend(functools.partial(_sb3_runner, _sb3_subproc), "SubprocVecEnv",
                            "stable-baselines3 SubprocVecEnv"),
-    "pufferlib": Backend(_pufferlib_runner, "PufferLib Multiprocessing, one worker per CPU"),
+    "pufferlib": Backend(_pufferlib_runner, "PufferLib",
+                         "PufferLib Multiprocessing, one worker per CPU"),
     "pufferlib_1w": Backend(functools.partial(_pufferlib_runner, num_workers=1),
-                            "PufferLib Multiprocessing, one worker"),
+                            "PufferLib (1 worker)", "PufferLib Multiprocessing, one worker"),
     "pufferlib_async": Backend(functools.partial(_pufferlib_runner, async_mode=True),
+                               "PufferLib (half batch)",
                                "PufferLib Multiprocessing, batch_size=n/2"),
-    "single": Backend(single_runner, "one env, plain loop"),
-    "ceiling": Backend(ceiling_runner, "ceiling: one env per usable CPU, separate "
-                                       "processes, plain loops, summed"),
-    "envpool": Backend(envpool_runner, "EnvPool (C++ envs, one thread per CPU)"),
+    "single": Backend(single_runner, "plain loop (1 env)", "one env, plain loop"),
+    "ceiling": Backend(ceiling_runner, "ceiling", "ceiling: one env per usable CPU, separate "
+                                                  "processes, plain loops, summed"),
+    "envpool": Backend(envpool_runner, "EnvPool", "EnvPool (C++ envs, one thread per CPU)"),
 }
 assert all(name in BACKENDS for name in REFERENCES)
+assert set(YARDSTICKS) <= set(REFERENCES)
+assert len({b.name for b in BACKENDS.values()}) == len(BACKENDS), "two backends, one name"
+
+
+def display_name(backend: str) -> str:
+    """The name a user knows ``backend`` by; a name that is no id (a layout of
+    ``--tune``) is returned as it is."""
+    entry = BACKENDS.get(backend)
+    return entry.name if entry is not None else backend

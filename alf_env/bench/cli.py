@@ -28,22 +28,30 @@ from alf_env.bench.plot import plot, plot_ratios, plot_workload, scaling_workloa
 from alf_env.bench.report import (
     RATIOS,
     REFERENCE_COLUMNS,
+    fill,
     median_or_none,
     notes,
     paired_ratios,
     ratio_summary,
     report_markdown,
+    terminal_report,
+    verdict,
 )
 from alf_env.control_plane.affinity import usable_cpu_count
 
-#: What ``--quick`` runs (about two minutes on 2 cores): the defaults it changes.
-#: Its workloads whose packages are missing are left out.
+#: What ``--quick`` runs: the defaults it changes. Its workloads whose packages are
+#: missing are left out. Five repeats, so that one noisy repeat rarely moves a median
+#: (above the ceiling row, say). Under 3 minutes on 2 cores: 6 cases x 6 backends x 5
+#: repeats, less EnvPool on the 3 synthetic cases (skipped at once) = 165 measurements
+#: of 0.3 s. Around each, ~0.2 s to start and close processes; Pong's 8 envs take
+#: ~0.4 s of CPU each to build (~1.6 s in two workers, 3.2 s in SyncVectorEnv's
+#: process), ~2 s a measurement. 135 x 0.5 s + 30 x 2.3 s = 137 s, and some 15 s of
+#: imports and plots.
 QUICK: Dict[str, Any] = {
     "workloads": ["W1", "W3", "CartPole-v1", "HalfCheetah-v5", "Pong"],
     "num_envs": {"W1": [2, 8]},  # 8 for the others
-    "backends": ["fast", "fast_vector", "parallel", "gym_async", "gym_sync", "ceiling",
-                 "envpool"],
-    "repeats": 2, "seconds": 0.3, "warmup": 10}
+    "backends": ["fast", "fast_vector", "gym_async", "gym_sync", "ceiling", "envpool"],
+    "repeats": 5, "seconds": 0.3, "warmup": 10}
 #: The defaults of a full run (env counts: each workload's own).
 FULL: Dict[str, Any] = {
     "workloads": list(bench_workloads.WORKLOADS), "num_envs": None,
@@ -119,7 +127,9 @@ def _int_csv(text: str) -> List[int]:
 
 
 def _backend_help() -> str:
-    return "\n".join(f"  {name:<19} {backend.label}" for name, backend in BACKENDS.items())
+    return "\n".join(f"  {name:<19} {backend.name}" + (
+        f" ({backend.label})" if backend.label != backend.name else "")
+        for name, backend in BACKENDS.items())
 
 
 def _workload_help() -> str:
@@ -169,8 +179,12 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                         help=f"where to write {RESULTS_JSON}, {RESULTS_MD} and the plots: "
                              f"workload_<name>.png per workload, {PLOT_PNG} (workloads at "
                              f"several env counts) and {RATIO_PNG} (default: %(default)s)")
+    parser.add_argument("--markdown", default=None, metavar="PATH",
+                        help="where to write the full tables (every backend, every figure, "
+                             "the paired ratios), which the terminal leaves out (default: "
+                             f"DIR/{RESULTS_MD})")
     parser.add_argument("--quick", action="store_true",
-                        help="a smaller run that takes about two minutes")
+                        help="a smaller run that takes under three minutes")
     parser.add_argument("--env", default=None, metavar="ENV",
                         help="your env: a registered gymnasium id or module:function "
                              "(function() returns a gymnasium.Env; the module must be "
@@ -180,7 +194,10 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                         help="with --env: try the FastVectorEnv layouts that suit the env "
                              "and this machine (workers, placement, lockstep or "
                              "EnvPool-style; with --load N also beside N busy processes) "
-                             "and print the fastest as a constructor line")
+                             "next to SyncVectorEnv and the other alternatives, and print "
+                             "the fastest choice as a line to paste (SyncVectorEnv where "
+                             "stepping in this process is faster; both lines when there "
+                             "is no clear winner)")
     parser.add_argument("--timings", action="store_true",
                         help="with --env: only print where a FastVectorEnv's steps spend "
                              "their time on the env (FastVectorEnv.timings(): each env's "
@@ -303,16 +320,25 @@ def results_json(cases: Sequence[List[CaseResult]]) -> List[Dict[str, Any]]:
 
 
 def write_results(out_dir: str, cases: Sequence[List[CaseResult]], text: str,
-                  meta: Dict[str, Any], all_notes: Sequence[str]) -> Dict[str, Any]:
-    """Writes results.json, results.md and the plots; returns their paths.
+                  meta: Dict[str, Any], all_notes: Sequence[str],
+                  markdown_path: Optional[str] = None,
+                  conclusion: str = "") -> Dict[str, Any]:
+    """Writes results.json, the markdown tables and the plots; returns their paths.
+
+    Args:
+        out_dir: the folder of the JSON and the plots.
+        text: the markdown (:func:`~alf_env.bench.report.report_markdown`).
+        markdown_path: where the markdown goes (default: ``out_dir/results.md``);
+            its image links are relative to it.
+        conclusion: the verdict, recorded in the JSON.
 
     The plots: ``ratios.png``, one ``workload_<name>.png`` per workload, and
     ``throughput.png`` when a workload was measured at several env counts.
     """
     os.makedirs(out_dir, exist_ok=True)
     paths: Dict[str, Any] = {kind: os.path.join(out_dir, name) for kind, name in
-                             (("json", RESULTS_JSON), ("markdown", RESULTS_MD),
-                              ("ratio_plot", RATIO_PNG))}
+                             (("json", RESULTS_JSON), ("ratio_plot", RATIO_PNG))}
+    paths["markdown"] = markdown_path or os.path.join(out_dir, RESULTS_MD)
     if scaling_workloads(cases):
         paths["plot"] = os.path.join(out_dir, PLOT_PNG)
     workloads = list(dict.fromkeys(rs[0].workload for rs in cases))
@@ -322,6 +348,7 @@ def write_results(out_dir: str, cases: Sequence[List[CaseResult]], text: str,
                              for kind, p in paths.items()}
     report = {"meta": meta,
               "backends": {name: backend.label for name, backend in BACKENDS.items()},
+              "names": {name: backend.name for name, backend in BACKENDS.items()},
               "workloads": {name: w.title for name, w in bench_workloads.WORKLOADS.items()},
               "results": results_json(cases),
               "ratios": [{"workload": rs[0].workload, "num_envs": rs[0].num_envs,
@@ -329,15 +356,20 @@ def write_results(out_dir: str, cases: Sequence[List[CaseResult]], text: str,
                           "median": median_or_none(paired_ratios(rs, n, d))}
                          for rs in cases for n, d in RATIOS],
               "notes": list(all_notes),
+              "verdict": conclusion,
               "files": files}
     with open(paths["json"], "w") as f:
         json.dump(report, f, indent=2)
-    images = [(w, files["workload_plots"][w]) for w in workloads]
-    if "plot" in files:
-        images.append(("throughput", files["plot"]))
-    images.append(("ratios", files["ratio_plot"]))
+    images = [(w, paths["workload_plots"][w]) for w in workloads]
+    if "plot" in paths:
+        images.append(("throughput", paths["plot"]))
+    images.append(("ratios", paths["ratio_plot"]))
+    markdown_dir = os.path.dirname(os.path.abspath(paths["markdown"]))
+    os.makedirs(markdown_dir, exist_ok=True)
     with open(paths["markdown"], "w") as f:
-        f.write(text + "".join(f"\n![{alt}]({name})\n" for alt, name in images))
+        f.write(text + "".join(
+            f"\n![{alt}]({os.path.relpath(os.path.abspath(path), markdown_dir)})\n"
+            for alt, path in images))
     for workload, path in paths["workload_plots"].items():
         plot_workload(cases, workload, path)
     if "plot" in paths:
@@ -346,8 +378,22 @@ def write_results(out_dir: str, cases: Sequence[List[CaseResult]], text: str,
     return paths
 
 
+def written(paths: Dict[str, Any]) -> str:
+    """The lines that say where the files went, wrapped to the terminal report's width."""
+    plots = [*paths["workload_plots"].values(), *([paths["plot"]] if "plot" in paths else []),
+             paths["ratio_plot"]]
+    return "\n".join([
+        fill(f"Every backend, every figure and the paired ratios: {paths['markdown']}"),
+        fill(f"Every measurement: {paths['json']}"),
+        fill(f"Plots: {', '.join(plots)}", "  ")]) + "\n"
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Runs the benchmark (the ``alf-env-bench`` console script).
+
+    Prints a short table per case, fastest first, and ends with the verdict: the
+    fastest choice per case (:func:`~alf_env.bench.report.verdict`); the full
+    tables go to ``results.md``.
 
     Args:
         argv: the arguments (``None``: ``sys.argv[1:]``).
@@ -372,21 +418,25 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     leftovers = check_no_leftovers()  # the load's processes are reaped by now
     extra = ([f"worker processes left running after the run (sent SIGTERM): {leftovers}"]
              if leftovers else [])
-    text = report_markdown(cases, plan, args.repeats, extra, conditions(args))
-    sys.stdout.write(text)
+    sys.stdout.write(terminal_report(cases, plan, args.repeats, extra, conditions(args)))
+    conclusion = verdict(cases, args.repeats)
     if cases:
         meta = dict(environment_info(), args=vars(args), plan=asdict(plan),
                     conditions=conditions(args))
-        paths = write_results(args.out, cases, text, meta, notes(cases) + extra)
-        written = [paths["json"], paths["markdown"], *paths["workload_plots"].values(),
-                   *([paths["plot"]] if "plot" in paths else []), paths["ratio_plot"]]
-        sys.stdout.write(f"\nwrote {', '.join(written)}\n")
+        paths = write_results(args.out, cases,
+                              report_markdown(cases, plan, args.repeats, extra,
+                                              conditions(args)),
+                              meta, notes(cases) + extra, args.markdown, conclusion)
+        sys.stdout.write("\n" + written(paths))
     failed = any(r.status == "error" for results in cases for r in results)
+    status = 1 if failed or leftovers else 0
     if interrupted:
-        return 130
-    if args.env is not None and main_timings(args) != 0:
-        return 1
-    return 1 if failed or leftovers else 0
+        status = 130
+    elif args.env is not None and main_timings(args) != 0:
+        status = 1
+    if conclusion:
+        sys.stdout.write("\n" + conclusion)
+    return status
 
 
 def main_timings(args: argparse.Namespace) -> int:
@@ -423,8 +473,8 @@ def main_tune(args: argparse.Namespace) -> int:
     path = os.path.join(args.out, TUNE_JSON)
     with open(path, "w") as f:
         json.dump(dict(tuned, meta=environment_info()), f, indent=2)
-    sys.stdout.write(f"\nwrote {path}\n")
+    sys.stdout.write("\n" + fill(f"Every measurement: {path}") + "\n")
     if leftovers:
-        sys.stdout.write(f"worker processes left running after the run (sent SIGTERM): "
-                         f"{leftovers}\n")
+        sys.stdout.write(fill(f"worker processes left running after the run (sent SIGTERM): "
+                              f"{leftovers}") + "\n")
     return 1 if leftovers else 0

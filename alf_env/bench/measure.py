@@ -4,7 +4,7 @@ import shutil
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, TextIO, Tuple
 
-from alf_env.bench.backends import BACKENDS, BuildRunner
+from alf_env.bench.backends import BACKENDS, BuildRunner, display_name
 from alf_env.bench.core import Actions, CaseResult, Measurement, Plan, Skip
 from alf_env.bench.loads import observation_of
 from alf_env.bench.workloads import missing_note
@@ -140,7 +140,8 @@ def _skip_case(results: Dict[str, CaseResult], status: str, note: str, repeats: 
     for name, result in results.items():
         result.status, result.note = status, note
         for _ in range(repeats):
-            progress.advance(f"{result.workload} n={result.num_envs} {name}: {status}")
+            progress.advance(f"{result.workload} n={result.num_envs} {display_name(name)}: "
+                             f"{status}")
 
 
 def run_case(results: Dict[str, CaseResult], plan: Plan, repeats: int,
@@ -176,7 +177,7 @@ def run_case(results: Dict[str, CaseResult], plan: Plan, repeats: int,
         shift = repeat % len(backends)
         for name in backends[shift:] + backends[:shift]:
             result = results[name]
-            where = f"{workload} n={num_envs} {name}"
+            where = f"{workload} n={num_envs} {display_name(name)}"
             if result.status != "ok":  # skipped or failed earlier: do not retry
                 progress.advance(f"{where}: {result.status}")
                 continue

@@ -8,7 +8,8 @@
   measured at several env counts.
 - ``ratios.png``: every backend's paired ratios to the reference rows.
 
-A backend has the same colour in every figure, and no two backends share one.
+A backend has the same colour in every figure, and no two backends share one; the
+legends name the backends as users know them (``FastVectorEnv``, ``SyncVectorEnv``).
 """
 
 import os
@@ -17,7 +18,7 @@ from typing import Any, Dict, List, Sequence
 
 import numpy as np
 
-from alf_env.bench.backends import BACKENDS, REFERENCES
+from alf_env.bench.backends import BACKENDS, REFERENCES, display_name
 from alf_env.bench.core import CaseResult
 from alf_env.bench.report import REFERENCE_COLUMNS, paired_ratios
 from alf_env.bench.workloads import WORKLOADS
@@ -77,7 +78,8 @@ def _finish(fig: Any, drawn: Dict[str, Any], title: str, path: str) -> None:
     if drawn:
         names = [b for b in BACKENDS if b in drawn]
         # Below the panels, inside the figure: constrained layout makes room for it.
-        fig.legend([drawn[b] for b in names], names, loc="outside lower center",
+        fig.legend([drawn[b] for b in names], [display_name(b) for b in names],
+                   loc="outside lower center",
                    ncols=min(len(names), 5), fontsize=8)
     fig.suptitle(f"{title} - {os.cpu_count()} CPUs, {platform.machine()}")
     fig.savefig(path, format="png", dpi=100, metadata={"Title": title})
@@ -152,7 +154,7 @@ def plot(cases: Sequence[List[CaseResult]], path: str) -> None:
 
 
 def plot_ratios(cases: Sequence[List[CaseResult]], path: str) -> None:
-    """Writes a PNG: per reference row (gym_async, ceiling, envpool), each
+    """Writes a PNG: per reference row (AsyncVectorEnv, ceiling, EnvPool), each
     backend's paired ratio to it on every case (median, min-max bars).
 
     Args:
@@ -183,7 +185,8 @@ def plot_ratios(cases: Sequence[List[CaseResult]], path: str) -> None:
         ax.axhline(1.0, color="k", linewidth=0.8)
         ax.set_xticks(range(len(shown)), [f"{rs[0].workload}\n{rs[0].num_envs} envs"
                                           for rs in shown], fontsize=8)
-        ax.set_title(f"{column}: env-steps/s / {ref}'s, paired by repeat", fontsize=11)
+        ax.set_title(f"{column}: env-steps/s / {display_name(ref)}'s, paired by repeat",
+                     fontsize=11)
         ax.set_ylabel(column)
         if ax.has_data():
             _log_axis(ax)
@@ -223,7 +226,7 @@ def plot_workload(cases: Sequence[List[CaseResult]], workload: str, path: str) -
                 drawn[r.backend] = ax.hlines(r.median, g - 0.45, g + 0.45,
                                              colors=COLOURS.get(r.backend, "k"),
                                              linestyles="--", linewidth=1.6)
-                ax.annotate(r.backend, (g + 0.45, r.median), fontsize=7,
+                ax.annotate(display_name(r.backend), (g + 0.45, r.median), fontsize=7,
                             xytext=(2, 0), textcoords="offset points", va="center")
     ax.set_xticks(range(len(groups)), [f"{rs[0].num_envs} envs" for rs in groups])
     ax.set_xlim(-0.6, len(groups) - 0.4 + 0.25)
@@ -235,7 +238,8 @@ def plot_workload(cases: Sequence[List[CaseResult]], workload: str, path: str) -
     ax.set_title(entry.title if entry else workload, fontsize=11)
     if drawn:
         names = [b for b in BACKENDS if b in drawn]
-        ax.legend([drawn[b] for b in names], names, loc="upper left", fontsize=7,
+        ax.legend([drawn[b] for b in names], [display_name(b) for b in names],
+                  loc="upper left", fontsize=7,
                   ncols=2 if len(names) > 8 else 1, framealpha=0.85)
     fig.suptitle(f"{WORKLOAD_PLOT_TITLE} - {os.cpu_count()} CPUs, {platform.machine()}")
     fig.savefig(path, format="png", dpi=100,

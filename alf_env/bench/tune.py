@@ -8,20 +8,43 @@ batch is stepped in lockstep or EnvPool-style (``batch_size=num_envs // 2``,
 the first half to finish). Each is measured like a backend, interleaved with
 SyncVectorEnv and the other references, within ``--budget-s``; with
 ``--load N`` every candidate is measured a second time beside N busy
-processes, and the layout is chosen by the geometric mean of its medians over
-both conditions, so that it is not a layout that only wins on a quiet machine.
+processes, and the choices are ranked by the geometric mean of their medians
+over both conditions, so that the pick is not one that only wins on a quiet
+machine.
+
+The recommendation (:func:`recommendation`) is the fastest *choice*, layout or
+alternative (SyncVectorEnv, AsyncVectorEnv, PufferLib, EnvPool; the ceiling
+only measures the machine): alf_env keeps every env in a worker process,
+because a crash or a hang must stay there, so where stepping in the trainer's
+process is faster it says to use SyncVectorEnv, and then gives alf_env's best
+layout for those who need the isolation. It says "no clear winner" and gives
+both lines when the repeats of the top two overlap, and it states the spread
+of the repeats of both.
 """
 
 import functools
 import math
+import statistics
 import time
-from typing import Any, Dict, List, NamedTuple, Optional, Sequence
+from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
-from alf_env.bench.backends import BACKENDS, BuildRunner, fast_vector_runner
+from alf_env.bench.backends import BACKENDS, BuildRunner, display_name, fast_vector_runner
 from alf_env.bench.core import CaseResult, Plan
 from alf_env.bench.loads import BusyLoad
 from alf_env.bench.measure import Policy, ProgressBar, run_case
-from alf_env.bench.report import markdown_table
+from alf_env.bench.report import (
+    CEILING,
+    LEGEND,
+    NOISE_MARK,
+    NOISE_NOTE,
+    clear_lead,
+    fill,
+    fmt_range,
+    fmt_rate_short,
+    markdown_table,
+    noise,
+)
+from alf_env.bench.workloads import get as get_workload
 from alf_env.bench.workloads import make_env
 
 #: Seconds ``--tune`` takes by default.
@@ -59,13 +82,18 @@ class Layout(NamedTuple):
         args = ", ".join(f"{k}={v!r}" for k, v in self.kwargs().items())
         line = f"FastVectorEnv(env_fns, {args})"
         if self.batch_size is not None:
-            line += "  # EnvPool-style: drive it with send() / recv()"
+            line += "  # EnvPool-style: send() / recv()"
         return line
 
     @property
     def name(self) -> str:
-        """A short name for tables and the JSON."""
-        return "fv " + " ".join(f"{k}={v}" for k, v in self.kwargs().items())
+        """What the table and the JSON call it, e.g. ``FastVectorEnv (2 workers, spread)``."""
+        parts = [f"{self.num_workers} worker{'s' if self.num_workers != 1 else ''}"]
+        if self.worker_cpus != "auto":
+            parts.append("OS-placed" if self.worker_cpus is None else str(self.worker_cpus))
+        if self.batch_size is not None:
+            parts.append(f"batch {self.batch_size}")
+        return f"FastVectorEnv ({', '.join(parts)})"
 
 
 def _divisors(n: int) -> List[int]:
@@ -115,19 +143,28 @@ def step_time_us(workload: str, seconds: float = 0.3) -> float:
 
 
 class Choice(NamedTuple):
-    """What :func:`choose` picked.
+    """What :func:`choose` found.
 
     Attributes:
-        best: the fastest layout's name.
-        score: its score (env-steps/s; the geometric mean over conditions).
-        runner_up: the next best layout's name (``None``: only one).
+        best: the fastest choice: a layout's name or a reference's id.
+        score: its score (env-steps/s; the geometric mean of its medians over the
+            conditions).
+        runner_up: the next fastest choice (``None``: only one was measured).
         margin: best / runner-up score.
-        over_sync: best / SyncVectorEnv's score (``None``: not measured).
+        clear: whether ``best`` won clearly: in every condition, every repeat of it
+            beat every repeat of the runner-up
+            (:func:`~alf_env.bench.report.clear_lead`).
+        best_layout: the fastest FastVectorEnv layout.
+        layout_ratio: its score / ``best``'s (1.0 when it is ``best``).
+        over_sync: its score / SyncVectorEnv's (``None``: not measured).
     """
     best: str
     score: float
     runner_up: Optional[str]
     margin: Optional[float]
+    clear: bool
+    best_layout: str
+    layout_ratio: float
     over_sync: Optional[float]
 
 
@@ -138,26 +175,41 @@ def _score(medians: Sequence[Optional[float]]) -> Optional[float]:
     return math.exp(sum(math.log(m) for m in positive) / len(positive))
 
 
-def choose(scores: Dict[str, List[Optional[float]]], layouts: Sequence[str]) -> Choice:
-    """The layout whose medians (one per condition) have the best geometric mean.
+def _medians(rates: Sequence[Sequence[float]]) -> List[Optional[float]]:
+    return [statistics.median(r) if r else None for r in rates]
+
+
+def choose(rates: Dict[str, List[List[float]]], layouts: Sequence[str],
+           alternatives: Sequence[str] = ()) -> Choice:
+    """The fastest choice: the best geometric mean over the conditions of the medians.
 
     Args:
-        scores: name -> its median env-steps/s in each condition (``None``:
-            failed or skipped there).
-        layouts: the names that are candidates (the others are references).
+        rates: name -> its env-steps/s of every repeat, one list per condition
+            (empty: failed or skipped there).
+        layouts: the names of the FastVectorEnv layouts.
+        alternatives: the references a user could pick instead (SyncVectorEnv,
+            EnvPool, ...); the other names (the ceiling) are not choices.
 
     Raises:
-        RuntimeError: no candidate has a score.
+        RuntimeError: no layout has a score.
     """
-    ranked = sorted(((s, name) for name in layouts
-                     if (s := _score(scores.get(name, []))) is not None), reverse=True)
-    if not ranked:
+    def ranked(names: Sequence[str]) -> List[Tuple[float, str]]:
+        scored = [(s, name) for name in names
+                  if (s := _score(_medians(rates.get(name, [])))) is not None]
+        return sorted(scored, key=lambda pair: -pair[0])
+
+    by_layout = ranked(layouts)
+    if not by_layout:
         raise RuntimeError("no layout could be measured (see the errors above)")
-    (best_score, best), rest = ranked[0], ranked[1:]
-    sync = _score(scores.get("gym_sync", []))
-    return Choice(best, best_score, rest[0][1] if rest else None,
-                  best_score / rest[0][0] if rest else None,
-                  best_score / sync if sync else None)
+    (best_score, best), *rest = ranked(list(layouts) + list(alternatives))
+    runner_score, runner_up = rest[0] if rest else (None, None)
+    clear = runner_up is not None and all(
+        clear_lead(mine, theirs) for mine, theirs in zip(rates[best], rates[runner_up]))
+    sync = _score(_medians(rates.get("gym_sync", [])))
+    layout_score, best_layout = by_layout[0]
+    return Choice(best, best_score, runner_up,
+                  best_score / runner_score if runner_score else None, clear, best_layout,
+                  layout_score / best_score, layout_score / sync if sync else None)
 
 
 def _run(builders: Dict[str, BuildRunner], workload: str, num_envs: int, plan: Plan,
@@ -167,14 +219,31 @@ def _run(builders: Dict[str, BuildRunner], workload: str, num_envs: int, plan: P
     return results
 
 
+def reference_line(reference: str, workload: str, num_envs: int, cpus: int) -> Optional[str]:
+    """The line that builds ``reference`` for the user's env (``None``: not a choice)."""
+    if reference == "gym_sync":
+        return "gymnasium.vector.SyncVectorEnv(env_fns)"
+    if reference == "gym_async":
+        return "gymnasium.vector.AsyncVectorEnv(env_fns, shared_memory=True)"
+    if reference == "pufferlib":
+        return (f"pufferlib.vector.make(..., backend=pufferlib.vector.Multiprocessing, "
+                f"num_workers={min(cpus, num_envs)})")
+    if reference == "envpool":
+        envpool_id = get_workload(workload).envpool_id
+        return (None if envpool_id is None
+                else f"envpool.make_gymnasium({envpool_id!r}, num_envs={num_envs})")
+    return None
+
+
 def tune(workload: str, num_envs: int, cpus: int, budget_s: float, load: int,
          progress_stream: Any, policy: Optional[Policy] = None,
          references: Sequence[str] = REFERENCES) -> Dict[str, Any]:
-    """Measures every candidate layout (and the references) and picks the best.
+    """Measures every candidate layout (and the references) and picks the fastest choice.
 
     Returns:
         a JSON-ready report: the env's step time, the layouts with their
-        constructor lines, every result per condition and the choice.
+        constructor lines, every result per condition, the lines that build the
+        references one could pick instead, and the choice.
     """
     step_us = step_time_us(workload)
     layouts = {layout.name: layout for layout in candidates(num_envs, cpus, step_us)}
@@ -195,38 +264,150 @@ def tune(workload: str, num_envs: int, cpus: int, budget_s: float, load: int,
                                            policy)
     finally:
         progress.close()
-    scores = {name: [per_condition[c][name].median for c in conditions] for name in builders}
-    choice = choose(scores, list(layouts))
+    rates = {name: [per_condition[c][name].rates if per_condition[c][name].status == "ok"
+                    else [] for c in conditions] for name in builders}
+    tuned = summary(workload, num_envs, cpus, step_us, conditions, seconds,
+                    list(layouts.values()), references, rates)
+    tuned["results"] = {str(c): [r.to_json() for r in rs.values()]
+                        for c, rs in per_condition.items()}
+    return tuned
+
+
+def summary(workload: str, num_envs: int, cpus: int, step_us: float, conditions: List[int],
+            seconds: float, layouts: Sequence[Layout], references: Sequence[str],
+            rates: Dict[str, List[List[float]]]) -> Dict[str, Any]:
+    """The JSON-ready report of a tuning run, the choice made (what :func:`report`
+    prints).
+
+    Args:
+        conditions: the busy processes beside each condition (``[0]``, or ``[0, N]``).
+        seconds: the timed seconds of each measurement.
+        layouts: the layouts tried.
+        references: the references measured beside them.
+        rates: name (a layout's or a reference's) -> its env-steps/s of every
+            repeat, one list per condition (empty: failed or skipped there).
+    """
+    lines = {name: line for name in references
+             if (line := reference_line(name, workload, num_envs, cpus)) is not None}
+    # A choice is what has a line to paste: the ceiling only measures the machine.
+    choice = choose(rates, [layout.name for layout in layouts], list(lines))
     return {"workload": workload, "num_envs": num_envs, "cpus": cpus,
             "step_us": step_us, "conditions": conditions, "seconds": seconds,
-            "layouts": {name: dict(layout._asdict(), constructor=layout.constructor())
-                        for name, layout in layouts.items()},
-            "results": {str(c): [r.to_json() for r in rs.values()]
-                        for c, rs in per_condition.items()},
-            "scores": scores, "choice": choice._asdict()}
+            "repeats": REPEATS,
+            "layouts": {layout.name: dict(layout._asdict(), constructor=layout.constructor())
+                        for layout in layouts},
+            "reference_lines": lines,
+            "rates": rates, "scores": {name: _medians(r) for name, r in rates.items()},
+            "choice": choice._asdict()}
 
 
-def _rate(value: Optional[float]) -> str:
-    return "n/a" if value is None else f"{value:,.0f}"
+def _cell(rates: Sequence[float], median: Optional[float], ceiling: Optional[float],
+          name: str) -> str:
+    if median is None or not rates:
+        return "n/a"
+    mark = f" {NOISE_MARK}" if noise(name, median, ceiling) else ""
+    return f"{fmt_rate_short(median)}{mark} ({fmt_range(rates)})"
+
+
+def _table(tuned: Dict[str, Any]) -> Tuple[str, bool]:
+    """The table of every layout and reference, fastest first; whether a figure is
+    above the ceiling row."""
+    conditions = tuned["conditions"]
+    header = ["layout or alternative"] + [
+        "env-steps/s (min - max)" if c == 0 else f"--load {c} (min - max)"
+        for c in conditions]
+    ceilings = tuned["scores"].get(CEILING, [None] * len(conditions))
+    flagged = False
+    rows = []
+    for name, medians in sorted(tuned["scores"].items(),
+                                key=lambda kv: -(_score(kv[1]) or 0.0)):
+        cells = []
+        for rates, median, ceiling in zip(tuned["rates"][name], medians, ceilings):
+            flagged = flagged or noise(name, median, ceiling)
+            cells.append(_cell(rates, median, ceiling, name))
+        rows.append([display_name(name)] + cells)
+    return markdown_table(header, rows), flagged
+
+
+def _ranges(tuned: Dict[str, Any], name: str) -> List[str]:
+    return [fmt_range(r) if r else "n/a" for r in tuned["rates"][name]]
+
+
+def _spreads(tuned: Dict[str, Any], first: str, second: str) -> str:
+    """``a - b against c - d env-steps/s`` per condition: the repeats of both."""
+    unit = " env-steps/s"
+    out = []
+    for load, a, b in zip(tuned["conditions"], _ranges(tuned, first), _ranges(tuned, second)):
+        out.append(f"{a} against {b}" + (f" beside {load} busy process(es)" if load else unit))
+    return "; ".join(out)
+
+
+def _line(tuned: Dict[str, Any], name: str) -> str:
+    layout = tuned["layouts"].get(name)
+    return "    " + (layout["constructor"] if layout else tuned["reference_lines"][name])
+
+
+def _long_name(name: str) -> str:
+    return "gymnasium's SyncVectorEnv" if name == "gym_sync" else display_name(name)
+
+
+def recommendation(tuned: Dict[str, Any]) -> str:
+    """What to use: the fastest choice and its line, with its margin over the runner-up
+    and the spread of the repeats of both; "no clear winner" (and both lines) when their
+    repeats overlap; SyncVectorEnv when it is fastest, then alf_env's best layout."""
+    choice = tuned["choice"]
+    best, runner_up = choice["best"], choice["runner_up"]
+    paragraphs: List[str] = []
+    if runner_up is None:
+        paragraphs.append(fill(f"{_long_name(best)} is the only choice measured, at "
+                               f"{'; '.join(_ranges(tuned, best))} env-steps/s:"))
+        paragraphs.append(_line(tuned, best))
+    elif not choice["clear"]:
+        paragraphs.append(fill(
+            f"No clear winner: the repeats of {display_name(best)} and "
+            f"{display_name(runner_up)} overlap ({_spreads(tuned, best, runner_up)}); "
+            "either will do:"))
+        paragraphs.append(_line(tuned, best) + "\n" + _line(tuned, runner_up))
+    else:
+        text = (f"Fastest: {_long_name(best)}, {choice['margin']:.2f}x the runner-up "
+                f"{display_name(runner_up)}. Repeats: {_spreads(tuned, best, runner_up)}.")
+        if best == choice["best_layout"] and choice["over_sync"] is not None \
+                and runner_up != "gym_sync":
+            text += f" It is {choice['over_sync']:.2f}x gymnasium's SyncVectorEnv."
+        paragraphs.append(fill(text + " Use it:"))
+        paragraphs.append(_line(tuned, best))
+    shown = {best} | ({runner_up} if runner_up is not None and not choice["clear"] else set())
+    if choice["best_layout"] not in shown:
+        ratio = f"{choice['layout_ratio']:.2f}x {display_name(best)}"
+        if best == "gym_sync" and choice["clear"]:
+            paragraphs.append(fill(
+                "SyncVectorEnv steps the envs in this process: for this env that costs less "
+                "than handing each step to worker processes. alf_env keeps every env in a "
+                "worker process (a crash or a hang stays there); if you need that, its best "
+                f"layout here, at {ratio}:"))
+        else:
+            paragraphs.append(fill(f"alf_env's best layout here, at {ratio}:"))
+        paragraphs.append(_line(tuned, choice["best_layout"]))
+    return "\n\n".join(paragraphs) + "\n"
 
 
 def report(tuned: Dict[str, Any]) -> str:
-    """The text the command prints: the table and the constructor line."""
+    """The text the command prints: the table, the legend, the recommendation and its
+    lines; every line at most :data:`~alf_env.bench.report.WIDTH` columns."""
     conditions = tuned["conditions"]
-    header = ["layout or reference"] + [
-        "env-steps/s" if c == 0 else f"env-steps/s, --load {c}" for c in conditions]
-    rows = [[name] + [_rate(m) for m in medians] for name, medians in
-            sorted(tuned["scores"].items(), key=lambda kv: -(_score(kv[1]) or 0.0))]
-    choice = tuned["choice"]
-    best = tuned["layouts"][choice["best"]]
-    lines = [f"# Tuning {tuned['workload']}: {tuned['num_envs']} envs, {tuned['cpus']} usable "
-             f"CPU(s), one env step {tuned['step_us']:.1f} µs",
-             markdown_table(header, rows), "Fastest layout:", "", f"    {best['constructor']}",
-             ""]
-    if choice["runner_up"] is not None:
-        lines.append(f"{choice['margin']:.2f}x the next best ({choice['runner_up']})")
-    if choice["over_sync"] is not None:
-        lines.append(f"{choice['over_sync']:.2f}x gymnasium's SyncVectorEnv")
+    table, flagged = _table(tuned)
+    parts = [fill(f"Tuning {tuned['workload']}: {tuned['num_envs']} envs, {tuned['cpus']} "
+                  f"usable CPU(s), one env step {tuned['step_us']:.1f} µs; median and min - "
+                  f"max of {tuned['repeats']} interleaved repeats of {tuned['seconds']:.2g} s; "
+                  "fastest first"), table]
+    footer = [fill("Reference row: " + LEGEND[CEILING] + ".")] if CEILING in tuned["scores"] \
+        else []
+    if flagged:
+        footer.append(fill(NOISE_NOTE))
     if len(conditions) > 1:
-        lines.append("(scores: geometric mean of the medians with and without the load)")
-    return "\n".join(lines) + "\n"
+        footer.append(fill("The order: the geometric mean of the medians with and without "
+                           "the load."))
+    if footer:
+        parts.append("\n".join(footer))
+    parts.append(recommendation(tuned).rstrip("\n"))
+    return "\n\n".join(parts) + "\n"

@@ -189,6 +189,24 @@ def test_ray_vector_starts_and_stops_a_local_ray_only_if_none_runs(monkeypatch,
 def test_every_backend_has_a_label_and_the_references_are_backends():
     assert all(b.label for b in backends.BACKENDS.values())
     assert set(backends.REFERENCES) <= set(backends.BACKENDS)
+    assert set(backends.YARDSTICKS) <= set(backends.REFERENCES)
+
+
+@pytest.mark.parametrize("backend, name", [
+    ("fast", "FastParallelEnvironment"), ("fast_vector", "FastVectorEnv"),
+    ("fast_vector_os", "FastVectorEnv (OS-placed)"), ("parallel", "ParallelAlfEnvironment"),
+    ("sb3_alf", "FastSubprocVecEnv"), ("sb3_subproc", "SubprocVecEnv"),
+    ("gym_sync", "SyncVectorEnv"), ("gym_async", "AsyncVectorEnv"), ("envpool", "EnvPool"),
+    ("pufferlib", "PufferLib"), ("single", "plain loop (1 env)"), ("ceiling", "ceiling")])
+def test_backends_print_as_the_names_users_know(backend, name):
+    assert backends.display_name(backend) == name
+
+
+def test_no_two_backends_share_a_name_and_a_name_that_is_no_id_is_kept():
+    names = [b.name for b in backends.BACKENDS.values()]
+    assert len(set(names)) == len(names)
+    assert not set(names) & (set(backends.BACKENDS) - {"ceiling"})
+    assert backends.display_name("FastVectorEnv (2 workers)") == "FastVectorEnv (2 workers)"
 
 
 HAS_PUFFERLIB = importlib.util.find_spec("pufferlib") is not None
