@@ -21,9 +21,10 @@ the observation leaves), batched or not.
 """
 
 import collections
-from typing import Any, Optional, Union
+from typing import Any, Optional, Tuple, Union
 
 import numpy as np
+import numpy.typing as npt
 import torch
 
 from alf_env import nest
@@ -63,7 +64,8 @@ class StepType:
         """
         valid = (cls.FIRST, cls.MID, cls.LAST)
         if value in valid:
-            return np.int32(value)
+            step_type: np.int32 = np.int32(value)
+            return step_type
         raise ValueError(
             f"StepType must be one of FIRST=0, MID=1, LAST=2, got {value!r}")
 
@@ -157,7 +159,7 @@ def _uses_torch(observation: Any, use_tensor: Optional[bool]) -> bool:
     return bool(leaves) and all(torch.is_tensor(x) for x in leaves)
 
 
-def _to_np(x: Any, dtype: np.dtype) -> np.ndarray:
+def _to_np(x: Any, dtype: npt.DTypeLike) -> np.ndarray:
     """``x`` (array, tensor or number) as a numpy array of ``dtype``."""
     if torch.is_tensor(x):
         x = x.detach().cpu().numpy()
@@ -173,7 +175,7 @@ _SCALAR_TYPES = frozenset({
 })
 
 
-def scalar_array(value: Any, dtype: Any) -> np.ndarray:
+def scalar_array(value: Any, dtype: npt.DTypeLike) -> np.ndarray:
     """``np.broadcast_to(_to_np(value, dtype), ()).copy()``: a new 0-d array.
 
     Raises:
@@ -181,14 +183,16 @@ def scalar_array(value: Any, dtype: Any) -> np.ndarray:
     """
     if type(value) in _SCALAR_TYPES:
         return np.array(value, dtype=dtype)
-    return np.broadcast_to(_to_np(value, dtype), ()).copy()
+    array: np.ndarray = np.broadcast_to(_to_np(value, dtype), ()).copy()
+    return array
 
 
-def _outer_array(value: Any, dtype: Any, outer: tuple) -> np.ndarray:
+def _outer_array(value: Any, dtype: npt.DTypeLike, outer: Tuple[int, ...]) -> np.ndarray:
     """``value`` broadcast to ``outer`` as a new array of ``dtype``."""
     if not outer:
         return scalar_array(value, dtype)
-    return np.broadcast_to(_to_np(value, dtype), outer).copy()
+    array: np.ndarray = np.broadcast_to(_to_np(value, dtype), outer).copy()
+    return array
 
 
 def generate_time_step(batched: bool,
@@ -232,7 +236,7 @@ def generate_time_step(batched: bool,
         env_info = {}
     reward_np_dtype = reward_spec.numpy_dtype
 
-    outer: tuple = ()
+    outer: Tuple[int, ...] = ()
     if batched:
         candidates = nest.flatten(observation)
         if candidates:

@@ -8,7 +8,7 @@ pickled (see :class:`alf_env.control_plane.remote.RemoteException`).
 import errno
 import multiprocessing
 import signal
-from typing import List, Optional, Sequence
+from typing import Any, List, Optional, Sequence, Tuple
 
 
 class EnvironmentProcessError(RuntimeError):
@@ -25,7 +25,7 @@ class EnvironmentProcessError(RuntimeError):
         self.env_id = env_id
         self.remote_traceback = remote_traceback
 
-    def __reduce__(self):
+    def __reduce__(self) -> Tuple[Any, ...]:
         return (type(self), (self.args[0], self.env_id, self.remote_traceback))
 
 
@@ -72,7 +72,7 @@ class WorkerDiedError(EnvironmentProcessError):
         self.during = during
         self.env_ids: Sequence[Optional[int]] = ids
 
-    def __reduce__(self):
+    def __reduce__(self) -> Tuple[Any, ...]:
         return (type(self), (self.env_id, self.exitcode, self.during, self.env_ids,
                              self.remote_traceback))
 
@@ -124,7 +124,7 @@ class FdLimitError(OSError):
         self.needed = needed
         self.limit = limit
 
-    def __reduce__(self):
+    def __reduce__(self) -> Tuple[Any, ...]:
         return (type(self), (self.strerror, self.needed, self.limit))
 
 

@@ -6,7 +6,7 @@ on every call. A worker or a trainer that moves values of one spec every step
 and gets the same leaves and the same packed values for a fraction of that.
 """
 
-from typing import Any, Callable, List, NamedTuple, Optional, Tuple
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
 from alf_env import nest
 from alf_env.nest_kinds import sorted_keys
@@ -35,7 +35,7 @@ def _dict_order(spec: Any) -> Optional[Tuple[List[Any], List[int]]]:
     return keys, [key_order.index(k) for k in keys]
 
 
-def _compile_dict(spec: dict, dict_order: Tuple[List[Any], List[int]]
+def _compile_dict(spec: Dict[Any, Any], dict_order: Tuple[List[Any], List[int]]
                   ) -> Tuple[Callable[[Any], List[Any]], Callable[[List[Any]], Any]]:
     """:func:`compile_nest` of a plain ``dict`` of leaves (see :func:`_dict_order`).
 

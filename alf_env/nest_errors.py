@@ -8,7 +8,7 @@ message naming the path where the nests differ and what was expected vs got.
 """
 
 import collections.abc
-from typing import Any, List
+from typing import Any, List, Type
 
 from alf_env.nest_kinds import is_nested, sorted_keys
 from alf_env.nest_paths import join_path
@@ -56,7 +56,8 @@ class Mismatch(Exception):
     differ, so equal nests cost no string formatting.
     """
 
-    def __init__(self, error: type, expected: Any, got: Any, keys: bool = False) -> None:
+    def __init__(self, error: Type[Exception], expected: Any, got: Any,
+                 keys: bool = False) -> None:
         super().__init__()
         self.error = error
         self.expected = expected

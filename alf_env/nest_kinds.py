@@ -126,7 +126,7 @@ def is_nested(value: Any) -> bool:
     return kind_of(value) != LEAF
 
 
-def sorted_keys(mapping: collections.abc.Mapping) -> List[Any]:
+def sorted_keys(mapping: "collections.abc.Mapping[Any, Any]") -> List[Any]:
     """Keys of ``mapping`` in sorted order (by ``str`` for unorderable mixes)."""
     try:
         return sorted(mapping)

@@ -6,7 +6,7 @@ stores its bounds (read-only arrays of the spec's dtype), shows them in its
 range, finite floats), for :mod:`alf_env.tensor_specs`.
 """
 
-from typing import Any
+from typing import Any, Tuple
 
 import numpy as np
 import torch
@@ -68,7 +68,7 @@ def compact_bound(bound: np.ndarray) -> str:
     return np.array2string(bound, separator=", ")
 
 
-def sample_int(rng: Any, low: np.ndarray, high: np.ndarray, shape: tuple,
+def sample_int(rng: Any, low: np.ndarray, high: np.ndarray, shape: Tuple[int, ...],
                np_dtype: np.dtype) -> np.ndarray:
     """Uniform integers in the inclusive range ``[low, high]``."""
     out_dtype = np.dtype(np.int64) if np_dtype == np.bool_ else np_dtype
@@ -85,7 +85,7 @@ def sample_int(rng: Any, low: np.ndarray, high: np.ndarray, shape: tuple,
     return np.asarray(values).astype(np_dtype, copy=False)
 
 
-def sample_float(rng: Any, low: np.ndarray, high: np.ndarray, shape: tuple,
+def sample_float(rng: Any, low: np.ndarray, high: np.ndarray, shape: Tuple[int, ...],
                  np_dtype: np.dtype) -> np.ndarray:
     """Finite floats inside ``[low, high]`` (uniform when both are finite)."""
     low = low.astype(np.float64)

@@ -60,16 +60,17 @@ class TrivialEnv(gym.Env):
     def _observe(self) -> np.ndarray:
         self._obs[0] = self.env_id
         self._obs[1] = self._t
-        return self._obs.copy()
+        obs: np.ndarray = self._obs.copy()
+        return obs
 
     def reset(self, *, seed: Optional[int] = None,
-              options: Optional[Dict[str, Any]] = None) -> Tuple[np.ndarray, dict]:
+              options: Optional[Dict[str, Any]] = None) -> Tuple[np.ndarray, Dict[str, Any]]:
         super().reset(seed=seed)
         self._t = 0
         self._obs[2:] = self.np_random.random(2)
         return self._observe(), {}
 
-    def step(self, action: Any) -> Tuple[np.ndarray, float, bool, bool, dict]:
+    def step(self, action: Any) -> Tuple[np.ndarray, float, bool, bool, Dict[str, Any]]:
         self._t += 1
         self._obs[3] = float(action)
         truncated = self._t >= self.episode_length
@@ -91,7 +92,8 @@ class ImageEnv(TrivialEnv):
         flat = self._frame.reshape(-1)
         flat[0] = self.env_id % 256
         flat[1] = self._t % 256
-        return self._frame.copy()
+        frame: np.ndarray = self._frame.copy()
+        return frame
 
 
 class BusyEnv(TrivialEnv):
@@ -102,7 +104,7 @@ class BusyEnv(TrivialEnv):
         super().__init__(env_id, episode_length)
         self.step_seconds = step_seconds
 
-    def step(self, action: Any) -> Tuple[np.ndarray, float, bool, bool, dict]:
+    def step(self, action: Any) -> Tuple[np.ndarray, float, bool, bool, Dict[str, Any]]:
         # Busy on purpose: a CPU-bound env. The thread's CPU clock, not the wall
         # clock, so time spent preempted does not count as work done.
         end = time.thread_time() + self.step_seconds
@@ -127,7 +129,7 @@ class UnevenEnv(BusyEnv):
         self._times = np.random.default_rng(env_id)
         self._range = step_seconds
 
-    def step(self, action: Any) -> Tuple[np.ndarray, float, bool, bool, dict]:
+    def step(self, action: Any) -> Tuple[np.ndarray, float, bool, bool, Dict[str, Any]]:
         self.step_seconds = float(self._times.uniform(*self._range))
         return super().step(action)
 
@@ -148,11 +150,11 @@ class SweepEnv(BusyEnv):
     """
 
     def reset(self, *, seed: Optional[int] = None,
-              options: Optional[Dict[str, Any]] = None) -> Tuple[np.ndarray, dict]:
+              options: Optional[Dict[str, Any]] = None) -> Tuple[np.ndarray, Dict[str, Any]]:
         obs, _ = super().reset(seed=seed, options=options)
         return obs, self._info()
 
-    def step(self, action: Any) -> Tuple[np.ndarray, float, bool, bool, dict]:
+    def step(self, action: Any) -> Tuple[np.ndarray, float, bool, bool, Dict[str, Any]]:
         obs, reward, terminated, truncated, _ = super().step(action)
         return obs, reward, terminated, truncated, self._info()
 

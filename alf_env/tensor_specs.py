@@ -13,7 +13,7 @@ and the bounds' checks and sampling in :mod:`alf_env.spec_bounds`; this module
 re-exports the public dtype functions.
 """
 
-from typing import Any, Iterable, Optional, Sequence, Union
+from typing import Any, Iterable, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
@@ -69,7 +69,7 @@ class SpecBoundsError(ValueError, AssertionError):
     """
 
 
-def _full_shape(shape: torch.Size, outer_dims: OuterDims) -> tuple:
+def _full_shape(shape: torch.Size, outer_dims: OuterDims) -> Tuple[int, ...]:
     # An empty tuple of outer dims adds nothing (the unbatched case).
     if outer_dims is None or (type(outer_dims) is tuple and not outer_dims):
         return tuple(shape)
@@ -224,12 +224,12 @@ class TensorSpec:
                           self._dtype if dtype is None else dtype)
 
     # ----- comparison / pickling ------------------------------------------
-    def __eq__(self, other: Any) -> bool:
+    def __eq__(self, other: object) -> bool:
         if type(self) is not type(other):
             return NotImplemented if not isinstance(other, TensorSpec) else False
         return self._shape == other._shape and self._dtype == other._dtype
 
-    def __ne__(self, other: Any) -> bool:
+    def __ne__(self, other: object) -> bool:
         eq = self.__eq__(other)
         return eq if eq is NotImplemented else not eq
 
@@ -239,7 +239,7 @@ class TensorSpec:
     def __repr__(self) -> str:
         return f"TensorSpec(shape={tuple(self._shape)}, dtype={self._dtype})"
 
-    def __reduce__(self):
+    def __reduce__(self) -> Tuple[Any, ...]:
         return TensorSpec, (tuple(self._shape), self._dtype)
 
 
@@ -382,9 +382,9 @@ class BoundedTensorSpec(TensorSpec):
         return torch.from_numpy(self.numpy_sample(outer_dims, np.random.default_rng(seed)))
 
     # ----- comparison / pickling ------------------------------------------
-    def __eq__(self, other: Any) -> bool:
+    def __eq__(self, other: object) -> bool:
         eq = super().__eq__(other)
-        if eq is not True:
+        if eq is not True or not isinstance(other, BoundedTensorSpec):  # True: of this type
             return eq
         # A scalar bound equals an array bound holding that value everywhere.
         shape = tuple(self._shape)
@@ -400,6 +400,6 @@ class BoundedTensorSpec(TensorSpec):
         return (f"BoundedTensorSpec(shape={tuple(self._shape)}, dtype={self._dtype}, "
                 f"minimum={compact_bound(self._minimum)}, maximum={compact_bound(self._maximum)})")
 
-    def __reduce__(self):
+    def __reduce__(self) -> Tuple[Any, ...]:
         return BoundedTensorSpec, (tuple(self._shape), self._dtype,
                                    self._minimum, self._maximum)

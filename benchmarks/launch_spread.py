@@ -17,7 +17,8 @@ in fresh processes, each backend in turn, and prints:
 
 Backends: ``fast_vector`` (``FastVectorEnv``'s defaults), ``fast_vector_spread``
 (its workers pinned one per CPU, ``worker_cpus="spread"``), ``gym_sync``,
-``gym_async``. ``--load N`` runs N busy processes beside every launch; ``--policy none``
+``gym_async``. ``--load N`` runs N busy processes beside every launch (``--apart``: in
+a session of their own, like another user's job); ``--policy none``
 drops the forward pass (the bare step loop). ``--tree LABEL=PATH`` (repeatable)
 runs every backend once from each source tree (``PATH`` first on the child's
 ``PYTHONPATH``, with its own built ``_penv``), named ``backend@LABEL``, and
@@ -167,6 +168,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--tree", action="append", default=[], metavar="LABEL=PATH",
                         help="run each backend from this source tree too (repeatable)")
     parser.add_argument("--load", type=int, default=0)
+    parser.add_argument("--apart", action="store_true",
+                        help="run the --load processes in a session of their own")
     parser.add_argument("--json", default=None, help="also write the figures to this file")
     args = parser.parse_args(argv)
     if args.child:
@@ -186,9 +189,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     if trees:
         backends = [f"{b}@{label}" for b in backends for label in trees]
     result: Dict[str, object] = {"workload": args.workload, "num_envs": args.num_envs,
-                                 "load": args.load, "torch_threads": args.torch_threads,
+                                 "load": args.load, "apart": args.apart,
+                                 "torch_threads": args.torch_threads,
                                  "policy": args.policy, "trees": trees}
-    with BusyLoad(args.load).start():
+    with BusyLoad(args.load, apart=args.apart).start():
         if args.launches:
             rates = launches(args.workload, backends, args.launches, args.num_envs,
                              args.warmup, args.seconds, args.torch_threads, policy=args.policy,

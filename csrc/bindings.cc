@@ -337,7 +337,10 @@ PYBIND11_MODULE(_penv, m) {
       .def_property_readonly("parked", &OpenMpPark::parked)
       .def("pool_cpu_ns", &OpenMpPark::pool_cpu_ns,
            "CPU ns of the pool threads the last park() put to sleep (-1: none "
-           "parked yet, or one has ended since).");
+           "parked yet, or one has ended since).")
+      .def("pool_tids", &OpenMpPark::pool_tids,
+           "Thread ids of the pool threads the last park() put to sleep (empty "
+           "before each has parked once).");
 
   m.def("_copy_leaves", &copy_leaves, py::arg("dst"), py::arg("src"),
         py::arg("scalars") = false,

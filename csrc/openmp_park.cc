@@ -118,4 +118,13 @@ std::int64_t OpenMpPark::pool_cpu_ns() const {
   return total;
 }
 
+std::vector<pid_t> OpenMpPark::pool_tids() const {
+  if (tids_.size() < 2) return {};
+  std::vector<pid_t> tids(tids_.begin() + 1, tids_.end());
+  for (const pid_t tid : tids) {
+    if (tid == 0) return {};  // parked before this thread had run parked_thread
+  }
+  return tids;
+}
+
 }  // namespace alf_env::penv

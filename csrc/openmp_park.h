@@ -55,6 +55,10 @@ class OpenMpPark {
   // another CPU); -1 before any park() or once one of them has ended (the
   // pool was resized or released).
   std::int64_t pool_cpu_ns() const;
+  // The thread ids of the pool threads the last park() put to sleep (the
+  // calling thread's excluded); empty before every one of them has parked
+  // once. The trainer reads their scheduler statistics from /proc with them.
+  std::vector<pid_t> pool_tids() const;
 
  private:
   static void parked_thread(void* self);

@@ -4,7 +4,9 @@ Its Python examples are run one by one, each as its own file, by
 ``tests/test_doc_blocks.py``.
 """
 
+import json
 import re
+import statistics
 
 from tests.support.paths import REPO_ROOT
 
@@ -68,3 +70,28 @@ def test_readme_and_docs_point_nowhere_outside_the_repository():
         if page.suffix in (".md", ".rst", ".py"):
             text = page.read_text().replace(TORCH_CPU_INDEX, "")
             assert not re.search(r"https?://", text), page.name
+
+
+def test_the_first_examples_are_fast_vector_env_then_sb3_then_alf():
+    blocks = re.findall(r"```python\n(.*?)```", README, re.S)
+    firsts = [next(name for name in ("FastVectorEnv", "FastSubprocVecEnv",
+                                     "FastParallelEnvironment") if name in block)
+              for block in blocks[:3]]
+    assert firsts == ["FastVectorEnv", "FastSubprocVecEnv", "FastParallelEnvironment"]
+
+
+#: The README's headline ratios and the runs behind them, in the results file.
+HEADLINES = ("HalfCheetah-v5", "Pong", "HalfCheetah-v5, one busy process")
+
+
+def test_the_headline_figures_are_the_results_files():
+    results = json.loads((REPO_ROOT / "docs" / "results" / "training_loop.json").read_text())
+    quoted = re.findall(r"\*\*(\d+\.\d\d)x\*\*", README.split("## Install")[0])
+    expected = []
+    for run in HEADLINES:
+        launches = results[run]["launches"]
+        ratios = [fast / sync for fast, sync in zip(launches["fast_vector"],
+                                                     launches["gym_sync"])]
+        expected.append(f"{statistics.median(ratios):.2f}")
+    assert quoted == expected
+    assert "docs/results/training_loop.json" in README

@@ -32,12 +32,19 @@ class BusyLoad:
 
     Args:
         count: how many processes (0: none).
+        apart: run them in a session of their own, as another user's job or
+            another terminal's training runs. The kernel's autogroups then share
+            the CPUs between sessions before threads: the measuring process gets
+            about one core per busy session, whatever its thread count. Without
+            it they share the measuring process's session, like a data loader
+            it started, and its threads get the cores by count.
     """
 
-    def __init__(self, count: int) -> None:
+    def __init__(self, count: int, apart: bool = False) -> None:
         if count < 0:
             raise ValueError(f"--load: expected a number of processes >= 0, got {count}")
         self.count = count
+        self.apart = apart
         self._procs: List[subprocess.Popen] = []
 
     def start(self) -> "BusyLoad":
@@ -45,7 +52,8 @@ class BusyLoad:
         for _ in range(self.count - len(self._procs)):
             self._procs.append(subprocess.Popen(
                 [sys.executable, "-c", BUSY_LOOP], stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                start_new_session=self.apart))
         return self
 
     @property

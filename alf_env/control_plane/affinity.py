@@ -6,17 +6,15 @@ than cores, and the kernel's balancer may leave two busy workers on one core
 and none on the other for a whole batched step (Linux does not migrate a
 task that ran in the last ~0.5 ms). Pinning worker ``i`` to CPU
 ``cpus[i % len(cpus)]`` (``"spread"``) places them evenly, at a price: a
-pinned worker cannot move away from a core that another program (or the
-trainer's own OpenMP threads, spinning after a torch op) keeps busy. Measured
-inside one env, pinning gained nothing on a quiet machine or with a policy in
-the loop, and cost 16-24% beside a busy process (docs/benchmarks.md,
-"Settings and the rows behind them").
+pinned worker cannot move away from a core that another program keeps busy,
+and beside one busy process it ran at half the speed.
 
-So ``"auto"``, the default of the shared-memory front ends, never pins: the
-OS places the workers. It still *plans* a spread (:func:`plan_worker_cpus`)
-when the workers step in lockstep and cover every usable CPU, because such
-workers, pinned or not, are known to keep every core busy during a step: the
-trainer then spins longer for them (``workers_spread``, csrc/futex.h).
+So ``"auto"``, the default of the shared-memory front ends, *plans* a spread
+(:func:`plan_worker_cpus`) when the workers step in lockstep and cover every
+usable CPU, and pins them to it only while no other process uses the CPUs
+(:mod:`alf_env.control_plane.quiet_pinning`, :func:`pinned_when_quiet`).
+Such workers, pinned or not, keep every core busy during a step: the trainer
+then spins longer for them (``workers_spread``, csrc/futex.h).
 
 Scheduling policy
 -----------------
@@ -66,8 +64,8 @@ def plan_worker_cpus(worker_cpus: WorkerCpus, num_workers: int,
         worker_cpus: ``None`` (the OS places the workers), ``"spread"``
             (worker ``i`` on the ``i % n``-th of the ``n`` CPUs this process
             may use), ``"auto"`` (the CPUs of ``"spread"`` when ``lockstep``
-            and ``num_workers >= n >= 2``, else ``None``; the workers are
-            placed by the OS all the same, see :func:`pinned_cpus`) or a
+            and ``num_workers >= n >= 2``, else ``None``; pinned to them only
+            while the machine is otherwise idle, see :func:`pinned_when_quiet`) or a
             sequence of CPU ids (worker ``i`` on
             ``worker_cpus[i % len(worker_cpus)]``).
         num_workers: how many worker processes there will be.
@@ -112,10 +110,17 @@ def pinned_cpus(worker_cpus: WorkerCpus, plan: Optional[Sequence[int]]
     """The CPUs to pin the workers to (``None``: the OS places them).
 
     ``plan`` is :func:`plan_worker_cpus`'s answer for ``worker_cpus``; under
-    ``"auto"`` it only says that the workers cover every CPU (see the module
-    docstring).
+    ``"auto"`` the board pins to it while the machine is otherwise idle
+    (:func:`pinned_when_quiet`).
     """
     return None if isinstance(worker_cpus, str) and worker_cpus == AUTO else plan
+
+
+def pinned_when_quiet(worker_cpus: WorkerCpus, plan: Optional[Sequence[int]]
+                      ) -> Optional[Sequence[int]]:
+    """The CPUs to pin the workers to while no other process uses the CPUs
+    (``"auto"`` with a plan: control_plane/quiet_pinning.py), else ``None``."""
+    return plan if isinstance(worker_cpus, str) and worker_cpus == AUTO else None
 
 
 def pin_workers(pids: Sequence[int], plan: Optional[Sequence[int]]) -> None:

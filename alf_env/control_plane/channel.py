@@ -24,6 +24,7 @@ from alf_env.control_plane.protocol import (
     send_message,
 )
 from alf_env.control_plane.shutdown import CLOSE_KILL_TIMEOUT
+from alf_env.control_plane.worker import FastLoopEntry
 from alf_env.errors import (
     EnvironmentClosedError,
     EnvironmentProcessError,
@@ -93,7 +94,7 @@ class WorkerChannel:
     _state: EnvState
     _conn: multiprocessing.connection.Connection  # None until started: not read before
     _process: multiprocessing.process.BaseProcess  # None until started: not read before
-    _poller: Any  # select.poll() of the pipe and the sentinel
+    _poller: "select.poll"  # of the pipe and the sentinel
     _death: Optional[WorkerDiedError]
     _out_of_step: Optional[EnvironmentProcessError]
     _unplaced: bool  # a request is being sent whose answer has no place yet
@@ -105,12 +106,12 @@ class WorkerChannel:
 
     # -- native loop (FastParallelEnvironment) --------------------------------
 
-    def start_fast_loop(self, spec: Any,
+    def start_fast_loop(self, spec: FastLoopEntry,
                         doorbell: Callable[[Callable[[], None]], None]) -> None:
         """Moves the worker into the native shared-memory loop.
 
         Args:
-            spec: a ``FastLoopSpec``.
+            spec: the loop the worker runs (``data_plane.job_loop.FastLoopSpec``).
             doorbell: called with each later pipe request's ``write``: it makes the
                 worker read its pipe (a CALL job), calls ``write()``, then waits until
                 the worker has read it. Raising before ``write`` means nothing was posted.

@@ -11,7 +11,8 @@ import multiprocessing
 import multiprocessing.connection
 import os
 import select
-from typing import Any, Callable, Dict, List, Optional
+import weakref
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Literal, Optional, Union
 
 import cloudpickle
 from absl import logging
@@ -36,6 +37,9 @@ from alf_env.errors import (
     EnvironmentProcessError,
     WorkerDiedError,
 )
+
+if TYPE_CHECKING:
+    from alf_env.control_plane.leaf_codec import StepCodecs
 
 
 def _call_blocking(env: "ProcessEnvironment", name: str, *args: Any, **kwargs: Any) -> Any:
@@ -99,7 +103,8 @@ class ProcessEnvironment(NotCopyable, WorkerChannel):
         self._conn = None  # type: ignore[assignment]  # set by start(), not read before
         self._process = None  # type: ignore[assignment]  # set by start(), not read before
         self._pid: Optional[int] = None
-        self._finalizer: Any = None  # ends the process if this env is collected unclosed
+        # Ends the process if this env is collected unclosed.
+        self._finalizer: Optional["weakref.finalize[..., None]"] = None
         self._death: Optional[WorkerDiedError] = None
         self._out_of_step: Optional[EnvironmentProcessError] = None
         self._unplaced = False
@@ -107,9 +112,10 @@ class ProcessEnvironment(NotCopyable, WorkerChannel):
         self._received_seq = 0    # sequence number of the next answer to read
         # Weak references to the promises of answers not yet read, by sequence
         # number (the answer of a dropped promise is discarded on arrival).
-        self._waiting: Dict[int, Any] = {}
+        self._waiting: Dict[int, "weakref.ReferenceType[Promise]"] = {}
         self._spec_cache: Dict[str, Any] = {}
-        self._codecs: Any = None  # StepCodecs, False (no ALF specs) or None (not known)
+        # False: no ALF specs; None: not known yet.
+        self._codecs: Union["StepCodecs", Literal[False], None] = None
         # Set while the worker runs the native loop: rung for every pipe
         # request, so the worker reads it as it is written (see start_fast_loop).
         self._doorbell: Optional[Callable[[Callable[[], None]], None]] = None
@@ -294,7 +300,7 @@ class ProcessEnvironment(NotCopyable, WorkerChannel):
         """
         codecs = self._step_codecs()
         record = codecs.pack_action(action) if codecs is not None else None
-        if record is not None:  # an exact action: both ways as packed records
+        if codecs is not None and record is not None:  # an exact action: both ways packed
             promise = self._request(MessageType.STEP_PACKED, record,
                                     transform=codecs.unpack_time_step)
         elif self._flatten:
@@ -316,7 +322,7 @@ class ProcessEnvironment(NotCopyable, WorkerChannel):
                 transform=self._pack_time_step if self._flatten else None)
         return promise() if blocking else promise
 
-    def _step_codecs(self) -> Any:
+    def _step_codecs(self) -> Optional["StepCodecs"]:
         """The env's ``StepCodecs`` (``None`` for an env without ALF specs)."""
         if self._codecs is None:
             from alf_env.control_plane.leaf_codec import StepCodecs

@@ -51,7 +51,8 @@ import signal
 import threading
 import time
 import weakref
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from types import FrameType
+from typing import Any, Callable, Dict, List, Optional, Protocol, Sequence, Tuple
 
 from absl import logging
 
@@ -80,6 +81,14 @@ SIGTERM_EXIT_CODE = 128 + signal.SIGTERM
 Worker = Any
 
 
+class Releasable(Protocol):
+    """What :func:`shutdown` asks of a board: bring its workers back from the
+    native loop (``data_plane.job_board.JobBoard.release``)."""
+
+    def release(self, timeout: Optional[float] = None) -> None:
+        """Brings every worker back from the native loop; never raises."""
+
+
 class _Registry:
     """The started, unclosed workers of this process and the boards that drive
     some of them (see the module doc).
@@ -91,7 +100,7 @@ class _Registry:
 
     def __init__(self) -> None:
         self.envs: "weakref.WeakValueDictionary[int, Worker]" = weakref.WeakValueDictionary()
-        self.boards: "weakref.WeakSet[Any]" = weakref.WeakSet()
+        self.boards: "weakref.WeakSet[Releasable]" = weakref.WeakSet()
         self.hooks_installed = False
         self.exiting = False  # shutdown() runs: exit-time bounds, SIGTERM ignored
         self.pid = os.getpid()  # the process whose workers these are
@@ -114,12 +123,11 @@ def _forget_parent_workers() -> None:
 os.register_at_fork(after_in_child=_forget_parent_workers)
 
 
-def register_board(board: Any) -> None:
+def register_board(board: Releasable) -> None:
     """Lets :func:`shutdown` bring a board's workers back from the native loop.
 
     Args:
-        board: an object with ``release(timeout)`` (a ``data_plane.job_board.JobBoard``);
-            held weakly.
+        board: a ``data_plane.job_board.JobBoard``; held weakly.
     """
     _registry.boards.add(board)
 
@@ -163,7 +171,8 @@ def close_when_collected(owner: Any, envs: Sequence[Worker]) -> "weakref.finaliz
     return _finalizer(owner, stop_all, envs if isinstance(envs, list) else list(envs), 0.0)
 
 
-def _finalizer(owner: Any, stop: Any, *args: Any) -> "weakref.finalize[..., None]":
+def _finalizer(owner: Any, stop: Callable[..., None],
+               *args: Any) -> "weakref.finalize[..., None]":
     """``weakref.finalize(owner, ...)`` that runs ``stop(*args)`` only in this
     process (a forked child inherits the finalizer, not the workers) and not
     at exit (:func:`shutdown` does that, politely)."""
@@ -172,7 +181,7 @@ def _finalizer(owner: Any, stop: Any, *args: Any) -> "weakref.finalize[..., None
     return finalizer
 
 
-def _in_process(pid: int, stop: Any, args: Tuple[Any, ...]) -> None:
+def _in_process(pid: int, stop: Callable[..., None], args: Tuple[Any, ...]) -> None:
     if os.getpid() == pid:
         stop(*args)
 
@@ -210,7 +219,7 @@ def _at_exit() -> None:
     _registry.exiting = True  # from now on a SIGTERM has nothing left to do
 
 
-def _on_sigterm(signum: int, frame: Any) -> None:
+def _on_sigterm(signum: int, frame: Optional[FrameType]) -> None:
     """SIGTERM: exit like ``sys.exit(SIGTERM_EXIT_CODE)`` (``finally`` and atexit run)."""
     if os.getpid() != _registry.pid:
         # A forked worker that has not yet restored the default action

@@ -8,7 +8,9 @@ released before the step and created again by the next op put its new thread
 on the trainer's own core and held steps 30x longer (docs/benchmarks.md, "The
 trainer's torch threads"). What parking cannot fix, torch's threads
 outnumbering the cores while another process keeps one busy, only the user
-can: :func:`advise_torch_threads` says so once, at start.
+can: :func:`advise_torch_threads` says so once, at start, and
+:func:`warn_pool_waiting` once more, loudly, when the pool's threads are seen
+waiting for a CPU.
 """
 
 import sys
@@ -19,6 +21,7 @@ from absl import logging
 from alf_env.control_plane.affinity import usable_cpu_count
 
 _advised = False  # the advice is logged once per process
+_warned = False  # and the warning
 
 
 def torch_threads_advice(num_workers: int) -> Optional[str]:
@@ -57,3 +60,28 @@ def advise_torch_threads(num_workers: int) -> None:
     if advice is not None:
         _advised = True
         logging.info(advice)
+
+
+def pool_waiting_warning(threads: int, share: float) -> str:
+    """The warning :func:`warn_pool_waiting` logs.
+
+    Args:
+        threads: torch's threads (the pool's and the caller's).
+        share: the share of a second the pool's threads waited for a CPU.
+    """
+    better = max(1, int(threads * (1.0 - share)))
+    return (f"alf_env: torch's OpenMP threads waited for a CPU {share:.0%} of the last "
+            f"second of this training loop: it gets fewer CPUs than torch's {threads} "
+            f"threads (other processes are using them), and they now wait for each other's "
+            f"core at every op, which makes every step many times slower (with any vector "
+            f"env). torch.set_num_threads({better}) avoids that (docs/benchmarks.md, "
+            f"\"The trainer's torch threads\").")
+
+
+def warn_pool_waiting(threads: int, share: float) -> None:
+    """Logs :func:`pool_waiting_warning` once per process, as a WARNING: unlike the
+    start-up advice, it reports a slowdown that is happening."""
+    global _warned
+    if not _warned:
+        _warned = True
+        logging.warning(pool_waiting_warning(threads, share))

@@ -20,6 +20,7 @@ import select
 import signal
 import threading
 import time
+from types import FrameType
 from typing import Any, List, Optional
 
 # How often a worker without pidfd support checks whether its parent is alive.
@@ -175,7 +176,7 @@ class signals_deferred:
                          else [signal.SIGINT])
         self._received: List[int] = []
 
-    def _record(self, signum: int, frame: Any) -> None:
+    def _record(self, signum: int, frame: Optional[FrameType]) -> None:
         self._received.append(signum)
 
     def __enter__(self) -> None:

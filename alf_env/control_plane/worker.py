@@ -33,6 +33,7 @@ from alf_env.control_plane.watchdog import die_with_parent, start_parent_watchdo
 
 if TYPE_CHECKING:
     from alf_env.control_plane.leaf_codec import StepCodecs
+    from alf_env.control_plane.spec_checks import WorkerSpecGuard
 
 
 class FastLoopEntry(Protocol):
@@ -87,7 +88,7 @@ class WorkerEnvProxy:
         self.env = env
         self.flatten = flatten
         self.env_id = env_id
-        self._guard: Any = None
+        self._guard: Optional["WorkerSpecGuard"] = None
         self._guard_built = False
         self._codecs: Optional["StepCodecs"] = None
         self._flat_step: Any = None  # the env's flat step, made with the codecs
@@ -178,7 +179,7 @@ class WorkerEnvProxy:
             self._flat_step = flat_stepper_of(env)
         return self._codecs
 
-    def guard(self) -> Any:
+    def guard(self) -> Optional["WorkerSpecGuard"]:
         """The env's spec guard (built at the first step/reset), or ``None``."""
         if not self._guard_built:
             from alf_env.control_plane.spec_checks import WorkerSpecGuard

@@ -11,24 +11,38 @@ import functools
 import inspect
 import time
 import weakref
-from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Set, TypeVar
+from typing import (
+    Any,
+    Callable,
+    Dict,
+    Iterable,
+    List,
+    Mapping,
+    Optional,
+    Protocol,
+    Sequence,
+    Set,
+    TypeVar,
+)
 
 import numpy as np
 from absl import logging
 
 from alf_env.control_plane import shutdown
+from alf_env.control_plane.affinity import usable_cpus
 from alf_env.control_plane.channel import receive_answers
 from alf_env.control_plane.group import close_all
 from alf_env.control_plane.process_environment import ProcessEnvironment
+from alf_env.control_plane.quiet_pinning import QuietPinning
 from alf_env.data_plane.pool_park import PoolPark
-from alf_env.data_plane.shared_block import JobType, WaitStatus
+from alf_env.data_plane.shared_block import Controller, JobType, WaitStatus
 from alf_env.errors import EnvironmentClosedError, EnvTimeoutError, WorkerDiedError
 
 # on_ok(workers, jobs): called with the workers whose jobs just finished OK and
 # the last job posted to each worker (see JobBoard.job_of), before anything else
 # is sent to them; returns what went wrong per worker while handling them
 # (raised by the waits as job errors).
-OkHook = Callable[[List[int], Mapping[int, Any]], Dict[int, BaseException]]
+OkHook = Callable[[List[int], Mapping[int, JobType]], Dict[int, BaseException]]
 
 # on_death(worker, error, during): called when ``worker`` died with its job
 # outstanding (the job abandoned, ``error`` its WorkerDiedError); returns whether
@@ -44,8 +58,54 @@ T = TypeVar("T")
 PIPE_CALL = "a call"
 
 
+class Board(Protocol):
+    """The jobs of a set of workers, as a front end's engine drives them.
+
+    Worker ``i`` is ``envs[i]``; a job is a ``JobType`` (STEP, RESET) with an int
+    argument whose meaning the front end gives it. :class:`JobBoard` runs the
+    jobs through the job slots of shared memory; a front end without shared
+    memory implements the same interface with pipe requests (the gym front
+    end's ``pipe_board.py``), so one engine and one set of rules serves both.
+    """
+
+    envs: Sequence[ProcessEnvironment]
+
+    def set_death_hook(self, on_death: Optional[DeathHook]) -> None:
+        """Sets the hook that may replace a dead worker (``None``: a death raises)."""
+
+    def post(self, workers: Iterable[int], job: JobType, arg: int = 0) -> None:
+        """Posts ``job`` to ``workers``, first finishing any job they still run."""
+
+    def run(self, workers: Sequence[int], job: JobType, arg: int, during: str,
+            timeout: Optional[float] = None) -> None:
+        """:meth:`post`, then :meth:`wait_for` the same workers (the lockstep step)."""
+
+    def returned(self) -> None:
+        """Notes that a lockstep step's results went to the trainer's code."""
+
+    def job_of(self, worker: int) -> Optional[JobType]:
+        """The last job posted to ``worker``, or ``None``."""
+
+    def wait_for(self, workers: Iterable[int], during: str,
+                 timeout: Optional[float] = None, raise_errors: bool = True) -> None:
+        """Waits until each of ``workers`` finished its job; raises what one raised
+        (``EnvTimeoutError``, ``WorkerDiedError``, a job's error), unless
+        ``raise_errors`` is false (then see :meth:`pop_errors`)."""
+
+    def wait_first(self, candidates: Set[int], k: int, during: str,
+                   timeout: Optional[float] = None) -> List[int]:
+        """The first ``k`` of ``candidates`` to finish, in completion order; job
+        errors stay for :meth:`pop_errors`."""
+
+    def pop_errors(self, workers: Iterable[int]) -> Dict[int, BaseException]:
+        """Removes and returns what the finished jobs of ``workers`` raised."""
+
+    def release(self, timeout: Optional[float] = None) -> None:
+        """Lets the workers' jobs end before they are closed; never raises."""
+
+
 class JobBoard:
-    """The parent's view of the job slots of a set of worker processes.
+    """The parent's view of the job slots of a set of worker processes (a :class:`Board`).
 
     Holds its front end (``on_ok``) and is held by its workers (:meth:`doorbell`)
     only weakly, so a front end dropped without ``close()`` is collected at once.
@@ -59,11 +119,15 @@ class JobBoard:
         on_death: optional hook that may replace a dead worker (see
             ``DeathHook``); held weakly if a bound method. Only a wait's death
             branch calls it, so it costs the steps nothing.
+        pin_when_quiet: worker ``i``'s CPU while no other process uses the
+            CPUs (:class:`~alf_env.control_plane.quiet_pinning.QuietPinning`;
+            ``None``: the board never pins).
     """
 
-    def __init__(self, controller: Any, envs: Sequence[ProcessEnvironment],
+    def __init__(self, controller: Controller, envs: Sequence[ProcessEnvironment],
                  on_ok: Optional[OkHook] = None, timeout: Optional[float] = None,
-                 on_death: Optional[DeathHook] = None) -> None:
+                 on_death: Optional[DeathHook] = None,
+                 pin_when_quiet: Optional[Sequence[int]] = None) -> None:
         self.controller = controller
         self.envs = envs
         self.timeout = timeout
@@ -75,8 +139,11 @@ class JobBoard:
         # used as an ordered set).
         self._done: Dict[int, None] = {}
         self._errors: Dict[int, BaseException] = {}  # what their failed jobs raised
-        self._jobs: Dict[int, Any] = {}  # the last job posted to each worker
+        self._jobs: Dict[int, JobType] = {}  # the last job posted to each worker
         self._pool = PoolPark()  # the trainer's torch threads, parked during run()
+        # Worker i pinned to CPU pin_when_quiet[i] while the machine is otherwise idle.
+        self._pinning = None if pin_when_quiet is None else QuietPinning(
+            _weakly(self.worker_pids, list), pin_when_quiet, usable_cpus())
         # At exit (or SIGTERM), workers still in the loop are brought back first.
         shutdown.register_board(self)
 
@@ -87,7 +154,7 @@ class JobBoard:
 
     # -- posting ---------------------------------------------------------------
 
-    def post(self, workers: Iterable[int], job: Any, arg: int = 0) -> None:
+    def post(self, workers: Iterable[int], job: JobType, arg: int = 0) -> None:
         """Posts ``job`` to ``workers``, first finishing any job they still run."""
         workers = list(workers)
         if self.controller.num_outstanding:
@@ -96,7 +163,7 @@ class JobBoard:
                 self.wait_for(busy, "finishing an earlier job")
         self._post_idle(workers, job, arg)
 
-    def _post_idle(self, workers: List[int], job: Any, arg: int) -> None:
+    def _post_idle(self, workers: List[int], job: JobType, arg: int) -> None:
         """Posts ``job`` to ``workers``, none of which has a job outstanding."""
         done, jobs = self._done, self._jobs
         for w in workers:
@@ -104,7 +171,7 @@ class JobBoard:
             jobs[w] = job
         self.controller.post(workers, job, arg)
 
-    def run(self, workers: Sequence[int], job: Any, arg: int, during: str,
+    def run(self, workers: Sequence[int], job: JobType, arg: int, during: str,
             timeout: Optional[float] = None) -> None:
         """:meth:`post` then :meth:`wait_for` the same workers: the synchronous step's path,
         usually one native wait when nothing else is outstanding.
@@ -137,11 +204,19 @@ class JobBoard:
     def returned(self) -> None:
         """Notes that the front end handed a lockstep step's results to the trainer's
         code (what runs from here to the next :meth:`run` may leave torch's threads
-        spinning: data_plane/pool_park.py)."""
+        spinning: data_plane/pool_park.py), and looks once a second whether to pin
+        the workers (control_plane/quiet_pinning.py)."""
         self._pool.returned()
+        if self._pinning is not None:
+            self._pinning.look()
 
-    def job_of(self, worker: int) -> Any:
-        """The last job posted to ``worker`` (a ``JobType``), or ``None``."""
+    def worker_pids(self) -> List[Optional[int]]:
+        """The workers' pids, in worker order (a restarted worker's is new;
+        ``None``: not running)."""
+        return [env.pid for env in self.envs]
+
+    def job_of(self, worker: int) -> Optional[JobType]:
+        """The last job posted to ``worker``, or ``None``."""
         return self._jobs.get(worker)
 
     def is_done(self, worker: int) -> bool:
@@ -310,16 +385,16 @@ class JobBoard:
         write()
         self.wait_for([worker], PIPE_CALL, raise_errors=False)
 
-    def doorbell(self, worker: int) -> Callable[..., None]:
+    def doorbell(self, worker: int) -> Callable[[Callable[[], None]], None]:
         """:meth:`serve_pipe` of ``worker``, for its ``start_fast_loop``; holds the board weakly."""
         board = weakref.ref(self)
 
-        def ring(*args: Any) -> None:
+        def ring(write: Callable[[], None]) -> None:
             live = board()
             if live is None:
                 raise EnvironmentClosedError(f"worker {worker}: its front end was "
                                              f"garbage collected")
-            live.serve_pipe(worker, *args)
+            live.serve_pipe(worker, write)
         return ring
 
     def release(self, timeout: Optional[float] = None) -> None:

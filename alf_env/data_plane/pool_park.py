@@ -12,11 +12,12 @@ pool instead, and the measurements.
 import os
 import sys
 import time
-from typing import Callable, Optional
+from typing import Callable, List, Optional, Sequence
 
 from absl import logging
 
 from alf_env import _penv
+from alf_env.control_plane.torch_threads import warn_pool_waiting
 
 #: The OpenMP runtime whose pool can be parked (torch's CPU wheels load libgomp).
 RUNTIME = "libgomp"
@@ -24,6 +25,62 @@ RUNTIME = "libgomp"
 #: run a torch op (a policy's forward pass, 100 µs and more), whose pool
 #: threads then spin; a loop of steps alone spends a few µs there.
 MIN_GAP_S = 50e-6
+
+
+#: Seconds between two looks at how long the pool's threads waited for a CPU.
+WATCH_PERIOD_S = 1.0
+#: Share of those seconds past which the pool's threads are short of CPUs. A
+#: policy loop's pool thread waited 6-12% of each second on the project's quiet
+#: 2-CPU machine, and 48% beside a busy process of another session, where every
+#: step ran 15-20x slower (docs/benchmarks.md, "The trainer's torch threads").
+WAITING_SHARE = 0.25
+
+
+def run_delay_ns(tid: int) -> Optional[int]:
+    """Nanoseconds thread ``tid`` of this process has spent runnable but waiting
+    for a CPU (``/proc``'s schedstat), or ``None`` if it has ended."""
+    try:
+        with open(f"/proc/self/task/{tid}/schedstat") as stats:
+            return int(stats.read().split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+class PoolWaitWatch:
+    """Tells, once a second, whether the parked pool's threads waited for a CPU.
+
+    torch's threads spin at every op's barrier for each other. When other
+    processes leave the trainer fewer cores than torch has threads (the
+    kernel shares the CPUs between sessions, not threads), they wait for
+    each other's core instead, and the whole loop slows down many times,
+    whatever runs the envs. Only the user can fix that (fewer torch
+    threads); this watch finds it from the threads' own scheduler
+    statistics, so that the trainer can say so when it happens.
+    """
+
+    def __init__(self, read_delay: Callable[[int], Optional[int]] = run_delay_ns) -> None:
+        self._read_delay = read_delay
+        self._due = -float("inf")
+        self._at = 0.0
+        self._waited_ns: Optional[int] = None
+        self._parks = 0
+
+    def due(self, now: float) -> bool:
+        """Whether a :meth:`look` is due (one per :data:`WATCH_PERIOD_S`)."""
+        return now >= self._due
+
+    def look(self, tids: Sequence[int], parked_steps: int, now: float) -> Optional[float]:
+        """The share of the time since the last look that the pool's threads
+        ``tids`` waited for a CPU, if it exceeds :data:`WAITING_SHARE` and the
+        pool was parked meanwhile (a policy loop); else ``None``."""
+        self._due = now + WATCH_PERIOD_S
+        delays: List[Optional[int]] = [self._read_delay(tid) for tid in tids]
+        waited = sum(d for d in delays if d is not None) if tids and None not in delays else None
+        share = None
+        if waited is not None and self._waited_ns is not None and parked_steps > self._parks:
+            share = (waited - self._waited_ns) * 1e-9 / ((now - self._at) * len(tids))
+        self._at, self._waited_ns, self._parks = now, waited, parked_steps
+        return share if share is not None and share > WAITING_SHARE else None
 
 
 def loaded_openmp_runtime(maps_path: str = "/proc/self/maps") -> Optional[str]:
@@ -56,6 +113,9 @@ class PoolPark:
     sleeps: parking would wake it for nothing, and every release leaves it
     spinning for milliseconds on the workers' cores.
 
+    Once a second it also looks whether the pool's threads waited for a CPU
+    (:class:`PoolWaitWatch`), and warns once if they did.
+
     The pool's CPU time comes from its threads' own clocks once a park has
     named them; before that, from all the process's threads but the caller
     (which the kernel brings up to date only at a scheduler tick for a thread
@@ -68,13 +128,15 @@ class PoolPark:
     """
 
     def __init__(self, clock: Callable[[], float] = time.perf_counter,
-                 coarse_cpu: Callable[[], float] = other_threads_cpu) -> None:
+                 coarse_cpu: Callable[[], float] = other_threads_cpu,
+                 watch: Optional[PoolWaitWatch] = None) -> None:
         self._park: Optional[_penv.OpenMpPark] = None
         self._unavailable = False  # torch's runtime looked up, and not parkable
         self._clock = clock
         self._coarse_cpu = coarse_cpu
         self._returned_at = -float("inf")
         self._pool_cpu_at = 0.0
+        self._watch = watch if watch is not None else PoolWaitWatch()
         self.parked_steps = 0
 
     def _may_park(self) -> bool:
@@ -91,9 +153,14 @@ class PoolPark:
 
     def returned(self) -> None:
         """Notes that the front end handed a step's results to the trainer's code."""
-        self._returned_at = self._clock()
+        now = self._returned_at = self._clock()
         if self._may_park():
             self._pool_cpu_at = self._pool_cpu()
+            if self._park is not None and self._watch.due(now):
+                tids = self._park.pool_tids()
+                share = self._watch.look(tids, self.parked_steps, now)
+                if share is not None:
+                    warn_pool_waiting(len(tids) + 1, share)
 
     def before_step(self) -> bool:
         """Parks the pool's threads if a torch op ran since the last step returned;

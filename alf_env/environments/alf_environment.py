@@ -17,7 +17,7 @@ free resources. After ``close()``, ``reset()`` and ``step()`` raise
 """
 
 import abc
-from typing import Any, Optional
+from typing import Any, List, Optional
 
 from alf_env.data_structures import TimeStep, time_step_spec
 from alf_env.errors import EnvironmentClosedError
@@ -85,7 +85,7 @@ class AlfEnvironment(abc.ABC):
         return 1
 
     @property
-    def task_names(self) -> list:
+    def task_names(self) -> List[str]:
         """The name of each task: ``["0", ..., str(num_tasks - 1)]`` by default (as ALF)."""
         return [str(i) for i in range(self.num_tasks)]
 

@@ -152,7 +152,7 @@ class AlfGymWrapper(AlfEnvironment):
         self._leaf_specs: Optional[Tuple[TimeStep, List[np.dtype]]] = None
         # No compiled conversions yet: the probe below takes the general path.
         self._fast_gym_action: Optional[Converter] = None
-        self._gym_action_space: Optional[spaces.Space] = None
+        self._gym_action_space: Optional[spaces.Space[Any]] = None
         if env_info_spec is None:
             env_info_spec = self._probe_env_info_spec()
         self._env_info_spec = env_info_spec
@@ -381,7 +381,7 @@ class AlfGymWrapper(AlfEnvironment):
         return nest.map_structure_with_path(convert, self._action_spec, action,
                                             check_types=False)
 
-    def _to_gym_action(self, space: spaces.Space, action: Any) -> Any:
+    def _to_gym_action(self, space: spaces.Space[Any], action: Any) -> Any:
         # The compiled form is used for the space it was compiled from, while
         # the gymnasium env still reports that same space object.
         if space is self._gym_action_space and self._fast_gym_action is not None:
@@ -419,14 +419,16 @@ class AlfGymWrapper(AlfEnvironment):
         """A new 0-d int32 array of ``env_id``, as generate_time_step makes it."""
         source, array = self._env_id_array
         if source is self._env_id:
-            return array.copy()
+            fresh: np.ndarray = array.copy()
+            return fresh
         return scalar_array(self._env_id, np.int32)
 
     def _fresh_discount(self) -> np.ndarray:
         """A new 0-d float32 array of ``discount``, as generate_time_step makes it."""
         source, array = self._discount_array
         if source is self._discount:
-            return array.copy()
+            fresh: np.ndarray = array.copy()
+            return fresh
         return scalar_array(self._discount, np.float32)
 
     def _reset(self) -> TimeStep:

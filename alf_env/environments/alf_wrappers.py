@@ -74,7 +74,7 @@ class AlfEnvironmentBaseWrapper(AlfEnvironment):
         return self._env.num_tasks
 
     @property
-    def task_names(self) -> list:
+    def task_names(self) -> List[str]:
         return self._env.task_names
 
     def seed(self, seed: int) -> None:
@@ -174,7 +174,7 @@ class BatchEnvironmentWrapper(MembersSpecs, AlfEnvironment):
             env.close()
 
     def _batch(self, time_steps: List[TimeStep]) -> TimeStep:
-        batched = nest.map_structure(lambda *xs: np.stack(xs), *time_steps)
+        batched: TimeStep = nest.map_structure(lambda *xs: np.stack(xs), *time_steps)
         return batched._replace(env_id=self._env_ids.copy())
 
     def _reset(self) -> TimeStep:

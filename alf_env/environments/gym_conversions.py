@@ -24,7 +24,7 @@ that fetch the same way.
 
 import collections
 import collections.abc
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, Optional, Tuple
 
 import numpy as np
 import torch
@@ -158,7 +158,8 @@ def action_leaf(spec: TensorSpec) -> Converter:
             # np.asarray(to_numpy(x)) is x itself for an exact ndarray.
             if value.shape != shape:
                 raise _Fallback
-            return value.astype(dtype)
+            converted: np.ndarray = value.astype(dtype)
+            return converted
         if value_type is scalar_type:
             return np.array(value)
         if nest.is_nested(value):
@@ -199,7 +200,7 @@ def compile_zeros(spec: Any) -> Optional[Callable[[], Any]]:
     return None
 
 
-def compile_gym_action(space: spaces.Space) -> Converter:
+def compile_gym_action(space: spaces.Space[Any]) -> Converter:
     """Compiles ``AlfGymWrapper._to_gym_action(space, action)``."""
     if isinstance(space, spaces.Dict):
         children = [(k, compile_gym_action(s)) for k, s in space.spaces.items()]
@@ -295,7 +296,7 @@ def compile_info(spec: Any) -> Optional[Converter]:
         # (MuJoCo's infos are numpy float64s), and Python floats and bools
         # for float and bool specs (one rounding either way; ints are left to
         # the general code, which decides what a huge one does).
-        direct: tuple = ()
+        direct: Tuple[type, ...] = ()
         if shape == ():
             direct = (dtype.type,) + ((float,) if dtype.kind == "f" else ()) + (
                 (bool,) if dtype.kind == "b" else ())

@@ -41,7 +41,7 @@ def _simplified(bound: np.ndarray, simplify: bool) -> np.ndarray:
     return bound
 
 
-def tensor_spec_from_gym_space(space: spaces.Space, simplify_box_bounds: bool = True,
+def tensor_spec_from_gym_space(space: spaces.Space[Any], simplify_box_bounds: bool = True,
                                float_dtype: Optional[Any] = np.float32, *,
                                path: str = "") -> Any:
     """Converts a gymnasium space to a nest of ``BoundedTensorSpec``.

@@ -1,10 +1,12 @@
 """Spec accessors answered from specs cached once: :class:`MembersSpecs`.
 
 An environment that batches member environments with identical specs
-(``BatchEnvironmentWrapper``, ``EnvGroup``, ``ParallelAlfEnvironment`` and
-``FastParallelEnvironment``, ``RayParallelAlfEnvironment``) asks one member
-for its specs when it is made and answers the five spec accessors from them;
-:func:`check_same_specs` names the first member whose specs differ.
+(``BatchEnvironmentWrapper``, ``EnvGroup``, ``RayParallelAlfEnvironment``)
+asks one member for its specs when it is made and answers the five spec
+accessors from them; :func:`check_same_specs` names the first member whose
+specs differ (also for ``ParallelAlfEnvironment`` and
+``FastParallelEnvironment``, which keep their workers' specs in an
+``AlfWorkers``: ``front_ends/alf/workers.py``).
 """
 
 from typing import Any, Sequence, Tuple

@@ -114,7 +114,8 @@ class RandomAlfEnvironment(AlfEnvironment):
     def _check_discount(self, discount: Any) -> np.ndarray:
         value = np.asarray(discount, dtype=np.float32)
         if value.ndim == 0:
-            return np.broadcast_to(value, self._outer).copy()
+            broadcast: np.ndarray = np.broadcast_to(value, self._outer).copy()
+            return broadcast
         if value.shape != self._outer:
             raise ValueError(
                 f"discount: expected a scalar or shape {self._outer} (one per row of "

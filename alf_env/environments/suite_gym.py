@@ -21,7 +21,7 @@ from alf_env.environments.alf_gym_wrapper import AlfGymWrapper
 
 __all__ = ["load", "wrap_env"]
 
-GymWrapper = Callable[[gymnasium.Env], gymnasium.Env]
+GymWrapper = Callable[[gymnasium.Env[Any, Any]], gymnasium.Env[Any, Any]]
 AlfWrapper = Callable[[AlfEnvironment], AlfEnvironment]
 
 
@@ -122,17 +122,21 @@ def wrap_env(gym_env: gymnasium.Env,
         raise ValueError("max_episode_steps: expected 0 (no limit) or a positive int, "
                          "got None; wrap_env has no registered limit to keep")
     _check_steps(max_episode_steps)
-    env: Any = gym_env
+    # The outermost env so far: closing it closes the ones it wraps.
+    env: Union[gymnasium.Env[Any, Any], AlfEnvironment] = gym_env
     try:
+        wrapped = gym_env
         for wrapper in gym_env_wrappers:
-            env = wrapper(env)
+            env = wrapped = wrapper(wrapped)
         if max_episode_steps > 0:
-            env = gymnasium.wrappers.TimeLimit(env, int(max_episode_steps))
-        env = AlfGymWrapper(env, env_id=env_id, discount=discount, auto_reset=auto_reset,
-                            float_dtype=float_dtype)
+            env = wrapped = gymnasium.wrappers.TimeLimit(wrapped, int(max_episode_steps))
+        alf_wrapped: AlfEnvironment = AlfGymWrapper(
+            wrapped, env_id=env_id, discount=discount, auto_reset=auto_reset,
+            float_dtype=float_dtype)
+        env = alf_wrapped
         for alf_wrapper in alf_env_wrappers:
-            env = alf_wrapper(env)
+            env = alf_wrapped = alf_wrapper(alf_wrapped)
     except BaseException:
         env.close()
         raise
-    return env
+    return alf_wrapped

@@ -26,11 +26,13 @@ def test_main_prints_the_spread_and_the_paired_ratio_and_writes_json(spread, cap
     out = tmp_path / "spread.json"
     assert spread.main(["--workload", "CartPole-v1", "--num-envs", "2", "--launches", "1",
                         "--warmup", "0.2", "--seconds", "1", "--long", "1", "--runs", "1",
-                        "--torch-threads", "1", "--json", str(out)]) == 0
+                        "--torch-threads", "1", "--load", "1", "--apart",
+                        "--json", str(out)]) == 0
     text = capsys.readouterr().out
     assert "slowest / median" in text and "/ gym_sync, paired: " in text
     assert "slowest second / median" in text
     saved = json.loads(out.read_text())
+    assert saved["load"] == 1 and saved["apart"] is True
     assert set(saved["launches"]) == {"fast_vector", "gym_sync"}
     assert len(saved["long"]["fast_vector"]) == 1  # one run of one whole second
     assert len(saved["long"]["fast_vector"][0]) == 1

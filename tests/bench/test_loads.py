@@ -38,6 +38,14 @@ def test_busy_load_runs_n_spinning_processes_and_reaps_them():
     load.stop()  # repeat-safe
 
 
+@pytest.mark.parametrize("apart", [False, True])
+def test_busy_load_apart_runs_in_a_session_of_its_own(apart):
+    with BusyLoad(1, apart=apart) as load:
+        (pid,) = load.pids
+        assert (os.getsid(pid) == pid) is apart
+        assert (os.getsid(pid) == os.getsid(0)) is not apart
+
+
 def test_no_load_starts_nothing_and_a_negative_load_is_refused():
     with BusyLoad(0) as load:
         assert load.pids == []

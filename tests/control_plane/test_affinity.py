@@ -38,8 +38,7 @@ BACKENDS = {
 
 
 def _worker_cpus(env):
-    workers = env._workers if isinstance(env, FastVectorEnv) else env._envs
-    return [os.sched_getaffinity(w.pid) for w in workers]
+    return [os.sched_getaffinity(pid) for pid in env.worker_pids()]
 
 
 def test_plan_spread_and_lists():
@@ -198,8 +197,7 @@ def test_pipe_workers_run_under_sched_batch_shared_memory_ones_normally(backend,
     expected = os.SCHED_BATCH if backend == "parallel" else os.SCHED_OTHER
     try:
         env.reset()
-        workers = env._workers if isinstance(env, FastVectorEnv) else env._envs
-        assert [_policy(w.pid) for w in workers] == [expected] * 2
+        assert [_policy(pid) for pid in env.worker_pids()] == [expected] * 2
         assert _policy(0) == os.SCHED_OTHER  # the trainer keeps its policy
     finally:
         env.close()

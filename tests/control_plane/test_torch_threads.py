@@ -56,3 +56,21 @@ def test_the_advice_is_logged_once_per_process(monkeypatch):
     torch_threads.advise_torch_threads(2)
     torch_threads.advise_torch_threads(4)
     assert len(logged) == 1 and "torch.set_num_threads(1)" in logged[0]
+
+
+@pytest.mark.parametrize("threads, share, better", [(2, 0.5, 1), (2, 0.3, 1), (8, 0.5, 4)])
+def test_the_waiting_warning_names_the_share_and_a_thread_count_that_fits(threads, share,
+                                                                           better):
+    warning = torch_threads.pool_waiting_warning(threads, share)
+    assert f"waited for a CPU {share:.0%} of the last second" in warning
+    assert f"fewer CPUs than torch's {threads} threads" in warning
+    assert f"torch.set_num_threads({better})" in warning
+
+
+def test_the_waiting_warning_is_logged_once_per_process(monkeypatch):
+    monkeypatch.setattr(torch_threads, "_warned", False)
+    logged = []
+    monkeypatch.setattr(logging, "warning", lambda message, *args: logged.append(message))
+    torch_threads.warn_pool_waiting(2, 0.5)
+    torch_threads.warn_pool_waiting(2, 0.6)
+    assert len(logged) == 1 and "torch.set_num_threads(1)" in logged[0]

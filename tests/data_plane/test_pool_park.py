@@ -80,3 +80,56 @@ def test_pool_park_never_parks_without_torch(monkeypatch):
     assert park.before_step() is False
     park.after_step(False)
     assert park.parked_steps == 0
+
+
+def test_a_loop_whose_torch_threads_share_one_cpu_is_told_to_use_fewer():
+    # The slow state of a policy loop beside another session's busy process:
+    # torch's two threads, spinning for each other at every op, on one core.
+    run = run_module("tests.data_plane.pool_wait_script", [], timeout=120)
+    assert run.status == 0 and not run.problems(), (run.problems(), run.stderr)
+    assert json.loads(run.stdout.strip().splitlines()[-1])["torch_threads"] == 2
+    warnings = [line for line in run.stderr.splitlines() if "waited for a CPU" in line]
+    assert len(warnings) == 1, run.stderr  # once per process
+    assert warnings[0].startswith("WARNING") and "torch.set_num_threads(1)" in warnings[0]
+
+
+class _Delays:
+    """Fake run delays (ns) per thread id; ``None``: the thread has ended."""
+
+    def __init__(self):
+        self.ns = {11: 0, 12: 0}
+
+    def __call__(self, tid):
+        return self.ns.get(tid)
+
+
+@pytest.mark.parametrize("waited_s, parks, warns", [
+    (0.10, 5, False),  # a quiet machine's pool thread waits 6-12% of a second
+    (0.48, 5, True),   # beside another session's busy process
+    (0.48, 0, False),  # no parked step in that second: no policy loop to speak of
+])
+def test_pool_wait_watch_reports_a_pool_short_of_cpus(waited_s, parks, warns):
+    delays = _Delays()
+    watch = pool_park.PoolWaitWatch(read_delay=delays)
+    assert watch.due(0.0)
+    assert watch.look([11, 12], parked_steps=0, now=0.0) is None  # the first look: a baseline
+    assert not watch.due(0.5)  # /proc is read once a second at most
+    for tid in delays.ns:
+        delays.ns[tid] += int(waited_s * 1e9)
+    assert watch.due(1.0)
+    share = watch.look([11, 12], parked_steps=parks, now=1.0)
+    assert (share is not None) is warns
+    if warns:
+        assert share == pytest.approx(waited_s)
+
+
+def test_pool_wait_watch_starts_over_when_a_pool_thread_ends():
+    delays = _Delays()
+    watch = pool_park.PoolWaitWatch(read_delay=delays)
+    watch.look([11, 12], parked_steps=0, now=0.0)
+    del delays.ns[12]
+    assert watch.look([11, 12], parked_steps=5, now=1.0) is None
+    delays.ns = {21: 0, 22: 0}  # a new pool (torch.set_num_threads)
+    assert watch.look([21, 22], parked_steps=6, now=2.0) is None  # a new baseline
+    delays.ns = {21: 10**9, 22: 10**9}
+    assert watch.look([21, 22], parked_steps=7, now=3.0) == pytest.approx(1.0)

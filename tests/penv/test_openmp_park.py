@@ -1,5 +1,7 @@
 """csrc/openmp_park.cc: the trainer's OpenMP pool asleep in an open region, then back."""
 
+import os
+import threading
 import time
 
 import pytest
@@ -32,6 +34,7 @@ def test_parked_threads_sleep_and_the_pool_works_after_release(two_threads):
     expected = x @ x
     park = _penv.OpenMpPark(loaded_openmp_runtime())
     assert park.pool_cpu_ns() == -1  # no park has named the pool's threads yet
+    assert park.pool_tids() == []
     assert park.park() and park.parked
     assert not park.park()  # parked already
     assert park.pool_cpu_ns() == -1  # not while parked
@@ -39,6 +42,10 @@ def test_parked_threads_sleep_and_the_pool_works_after_release(two_threads):
     assert not park.parked
     before = park.pool_cpu_ns()
     assert before > 0
+    # The pool's one other thread, by its id in this process (not the caller's).
+    tids = park.pool_tids()
+    assert len(tids) == 1 and str(tids[0]) in os.listdir("/proc/self/task")
+    assert tids[0] != threading.get_native_id()
     assert park.park()
     time.sleep(0.05)
     park.release()

@@ -1,7 +1,7 @@
 """Creating batched environments from a name, as ALF trainers do."""
 
 import functools
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Dict, Optional, Sequence
 
 from alf_env.control_plane.restart import RestartPolicy
 from alf_env.environments import suite_gym
@@ -105,6 +105,6 @@ def create_environment(env_name: str = "CartPole-v1",
 
 
 def _load_batch(env_load_fn: Callable[..., AlfEnvironment], env_name: str,
-                env_ids: range, load_kwargs: dict) -> BatchEnvironmentWrapper:
+                env_ids: range, load_kwargs: Dict[str, Any]) -> BatchEnvironmentWrapper:
     return BatchEnvironmentWrapper(
         [env_load_fn(env_name, env_id=i, **load_kwargs) for i in env_ids])

@@ -34,7 +34,7 @@ forwarded to the member through its group's worker.
 import functools
 import operator
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -177,7 +177,7 @@ class EnvGroup(MembersSpecs, AlfEnvironment, MemberGroup):
         first = self._pending_first.pop(j, None)
         if first is not None:
             return first
-        time_step = self._run(j, "step", self._members[j].step, action)
+        time_step: TimeStep = self._run(j, "step", self._members[j].step, action)
         if not self._member_batched and int(time_step.step_type) == StepType.LAST:
             self._ended.append(j)
         return time_step
@@ -192,6 +192,7 @@ class EnvGroup(MembersSpecs, AlfEnvironment, MemberGroup):
         result = self._run(j, "step", flat_step, action_leaves)
         if result is None:
             return None
+        leaves: List[Any]
         leaves, is_last = result
         if is_last:
             self._ended.append(j)
@@ -210,7 +211,8 @@ class EnvGroup(MembersSpecs, AlfEnvironment, MemberGroup):
             raise
 
     def _batch(self, results: List[TimeStep]) -> TimeStep:
-        return nest.map_structure(lambda *xs: self._combine(xs), *results)
+        batched: TimeStep = nest.map_structure(lambda *xs: self._combine(xs), *results)
+        return batched
 
     def reset_ended(self) -> None:
         """Resets the members whose last step was ``LAST`` (run after the job finished).
@@ -249,11 +251,13 @@ class EnvGroup(MembersSpecs, AlfEnvironment, MemberGroup):
         n = len(self._members)
         self.seed_each([seed * n + j for j in range(n)])
 
-    def call_each(self, name: str, args: tuple, kwargs: dict) -> List[Any]:
+    def call_each(self, name: str, args: Tuple[Any, ...], kwargs: Dict[str, Any]
+                  ) -> List[Any]:
         """``member.name(*args, **kwargs)`` for every member."""
         return [getattr(env, name)(*args, **kwargs) for env in self._members]
 
-    def member_call(self, j: int, name: str, args: tuple, kwargs: dict) -> Any:
+    def member_call(self, j: int, name: str, args: Tuple[Any, ...], kwargs: Dict[str, Any]
+                    ) -> Any:
         """``members[j].name(*args, **kwargs)``."""
         return getattr(self._members[j], name)(*args, **kwargs)
 

@@ -4,11 +4,14 @@
 :class:`~alf_env.environments.parallel_environment.ParallelAlfEnvironment` (the
 reference path it is tested against, value by value) but moves steps and resets
 out of the pipes: a ``SharedBlock`` holds, for every leaf of the flattened
-action and time step specs, the rows of every env, and the pipe keeps what has
-no fixed size (spec queries, ``seed``, ``render``, any ``call``, errors). By
-default a worker hosts an :class:`~alf_env.front_ends.alf.env_group.EnvGroup` of
-consecutive envs. The design: ``docs/architecture.rst`` ("Data plane", "Front
-ends").
+action and time step specs, the rows of every env (:class:`SlotRows` is the
+trainer's side of it), and the pipe keeps what has no fixed size (spec queries,
+``seed``, ``render``, any ``call``, errors). By default a worker hosts an
+:class:`~alf_env.front_ends.alf.env_group.EnvGroup` of consecutive envs. What
+it shares with the pipe path (the workers, their specs and restarts, the guard
+of every call, the slots) are objects of :mod:`alf_env.front_ends.alf.workers`
+and :class:`~alf_env.front_ends.alf.parallel_environment.SlotScheduler`. The
+design: ``docs/architecture.rst`` ("Data plane", "Front ends").
 
 An env's error is raised once every worker has finished the job, so no job is
 left running; a dead worker is noticed by the native wait (pidfds) within
@@ -17,36 +20,47 @@ left running; a dead worker is noticed by the native wait (pidfds) within
 """
 
 import functools
-from typing import Any, Callable, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
 
 from alf_env import nest
 from alf_env.control_plane.affinity import AUTO, WorkerCpus, normal_scheduling, usable_cpu_count
+from alf_env.control_plane.guards import NotCopyable
 from alf_env.control_plane.process_environment import ProcessEnvironment
 from alf_env.control_plane.restart import RestartPolicy
-from alf_env.control_plane.step_timings import StepTimings, batch_figures
+from alf_env.control_plane.spec_checks import ActionChecker
+from alf_env.control_plane.step_timings import (
+    STEP_TIMINGS_CALL,
+    StepTimings,
+    batch_figures,
+    env_figures,
+)
 from alf_env.control_plane.torch_threads import advise_torch_threads
 from alf_env.data_plane.job_board import PIPE_CALL, JobBoard
 from alf_env.data_plane.job_loop import FastLoopSpec, join_job_loop, start_job_loops
 from alf_env.data_structures import StepType, TimeStep
-from alf_env.errors import WorkerDiedError
+from alf_env.environments.alf_environment import AlfEnvironment
+from alf_env.errors import EnvTimeoutError, WorkerDiedError
 from alf_env.front_ends.alf.alf_rows import AlfRowsHandler
 from alf_env.front_ends.alf.env_group import EnvGroup, MemberProxy
-from alf_env.front_ends.alf.parallel_environment import ParallelAlfEnvironment
+from alf_env.front_ends.alf.parallel_environment import SlotScheduler
+from alf_env.front_ends.alf.workers import AlfWorkers, BatchSpecs, CallGuard, check_seeds
 from alf_env.nest_compiled import compile_nest
 
 try:
-    from alf_env import _penv
-    from alf_env.data_plane.shared_block import SharedBlock
+    from alf_env.data_plane.shared_block import JobType, SharedBlock
 except ImportError as _err:  # pragma: no cover - the package always builds it
     raise ImportError(
         "alf_env._penv (the native module) is not built; reinstall alf_env with "
         "`pip install -e .` (needs a C++17 compiler)") from _err
 
+_STEP = JobType.STEP
+_RESET = JobType.RESET
 
-class FastParallelEnvironment(ParallelAlfEnvironment):
+
+class FastParallelEnvironment(NotCopyable, AlfEnvironment):
     """Like ``ParallelAlfEnvironment``, with steps and resets through shared memory.
 
     What each argument does and when to change it: ``docs/options.rst`` ("ALF
@@ -78,9 +92,15 @@ class FastParallelEnvironment(ParallelAlfEnvironment):
     Raises:
         ValueError: ``zero_copy`` with spares, or a ``num_workers`` that does not fit
             (:func:`plan_group_size`).
+
+    It has its own :meth:`step` and :meth:`reset` (not ``AlfEnvironment``'s hooks):
+    the step writes the actions into the shared rows, runs one ``STEP`` job on the
+    slots' workers (``JobBoard.run``: one native post and wait) and reads the time
+    step back from the rows. Faults, threads and copies behave as for
+    ``ParallelAlfEnvironment`` (:class:`~alf_env.front_ends.alf.workers.CallGuard`).
     """
 
-    _FAST = True
+    _board: JobBoard  # the job slots of the workers (deleted by close())
 
     def __init__(self, env_constructors: Sequence[Callable[..., Any]],
                  start_serially: bool = True, blocking: bool = False,
@@ -94,77 +114,334 @@ class FastParallelEnvironment(ParallelAlfEnvironment):
             raise ValueError("zero_copy: views need each slot to keep its env; got "
                              f"num_spare_envs_for_reload={num_spare_envs_for_reload}; "
                              "use zero_copy=False with spares")
-        self._controller: Optional[_penv.Controller] = None
-        env_constructors = list(env_constructors)
-        self._num_all_envs = len(env_constructors)
-        self._group_size = plan_group_size(len(env_constructors), num_workers,
-                                           num_spare_envs_for_reload, blocking)
-        if self._group_size > 1:
-            g = self._group_size
+        super().__init__()
+        self._guard = CallGuard(type(self).__name__)
+        self._time_step: Optional[TimeStep] = None  # the last one returned
+        constructors = list(env_constructors)
+        self._num_envs = len(constructors)
+        g = self._group_size = plan_group_size(self._num_envs, num_workers,
+                                               num_spare_envs_for_reload, blocking)
+        if g > 1:
             # start_serially=False: the workers start at once, and each builds
             # its members at once too (as one process per env would).
-            env_constructors = [
-                functools.partial(EnvGroup, env_constructors[begin:begin + g], begin,
+            constructors = [
+                functools.partial(EnvGroup, constructors[begin:begin + g], begin,
                                   build_concurrently=not start_serially)
-                for begin in range(0, self._num_all_envs, g)]
-        super().__init__(env_constructors, start_serially=start_serially,
-                         blocking=blocking, flatten=flatten,
-                         num_spare_envs_for_reload=num_spare_envs_for_reload,
-                         torch_num_threads_per_env=torch_num_threads_per_env,
-                         start_method=start_method, timeout=timeout,
-                         worker_cpus=worker_cpus, restart_policy=restart_policy)
+                for begin in range(0, self._num_envs, g)]
+        self._workers = AlfWorkers(
+            self, constructors, first_env_ids=range(0, len(constructors) * g + 1, g),
+            num_spares=num_spare_envs_for_reload, start_serially=start_serially,
+            flatten=flatten, native_loop=True,
+            torch_num_threads_per_env=torch_num_threads_per_env, start_method=start_method,
+            timeout=timeout, worker_cpus=worker_cpus, restart_policy=restart_policy)
+        workers = self._workers
+        self._blocking = blocking
         self._zero_copy = zero_copy
-        if zero_copy:
-            self._background_resets = False
+        self._slots = SlotScheduler(len(workers.envs), num_spare_envs_for_reload)
+        self._has_spares = self._slots.has_spares
+        # An env that reports LAST is given a RESET job at once (see the module
+        # doc of parallel_environment.py); not with spares (their own mechanism),
+        # batched envs or groups (an EnvGroup resets its members itself),
+        # blocking mode, or zero_copy (the reset would overwrite the views).
+        self._background_resets = not (num_spare_envs_for_reload or workers.env_batched
+                                       or blocking or zero_copy)
+        self._batch_size = self._slots.num_slots * workers.env_batch_size
+        self._check_action = ActionChecker(workers.specs.action, self._batch_size)
+        # What a restarted worker needs to join its slot (see _rejoin).
+        self._job_loop_specs: List[FastLoopSpec] = []
         try:
-            self._attach_workers(spin_us)
-            normal_scheduling([env.pid for env in self._envs if env.pid is not None])
+            self._rows = SlotRows(workers.specs, len(workers.envs), workers.env_batch_size,
+                                  self._slots.slot_env, zero_copy)
+            controller = self._rows.block.controller(spin_us, workers_spread=workers.spread)
+            self._board = JobBoard(controller, workers.envs, timeout=workers.timeout,
+                                   pin_when_quiet=workers.pin_when_quiet)
+            self._start_job_loops(spin_us)
+            normal_scheduling(workers.pids())
             advise_torch_threads(self.num_workers)
         except BaseException:
             self.close()
             raise
 
-    # -- several envs per worker -----------------------------------------------
+    def _start_job_loops(self, spin_us: int) -> None:
+        """Sends every worker into the job loop of its slot, each with a row handler."""
+        workers, rows = self._workers, self._rows
+        b = workers.env_batch_size
+        handlers = [AlfRowsHandler((i * b, (i + 1) * b), rows.action_names,
+                                   rows.time_step_names, grouped=self._group_size > 1)
+                    for i in range(len(workers.envs))]
+        start_job_loops(self._board, rows.block, spin_us, workers.spread, handlers)
+        if workers.restarts.enabled:
+            self._job_loop_specs = [FastLoopSpec(rows.block, w, spin_us, handler,
+                                                 workers.spread)
+                                    for w, handler in enumerate(handlers)]
+            self._board.set_death_hook(self._restart_dead_worker)
 
-    def _worker_env_id(self, worker: int) -> int:
-        return worker * self._group_size
+    # -- stepping ------------------------------------------------------------
+
+    def step(self, action: Any) -> TimeStep:
+        """Applies ``action`` and returns the next batched time step.
+
+        Before the first :meth:`reset` this resets instead (ALF's rule). The
+        action is checked against the action spec before anything is written
+        (``ValueError``), written into the slots' action rows, and one ``STEP``
+        job runs on the slots' workers; a slot whose env has reset since the
+        last step (a spare, or a background reset) returns that reset's
+        ``FIRST`` step instead. Ended envs are then handed to spares or reset
+        in the background (``docs/architecture.rst``, "One step of
+        ``FastParallelEnvironment``").
+
+        Raises:
+            EnvironmentClosedError: after ``close()``.
+            WorkerDiedError: a worker died (without a restart policy, or past its
+                budget); every later call but ``close()`` raises it.
+            EnvTimeoutError: ``timeout`` passed; the environment is then unusable.
+            ConcurrentUseError: another thread is using the environment.
+        """
+        guard = self._guard
+        if guard.refused:
+            guard.check()
+        if self._time_step is None:
+            return self.reset()
+        guard.enter("step()")
+        try:
+            rows = self._rows
+            rows.write_actions(self._check_action.flat(action))
+            slots = self._slots
+            if slots.fresh_slots:
+                self._step_around_fresh_slots()
+            elif self._blocking:
+                self._run_one_by_one(slots.slot_env, _STEP, "step")
+            else:
+                self._board.run(slots.slot_env, _STEP, 0, "step")  # one native post and wait
+            time_step = rows.time_step()
+            if self._has_spares:
+                self._rotate_ended_slots(rows.step_types)
+            elif self._background_resets and _has_last(rows.step_types):
+                self._start_background_resets(rows.step_types)
+        except (WorkerDiedError, EnvTimeoutError) as exc:
+            guard.break_with(exc)  # as CallGuard.run: only close() is left
+            raise
+        finally:
+            guard.leave()
+        self._board.returned()
+        self._time_step = time_step
+        return time_step
+
+    def reset(self) -> TimeStep:
+        """Resets the slots' envs and returns their batched ``FIRST`` time step.
+
+        An env whose background reset is under way is waited for, not reset
+        twice; spares are reset in the background (collected when one takes a
+        slot). Raises as :meth:`step`.
+        """
+        self._time_step = self._guard.run("reset()", self._reset_slots)
+        return self._time_step
+
+    # AlfEnvironment's hooks of its own step() and reset(), which this class replaces.
+    _step = step
+    _reset = reset
+
+    def current_time_step(self) -> Optional[TimeStep]:
+        """The last time step returned, or ``None`` before the first reset."""
+        return self._time_step
+
+    def _reset_slots(self) -> TimeStep:
+        slots = self._slots
+        slot_envs = list(slots.slot_env)
+        pending = slots.fresh_slots if self._background_resets else {}
+        if pending:  # those envs are resetting already: wait for that reset
+            self._run([e for k, e in enumerate(slot_envs) if k not in pending], _RESET,
+                      "reset")
+            self._board.wait_for([slot_envs[k] for k in pending], "reset")
+        else:
+            self._run(slot_envs, _RESET, "reset")
+        if slots.spares:  # spares reset in the background; collected when needed
+            self._board.post(list(slots.spares), _RESET)
+        slots.fresh_slots.clear()
+        time_step = self._rows.time_step()
+        if self._has_spares:
+            self._rotate_ended_slots(self._rows.step_types)
+        elif self._background_resets and _has_last(self._rows.step_types):
+            self._start_background_resets(self._rows.step_types)
+        return time_step
+
+    def _run(self, workers: List[int], job: JobType, during: str) -> None:
+        """Runs ``job`` on ``workers`` and waits for them (one at a time if ``blocking``)."""
+        if self._blocking:
+            self._run_one_by_one(workers, job, during)
+        else:
+            self._board.run(workers, job, 0, during)
+
+    def _run_one_by_one(self, workers: List[int], job: JobType, during: str) -> None:
+        """``blocking`` mode: posts ``job`` to each worker and waits for it, in turn."""
+        for w in workers:
+            self._board.post([w], job)
+            self._board.wait_for([w], during)
+
+    def _step_around_fresh_slots(self) -> None:
+        """Steps the slots' envs but those of fresh slots, whose reset (a spare's,
+        or a background reset) is waited for instead: its ``FIRST`` step is what
+        the slot returns."""
+        slots = self._slots
+        fresh = slots.fresh_slots
+        stepped = [e for k, e in enumerate(slots.slot_env) if k not in fresh]
+        fresh_envs = [slots.slot_env[k] for k in fresh]
+        fresh.clear()
+        self._run(stepped, _STEP, "step")
+        self._board.wait_for(fresh_envs, "reset")
+
+    def _start_background_resets(self, step_types: np.ndarray) -> None:
+        """Posts a RESET to each env that just reported LAST (row = slot = env)."""
+        envs = np.flatnonzero(step_types == StepType.LAST).tolist()
+        self._slots.fresh_slots.update(dict.fromkeys(envs))  # slot k is env k here
+        self._board.post(envs, _RESET)
+
+    def _rotate_ended_slots(self, step_types: np.ndarray) -> None:
+        """Gives each slot whose env reported LAST the head spare (already reset);
+        the ended env resets in the background and joins the spares."""
+        ended = np.flatnonzero(step_types == StepType.LAST)
+        if not len(ended):
+            return
+        old_envs = []
+        for slot in ended.tolist():
+            old, new = self._slots.swap(slot)
+            self._slots.fresh_slots[slot] = new
+            old_envs.append(old)
+        self._board.post(old_envs, _RESET)
+        self._rows.move_slots(self._slots.slot_env)
+
+    # -- restarts (restart_policy) --------------------------------------------
+
+    def _restart_dead_worker(self, worker: int, death: BaseException, during: str) -> bool:
+        """The board's death hook: restarts ``worker`` if the policy allows (not
+        for a death during a pipe request, which raises as without a policy)."""
+        if (during == PIPE_CALL or not isinstance(death, WorkerDiedError)
+                or not self._workers.restarts.allows(worker)):
+            return False
+        self._workers.restart(worker, death, self._rejoin)
+        return True
+
+    def _rejoin(self, worker: int, new: ProcessEnvironment) -> None:
+        """Resets the new worker's envs over its pipe, writes their ``FIRST`` time
+        step into its rows, and sends it into the job loop of its slot (whose
+        abandoned job its port skips)."""
+        time_step = new.reset(blocking=False)(self._workers.restarts.start_timeout)
+        self._rows.write_worker_rows(worker, time_step)
+        assert new.pid is not None  # started
+        normal_scheduling([new.pid])  # as for the first workers
+        join_job_loop(self._board, self._job_loop_specs[worker])
+
+    # -- the rest of the ALF API -----------------------------------------------
+
+    def observation_spec(self) -> Any:
+        """The envs' observation spec."""
+        return self._workers.specs.observation
+
+    def action_spec(self) -> Any:
+        """The envs' action spec (of one row)."""
+        return self._workers.specs.action
+
+    def reward_spec(self) -> Any:
+        """The envs' reward spec."""
+        return self._workers.specs.reward
+
+    def env_info_spec(self) -> Any:
+        """The envs' env info spec."""
+        return self._workers.specs.env_info
+
+    def time_step_spec(self) -> TimeStep:
+        """The envs' time step spec (of one row)."""
+        return self._workers.specs.time_step
+
+    @property
+    def batched(self) -> bool:
+        """``True``: time steps have a leading batch dimension."""
+        return True
+
+    @property
+    def batch_size(self) -> int:
+        """The rows of a time step: the slots times each env's own batch size."""
+        return self._batch_size
+
+    @property
+    def is_tensor_based(self) -> bool:
+        """``True``: time steps are batched torch tensors (as ALF says)."""
+        return True
+
+    @property
+    def num_spare_envs_for_reload(self) -> int:
+        """How many envs are spares (``num_spare_envs_for_reload``)."""
+        return len(self._workers.envs) - self._slots.num_slots
 
     @property
     def num_workers(self) -> int:
         """The number of worker processes."""
-        return len(self._envs)
+        return len(self._workers.envs)
 
     @property
     def envs(self) -> List[Any]:
         """One handle per env, spares included: its ``ProcessEnvironment``, or a
         ``MemberProxy`` when workers host several envs (used the same way)."""
+        envs = self._workers.envs
         if self._group_size == 1:
-            return self._envs
+            return envs
         g = self._group_size
-        return [MemberProxy(self._envs[i // g], i % g, i) for i in range(self._num_all_envs)]
+        return [MemberProxy(envs[i // g], i % g, i) for i in range(self._num_envs)]
+
+    def worker_pids(self) -> List[int]:
+        """Pids of every worker process, spares included."""
+        return self._workers.pids()
+
+    @property
+    def restart_policy(self) -> Optional[RestartPolicy]:
+        """The policy for dead workers (``None``: a death makes the env unusable)."""
+        return self._workers.restarts.policy
+
+    @property
+    def timeout(self) -> Optional[float]:
+        """Seconds each reset, step and call may wait for the workers (``None``: no limit)."""
+        return self._workers.timeout
 
     def seed(self, seeds: Sequence[int]) -> None:
         """Seeds env ``i`` with ``seeds[i]`` (one seed per env, spares included)."""
-        if self._group_size == 1:
-            return super().seed(seeds)
-        self._check_usable()
-        seeds, g = list(seeds), self._group_size
-        if len(seeds) != self._num_all_envs:
-            raise ValueError(f"seeds: expected {self._num_all_envs} seeds (one per env), "
-                             f"got {len(seeds)}")
-        self._guarded(lambda: self._resolve(
-            [env.call("seed_each", seeds[w * g:(w + 1) * g])
-             for w, env in enumerate(self._envs)], "seed"))
+        self._guard.check()
+        self._guard.run("seed()", self._seed_all,
+                        check_seeds(seeds, self._num_envs, self.num_spare_envs_for_reload))
+
+    def _seed_all(self, seeds: List[int]) -> None:
+        envs, g = self._workers.envs, self._group_size
+        if g == 1:
+            promises = [env.call("seed", s) for env, s in zip(envs, seeds)]
+        else:
+            promises = [env.call("seed_each", seeds[w * g:(w + 1) * g])
+                        for w, env in enumerate(envs)]
+        self._workers.resolve(promises, "seed")
+        if self._background_resets and self._slots.fresh_slots:
+            # A reset under way used the old seed: start it again.
+            slot_env = self._slots.slot_env
+            self._board.post([slot_env[k] for k in self._slots.fresh_slots], _RESET)
+
+    def sync_progress(self, progress: Any = None) -> None:
+        """Forwards the training progress to every env that defines ``sync_progress``
+        (as ``ParallelAlfEnvironment.sync_progress``; the members of a worker's
+        group included)."""
+        self._guard.run("a call", self._workers.request_all, "sync_progress",
+                        lambda env: env.sync_progress(progress, blocking=False))
 
     def call_envs_with_same_args(self, name: str, *args: Any, **kwargs: Any) -> List[Any]:
         """Calls ``env.name(*args, **kwargs)`` in every env; returns their values."""
         if self._group_size == 1:
-            return super().call_envs_with_same_args(name, *args, **kwargs)
-        self._check_usable()
-        groups = self._guarded(lambda: self._resolve(
-            [env.call("call_each", name, args, kwargs) for env in self._envs],
-            f"call of {name!r}"))
+            return self._guard.run("a call", self._workers.request_all, f"call of {name!r}",
+                                   lambda env: env.call(name, *args, **kwargs))
+        groups = self._guard.run("a call", self._workers.request_all, f"call of {name!r}",
+                                 lambda env: env.call("call_each", name, args, kwargs))
         return [value for group in groups for value in group]
+
+    def render(self, mode: str = "rgb_array") -> Any:
+        """Renders the env serving slot 0."""
+        env = self._workers.envs[self._slots.slot_env[0]]
+        return self._guard.run("a call", lambda: self._workers.resolve(
+            [env.call("render", mode)], "render")[0])
 
     def timings(self) -> StepTimings:
         """Where the steps since the last call spent their time; starts counting again.
@@ -178,212 +455,137 @@ class FastParallelEnvironment(ParallelAlfEnvironment):
         Costs one pipe call per worker now, nothing per step
         (docs/simulators.rst, "Where each step's time goes").
         """
-        self._check_usable()
-        envs = self._env_timings()
-        assert self._controller is not None  # set while open
-        wait, spread, handoff = batch_figures(self._controller.take_timings())
-        return StepTimings(envs, wait, spread, handoff)
+        readings = self._guard.run("timings()", self._workers.request_all, "timings",
+                                   lambda env: env.call(STEP_TIMINGS_CALL))
+        wait, spread, handoff = batch_figures(self._board.controller.take_timings())
+        return StepTimings(env_figures(readings), wait, spread, handoff)
 
-    def _attach_workers(self, spin_us: int) -> None:
-        b = self._env_batch_size
+    def _close(self) -> None:
+        """``close()``'s hook: brings the workers back from the native loop, closes
+        them, and releases the shared block (``close()`` is idempotent and bounded
+        in time)."""
+        self._guard.close()
+        board: Optional[JobBoard] = getattr(self, "_board", None)  # unset if never made
+        if board is not None:
+            board.release()
+        self._workers.close()
+        # The controller holds a pidfd per worker, the block and its views the
+        # region's descriptor: released now, not when this object is collected.
+        if board is not None:
+            del self._board
+        self._job_loop_specs = []  # they hold the block too
+        rows: Optional[SlotRows] = getattr(self, "_rows", None)
+        if rows is not None:
+            rows.close()
+
+
+class SlotRows:
+    """The trainer's side of the shared block: the action rows it writes and the
+    time-step rows it reads, in slot order.
+
+    One field per leaf of the flattened action spec (``action.<path>``) and time
+    step spec (``time_step.<path>``); worker ``i`` owns rows ``[i * b, (i + 1) * b)``
+    of each, ``b`` being its env's batch size. Slot ``k`` uses the rows of the
+    env that serves it (:meth:`move_slots`); while slot ``k`` is env ``k`` (no
+    spare has moved), the first ``batch_size`` rows are read and written through
+    views made once.
+
+    Args:
+        specs: the envs' specs.
+        num_workers: the number of workers (spares included).
+        env_batch_size: each worker's number of rows.
+        slot_env: the env serving each slot.
+        zero_copy: :meth:`time_step` returns views of the rows (no copies).
+    """
+
+    def __init__(self, specs: BatchSpecs, num_workers: int, env_batch_size: int,
+                 slot_env: List[int], zero_copy: bool) -> None:
         fields: List[Tuple[str, Tuple[int, ...], np.dtype]] = []
         action_names: List[str] = []
         time_step_names: List[str] = []
-        for prefix, spec, names in (("action", self._action_spec, action_names),
-                                    ("time_step", self._time_step_spec, time_step_names)):
+        for prefix, spec, names in (("action", specs.action, action_names),
+                                    ("time_step", specs.time_step, time_step_names)):
             for path, leaf in nest.flatten_with_path(spec):
                 name = f"{prefix}.{path}"
                 fields.append((name, tuple(leaf.shape), leaf.numpy_dtype))
                 names.append(name)
-        num_envs = len(self._envs)
-        self._block = SharedBlock(fields, num_rows=num_envs * b, num_workers=num_envs)
-        self._action_views = [self._block.views[n] for n in action_names]
-        time_step_views = [self._block.views[n] for n in time_step_names]
-        self._time_step_views = time_step_views  # a restarted worker's FIRST step
-        # The common case (no spares moved, slot k = env k) reads and writes
-        # the first batch_size rows: those views are made once, here.
-        batch = len(self._slots.slot_env) * b
-        self._action_heads = [v[:batch] for v in self._action_views]
-        # The env_id leaf is replaced by the slots' ids (spares move envs):
-        # _finish_fast reads every other leaf (these lists leave it out).
+        #: The field names of the action leaves and of the time step leaves (in
+        #: flattening order), for the workers' row handlers.
+        self.action_names = tuple(action_names)
+        self.time_step_names = tuple(time_step_names)
+        self._b = env_batch_size
+        #: The shared block (its region and the job slots).
+        self.block = SharedBlock(fields, num_rows=num_workers * env_batch_size,
+                                 num_workers=num_workers)
+        views = self.block.views
+        self._action_views = [views[n] for n in action_names]
+        self._time_step_views = [views[n] for n in time_step_names]
+        # The env_id leaf is the slots' ids (spares move envs): the other leaves
+        # are read from the rows (these lists leave it out).
         self._env_id_leaf = time_step_names.index("time_step.env_id")
-        self._time_step_fields = [v for i, v in enumerate(time_step_views)
-                                  if i != self._env_id_leaf]
-        self._time_step_heads = [v[:batch] for v in self._time_step_fields]
-        self._step_type_index = [n for n in time_step_names
-                                 if n != "time_step.env_id"].index("time_step.step_type")
-        self._step_type_view = self._block.views["time_step.step_type"]
-        self._pack_time_step = compile_nest(self._time_step_spec)[1]
-        self._controller = self._block.controller(spin_us,
-                                                  workers_spread=self._workers_spread)
-        self._board = JobBoard(self._controller, self._envs, timeout=self._timeout)
-        handlers = [AlfRowsHandler((i * b, (i + 1) * b), tuple(action_names),
-                                   tuple(time_step_names), grouped=self._group_size > 1)
-                    for i in range(num_envs)]
-        start_job_loops(self._board, self._block, spin_us, self._workers_spread, handlers)
-        self._job_loop_specs: List[FastLoopSpec] = []
-        if self._restarts.enabled:
-            # What a restarted worker needs to join its slot (see _rejoin).
-            self._job_loop_specs = [FastLoopSpec(self._block, w, spin_us, handler,
-                                                 self._workers_spread)
-                                    for w, handler in enumerate(handlers)]
-            self._board.set_death_hook(self._restart_fast)
-        self._update_slot_rows()
+        self._fields = [v for i, v in enumerate(self._time_step_views)
+                        if i != self._env_id_leaf]
+        self._step_type_leaf = [n for n in time_step_names
+                                if n != "time_step.env_id"].index("time_step.step_type")
+        batch = len(slot_env) * env_batch_size
+        self._action_heads = [v[:batch] for v in self._action_views]
+        self._heads = [v[:batch] for v in self._fields]
+        self._env_ids = np.arange(batch, dtype=np.int32)
+        self._pack: Callable[[List[Any]], TimeStep] = compile_nest(specs.time_step)[1]
+        self._zero_copy = zero_copy
+        #: The step type of each slot's row at the last :meth:`time_step` (a copy,
+        #: but with ``zero_copy``).
+        self.step_types = np.zeros(0, np.int32)
+        self._slot_rows = self._env_ids
+        self._identity = True
+        self.move_slots(slot_env)
 
-    # -- jobs (see data_plane.job_board.JobBoard) ---------------------------
-
-    def _post(self, workers: Iterable[int], job: Any) -> None:
-        """Posts ``job`` to ``workers``, first finishing any job they still run."""
-        self._board.post(workers, job)
-
-    def _wait_for(self, workers: Iterable[int], during: str) -> None:
-        """Waits until each of ``workers`` finished; raises what one raised."""
-        self._board.wait_for(workers, during)
-
-    # -- restarts (restart_policy) --------------------------------------------
-
-    def _restart_fast(self, worker: int, death: BaseException, during: str) -> bool:
-        """The board's death hook: restarts ``worker`` if the policy allows (not
-        for a death during a pipe request, which raises as without a policy)."""
-        if (during == PIPE_CALL or not isinstance(death, WorkerDiedError)
-                or not self._restarts.allows(worker)):
-            return False
-        self._restart_worker(worker, death)
-        return True
-
-    def _rejoin(self, worker: int, new: ProcessEnvironment) -> None:
-        """Resets the new worker's envs over its pipe, writes their ``FIRST`` time
-        step into its rows, and sends it into the job loop of its slot (whose
-        abandoned job its port skips)."""
-        time_step = new.reset(blocking=False)(self._restarts.start_timeout)
-        b = self._env_batch_size
-        rows = slice(worker * b, (worker + 1) * b)
-        for view, leaf in zip(self._time_step_views, nest.flatten(time_step)):
-            view[rows] = np.asarray(leaf).reshape(view[rows].shape)
-        assert new.pid is not None  # started
-        normal_scheduling([new.pid])  # as for the first workers
-        join_job_loop(self._board, self._job_loop_specs[worker])
-
-    # -- stepping ------------------------------------------------------------
-
-    def _update_slot_rows(self) -> None:
-        b = self._env_batch_size
-        rows = np.concatenate([np.arange(e * b, (e + 1) * b) for e in self._slots.slot_env])
+    def move_slots(self, slot_env: List[int]) -> None:
+        """Slot ``k`` uses the rows of env ``slot_env[k]`` from now on."""
+        b = self._b
+        rows = np.concatenate([np.arange(e * b, (e + 1) * b) for e in slot_env])
         self._slot_rows = rows
-        self._identity_rows = bool((rows == np.arange(self._batch_size)).all())
+        self._identity = bool((rows == self._env_ids).all())
 
-    def _run(self, workers: List[int], job: Any, during: str) -> None:
-        if self._blocking:
-            for w in workers:
-                self._post([w], job)
-                self._wait_for([w], during)
-        else:
-            self._board.run(workers, job, 0, during)  # post and wait in one go
-
-    def _restart_background_resets(self) -> None:
-        """Resets again the envs whose background reset is under way."""
-        slot_env = self._slots.slot_env
-        self._post([slot_env[k] for k in self._slots.fresh_slots], _penv.JobType.RESET)
-
-    def _do_reset(self) -> TimeStep:
-        slot_envs = list(self._slots.slot_env)
-        pending = self._background_pending()
-        if pending:  # those envs are resetting already: wait for that reset
-            self._run([e for k, e in enumerate(slot_envs) if k not in pending],
-                      _penv.JobType.RESET, "reset")
-            self._wait_for([slot_envs[k] for k in pending], "reset")
-        else:
-            self._run(slot_envs, _penv.JobType.RESET, "reset")
-        spares = list(self._slots.spares)
-        if spares:  # spares reset in the background; collected when needed
-            self._post(spares, _penv.JobType.RESET)
-        self._slots.fresh_slots.clear()
-        return self._finish_fast()
-
-    def _do_step(self, action: Any) -> TimeStep:
-        time_step = self._step_rows(action)
-        self._board.returned()
-        return time_step
-
-    def _step_rows(self, action: Any) -> TimeStep:
-        flat_action = self._check_action.flat(action)
-        fresh = self._slots.fresh_slots
-        slot_env = self._slots.slot_env
-        if self._identity_rows:
+    def write_actions(self, flat_action: List[np.ndarray]) -> None:
+        """Writes the leaves of a checked action (one row per slot) into the slots' rows."""
+        if self._identity:
             for head, leaf in zip(self._action_heads, flat_action):
                 head[...] = leaf
         else:
             rows = self._slot_rows
             for view, leaf in zip(self._action_views, flat_action):
                 view[rows] = leaf
-        if not fresh:  # the common case: every slot's env steps
-            self._run(slot_env, _penv.JobType.STEP, "step")
-            return self._finish_fast()
-        stepped = [e for k, e in enumerate(slot_env) if k not in fresh]
-        # A fresh slot shows the FIRST step its new env wrote when it reset.
-        fresh_envs = [slot_env[k] for k in fresh]
-        fresh.clear()
-        self._run(stepped, _penv.JobType.STEP, "step")
-        self._wait_for(fresh_envs, "reset")
-        return self._finish_fast()
 
-    def _finish_fast(self) -> TimeStep:
-        rows = self._slot_rows
-        # Every leaf but env_id, which is the slots' ids (spares move envs).
-        if self._identity_rows:
-            leaves = self._time_step_heads
+    def time_step(self) -> TimeStep:
+        """The slots' time steps as one batched ``TimeStep`` of torch tensors, whose
+        ``env_id`` is the slot's row; keeps their step types in :attr:`step_types`."""
+        if self._identity:
+            leaves = self._heads
             if not self._zero_copy:
                 leaves = [np.array(v) for v in leaves]
         else:
-            leaves = [v[rows] for v in self._time_step_fields]  # fancy index: a copy
+            rows = self._slot_rows
+            leaves = [v[rows] for v in self._fields]  # fancy index: a copy
+        self.step_types = leaves[self._step_type_leaf]
         tensors = [torch.from_numpy(x) for x in leaves]
         tensors.insert(self._env_id_leaf, torch.from_numpy(self._env_ids.copy()))
-        time_step = self._pack_time_step(tensors)
-        if self._slots.has_spares:
-            self._rotate_ended_slots(leaves_step_type=self._step_type_view[rows])
-        elif self._background_resets:
-            # Read from the copies made above, before a reset overwrites the rows.
-            self._start_background_resets(leaves[self._step_type_index])
-        return time_step
+        return self._pack(tensors)
 
-    def _start_background_resets(self, step_types: np.ndarray) -> None:
-        """Posts a RESET to each env that just reported LAST (row = slot = env)."""
-        if not _has_last(step_types):
-            return
-        ended = np.flatnonzero(step_types == StepType.LAST)
-        envs = ended.tolist()
-        self._slots.fresh_slots.update(dict.fromkeys(envs))  # slot k is env k here
-        self._post(envs, _penv.JobType.RESET)
+    def write_worker_rows(self, worker: int, time_step: TimeStep) -> None:
+        """Writes ``time_step`` (a restarted worker's ``FIRST`` step, all its rows)
+        into the rows of ``worker``."""
+        b = self._b
+        rows = slice(worker * b, (worker + 1) * b)
+        for view, leaf in zip(self._time_step_views, nest.flatten(time_step)):
+            view[rows] = np.asarray(leaf).reshape(view[rows].shape)
 
-    def _rotate_ended_slots(self, leaves_step_type: np.ndarray) -> None:
-        ended = np.flatnonzero(leaves_step_type == StepType.LAST)
-        if not len(ended):
-            return
-        old_envs = []
-        for slot in ended:
-            old, new = self._slots.swap(int(slot))
-            self._slots.fresh_slots[int(slot)] = new
-            old_envs.append(old)
-        self._post(old_envs, _penv.JobType.RESET)
-        self._update_slot_rows()
-
-    # -- shutdown ------------------------------------------------------------
-
-    def _close(self) -> None:
-        if self._controller is not None:
-            self._board.release()
-        super()._close()
-        # The controller holds a pidfd per worker, the block and its views the
-        # region's descriptor: released now, not when this object is collected.
-        # (Typed as when open: nothing reads them once the env is closed.)
-        self._board = self._controller = None  # type: ignore[assignment]
-        if hasattr(self, "_block"):
-            self._block.close()
-        self._action_views = self._action_heads = None  # type: ignore[assignment]
-        self._time_step_fields = self._time_step_heads = None  # type: ignore[assignment]
-        self._time_step_views = None  # type: ignore[assignment]
-        self._job_loop_specs = []  # they hold the block too
-        self._step_type_view = None  # type: ignore[assignment]
+    def close(self) -> None:
+        """Drops the views and the block (the region goes once the workers are gone)."""
+        self.block.close()
+        self._action_views, self._time_step_views = [], []
+        self._action_heads, self._fields, self._heads = [], [], []
+        self.step_types = np.zeros(0, np.int32)
 
 
 _LAST_BYTES = np.array(StepType.LAST, np.int32).tobytes()

@@ -34,26 +34,21 @@ began.
 """
 
 import collections
-import functools
 from typing import Any, Callable, Deque, Dict, List, Optional, Sequence
 
 import numpy as np
 import torch
 
 from alf_env import nest
-from alf_env.control_plane.affinity import WorkerCpus, pin_workers, pinned_cpus, plan_worker_cpus
-from alf_env.control_plane.channel import resolve_all
-from alf_env.control_plane.group import close_all, start_environments
-from alf_env.control_plane.guards import NotCopyable, OneThread
+from alf_env.control_plane.affinity import WorkerCpus
+from alf_env.control_plane.guards import NotCopyable
 from alf_env.control_plane.leaf_codec import StepCodecs
 from alf_env.control_plane.process_environment import ProcessEnvironment
-from alf_env.control_plane.restart import RestartBudget, RestartPolicy, describe_death
-from alf_env.control_plane.shutdown import close_when_collected
+from alf_env.control_plane.restart import RestartPolicy
 from alf_env.control_plane.spec_checks import ActionChecker
 from alf_env.control_plane.step_timings import (
     STEP_TIMINGS_CALL,
     BatchClock,
-    DurationStats,
     StepClock,
     StepTimings,
     env_figures,
@@ -61,8 +56,8 @@ from alf_env.control_plane.step_timings import (
 )
 from alf_env.data_structures import StepType, TimeStep
 from alf_env.environments.alf_environment import AlfEnvironment
-from alf_env.environments.members_specs import MembersSpecs, check_same_specs
-from alf_env.errors import EnvironmentProcessError, EnvTimeoutError, WorkerDiedError
+from alf_env.errors import WorkerDiedError
+from alf_env.front_ends.alf.workers import AlfWorkers, CallGuard, check_seeds
 
 
 class _Resolved:
@@ -115,7 +110,7 @@ class SlotScheduler:
         return old, new
 
 
-class ParallelAlfEnvironment(NotCopyable, MembersSpecs, AlfEnvironment):
+class ParallelAlfEnvironment(NotCopyable, AlfEnvironment):
     """Batches environments that run in worker processes, over pipes.
 
     Args:
@@ -172,10 +167,13 @@ class ParallelAlfEnvironment(NotCopyable, MembersSpecs, AlfEnvironment):
     while another thread is in one of them raise
     :class:`~alf_env.errors.ConcurrentUseError` before anything is sent. It
     cannot be copied or pickled (``TypeError``; make a new one instead).
-    """
 
-    # Whether the workers will run the native loop (FastParallelEnvironment).
-    _FAST = False
+    The workers, their specs and restarts are an
+    :class:`~alf_env.front_ends.alf.workers.AlfWorkers`, the thread and fault
+    rules a :class:`~alf_env.front_ends.alf.workers.CallGuard`, as in
+    ``FastParallelEnvironment``; what is this class's own is the pipe path of
+    ``reset`` and ``step`` (``AlfEnvironment``'s ``_reset`` and ``_step`` hooks).
+    """
 
     def __init__(self, env_constructors: Sequence[Callable[..., Any]],
                  start_serially: bool = True, blocking: bool = False,
@@ -185,86 +183,66 @@ class ParallelAlfEnvironment(NotCopyable, MembersSpecs, AlfEnvironment):
                  worker_cpus: WorkerCpus = None,
                  restart_policy: Optional[RestartPolicy] = None) -> None:
         super().__init__()
-        self._one_thread = OneThread(type(self).__name__)  # see _guarded
-        self._broken: Optional[BaseException] = None
+        self._guard = CallGuard(type(self).__name__)
         self._batch_clock = BatchClock()  # the steps' waits, for timings()
-        self._envs: List[ProcessEnvironment] = []
-        self._finalizer: Any = None
         num_envs = len(env_constructors)
-        if num_envs < 1:
-            raise ValueError("env_constructors: expected at least one constructor, got none")
-        if timeout is not None and not timeout > 0:
-            raise ValueError(f"timeout: expected a positive number of seconds or None, "
-                             f"got {timeout!r}")
-        self._timeout = None if timeout is None else float(timeout)
-        if not 0 <= num_spare_envs_for_reload < num_envs:
-            raise ValueError(
-                f"num_spare_envs_for_reload: expected 0 <= value < {num_envs} (the "
-                f"number of env_constructors), got {num_spare_envs_for_reload}")
-        cpu_plan = plan_worker_cpus(worker_cpus, num_envs,
-                                    lockstep=self._FAST and not num_spare_envs_for_reload)
-        self._workers_spread = cpu_plan is not None
-        self._pinned_cpus = pinned_cpus(worker_cpus, cpu_plan)  # also a restarted worker's
+        self._workers = AlfWorkers(
+            self, env_constructors, first_env_ids=range(num_envs + 1),
+            num_spares=num_spare_envs_for_reload, start_serially=start_serially,
+            flatten=flatten, native_loop=False,
+            torch_num_threads_per_env=torch_num_threads_per_env, start_method=start_method,
+            timeout=timeout, worker_cpus=worker_cpus, restart_policy=restart_policy)
+        workers = self._workers
         self._blocking = blocking
-        self._restarts = RestartBudget(restart_policy, num_envs)
-        # What makes worker i, again for a restart.
-        self._make_worker = functools.partial(
-            _make_worker, list(env_constructors),
-            [self._worker_env_id(i) for i in range(num_envs + 1)], flatten=flatten,
-            fast=self._FAST, torch_num_threads_per_env=torch_num_threads_per_env,
-            start_method=start_method)
-        self._envs = [self._make_worker(i) for i in range(num_envs)]
-        start_environments(self._envs, start_serially)
-        # Dropped unclosed, the env is collected (nothing refers back to it)
-        # and this ends its workers all at once; close() detaches it.
-        self._finalizer = close_when_collected(self, self._envs)
-        try:
-            pin_workers([env.pid for env in self._envs if env.pid is not None],
-                        self._pinned_cpus)
-            check_same_specs(self._envs)
-            first = self._envs[0]
-            self._env_batched = bool(first.batched)
-            batch_size = first.batch_size if self._env_batched else 1
-            assert batch_size is not None  # a batched env has a batch size
-            self._env_batch_size = batch_size
-            if num_spare_envs_for_reload and self._env_batched:
-                raise ValueError(
-                    "num_spare_envs_for_reload: spares replace one env at the end of "
-                    "its episode, which needs unbatched envs; got batched envs of "
-                    f"batch size {self._env_batch_size}; use 0 spares")
-            # An env that reports LAST resets at once, in the background (see
-            # module doc); spares have their own mechanism, a batched env has
-            # one LAST per row, and blocking mode waits for each env anyway.
-            self._background_resets = not (num_spare_envs_for_reload
-                                           or self._env_batched or blocking)
-            self._cache_specs(first)
-        except BaseException:
-            self.close()
-            raise
+        # An env that reports LAST resets at once, in the background (see
+        # module doc); spares have their own mechanism, a batched env has one
+        # LAST per row, and blocking mode waits for each env anyway.
+        self._background_resets = not (num_spare_envs_for_reload or workers.env_batched
+                                       or blocking)
         self._slots = SlotScheduler(num_envs, num_spare_envs_for_reload)
-        self._batch_size = self._slots.num_slots * self._env_batch_size
+        # Spare env -> the promise of its pending reset (collected when it takes a slot).
+        self._spare_resets: Dict[int, Any] = {}
+        self._batch_size = self._slots.num_slots * workers.env_batch_size
         self._env_ids = np.arange(self._batch_size, dtype=np.int32)
-        self._check_action = ActionChecker(self._action_spec, self._batch_size)
+        self._check_action = ActionChecker(workers.specs.action, self._batch_size)
         # flatten=True: actions and time steps cross the pipes as packed records.
-        self._packed = flatten and not self._FAST
-        if self._packed:
-            self._codecs = StepCodecs(self._action_spec, self._time_step_spec,
-                                      self._env_batch_size if self._env_batched else 0)
+        self._packed = flatten
+        if flatten:
+            self._codecs = StepCodecs(workers.specs.action, workers.specs.time_step,
+                                      workers.env_batch_size if workers.env_batched else 0)
             self._step_type_leaf = [p for p, _ in nest.flatten_with_path(
-                self._time_step_spec)].index("step_type")
-
-    def _worker_env_id(self, worker: int) -> int:
-        """The env id of worker ``worker`` (of its first env, when it hosts several)."""
-        return worker
+                workers.specs.time_step)].index("step_type")
 
     # -- AlfEnvironment API --------------------------------------------------
 
+    def observation_spec(self) -> Any:
+        """The envs' observation spec."""
+        return self._workers.specs.observation
+
+    def action_spec(self) -> Any:
+        """The envs' action spec (of one row)."""
+        return self._workers.specs.action
+
+    def reward_spec(self) -> Any:
+        """The envs' reward spec."""
+        return self._workers.specs.reward
+
+    def env_info_spec(self) -> Any:
+        """The envs' env info spec."""
+        return self._workers.specs.env_info
+
+    def time_step_spec(self) -> TimeStep:
+        """The envs' time step spec (of one row)."""
+        return self._workers.specs.time_step
+
     @property
     def batched(self) -> bool:
+        """``True``: time steps have a leading batch dimension."""
         return True
 
     @property
     def batch_size(self) -> int:
+        """The rows of a time step: the slots times each env's own batch size."""
         return self._batch_size
 
     @property
@@ -274,42 +252,42 @@ class ParallelAlfEnvironment(NotCopyable, MembersSpecs, AlfEnvironment):
 
     @property
     def num_spare_envs_for_reload(self) -> int:
-        return len(self._envs) - self._slots.num_slots
+        """How many envs are spares (``num_spare_envs_for_reload``)."""
+        return len(self._workers.envs) - self._slots.num_slots
 
     @property
     def envs(self) -> List[ProcessEnvironment]:
         """All the worker envs, spares included."""
-        return self._envs
+        return self._workers.envs
 
     def worker_pids(self) -> List[int]:
         """Pids of every worker process, spares included."""
-        return [env.pid for env in self._envs if env.pid is not None]
+        return self._workers.pids()
 
     @property
     def restart_policy(self) -> Optional[RestartPolicy]:
         """The policy for dead workers (``None``: a death makes the env unusable)."""
-        return self._restarts.policy
+        return self._workers.restarts.policy
 
     @property
     def timeout(self) -> Optional[float]:
         """Seconds each reset, step and call may wait for the workers (``None``: no limit)."""
-        return self._timeout
+        return self._workers.timeout
 
     def seed(self, seeds: Sequence[int]) -> None:
         """Seeds env ``i`` with ``seeds[i]`` (one seed per env, spares included)."""
-        self._check_usable()
-        seeds = list(seeds)
-        if len(seeds) != len(self._envs):
-            raise ValueError(f"seeds: expected {len(self._envs)} seeds (one per env, "
-                             f"spares included), got {len(seeds)}")
+        self._guard.check()
+        self._guard.run("seed()", self._seed_all,
+                        check_seeds(seeds, len(self._workers.envs), self.num_spare_envs_for_reload))
 
-        def seed_all() -> None:
-            self._resolve([env.call("seed", s) for env, s in zip(self._envs, seeds)], "seed")
-            if self._background_resets and self._slots.fresh_slots:
-                # A reset under way used the old seed: start it again.
-                self._restart_background_resets()
-
-        self._guarded(seed_all, "seed()")
+    def _seed_all(self, seeds: List[int]) -> None:
+        workers = self._workers
+        workers.resolve([env.call("seed", s) for env, s in zip(workers.envs, seeds)], "seed")
+        if self._background_resets and self._slots.fresh_slots:
+            # A reset under way used the old seed: start it again.
+            fresh = self._slots.fresh_slots
+            for slot in list(fresh):
+                fresh[slot] = self._reset_promise(workers.envs[self._slots.slot_env[slot]])
 
     def sync_progress(self, progress: Any = None) -> None:
         """Forwards the training progress to every env that defines ``sync_progress``.
@@ -319,16 +297,13 @@ class ParallelAlfEnvironment(NotCopyable, MembersSpecs, AlfEnvironment):
         Every env (spares included) gets ``env.sync_progress(progress)`` if
         it defines it; returns once all have applied it.
         """
-        self._check_usable()
-        self._guarded(lambda: self._resolve(
-            [env.sync_progress(progress, blocking=False) for env in self._envs],
-            "sync_progress"))
+        self._guard.run("a call", self._workers.request_all, "sync_progress",
+                        lambda env: env.sync_progress(progress, blocking=False))
 
-    def call_envs_with_same_args(self, name: str, *args, **kwargs) -> List[Any]:
+    def call_envs_with_same_args(self, name: str, *args: Any, **kwargs: Any) -> List[Any]:
         """Calls ``env.name(*args, **kwargs)`` in every env; returns their values."""
-        self._check_usable()
-        return self._guarded(lambda: self._resolve(
-            [env.call(name, *args, **kwargs) for env in self._envs], f"call of {name!r}"))
+        return self._guard.run("a call", self._workers.request_all, f"call of {name!r}",
+                               lambda env: env.call(name, *args, **kwargs))
 
     def timings(self) -> StepTimings:
         """Where the steps since the last call spent their time; starts counting again.
@@ -340,71 +315,30 @@ class ParallelAlfEnvironment(NotCopyable, MembersSpecs, AlfEnvironment):
         them). Costs one pipe call per worker now, nothing per step
         (docs/simulators.rst, "Where each step's time goes").
         """
-        self._check_usable()
-        envs = self._env_timings()
-        return StepTimings(envs, self._batch_clock.take(), no_figure(), no_figure(),
-                           note="spread and hand-off: not measured without job slots "
-                                "(FastParallelEnvironment measures them)")
-
-    def _env_timings(self) -> "tuple[DurationStats, ...]":
-        """Each env's step times since the last call (one pipe call per worker)."""
-        return env_figures(self._guarded(lambda: self._resolve(
-            [env.call(STEP_TIMINGS_CALL) for env in self._envs], "timings"), "timings()"))
+        readings = self._guard.run("timings()", self._workers.request_all, "timings",
+                                   lambda env: env.call(STEP_TIMINGS_CALL))
+        return StepTimings(env_figures(readings), self._batch_clock.take(), no_figure(),
+                           no_figure(), note="spread and hand-off: not measured without job "
+                                             "slots (FastParallelEnvironment measures them)")
 
     def render(self, mode: str = "rgb_array") -> Any:
         """Renders the env serving slot 0."""
-        self._check_usable()
-        env = self._envs[self._slots.slot_env[0]]
-        return self._guarded(lambda: self._resolve([env.call("render", mode)], "render")[0])
+        env = self._workers.envs[self._slots.slot_env[0]]
+        return self._guard.run("a call", lambda: self._workers.resolve(
+            [env.call("render", mode)], "render")[0])
 
     def _close(self) -> None:
         """Closes every worker (``close()`` is idempotent and bounded in time)."""
-        if self._finalizer is not None:
-            self._finalizer.detach()
-        close_all(self._envs)
-
-    # -- faults ----------------------------------------------------------------
-
-    def _check_usable(self) -> None:
-        """Raises if the env was closed, lost a worker, or timed out earlier."""
-        self._check_not_closed()
-        if self._broken is None:
-            return
-        if isinstance(self._broken, WorkerDiedError):
-            raise self._broken
-        raise EnvironmentProcessError(
-            f"this {type(self).__name__} is unusable: an earlier wait timed out "
-            f"({self._broken}); its envs are out of step. close() it and create a "
-            f"new one") from self._broken
-
-    def _guarded(self, fn: Callable[[], Any], what: str = "a call") -> Any:
-        """Runs ``fn`` (``what``, for errors); a dead worker or a timeout makes
-        the env unusable.
-
-        From one thread at a time: a second thread's call raises
-        ``ConcurrentUseError`` before ``fn`` sends anything (two threads used to
-        deadlock on the pipes, or mix up the rows of the shared block).
-        """
-        self._one_thread.enter(what)
-        try:
-            return fn()
-        except (WorkerDiedError, EnvTimeoutError) as exc:
-            self._broken = exc
-            raise
-        finally:
-            self._one_thread.leave()
-
-    def _resolve(self, promises: List[Any], during: str) -> List[Any]:
-        """Waits for the promises together (see ``resolve_all``), within ``timeout``."""
-        return resolve_all(promises, self._timeout, during)
+        self._guard.close()
+        self._workers.close()
 
     # -- restarts (restart_policy) ----------------------------------------------
 
     def _resolve_slots(self, promises: List[Any], during: str) -> List[Any]:
-        """:meth:`_resolve` of the slots' time steps (``promises[k]``: slot ``k``'s);
-        a dead worker is restarted if the policy allows (:meth:`_restart_slots`)."""
+        """Waits for the slots' time steps (``promises[k]``: slot ``k``'s); a dead
+        worker is restarted if the policy allows (:meth:`_restart_slots`)."""
         try:
-            return self._resolve(promises, during)
+            return self._workers.resolve(promises, during)
         except WorkerDiedError as exc:
             return self._restart_slots(promises, during, exc)
 
@@ -412,90 +346,39 @@ class ParallelAlfEnvironment(NotCopyable, MembersSpecs, AlfEnvironment):
                        death: WorkerDiedError) -> List[Any]:
         """Restarts dead workers while the budget allows: each slot of one gets
         the new worker's ``FIRST`` time step; the others' answers are intact."""
+        workers = self._workers
         while True:
-            worker = self._worker_of(death)
+            worker = workers.worker_of(death)
             slot_env = self._slots.slot_env
             if (self._blocking or worker is None or worker not in slot_env
-                    or not self._restarts.allows(worker)):
+                    or not workers.restarts.allows(worker)):
                 raise death
-            new = self._restart_worker(worker, death)
+            new = workers.restart(worker, death, _nothing_to_rejoin)
             promises[slot_env.index(worker)] = self._reset_promise(new)
             try:
-                return self._resolve(promises, during)
+                return workers.resolve(promises, during)
             except WorkerDiedError as exc:
                 death = exc
 
-    def _worker_of(self, death: WorkerDiedError) -> Optional[int]:
-        """The index of the worker that ``death`` reports, if it is one of ours."""
-        for i, env in enumerate(self._envs):
-            if env.env_id == death.env_id:
-                return i
-        return None
-
-    def _restart_worker(self, worker: int, death: WorkerDiedError) -> ProcessEnvironment:
-        """Counts and logs a restart of ``worker`` (``RestartBudget.spend``), starts
-        its replacement with the same constructor, checks its specs, and puts it
-        in the dead one's place.
-
-        Raises:
-            WorkerDiedError: ``death``, from what failed, if the new worker did not
-                start within ``start_timeout`` or its specs differ (naming the env).
-        """
-        old = self._envs[worker]
-        self._restarts.spend(worker, old.hosted_env_ids or [worker], describe_death(death))
-        close_all([old], polite_timeout=0.0)
-        new = self._make_worker(worker)
-        try:
-            new.start(wait_to_start=False)
-            new.wait_start(self._restarts.start_timeout)
-            if self._pinned_cpus is not None and new.pid is not None:
-                pin_workers([new.pid], [self._pinned_cpus[worker]])
-            try:
-                check_same_specs([old, new], label="worker")
-            except ValueError as exc:
-                raise ValueError(f"env {old.env_id} was restarted with other specs: "
-                                 f"{exc}") from None
-            self._envs[worker] = new
-            self._rejoin(worker, new)
-        except BaseException as exc:
-            close_all([new], polite_timeout=0.0)
-            raise death from exc
-        return new
-
-    def _rejoin(self, worker: int, new: ProcessEnvironment) -> None:
-        """Makes a restarted worker (in ``envs`` already) ready to serve its slot
-        (nothing on the pipe path)."""
-
     def _now_or_later(self, promise: Any) -> Any:
         """In ``blocking`` mode, waits for ``promise`` right away."""
-        return _Resolved(promise(self._timeout)) if self._blocking else promise
+        return _Resolved(promise(self._workers.timeout)) if self._blocking else promise
 
     # -- stepping ------------------------------------------------------------
 
     def _reset(self) -> TimeStep:
-        self._check_usable()
-        return self._guarded(self._do_reset, "reset()")
+        return self._guard.run("reset()", self._reset_all)
 
     def _step(self, action: Any) -> TimeStep:
-        self._check_usable()
-        return self._guarded(lambda: self._do_step(action), "step()")
+        return self._guard.run("step()", self._step_all, action)
 
-    def _background_pending(self) -> Dict[int, Any]:
-        """slot -> the background reset under way for it (see module doc)."""
-        return self._slots.fresh_slots if self._background_resets else {}
-
-    def _restart_background_resets(self) -> None:
-        """Resets again the envs whose background reset is under way."""
-        fresh = self._slots.fresh_slots
-        for slot in list(fresh):
-            fresh[slot] = self._reset_promise(self._envs[self._slots.slot_env[slot]])
-
-    def _do_reset(self) -> TimeStep:
+    def _reset_all(self) -> TimeStep:
         num_slots = self._slots.num_slots
         envs = self._slots.slot_env + list(self._slots.spares)
-        pending = self._background_pending()
+        # A background reset under way (see module doc) is waited for, not repeated.
+        pending = self._slots.fresh_slots if self._background_resets else {}
         promises = [pending[k] if k in pending else
-                    self._now_or_later(self._reset_promise(self._envs[i]))
+                    self._now_or_later(self._reset_promise(self._workers.envs[i]))
                     for k, i in enumerate(envs)]
         # Spares keep their pending reset: it is collected when one takes a slot.
         self._spare_resets = dict(zip(envs[num_slots:], promises[num_slots:]))
@@ -506,7 +389,7 @@ class ParallelAlfEnvironment(NotCopyable, MembersSpecs, AlfEnvironment):
         """A promise of ``env``'s reset (its time step packed, see :meth:`_batch`)."""
         return env.reset_packed(blocking=False) if self._packed else env.reset(blocking=False)
 
-    def _do_step(self, action: Any) -> TimeStep:
+    def _step_all(self, action: Any) -> TimeStep:
         start = StepClock.now()
         num_slots = self._slots.num_slots
         if self._packed:  # one packed record per slot (no pickled arrays)
@@ -517,18 +400,19 @@ class ParallelAlfEnvironment(NotCopyable, MembersSpecs, AlfEnvironment):
                 return env.step_packed(records[slot], blocking=False)
         else:
             action = self._check_action(action)
-            b = self._env_batch_size
+            b = self._workers.env_batch_size
+            batched = self._workers.env_batched
 
             def send(slot: int, env: ProcessEnvironment) -> Any:
                 rows = slice(slot * b, (slot + 1) * b)
                 env_action = nest.map_structure(
-                    (lambda a: a[rows]) if self._env_batched else (lambda a: a[slot]), action)
+                    (lambda a: a[rows]) if batched else (lambda a: a[slot]), action)
                 return env.step(env_action, blocking=False)
         promises = dict(self._slots.fresh_slots)
         self._slots.fresh_slots.clear()
         for slot, env_index in enumerate(self._slots.slot_env):
             if slot not in promises:
-                promises[slot] = self._now_or_later(send(slot, self._envs[env_index]))
+                promises[slot] = self._now_or_later(send(slot, self._workers.envs[env_index]))
         results = self._resolve_slots([promises[slot] for slot in range(num_slots)], "step")
         self._batch_clock.record(StepClock.now() - start)
         return self._finish(results)
@@ -537,39 +421,33 @@ class ParallelAlfEnvironment(NotCopyable, MembersSpecs, AlfEnvironment):
         """Batches the slots' time steps; ended slots go to spares or reset at once."""
         batched, step_types = self._batch(results)
         if self._slots.has_spares or self._background_resets:
+            envs = self._workers.envs
             for slot in np.flatnonzero(step_types == StepType.LAST).tolist():
                 if self._slots.has_spares:
                     old, new = self._slots.swap(slot)
                     self._slots.fresh_slots[slot] = self._spare_resets.pop(new)
-                    self._spare_resets[old] = self._reset_promise(self._envs[old])
+                    self._spare_resets[old] = self._reset_promise(envs[old])
                 else:
-                    env = self._envs[self._slots.slot_env[slot]]
+                    env = envs[self._slots.slot_env[slot]]
                     self._slots.fresh_slots[slot] = self._reset_promise(env)
         batched = batched._replace(env_id=self._env_ids.copy())
-        return nest.map_structure(_to_torch, batched)
+        time_step: TimeStep = nest.map_structure(_to_torch, batched)
+        return time_step
 
     def _batch(self, results: List[Any]) -> "tuple[TimeStep, np.ndarray]":
         """The slots' time steps as one batched ``TimeStep`` of numpy arrays, and the
         step type of each slot (unbatched envs; spares and background resets
         only apply to those)."""
+        env_batched = self._workers.env_batched
         if self._packed:
             batched, leaves = self._codecs.unpack_time_steps(results)
             step_types = leaves[self._step_type_leaf]
         else:
-            combine = np.concatenate if self._env_batched else np.stack
+            combine = np.concatenate if env_batched else np.stack
             batched = nest.map_structure(lambda *xs: combine(xs), *results)
             step_types = np.asarray(batched.step_type)
-        return batched, (step_types if not self._env_batched else np.zeros(0, np.int32))
+        return batched, (step_types if not env_batched else np.zeros(0, np.int32))
 
 
-def _make_worker(constructors: Sequence[Callable[..., Any]], env_ids: Sequence[int],
-                 i: int, *, flatten: bool, fast: bool,
-                 torch_num_threads_per_env: Optional[int],
-                 start_method: str) -> ProcessEnvironment:
-    """Worker ``i`` (not started); ``env_ids[i]``: the id of its first env, and
-    ``env_ids[-1]`` the number of envs."""
-    return ProcessEnvironment(constructors[i], env_id=env_ids[i], flatten=flatten, fast=fast,
-                              hosted_envs=env_ids[i + 1] - env_ids[i],
-                              num_envs=env_ids[-1],  # ids below this
-                              torch_num_threads_per_env=torch_num_threads_per_env,
-                              start_method=start_method)
+def _nothing_to_rejoin(worker: int, new: ProcessEnvironment) -> None:
+    """A restarted worker of the pipe path serves its slot as it is."""

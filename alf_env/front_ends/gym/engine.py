@@ -10,14 +10,17 @@ any other error but a timeout ends the pending call (:meth:`CallState.guard
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
 
 import numpy as np
+import numpy.typing as npt
 from absl import logging
 from gymnasium.error import NoAsyncCallError
 
 from alf_env.control_plane.process_environment import ProcessEnvironment
+from alf_env.data_plane.job_board import Board
 from alf_env.data_plane.shared_block import JobType
 from alf_env.errors import EnvTimeoutError, WorkerDiedError
+from alf_env.front_ends.gym.gym_rows import EnvCall, StagedReset
 from alf_env.front_ends.gym.results import ResultAssembler, worker_of_rows
-from alf_env.front_ends.gym.space_layout import Rows
+from alf_env.front_ends.gym.space_layout import RowLayout, Rows
 from alf_env.front_ends.gym.state import AsyncState, CallState, Step
 
 __all__ = ["JobEngine"]
@@ -28,14 +31,17 @@ class JobEngine:
 
     ``calls`` is the env's :class:`~alf_env.front_ends.gym.state.CallState`: its
     pending call ends, or the env breaks, as the jobs say. ``board`` is a
-    ``JobBoard``, or a ``PipeBoard`` on the pipe path.
+    ``JobBoard``, or a ``PipeBoard`` on the pipe path. ``action`` checks and
+    encodes a batch of actions, which it writes into its rows ``action_views``
+    (a ``SpaceLayout`` and the block's action fields, or on the pipe path
+    possibly a ``PipeLayout`` and the rows the ``PipeBoard`` sends from).
     """
 
-    def __init__(self, calls: CallState, board: Any, workers: Sequence[ProcessEnvironment],
-                 bounds: Sequence[Tuple[int, int]], batch_size: int, action: Any,
-                 action_views: Any, results: ResultAssembler) -> None:
+    def __init__(self, calls: CallState, board: Board, workers: Sequence[ProcessEnvironment],
+                 bounds: Sequence[Tuple[int, int]], batch_size: int, action: RowLayout,
+                 action_views: Sequence[np.ndarray], results: ResultAssembler) -> None:
         self._calls = calls
-        self._board = board
+        self._board: Optional[Board] = board  # None once closed
         self._workers = workers
         self._bounds = bounds
         self._batch_size = batch_size
@@ -51,7 +57,7 @@ class JobEngine:
         #: The workers with an unreceived STEP/RESET.
         self.in_flight: Set[int] = set()
         #: The env ids, rows and workers of the last ``recv()`` (None before the first).
-        self.last_received: Optional[Tuple[np.ndarray, Any, List[int]]] = None
+        self.last_received: Optional[Tuple[np.ndarray, Rows, List[int]]] = None
 
     def workers_of(self, mask: Optional[np.ndarray]) -> List[int]:
         """The workers hosting an env of ``mask`` (``None``: every worker)."""
@@ -59,9 +65,15 @@ class JobEngine:
             return self._all_workers
         return [w for w in self._all_workers if mask[slice(*self._bounds[w])].any()]
 
-    def post(self, workers: Sequence[int], job: Any, arg: int) -> None:
+    @property
+    def board(self) -> Board:
+        """The board the jobs go through (until :meth:`close`)."""
+        assert self._board is not None, "the engine was closed"
+        return self._board
+
+    def post(self, workers: Sequence[int], job: JobType, arg: int) -> None:
         """Posts ``job`` to ``workers``; they are in flight until received."""
-        self._calls.guard(lambda: self._board.post(workers, job, arg))
+        self._calls.guard(lambda: self.board.post(workers, job, arg))
         self.in_flight.update(workers)
 
     def settle(self) -> None:
@@ -70,13 +82,13 @@ class JobEngine:
         could raise the job's error with the request already on the pipe."""
         if self.in_flight:
             workers = sorted(self.in_flight)
-            self._calls.guard(lambda: self._board.wait_for(
+            self._calls.guard(lambda: self.board.wait_for(
                 workers, "finishing jobs in flight", raise_errors=False))
 
     # -- stepping ---------------------------------------------------------------------
 
-    def send(self, actions: Any, env_ids: Optional[Any],
-             received: Optional[Tuple[Any, List[int]]] = None) -> None:
+    def send(self, actions: Any, env_ids: Optional[npt.ArrayLike],
+             received: Optional[Tuple[Rows, List[int]]] = None) -> None:
         """Checks ids and actions, writes the actions, posts STEP to their workers
         (``env_ids=None``: every env; ``received``: the ``(rows, workers)`` of the
         ids of the last recv(), checked then, so only their idleness is checked)."""
@@ -84,7 +96,7 @@ class JobEngine:
         if env_ids is None:
             ids, rows, workers = self._all_ids, self._all_rows, self._all_workers
         elif received is not None:
-            ids = env_ids
+            ids = np.asarray(env_ids)  # the ids of the last recv(): an array already
             rows, workers = received
             self._check_idle(workers)
         else:
@@ -98,20 +110,20 @@ class JobEngine:
         stays DEFAULT: the board has no timeout, and after an interrupted wait it
         finishes the outstanding jobs before it posts again."""
         self._write_actions(actions, self._all_ids, self._all_rows)
-        self._calls.guard(lambda: self._board.run(self._all_workers, JobType.STEP, 0, "step"))
+        self._calls.guard(lambda: self.board.run(self._all_workers, JobType.STEP, 0, "step"))
 
     def returned(self) -> None:
         """Notes that :meth:`step_all`'s results went to the trainer's code (the
         board parks torch's threads for the next step only after a torch op)."""
-        self._board.returned()
+        self.board.returned()
 
-    def _write_actions(self, actions: Any, ids: np.ndarray, rows: Any) -> None:
+    def _write_actions(self, actions: Any, ids: np.ndarray, rows: Rows) -> None:
         """Checks ``actions`` (one per env of ``ids``) and writes them to ``rows``."""
         arrays = self._act.encode_batch(actions, len(ids), "same_kind")
         self._results.check_not_ended(ids)
         self._act.write_rows(self._act_views, rows, arrays)
 
-    def check_ids(self, env_ids: Any) -> np.ndarray:
+    def check_ids(self, env_ids: npt.ArrayLike) -> np.ndarray:
         """The ids of ``send(actions, env_ids)``, checked: whole, idle workers."""
         ids = np.asarray(env_ids)
         if ids.ndim != 1 or (ids.size and not np.issubdtype(ids.dtype, np.integer)):
@@ -152,7 +164,7 @@ class JobEngine:
         """Waits for every in-flight worker (synchronous mode); the call ends."""
         workers = sorted(self.in_flight)
         try:
-            self._calls.guard(lambda: self._board.wait_for(workers, during, timeout))
+            self._calls.guard(lambda: self.board.wait_for(workers, during, timeout))
         except EnvTimeoutError:
             raise
         except BaseException:
@@ -168,7 +180,7 @@ class JobEngine:
         workers = sorted(self.in_flight)
         self.in_flight.clear()
         try:
-            self._calls.guard(lambda: self._board.wait_for(workers, "finishing earlier jobs"))
+            self._calls.guard(lambda: self.board.wait_for(workers, "finishing earlier jobs"))
         except WorkerDiedError:
             raise
         except Exception as exc:  # noqa: BLE001 -- the reset is the recovery
@@ -186,10 +198,10 @@ class JobEngine:
                 f"recv() returns {self._batch_size} envs, but only "
                 f"{len(self.in_flight) * e} are in flight; send() or async_reset() first",
                 "recv")
-        workers = self._calls.guard(lambda: self._board.wait_first(self.in_flight, k, "recv",
-                                                                   timeout))
+        workers = self._calls.guard(lambda: self.board.wait_first(self.in_flight, k, "recv",
+                                                                  timeout))
         self._calls.pending = AsyncState.DEFAULT
-        errors = self._board.pop_errors(workers)
+        errors = self.board.pop_errors(workers)
         if errors:
             self.in_flight.difference_update(errors)
             error = next(iter(errors.values()))
@@ -208,10 +220,10 @@ class JobEngine:
 
     # -- pipe requests ------------------------------------------------------------------
 
-    def call_some(self, name: str, calls: Mapping[int, Tuple[tuple, dict]]) -> Dict[int, Any]:
+    def call_some(self, name: str, calls: Mapping[int, EnvCall]) -> Dict[int, Any]:
         """Calls ``name`` of the envs of ``calls`` (checked ids); only their workers are asked."""
         self.settle()
-        by_worker: Dict[int, Dict[int, Tuple[tuple, dict]]] = {}
+        by_worker: Dict[int, Dict[int, EnvCall]] = {}
         for env_id, call in calls.items():
             w = int(self._row_worker[env_id])
             by_worker.setdefault(w, {})[env_id - self._bounds[w][0]] = call
@@ -221,6 +233,6 @@ class JobEngine:
         return {self._bounds[w][0] + k: value
                 for w, answer in zip(workers, answers) for k, value in answer.items()}
 
-    def stage_reset(self, worker: int, staged: Any) -> None:
-        """Sends ``worker`` the arguments of its next RESET job (a ``StagedReset``)."""
+    def stage_reset(self, worker: int, staged: StagedReset) -> None:
+        """Sends ``worker`` the arguments of its next RESET job."""
         self._calls.resolve([self._workers[worker].call("stage_reset", staged)], None)

@@ -58,6 +58,13 @@ RESET_STAGED = 1    # use what GymEnvBatch.stage_reset() stored
 # the smallest socket buffer Linux gives a multiprocessing pipe.
 INLINE_REPORT_BYTES = 32 * 1024
 
+#: A job's report, by local env: its info payload and its observation's pipe leaves
+#: (what ``ResultAssembler.collect_reports`` reads in the parent).
+Report = Dict[int, Tuple[Payload, Optional[List[Any]]]]
+
+#: One env's call of ``call_envs``: ``(args, kwargs)``.
+EnvCall = Tuple[Tuple[Any, ...], Dict[str, Any]]
+
 # Names the envs' own step/reset/close must not be reached by through call().
 RESERVED_CALL_NAMES = ("step", "reset", "close")
 
@@ -91,7 +98,8 @@ class EnvRows:
         info: the ``(num_envs, info_bytes)`` info area, or ``None``.
     """
 
-    def __init__(self, block: Any, observation: SpaceLayout, action: SpaceLayout) -> None:
+    def __init__(self, block: SharedBlock, observation: SpaceLayout,
+                 action: SpaceLayout) -> None:
         views = block.views
         self.obs = observation.views(views)
         self.act = action.views(views)
@@ -155,7 +163,7 @@ class GymEnvBatch:
         return [self._call(k, name, args, kwargs) for k in range(len(self.envs))]
 
     def call_some(self, name: str,
-                  calls: Dict[int, Tuple[Tuple[Any, ...], Dict[str, Any]]]) -> Dict[int, Any]:
+                  calls: Dict[int, EnvCall]) -> Dict[int, Any]:
         """``name`` of local env ``k`` with its own ``(args, kwargs)``, for each ``k`` of
         ``calls``."""
         return {k: self._call(k, name, args, kwargs) for k, (args, kwargs) in calls.items()}
@@ -331,7 +339,7 @@ class GymRowsHandler:
         HalfCheetah 11-13 µs per env step interleaved, about 4 µs so
         (docs/benchmarks.md, "A lockstep step on a quiet machine").
         """
-        report: Dict[int, Tuple[Payload, Optional[List[Any]]]] = {}
+        report: Report = {}
         begin = self.rows[0]
         read_row, act, step_one = self.action.read_row, self._rows.act, self._step_one
         group = self._group
@@ -366,7 +374,7 @@ class GymRowsHandler:
         """Resets the envs (all, or what ``stage_reset`` said) and writes their rows."""
         envs = self._group.envs
         staged = self._group.take_reset(arg)
-        report: Dict[int, Tuple[Payload, Optional[List[Any]]]] = {}
+        report: Report = {}
         begin = self.rows[0]
         for k, env in enumerate(envs):
             row = begin + k
@@ -386,7 +394,7 @@ class GymRowsHandler:
 
     def _write(self, k: int, row: int, obs: Any, reward: Any, terminated: Any,
                truncated: Any, info: Dict[str, Any],
-               report: Dict[int, Tuple[Payload, Optional[List[Any]]]]) -> None:
+               report: Report) -> None:
         if (self._exact_rows is not None and self._write_exact(
                 self._exact_rows[k], k, row, obs, reward, terminated, truncated, info)):
             return
@@ -440,7 +448,7 @@ class GymRowsHandler:
             self._marks[k] = (lid, False)
         return True
 
-    def _send(self, report: Dict[int, Any]) -> None:
+    def _send(self, report: Report) -> None:
         """Sends the job's report (if any) home; see the module docstring."""
         if self._sender is not None:
             self._sender.join()

@@ -27,7 +27,8 @@ def make(env_id: Union[str, gym.envs.registration.EnvSpec], num_envs: int = 1, *
     return env
 
 
-def _make_one(env_id: Any, wrappers: Tuple[Callable[[gym.Env], gym.Wrapper], ...],
+def _make_one(env_id: Union[str, gym.envs.registration.EnvSpec],
+              wrappers: Tuple[Callable[[gym.Env], gym.Wrapper], ...],
               kwargs: Dict[str, Any]) -> gym.Env:
     env = gym.make(env_id, **kwargs)
     for wrapper in wrappers:

@@ -1,11 +1,10 @@
 """The job board of ``FastVectorEnv``'s pipe path: jobs as pipe requests.
 
-:class:`PipeBoard` has the interface of
-:class:`~alf_env.data_plane.job_board.JobBoard` that
-:class:`~alf_env.front_ends.gym.engine.JobEngine` drives (``post``, ``run``,
-``returned``, ``wait_for``, ``wait_first``, ``pop_errors``, ``job_of``, ``release``), so
-both paths share every rule of the engine and of the API (states, timeouts,
-errors, the asynchronous mode). Here a job is one pipe request per worker
+:class:`PipeBoard` is a :class:`~alf_env.data_plane.job_board.Board`, as
+:class:`~alf_env.data_plane.job_board.JobBoard` is: the interface that
+:class:`~alf_env.front_ends.gym.engine.JobEngine` drives, so both paths share
+every rule of the engine and of the API (states, timeouts, errors, the
+asynchronous mode). Here a job is one pipe request per worker
 (``ProcessEnvironment.call``): a STEP job sends the worker its envs'
 actions, a RESET job the reset's argument; the worker answers with every
 env's results, pickled, and the board hands them to its ``on_result`` hook as
@@ -22,17 +21,19 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set
 from absl import logging
 
 from alf_env.control_plane import shutdown
-from alf_env.control_plane.channel import wait_answers
+from alf_env.control_plane.channel import Promise, wait_answers
 from alf_env.control_plane.group import close_all
 from alf_env.control_plane.process_environment import ProcessEnvironment
 from alf_env.data_plane.job_board import DeathHook
 from alf_env.data_plane.shared_block import JobType
 from alf_env.errors import EnvTimeoutError, WorkerDiedError
+from alf_env.front_ends.gym.pipe_path import EnvResult
 
 __all__ = ["PipeBoard"]
 
-#: ``on_result(worker, job, answer)``: the answer of a finished STEP or RESET.
-ResultHook = Callable[[int, Any, Any], None]
+#: ``on_result(worker, job, answer)``: the answer of a finished STEP or RESET (per
+#: env of the worker, its result; ``None`` for an env a reset left alone).
+ResultHook = Callable[[int, JobType, List[Optional[EnvResult]]], None]
 
 
 class PipeBoard:
@@ -54,10 +55,10 @@ class PipeBoard:
         self._actions_of = actions_of
         self._on_result = on_result
         self._on_death = on_death
-        self._promises: Dict[int, Any] = {}       # the answer each busy worker owes
+        self._promises: Dict[int, Promise] = {}   # the answer each busy worker owes
         self._done: Dict[int, None] = {}         # finished workers, in completion order
         self._errors: Dict[int, BaseException] = {}
-        self._jobs: Dict[int, Any] = {}
+        self._jobs: Dict[int, JobType] = {}
 
     def set_death_hook(self, on_death: Optional[DeathHook]) -> None:
         """Sets the hook that may replace a dead worker (see ``on_death``)."""
@@ -65,7 +66,7 @@ class PipeBoard:
 
     # -- posting ---------------------------------------------------------------
 
-    def post(self, workers: Iterable[int], job: Any, arg: int = 0) -> None:
+    def post(self, workers: Iterable[int], job: JobType, arg: int = 0) -> None:
         """Sends ``job`` to ``workers``, first finishing any job they still run."""
         workers = list(workers)
         busy = [w for w in workers if w in self._promises]
@@ -81,7 +82,7 @@ class PipeBoard:
             else:
                 self._promises[w] = self.envs[w].call("reset", arg)
 
-    def run(self, workers: Sequence[int], job: Any, arg: int, during: str,
+    def run(self, workers: Sequence[int], job: JobType, arg: int, during: str,
             timeout: Optional[float] = None) -> None:
         """:meth:`post`, then :meth:`wait_for` the same workers."""
         self.post(workers, job, arg)
@@ -92,8 +93,8 @@ class PipeBoard:
         trainer's OpenMP threads are parked only for a shared-memory step
         (``JobBoard.returned``)."""
 
-    def job_of(self, worker: int) -> Any:
-        """The last job posted to ``worker`` (a ``JobType``), or ``None``."""
+    def job_of(self, worker: int) -> Optional[JobType]:
+        """The last job posted to ``worker``, or ``None``."""
         return self._jobs.get(worker)
 
     # -- waiting ---------------------------------------------------------------

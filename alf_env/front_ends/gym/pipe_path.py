@@ -25,13 +25,14 @@ checked against ``single_action_space`` (``SpaceLayout.encode_batch``)
 before anything is sent.
 """
 
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import gymnasium as gym
 import numpy as np
 from gymnasium.error import CustomSpaceError
 from gymnasium.vector.utils import batch_space, concatenate, create_empty_array, iterate
 
+from alf_env.data_plane.shared_block import JobType
 from alf_env.front_ends.gym.gym_rows import Autoreset, GymEnvBatch, name_env
 from alf_env.front_ends.gym.info_codec import Payload
 from alf_env.front_ends.gym.space_layout import Rows, SpaceLayout
@@ -39,7 +40,7 @@ from alf_env.front_ends.gym.space_layout import Rows, SpaceLayout
 __all__ = ["PipeEnvGroup", "PipeLayout", "PipeRows"]
 
 #: One env's answer: ``(obs, reward, terminated, truncated, info)``.
-EnvResult = Tuple[Any, Any, Any, Any, dict]
+EnvResult = Tuple[Any, Any, Any, Any, Dict[str, Any]]
 
 
 class PipeEnvGroup(GymEnvBatch):
@@ -56,8 +57,8 @@ class PipeEnvGroup(GymEnvBatch):
         env_id: index of the first env (given by ``ProcessEnvironment``).
     """
 
-    def __init__(self, env_fns: Sequence[Any], autoreset_mode: gym.vector.AutoresetMode,
-                 env_id: Optional[int] = None) -> None:
+    def __init__(self, env_fns: Sequence[Callable[[], gym.Env]],
+                 autoreset_mode: gym.vector.AutoresetMode, env_id: Optional[int] = None) -> None:
         super().__init__(env_fns, env_id)
         self._autoreset = Autoreset(autoreset_mode, len(self.envs))
         self._observation: Optional[SpaceLayout] = None
@@ -135,12 +136,12 @@ class PipeLayout:
     #: No sub-value travels apart: the whole value is on the pipe.
     num_pipe_leaves = 0
 
-    def __init__(self, space: gym.Space, path: str, num_envs: int) -> None:
+    def __init__(self, space: gym.Space[Any], path: str, num_envs: int) -> None:
         self.space = space
         self.path = path
         self._num_envs = num_envs
         self._buffer: Any = None  # the batch of every env with copy=False
-        self._batched: Dict[int, gym.Space] = {}
+        self._batched: Dict[int, gym.Space[Any]] = {}
 
     def rows(self) -> List[np.ndarray]:
         """New (parent-side) rows: one object array of ``num_envs`` entries."""
@@ -151,7 +152,8 @@ class PipeLayout:
         views[0][row] = value
         return []
 
-    def read_row(self, views: Sequence[np.ndarray], row: int, pipe_leaves: Any = ()) -> Any:
+    def read_row(self, views: Sequence[np.ndarray], row: int,
+                 pipe_leaves: Sequence[Any] = ()) -> Any:
         """The entry of ``row``."""
         return views[0][row]
 
@@ -187,7 +189,8 @@ class PipeLayout:
             column[row] = item
 
     def read_rows(self, views: Sequence[np.ndarray], rows: Rows, row_list: List[int],
-                  pipe_rows: Any = None, copy: bool = True) -> Any:
+                  pipe_rows: Optional[Sequence[Sequence[Any]]] = None,
+                  copy: bool = True) -> Any:
         """The batch of ``row_list``, by gymnasium's ``concatenate``."""
         items = [views[0][row] for row in row_list]
         if copy or len(items) != self._num_envs:
@@ -245,7 +248,7 @@ class PipeRows:
         """The actions of the envs of ``worker`` (what its STEP job sends)."""
         return [self._action.read_row(self.act, row) for row in range(*self._bounds[worker])]
 
-    def store(self, worker: int, job: Any, answer: List[Optional[EnvResult]]) -> None:
+    def store(self, worker: int, job: JobType, answer: List[Optional[EnvResult]]) -> None:
         """Keeps the results of a finished STEP or RESET job of ``worker``."""
         begin, end = self._bounds[worker]
         for row in range(begin, end):

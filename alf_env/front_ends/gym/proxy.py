@@ -36,13 +36,16 @@ import enum
 import functools
 import inspect
 import pickle
-from typing import Any, Callable, Dict, List, Literal, NamedTuple, Optional, Tuple
+import weakref
+from typing import Any, Callable, Dict, List, Literal, NamedTuple, Optional, Tuple, Union
 
 import gymnasium as gym
 import numpy as np
 from absl import logging
 from gymnasium import spaces
+from gymnasium.envs.registration import EnvSpec
 
+from alf_env.control_plane.channel import Promise
 from alf_env.control_plane.guards import NotCopyable, OneThread, one_thread_at_a_time
 from alf_env.control_plane.process_environment import ProcessEnvironment
 from alf_env.control_plane.protocol import START_METHODS
@@ -80,11 +83,11 @@ IN_BLOCK = _Marker.IN_BLOCK
 
 class Description(NamedTuple):
     """What a proxy reads once from its env when the worker starts."""
-    observation_space: gym.Space
-    action_space: gym.Space
+    observation_space: gym.Space[Any]
+    action_space: gym.Space[Any]
     metadata: Dict[str, Any]
     render_mode: Optional[str]
-    spec: Any  # gymnasium's EnvSpec, or None (also when it does not pickle)
+    spec: Optional[EnvSpec]  # None also when the env's does not pickle
 
 
 # -- the worker side ----------------------------------------------------------
@@ -224,7 +227,7 @@ class _Pending:
 
     __slots__ = ("kind", "promise", "death", "reset_args", "done", "value", "error")
 
-    def __init__(self, kind: str, promise: Any, death: Optional[WorkerDiedError],
+    def __init__(self, kind: str, promise: Optional[Promise], death: Optional[WorkerDiedError],
                  reset_args: Tuple[Any, Any] = (None, None)) -> None:
         self.kind = kind                  # "step" or "reset"
         self.promise = promise            # the channel's Promise (None: not sent)
@@ -331,7 +334,7 @@ class GymProxy(NotCopyable, gym.Env):
         self._pending: Optional[_Pending] = None
         self._block: Optional[SharedBlock] = None
         self._row: Optional[np.ndarray] = None
-        self._finalizer: Any = None
+        self._finalizer: Optional["weakref.finalize[..., None]"] = None
         self._pe = self._new_worker()
         try:
             self._pe.wait_start()
@@ -353,7 +356,7 @@ class GymProxy(NotCopyable, gym.Env):
         self._ready = True  # from now on, unknown attributes are the worker env's
 
     @classmethod
-    def make(cls, env_id: Any, *args: Any, context: Optional[str] = None,
+    def make(cls, env_id: Union[str, EnvSpec], *args: Any, context: Optional[str] = None,
              restart_policy: Optional[RestartPolicy] = None, timeout: Optional[float] = None,
              shared_memory: bool = True, **kwargs: Any) -> "GymProxy":
         """A proxy of ``gymnasium.make(env_id, *args, **kwargs)``, built in the worker.
@@ -579,6 +582,7 @@ class GymProxy(NotCopyable, gym.Env):
         try:
             if pending.death is not None:
                 raise pending.death
+            assert pending.promise is not None  # sent: no death kept it back
             result = pending.promise(self._timeout if timeout is None else timeout)
         except WorkerDiedError as death:
             if not self._budget.enabled or self._closed:

@@ -48,7 +48,7 @@ class WorkerRestarter:
     def __init__(self, budget: RestartBudget, workers: List[ProcessEnvironment],
                  bounds: Sequence[Tuple[int, int]],
                  make_worker: Callable[[int], ProcessEnvironment],
-                 each_env: Sequence[Tuple[gym.Space, gym.Space]],
+                 each_env: Sequence[Tuple[gym.Space[Any], gym.Space[Any]]],
                  rejoin: Callable[[int, ProcessEnvironment], None],
                  results: ResultAssembler, cpus: Optional[Sequence[int]] = None) -> None:
         self._budget = budget
@@ -97,7 +97,8 @@ class WorkerRestarter:
             raise error from exc
         return True
 
-    def _check_spaces(self, begin: int, spaces: Sequence[Tuple[gym.Space, gym.Space]]) -> None:
+    def _check_spaces(self, begin: int,
+                      spaces: Sequence[Tuple[gym.Space[Any], gym.Space[Any]]]) -> None:
         """Raises ``RuntimeError`` (naming the env) if a rebuilt env's spaces differ."""
         for k, (obs, act) in enumerate(spaces):
             old_obs, old_act = self._each_env[begin + k]

@@ -7,7 +7,7 @@ report per job and the parent reads it as soon as it sees the job finish
 the pipe never gets out of step.
 """
 
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Protocol, Sequence, Tuple
 
 import numpy as np
 from gymnasium.vector import AutoresetMode
@@ -17,9 +17,10 @@ from alf_env.control_plane.restart import RESTARTED_INFO_KEY
 from alf_env.data_plane.shared_block import JobType
 from alf_env.front_ends.gym.info_codec import InfoDecoder, Payload
 from alf_env.front_ends.gym.info_layout import Signature
+from alf_env.front_ends.gym.space_layout import RowLayout, Rows
 from alf_env.front_ends.gym.state import Step
 
-__all__ = ["ENV_ID_DTYPE", "ResultAssembler", "worker_of_rows"]
+__all__ = ["ENV_ID_DTYPE", "ResultRows", "ResultAssembler", "worker_of_rows"]
 
 #: dtype of ``info["env_id"]`` in the asynchronous mode (EnvPool's).
 ENV_ID_DTYPE = np.int32
@@ -32,6 +33,23 @@ def worker_of_rows(bounds: Sequence[Tuple[int, int]]) -> np.ndarray:
                            for w, (begin, end) in enumerate(bounds)])
 
 
+class ResultRows(Protocol):
+    """The rows of the results, one per env: the shared block's views
+    (:class:`~alf_env.front_ends.gym.gym_rows.EnvRows`, which the workers write) or
+    the pipe path's (:class:`~alf_env.front_ends.gym.pipe_path.PipeRows`, written
+    here from each worker's answer)."""
+
+    #: The observations' rows (their layout's views).
+    obs: List[np.ndarray]
+    reward: np.ndarray
+    terminated: np.ndarray
+    truncated: np.ndarray
+    #: "This env has an entry in its worker's pipe report".
+    report: np.ndarray
+    #: The id of the layout of each env's info in the info area (0: none).
+    info_layout: np.ndarray
+
+
 class ResultAssembler:
     """Reads the workers' reports and batches observations and infos from the rows.
 
@@ -39,10 +57,10 @@ class ResultAssembler:
     the observation leaves of no fixed size) and, under DISABLED autoreset,
     which envs ended (the one mode that refuses to step them). ``info`` is
     ``None`` when every info is a pipe payload; the pipe path's rows write
-    ``payloads`` too.
+    ``payloads`` too. ``observation`` reads and writes the observations' rows.
     """
 
-    def __init__(self, rows: Any, info: Optional[np.ndarray], observation: Any,
+    def __init__(self, rows: ResultRows, info: Optional[np.ndarray], observation: RowLayout,
                  workers: Sequence[ProcessEnvironment], bounds: Sequence[Tuple[int, int]],
                  copy: bool, autoreset_mode: AutoresetMode,
                  declared_infos: Sequence[Signature] = (),
@@ -74,7 +92,7 @@ class ResultAssembler:
     # -- reading the pipe reports ---------------------------------------------------
 
     def collect_reports(self, workers: List[int],
-                        jobs: Mapping[int, Any]) -> Dict[int, BaseException]:
+                        jobs: Mapping[int, JobType]) -> Dict[int, BaseException]:
         """Reads the pipe reports of the STEP/RESET jobs of ``workers`` that finished OK.
 
         Returns:
@@ -141,7 +159,7 @@ class ResultAssembler:
             np.logical_or(terminated, truncated, out=self._needs_reset)
         return obs, self._reward.copy(), terminated, truncated, infos
 
-    def batch_of(self, workers: Sequence[int]) -> Tuple[Step, np.ndarray, Any]:
+    def batch_of(self, workers: Sequence[int]) -> Tuple[Step, np.ndarray, Rows]:
         """The 5-tuple of the envs of ``workers``, in that order, with ``info["env_id"]``
         (the asynchronous mode's ``recv``); also their ids and rows."""
         bounds = self._bounds
@@ -150,7 +168,7 @@ class ResultAssembler:
         if all(bounds[a][1] == bounds[b][0] for a, b in zip(workers, workers[1:])):
             # Rows back to back (e.g. one worker's): a slice reads them faster,
             # and the info decoder remembers the slices it has seen.
-            rows: Any = slice(row_list[0], row_list[-1] + 1)
+            rows: Rows = slice(row_list[0], row_list[-1] + 1)
             terminated, truncated = self._terminated[rows].copy(), self._truncated[rows].copy()
             reward = self._reward[rows].copy()
         else:
@@ -166,7 +184,7 @@ class ResultAssembler:
 
     # -- restarted envs ---------------------------------------------------------------
 
-    def write_restarted(self, row: int, obs: Any, info: Dict[Any, Any]) -> None:
+    def write_restarted(self, row: int, obs: Any, info: Dict[str, Any]) -> None:
         """Writes the results of env ``row`` whose worker was restarted (the death
         branch only): the first observation of its new episode, reward 0, not
         terminated, truncated, and its reset info with ``info[RESTARTED_INFO_KEY]``,

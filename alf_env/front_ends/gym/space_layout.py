@@ -35,7 +35,19 @@ The array sub-spaces may be other nodes (``leaf``): actions use
 :mod:`~alf_env.front_ends.gym.action_items`, which carries each env's item as given.
 """
 
-from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import (
+    Any,
+    Callable,
+    Dict,
+    Iterator,
+    List,
+    Mapping,
+    Optional,
+    Protocol,
+    Sequence,
+    Tuple,
+    Union,
+)
 
 import numpy as np
 from gymnasium import spaces
@@ -385,8 +397,58 @@ def _number(node: Node, prefix: str, field_index: int, pipe_index: int,
     return field_index, pipe_index
 
 
+class RowLayout(Protocol):
+    """How the values of one per-env space move between Python objects and rows.
+
+    What ``FastVectorEnv``'s engine calls to check and write a batch of actions
+    (:meth:`encode_batch`, then :meth:`write_rows`) and its results to read a batch
+    of observations (:meth:`read_rows`). :class:`SpaceLayout` keeps the values in
+    shared-memory fields; the pipe path's
+    :class:`~alf_env.front_ends.gym.pipe_path.PipeLayout` keeps one object per env.
+    ``views`` are the layout's rows (one entry per field) and ``rows`` a slice or
+    an index array of them.
+    """
+
+    #: The per-env space.
+    space: spaces.Space[Any]
+
+    @property
+    def num_pipe_leaves(self) -> int:
+        """How many sub-values of a value travel on the pipe beside the rows."""
+
+    def write_row(self, views: Sequence[np.ndarray], row: int, value: Any) -> List[Any]:
+        """Writes one env's ``value`` into ``row``; returns its pipe leaves.
+
+        Raises:
+            ValueError: ``value`` does not fit the space (nothing written).
+        """
+
+    def read_row(self, views: Sequence[np.ndarray], row: int,
+                 pipe_leaves: Sequence[Any] = ()) -> Any:
+        """The value of ``row`` (its pipe leaves from ``pipe_leaves``)."""
+
+    def encode_batch(self, values: Any, n: int, casting: str = "safe") -> List[Any]:
+        """Checks a batched value of ``n`` envs; returns it encoded, one entry per
+        field, for :meth:`write_rows` of the same layout.
+
+        Raises:
+            ValueError, TypeError: ``values`` is not a batch of ``n`` values of
+                the space (naming the path).
+        """
+
+    def write_rows(self, views: Sequence[np.ndarray], rows: Rows,
+                   arrays: Sequence[Any]) -> None:
+        """Writes what :meth:`encode_batch` returned into ``rows``."""
+
+    def read_rows(self, views: Sequence[np.ndarray], rows: Rows, row_list: List[int],
+                  pipe_rows: Optional[Sequence[Sequence[Any]]] = None,
+                  copy: bool = True) -> Any:
+        """The batched value of ``rows`` (``row_list``: the same rows as ints),
+        structured as gymnasium's ``concatenate`` makes it."""
+
+
 class SpaceLayout:
-    """How values of one gymnasium space live in shared-memory rows.
+    """How values of one gymnasium space live in shared-memory rows (a :class:`RowLayout`).
 
     Args:
         space: the per-env space.
@@ -463,14 +525,17 @@ class SpaceLayout:
 
     # -- a batch (the parent writes actions / reads observations) -------------
 
-    def encode_batch(self, values: Any, n: int, casting: str = "safe") -> List[np.ndarray]:
-        """Checks a batched value of ``n`` rows; returns one array per field.
+    def encode_batch(self, values: Any, n: int, casting: str = "safe") -> List[Any]:
+        """Checks a batched value of ``n`` rows; returns one entry per field for
+        :meth:`write_rows`: an ``(n, *shape)`` array, or what a leaf that keeps its
+        own rows writes itself (``write(view, rows)``: an action item leaf's), or
+        ``None`` (nothing to write).
 
         Raises:
             ValueError: naming the offending path and the expected and actual
                 shape and dtype.
         """
-        arrays: List[np.ndarray] = []
+        arrays: List[Any] = []
         self._root.encode_batch(values, n, casting, arrays)
         return arrays
 

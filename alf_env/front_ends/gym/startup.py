@@ -59,7 +59,7 @@ from alf_env.control_plane.channel import resolve_all
 from alf_env.control_plane.group import start_environments
 from alf_env.control_plane.process_environment import ProcessEnvironment
 from alf_env.control_plane.protocol import START_METHODS
-from alf_env.data_plane.job_board import JobBoard
+from alf_env.data_plane.job_board import Board, JobBoard
 from alf_env.data_plane.job_loop import FastLoopSpec, join_job_loop, start_job_loops
 from alf_env.data_plane.shared_block import SharedBlock
 from alf_env.front_ends.gym.action_items import action_layout
@@ -68,7 +68,7 @@ from alf_env.front_ends.gym.info_layout import InfoLayout, Signature, signature_
 from alf_env.front_ends.gym.pipe_board import PipeBoard
 from alf_env.front_ends.gym.pipe_path import PipeEnvGroup, PipeLayout, PipeRows
 from alf_env.front_ends.gym.results import ResultAssembler
-from alf_env.front_ends.gym.space_layout import SpaceLayout
+from alf_env.front_ends.gym.space_layout import RowLayout, SpaceLayout
 
 __all__ = ["ObservationMode", "check_arguments", "resolve_context", "plan_workers",
            "check_max_concurrency", "declared_infos", "observation_spaces", "Spaces",
@@ -76,7 +76,7 @@ __all__ = ["ObservationMode", "check_arguments", "resolve_context", "plan_worker
 
 #: What ``observation_mode`` takes: ``"same"``, ``"different"`` or a pair
 #: ``(observation_space, single_observation_space)``.
-ObservationMode = Union[str, Tuple[gym.Space, gym.Space]]
+ObservationMode = Union[str, Tuple[gym.Space[Any], gym.Space[Any]]]
 
 
 def resolve_context(context: Optional[str]) -> str:
@@ -87,8 +87,8 @@ def resolve_context(context: Optional[str]) -> str:
     return context
 
 
-def check_arguments(env_fns: List[Any], batch_size: int, context: str,
-                    autoreset_mode: AutoresetMode, worker: Any = None,
+def check_arguments(env_fns: Sequence[Callable[[], gym.Env]], batch_size: int, context: str,
+                    autoreset_mode: AutoresetMode, worker: Optional[Callable[..., None]] = None,
                     observation_mode: ObservationMode = "same") -> None:
     """Raises ValueError/TypeError for arguments FastVectorEnv cannot work with."""
     if worker is not None:
@@ -119,7 +119,7 @@ def check_arguments(env_fns: List[Any], batch_size: int, context: str,
                          "(observation_space, single_observation_space) instead")
 
 
-def _check_observation_mode(mode: Any) -> None:
+def _check_observation_mode(mode: object) -> None:
     """gymnasium's checks of ``observation_mode``, with its messages."""
     if isinstance(mode, tuple) and len(mode) == 2:
         if not isinstance(mode[0], gym.Space) or not isinstance(mode[1], gym.Space):
@@ -130,8 +130,8 @@ def _check_observation_mode(mode: Any) -> None:
                          f"tuple of single and batch observation space, actual got {mode}")
 
 
-def observation_spaces(mode: ObservationMode, spaces: Sequence[gym.Space],
-                       batch_size: int) -> Tuple[gym.Space, gym.Space]:
+def observation_spaces(mode: ObservationMode, spaces: Sequence[gym.Space[Any]],
+                       batch_size: int) -> Tuple[gym.Space[Any], gym.Space[Any]]:
     """``(single_observation_space, observation_space)`` of envs with ``spaces``.
 
     The same spaces, and the same errors, as gymnasium's vector envs.
@@ -230,7 +230,7 @@ def plan_workers(num_envs: int, batch_size: int, num_workers: Optional[int],
     return bounds
 
 
-def check_max_concurrency(max_concurrency: Any) -> Optional[int]:
+def check_max_concurrency(max_concurrency: object) -> Optional[int]:
     """gymnasium's checks of ``max_concurrency`` (with its messages); the value."""
     if max_concurrency is None:
         return None
@@ -244,7 +244,7 @@ def check_max_concurrency(max_concurrency: Any) -> Optional[int]:
 
 
 def declared_infos(info_example: Union[None, Dict[str, Any], Sequence[Dict[str, Any]]],
-                   info_bytes: int) -> Tuple[List[Any], int]:
+                   info_bytes: int) -> Tuple[List[Signature], int]:
     """The signatures of the declared example infos, and the info area's size to fit them."""
     info_bytes = int(info_bytes)
     if info_bytes < 0:
@@ -252,7 +252,7 @@ def declared_infos(info_example: Union[None, Dict[str, Any], Sequence[Dict[str, 
     if info_example is None:
         return [], info_bytes
     examples = [info_example] if isinstance(info_example, dict) else list(info_example)
-    signatures: List[Any] = []
+    signatures: List[Signature] = []
     for i, example in enumerate(examples):
         if not isinstance(example, dict):
             raise TypeError(f"info_example[{i}]: expected an info dict, got "
@@ -267,15 +267,15 @@ def declared_infos(info_example: Union[None, Dict[str, Any], Sequence[Dict[str, 
 
 class Spaces(NamedTuple):
     """What the workers' envs said of themselves, as the vector env gives it."""
-    single_observation_space: gym.Space
-    observation_space: gym.Space
-    single_action_space: gym.Space
-    action_space: gym.Space
+    single_observation_space: gym.Space[Any]
+    observation_space: gym.Space[Any]
+    single_action_space: gym.Space[Any]
+    action_space: gym.Space[Any]
     metadata: Dict[str, Any]
     render_mode: Optional[str]
     #: ``(observation_space, action_space)`` of each env (a restarted worker's
     #: envs must have the same).
-    each_env: List[Tuple[gym.Space, gym.Space]]
+    each_env: List[Tuple[gym.Space[Any], gym.Space[Any]]]
 
 
 class Transport(NamedTuple):
@@ -285,10 +285,11 @@ class Transport(NamedTuple):
     #: The shared block (``None`` on the pipe path).
     block: Optional[SharedBlock]
     #: A ``JobBoard``, or a ``PipeBoard`` on the pipe path.
-    board: Union[JobBoard, PipeBoard]
-    #: The actions' layout and rows.
-    action: Union[SpaceLayout, PipeLayout]
-    action_views: Any
+    board: Board
+    #: The actions' layout (a ``SpaceLayout``, or a ``PipeLayout`` on the pipe path
+    #: for actions of no fixed size) and its rows.
+    action: RowLayout
+    action_views: List[np.ndarray]
     results: ResultAssembler
     #: ``rejoin(w, worker)``: makes a new worker ``w`` (started, its envs reset
     #: over the pipe, in the workers' list) serve its rows (a restart).
@@ -344,10 +345,13 @@ def attach_workers(workers: Sequence[ProcessEnvironment], spaces: Spaces,
                    bounds: Sequence[Tuple[int, int]], *, shared_memory: bool,
                    autoreset_mode: AutoresetMode, copy: bool, info_bytes: int,
                    declared_infos: Sequence[Signature], spin_us: int,
-                   workers_spread: bool, batch_infos: bool = True) -> Transport:
+                   workers_spread: bool, batch_infos: bool = True,
+                   pin_when_quiet: Optional[Sequence[int]] = None) -> Transport:
     """Builds the shared rows and sends each worker into its native job loop, or
     sets up the pipe path (``shared_memory=False``, or actions of no fixed size).
-    ``batch_infos=False``: the results give each env's own info dict, not batched."""
+    ``batch_infos=False``: the results give each env's own info dict, not batched.
+    ``pin_when_quiet``: the workers' CPUs while the machine is otherwise idle
+    (:class:`~alf_env.data_plane.job_board.JobBoard`)."""
     observation = SpaceLayout(spaces.single_observation_space, "obs", "observation")
     action = action_layout(spaces.single_action_space)
     # Observations of no fixed size travel beside the rows (pipe leaves), and
@@ -369,7 +373,8 @@ def attach_workers(workers: Sequence[ProcessEnvironment], spaces: Spaces,
         results = ResultAssembler(rows, rows.info, observation, workers, bounds, copy,
                                   autoreset_mode, declared_infos, batch_infos=batch_infos)
         controller = block.controller(spin_us, workers_spread=workers_spread)
-        board = JobBoard(controller, workers, on_ok=results.collect_reports)
+        board = JobBoard(controller, workers, on_ok=results.collect_reports,
+                         pin_when_quiet=pin_when_quiet)
         handlers = [GymRowsHandler(rows_of, observation, action, autoreset_mode,
                                    info_bytes, declared_infos)
                     for rows_of in bounds]

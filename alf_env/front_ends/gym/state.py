@@ -17,9 +17,10 @@ import enum
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, TypeVar, Union
 
 import numpy as np
+import numpy.typing as npt
 from gymnasium.error import AlreadyPendingCallError, ClosedEnvironmentError, NoAsyncCallError
 
-from alf_env.control_plane.channel import resolve_all
+from alf_env.control_plane.channel import Promise, resolve_all
 from alf_env.errors import EnvTimeoutError, WorkerDiedError
 
 __all__ = ["AsyncState", "Seeds", "Step", "CallState", "VectorApi"]
@@ -119,7 +120,7 @@ class CallState:
             self.pending = AsyncState.DEFAULT
             raise
 
-    def resolve(self, promises: List[Any], timeout: Optional[float],
+    def resolve(self, promises: Sequence[Promise], timeout: Optional[float],
                 during: str = "a call") -> List[Any]:
         """Waits for every promise together (``resolve_all``); a dead worker breaks the env."""
         try:
@@ -300,7 +301,7 @@ class VectorApi:
         """Resets every env; their first observations come out of :meth:`recv`."""
         raise NotImplementedError
 
-    def send(self, actions: Any, env_ids: Any) -> None:
+    def send(self, actions: Any, env_ids: npt.ArrayLike) -> None:
         """Starts a step of the envs ``env_ids`` (EnvPool mode); collect with :meth:`recv`.
 
         Args:
@@ -326,4 +327,4 @@ class VectorApi:
         """
         raise NotImplementedError
 
-    close: Any  # gymnasium's VectorEnv.close
+    close: Callable[..., None]  # gymnasium's VectorEnv.close

@@ -8,10 +8,12 @@ how a step runs through them: ``docs/architecture.rst`` ("One step of FastVector
 """
 
 import functools
+import weakref
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import gymnasium as gym
 import numpy as np
+import numpy.typing as npt
 from gymnasium.error import AlreadyPendingCallError
 from gymnasium.vector import AutoresetMode
 
@@ -21,8 +23,10 @@ from alf_env.control_plane.affinity import (
     normal_scheduling,
     pin_workers,
     pinned_cpus,
+    pinned_when_quiet,
     plan_worker_cpus,
 )
+from alf_env.control_plane.channel import Promise
 from alf_env.control_plane.group import close_all
 from alf_env.control_plane.guards import NotCopyable, OneThread, guard_methods
 from alf_env.control_plane.process_environment import ProcessEnvironment
@@ -36,7 +40,7 @@ from alf_env.control_plane.step_timings import (
     no_figure,
 )
 from alf_env.control_plane.torch_threads import advise_torch_threads
-from alf_env.data_plane.job_board import JobBoard
+from alf_env.data_plane.job_board import Board, JobBoard
 from alf_env.data_plane.shared_block import SPIN_ADAPTIVE, JobType, SharedBlock
 from alf_env.errors import EnvTimeoutError
 from alf_env.front_ends.gym.engine import JobEngine
@@ -44,10 +48,10 @@ from alf_env.front_ends.gym.gym_rows import (
     RESERVED_CALL_NAMES,
     RESET_DEFAULT,
     RESET_STAGED,
+    EnvCall,
     StagedReset,
 )
 from alf_env.front_ends.gym.info_codec import DEFAULT_INFO_BYTES
-from alf_env.front_ends.gym.pipe_board import PipeBoard
 from alf_env.front_ends.gym.restarts import WorkerRestarter
 from alf_env.front_ends.gym.startup import (
     ObservationMode,
@@ -163,11 +167,11 @@ class FastVectorEnv(NotCopyable, VectorApi, gym.vector.VectorEnv):
         self._calls = CallState(type(self).__name__, self.num_envs, self.is_async)
         self._all_row_list = list(range(self.num_envs))
         self._reset_rows: List[int] = []         # envs whose infos reset_wait returns
-        self._pending_calls: List[Any] = []
+        self._pending_calls: List[Promise] = []
         self._workers: List[ProcessEnvironment] = []
         self._block: Optional[SharedBlock] = None
-        self._board: Union[None, JobBoard, PipeBoard] = None
-        self._finalizer: Any = None
+        self._board: Optional[Board] = None
+        self._finalizer: Optional["weakref.finalize[..., None]"] = None
         self._restarter: Optional[WorkerRestarter] = None
         try:
             self._workers = start_workers(env_fns, self._bounds, autoreset_mode, context, daemon)
@@ -188,7 +192,8 @@ class FastVectorEnv(NotCopyable, VectorApi, gym.vector.VectorEnv):
                 self._workers, spaces, self._bounds, shared_memory=self.shared_memory,
                 autoreset_mode=autoreset_mode, copy=copy, info_bytes=info_bytes,
                 declared_infos=declared, spin_us=spin_us,
-                workers_spread=cpu_plan is not None, batch_infos=batch_infos)
+                workers_spread=cpu_plan is not None, batch_infos=batch_infos,
+                pin_when_quiet=pinned_when_quiet(worker_cpus, cpu_plan))
             self.shared_memory = transport.shared_memory
             self._block, self._board = transport.block, transport.board
             self._results = transport.results
@@ -332,7 +337,7 @@ class FastVectorEnv(NotCopyable, VectorApi, gym.vector.VectorEnv):
         self._calls.resolve([w.call("set_each", name, list(values[begin:end]))
                              for w, (begin, end) in zip(self._workers, self._bounds)], None)
 
-    def call_envs(self, name: str, calls: Mapping[int, Tuple[tuple, dict]]) -> Dict[int, Any]:
+    def call_envs(self, name: str, calls: Mapping[int, EnvCall]) -> Dict[int, Any]:
         """Calls ``name`` of some envs, each with its own arguments, as :meth:`call`.
 
         Only their workers get a request, with only their envs' arguments, so a
@@ -407,7 +412,7 @@ class FastVectorEnv(NotCopyable, VectorApi, gym.vector.VectorEnv):
         self._results.forget_ended()
         self._engine.post(self._engine.workers_of(None), JobType.RESET, RESET_DEFAULT)
 
-    def send(self, actions: Any, env_ids: Any) -> None:
+    def send(self, actions: Any, env_ids: npt.ArrayLike) -> None:
         self._calls.check_ready("send")
         self._engine.send(actions, env_ids)
 

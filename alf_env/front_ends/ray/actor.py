@@ -120,14 +120,16 @@ class EnvActor:
 
 def _node_ip() -> str:
     try:
-        return import_from("ray.util", "get_node_ip_address")()
+        ip: str = import_from("ray.util", "get_node_ip_address")()
+        return ip
     except Exception:  # noqa: BLE001 -- only for messages
         return "unknown ip"
 
 
 def _node_id() -> str:
     try:
-        return import_from("ray", "get_runtime_context")().get_node_id()
+        node: str = import_from("ray", "get_runtime_context")().get_node_id()
+        return node
     except Exception:  # noqa: BLE001 -- only for messages and placement checks
         return ""
 

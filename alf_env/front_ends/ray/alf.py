@@ -150,8 +150,8 @@ class RayParallelAlfEnvironment(MembersSpecs, AlfEnvironment):
             raise
         raise_first_failure(results)
         parts = [value for _, _, value in results]
-        time_step = nest.map_structure(lambda *xs: torch.from_numpy(np.concatenate(xs)),
-                                       *parts)
+        time_step: TimeStep = nest.map_structure(
+            lambda *xs: torch.from_numpy(np.concatenate(xs)), *parts)
         offsets = np.repeat(self._offsets, [hi - lo for lo, hi in self._bounds])
         return time_step._replace(env_id=time_step.env_id + torch.from_numpy(
             offsets.astype(np.int32)))

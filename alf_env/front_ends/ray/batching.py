@@ -15,7 +15,7 @@ from gymnasium import spaces
 _ARRAY_SPACES = (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)
 
 
-def split_batch(space: spaces.Space, batch: Any, bounds: Sequence[Tuple[int, int]],
+def split_batch(space: spaces.Space[Any], batch: Any, bounds: Sequence[Tuple[int, int]],
                 path: str = "actions") -> List[Any]:
     """Cuts a batch of ``space`` items into the slices ``[lo, hi)`` of ``bounds``.
 
@@ -51,7 +51,7 @@ def split_batch(space: spaces.Space, batch: Any, bounds: Sequence[Tuple[int, int
     return [batch[lo:hi] for lo, hi in bounds]
 
 
-def concat_batches(space: spaces.Space, parts: Sequence[Any]) -> Any:
+def concat_batches(space: spaces.Space[Any], parts: Sequence[Any]) -> Any:
     """Joins batches of ``space`` items (the inverse of :func:`split_batch`).
 
     Array leaves are always new, writable arrays.

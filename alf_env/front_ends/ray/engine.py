@@ -37,8 +37,8 @@ CLOSE_TIMEOUT = 10.0
 class Job:
     """A method call of an actor's hosted env, in flight."""
     method: str
-    args: tuple
-    kwargs: dict
+    args: Tuple[Any, ...]
+    kwargs: Dict[str, Any]
     ref: Any
     restarted: bool = False  # posted to a recreated actor, to report the restart
 
@@ -68,7 +68,7 @@ class ActorGroup:
         self._options = [dict(o) for o in actor_options]
         self.policy = restart_policy
         self.on_restart = on_restart
-        self._calls: Dict[int, Tuple[str, tuple, Any]] = {}
+        self._calls: Dict[int, Tuple[str, Tuple[Any, ...], Any]] = {}
         self._call_values: Dict[int, Any] = {}
         self._call_order: List[int] = []
         self._start_timeout = start_timeout
@@ -239,7 +239,8 @@ class ActorGroup:
 
     # -- calls (control path, queued behind any job in flight) -----------------------
 
-    def post_calls(self, method: str, per_actor_args: Union[Sequence[tuple], Dict[int, tuple]]
+    def post_calls(self, method: str,
+                   per_actor_args: Union[Sequence[Tuple[Any, ...]], Dict[int, Tuple[Any, ...]]]
                    ) -> None:
         """Posts ``method`` to every actor, or to the actors keyed in a dict
         (arguments per actor); Ray runs each after the actor's job in flight,
@@ -285,7 +286,8 @@ class ActorGroup:
         raise_first_failure([(j, None, v) for j, v in zip(self._call_order, values)])
         return values
 
-    def call_all(self, method: str, per_actor_args: Union[Sequence[tuple], Dict[int, tuple]],
+    def call_all(self, method: str,
+                 per_actor_args: Union[Sequence[Tuple[Any, ...]], Dict[int, Tuple[Any, ...]]],
                  timeout: Optional[float], during: str) -> List[Any]:
         """:meth:`post_calls` and :meth:`wait_calls` in one."""
         self.post_calls(method, per_actor_args)

@@ -5,13 +5,14 @@ and called through ``EnvActor.run``; they return plain numpy data, which Ray
 moves without copying more than once.
 """
 
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import gymnasium as gym
 import numpy as np
 
 from alf_env import nest
 from alf_env.environments.members_specs import spec_values
+from alf_env.front_ends.gym.state import Step
 from alf_env.front_ends.gym.vector_env import FastVectorEnv
 from alf_env.lazy_import import import_from
 
@@ -28,22 +29,23 @@ class GymHost:
                  vector_kwargs: Dict[str, Any]) -> None:
         self.env = FastVectorEnv(env_fns, **vector_kwargs)
 
-    def describe(self) -> tuple:
+    def describe(self) -> Tuple[gym.Space[Any], gym.Space[Any], Dict[str, Any], Optional[str]]:
         """``(single_observation_space, single_action_space, metadata, render_mode)``."""
         env = self.env
         metadata = {k: v for k, v in env.metadata.items() if k != "autoreset_mode"}
         return env.single_observation_space, env.single_action_space, metadata, env.render_mode
 
-    def reset(self, seed: Optional[List[Optional[int]]], options: Optional[dict]) -> tuple:
+    def reset(self, seed: Optional[List[Optional[int]]],
+              options: Optional[Dict[str, Any]]) -> Tuple[Any, Dict[str, Any]]:
         return self.env.reset(seed=seed, options=options)
 
-    def step(self, actions: Any) -> tuple:
+    def step(self, actions: Any) -> Step:
         return self.env.step(actions)
 
-    def call(self, name: str, args: tuple, kwargs: dict) -> tuple:
+    def call(self, name: str, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Tuple[Any, ...]:
         return self.env.call(name, *args, **kwargs)
 
-    def set_attr(self, name: str, values: list) -> None:
+    def set_attr(self, name: str, values: List[Any]) -> None:
         self.env.set_attr(name, values)
 
     def worker_pids(self) -> List[int]:
@@ -62,7 +64,7 @@ class AlfHost:
         from alf_env.front_ends.alf.fast_parallel_environment import FastParallelEnvironment
         self.env = FastParallelEnvironment(ctors, **env_kwargs)
 
-    def describe(self) -> tuple:
+    def describe(self) -> Tuple[Any, ...]:
         """The env's five specs (:data:`~alf_env.environments.members_specs.SPEC_METHODS`
         order), then its batch size."""
         return spec_values(self.env) + (self.env.batch_size,)
@@ -78,7 +80,8 @@ class AlfHost:
     def seed(self, seeds: List[int]) -> None:
         self.env.seed(seeds)
 
-    def call_envs_with_same_args(self, name: str, args: tuple, kwargs: dict) -> List[Any]:
+    def call_envs_with_same_args(self, name: str, args: Tuple[Any, ...],
+                                 kwargs: Dict[str, Any]) -> List[Any]:
         return self.env.call_envs_with_same_args(name, *args, **kwargs)
 
     def render(self, mode: str) -> Any:

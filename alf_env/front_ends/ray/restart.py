@@ -4,7 +4,7 @@
 (:mod:`alf_env.control_plane.restart`), re-exported here.
 """
 
-from typing import Sequence
+from typing import Any, Sequence, Tuple
 
 from alf_env.control_plane.restart import RestartPolicy
 from alf_env.errors import WorkerDiedError
@@ -35,6 +35,6 @@ class ActorDiedError(WorkerDiedError):
         self.node = node
         self.reason = reason
 
-    def __reduce__(self):
+    def __reduce__(self) -> Tuple[Any, ...]:
         return (type(self), (self.env_ids, self.actor_index, self.node, self.reason,
                              self.during))

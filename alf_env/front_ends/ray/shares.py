@@ -8,6 +8,7 @@ actors, so there the shares are equal.
 from typing import List, Optional, Sequence
 
 import numpy as np
+import numpy.typing as npt
 from gymnasium.vector import AutoresetMode
 
 
@@ -46,7 +47,7 @@ def plan_shares(num_envs: int, num_actors: int, batch_size: int,
     return shares
 
 
-def actors_of(env_ids: Sequence[int], shares: Sequence[range], busy: Sequence[int]
+def actors_of(env_ids: npt.ArrayLike, shares: Sequence[range], busy: Sequence[int]
               ) -> List[int]:
     """The actors whose envs ``env_ids`` lists (whole and in order), for ``send``.
 

@@ -24,6 +24,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import gymnasium as gym
 import numpy as np
+import numpy.typing as npt
 from absl import logging
 from gymnasium.error import AlreadyPendingCallError, NoAsyncCallError
 from gymnasium.vector import AutoresetMode
@@ -232,7 +233,7 @@ class RayVectorEnv(VectorApi, gym.vector.VectorEnv):
         for j in range(self.num_actors):
             self._group.post(j, "reset", None, None, restarted=j in self._group.fresh)
 
-    def send(self, actions: Any, env_ids: Any) -> None:
+    def send(self, actions: Any, env_ids: npt.ArrayLike) -> None:
         self._calls.check_ready("send")
         self._send(actions, actors_of(env_ids, self.shares, self._group.busy()))
 

@@ -23,7 +23,7 @@ __all__ = ["ActionRouter"]
 class ActionRouter:
     """Splits SB3's actions into a batch for the shared rows and the passed ones."""
 
-    def __init__(self, space: spaces.Space, num_envs: int) -> None:
+    def __init__(self, space: spaces.Space[Any], num_envs: int) -> None:
         self.space = space
         self.num_envs = num_envs
         # The checks of the vector env's rows (the same code), to find the
@@ -83,7 +83,7 @@ class ActionRouter:
         return True
 
 
-def _batched(space: spaces.Space, items: List[Any]) -> Any:
+def _batched(space: spaces.Space[Any], items: List[Any]) -> Any:
     """Per-env actions in gymnasium's batched layout (a dict / tuple of batches).
 
     Raises:
@@ -105,7 +105,7 @@ def _batched(space: spaces.Space, items: List[Any]) -> Any:
     return list(items)
 
 
-def _blank(space: spaces.Space) -> Any:
+def _blank(space: spaces.Space[Any]) -> Any:
     """An action the rows carry, for an env whose own action goes on the pipe."""
     if isinstance(space, spaces.Dict):
         return {key: _blank(sub) for key, sub in space.spaces.items()}
@@ -116,7 +116,7 @@ def _blank(space: spaces.Space) -> Any:
     return space.sample()
 
 
-def _is_array(space: spaces.Space) -> bool:
+def _is_array(space: spaces.Space[Any]) -> bool:
     """Whether the space is one array (its actions: one array leaf)."""
     return isinstance(space, (spaces.Box, spaces.Discrete, spaces.MultiDiscrete,
                               spaces.MultiBinary))

@@ -22,7 +22,7 @@ import collections
 import functools
 import multiprocessing as mp
 import warnings
-from typing import Any, Callable, Dict, List, Optional, Sequence, Type, cast
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Type, cast
 
 import gymnasium as gym
 import numpy as np
@@ -150,7 +150,7 @@ class FastSubprocVecEnv(NotCopyable, VecEnv):
         seeds = list(self._seeds)
         groups = _group_options(self._options)
         reset_infos: List[Dict[str, Any]] = [{} for _ in range(self.num_envs)]
-        obs = None
+        obs: Optional[VecEnvObs] = None
         for options, members in groups:
             if len(groups) == 1:
                 obs, infos = self._vector_env.reset(seed=seeds, options=options or None)
@@ -159,9 +159,10 @@ class FastSubprocVecEnv(NotCopyable, VecEnv):
                 mask[members] = True
                 obs, infos = self._vector_env.reset(
                     seed=seeds, options={**(options or {}), "reset_mask": mask})
+            env_infos = cast(List[Dict[Any, Any]], infos)  # batch_infos=False: a list
             for i in members:  # Sb3Env.reset returned {RESET_INFO: the env's info}
-                reset_infos[i] = infos[i][RESET_INFO]
-                if RESTARTED_INFO_KEY in infos[i]:  # its worker died and was restarted
+                reset_infos[i] = env_infos[i][RESET_INFO]
+                if RESTARTED_INFO_KEY in env_infos[i]:  # its worker died and was restarted
                     reset_infos[i] = {**reset_infos[i], RESTARTED_INFO_KEY: True}
         self.reset_infos = reset_infos
         self._reset_seeds()
@@ -274,7 +275,7 @@ class FastSubprocVecEnv(NotCopyable, VecEnv):
         taken = {i: iter(values) for i, values in results.items()}
         return [next(taken[i]) for i in targets]
 
-    def _call_ports(self, calls: Dict[int, tuple]) -> Dict[int, List[Any]]:
+    def _call_ports(self, calls: Dict[int, Tuple[Any, ...]]) -> Dict[int, List[Any]]:
         """Runs ``port(*calls[i])`` on the port of each env ``i``; only their workers are asked."""
         return self._vector_env.call_envs(PORT_ATTR, {i: (call, {}) for i, call in calls.items()})
 
@@ -289,9 +290,9 @@ def _obs_of(obs: Any, i: int) -> Any:
     return np.array(obs[i])
 
 
-def _group_options(options: List[Dict[str, Any]]) -> List[tuple]:
+def _group_options(options: List[Dict[str, Any]]) -> List[Tuple[Dict[str, Any], List[int]]]:
     """Groups env indices by equal reset options: ``[(options, [i, ...]), ...]``."""
-    groups: List[tuple] = []
+    groups: List[Tuple[Dict[str, Any], List[int]]] = []
     for i, opts in enumerate(options):
         for group_opts, members in groups:
             if _same(group_opts, opts):

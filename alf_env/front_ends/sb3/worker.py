@@ -8,7 +8,7 @@ torch) only for an env that needs SB3's patching of old ``gym`` envs.
 """
 
 import enum
-from typing import Any, Callable, List, Type
+from typing import Any, Callable, Dict, List, Tuple, Type
 
 import gymnasium as gym
 
@@ -49,7 +49,7 @@ class Port:
     def set_attr(self, name: str, value: Any) -> None:
         setattr(self.env, name, value)  # on the outermost wrapper, as SB3 does
 
-    def env_method(self, name: str, args: tuple, kwargs: dict) -> Any:
+    def env_method(self, name: str, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Any:
         return self.env.get_wrapper_attr(name)(*args, **kwargs)
 
     def is_wrapped(self, wrapper_class: Type[gym.Wrapper]) -> bool:

@@ -1,0 +1,127 @@
+"""Lockstep workers pinned one per CPU while no other process uses the CPUs.
+
+Placed by the OS, two workers that step in lockstep beside a spinning trainer
+are three runnable tasks on two cores, and the kernel's balancer may leave
+both workers on one core for a while: two equal envs in one trainer ran at
+240 and 350 µs a step for their whole life, and a run's seconds swung by a
+quarter. Pinned one per CPU (``worker_cpus="spread"``), the same pair agreed
+to 0.5%, and a HalfCheetah policy loop ran 1.28x ``SyncVectorEnv`` against
+1.14x. But a pinned worker cannot leave a core that another process keeps
+busy: beside one busy process it ran 0.84x against 1.80x.
+
+So under ``worker_cpus="auto"`` the trainer looks at the machine once a
+second (:class:`QuietPinning`, from :meth:`JobBoard.returned
+<alf_env.data_plane.job_board.JobBoard.returned>`): if processes other than
+itself and its workers used less than :data:`OTHERS_MAX_CPUS` of a CPU since
+the last look, the workers are pinned one per CPU; otherwise they are given
+back every CPU and the OS places them. The choice comes from what the machine
+shows, never from timing the settings against each other, and a wrong one
+lasts a second. docs/benchmarks.md, "Settings and the rows behind them", has
+the paired rows.
+"""
+
+import os
+import time
+from typing import Callable, List, Optional, Sequence
+
+#: Seconds between two looks at the machine.
+LOOK_PERIOD_S = 1.0
+#: Seconds from the env's start to its first look: the first choice comes
+#: early, since every step until then runs with the OS's placement.
+FIRST_LOOK_S = 0.25
+#: CPUs' worth of time the machine's other processes may use while the workers
+#: stay pinned: more than the kernel's own threads on a quiet machine (under
+#: 0.01 here), less than any process that runs for a quarter of every second.
+OTHERS_MAX_CPUS = 0.25
+
+_TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
+
+
+def machine_busy_s(stat_path: str = "/proc/stat") -> Optional[float]:
+    """CPU seconds every CPU of the machine has spent busy (not idle or waiting
+    for I/O) since boot, or ``None`` where ``/proc/stat`` cannot be read."""
+    try:
+        with open(stat_path) as stat:
+            fields = [int(x) for x in stat.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
+    # guest and guest_nice (fields 8, 9) are already counted in user and nice.
+    return (sum(fields[:8]) - idle) * _TICK_S
+
+
+def process_cpu_s(pid: int) -> Optional[float]:
+    """CPU seconds process ``pid`` (all its threads) has used, or ``None`` if it
+    has ended."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return (int(fields[11]) + int(fields[12])) * _TICK_S  # utime, stime
+
+
+class QuietPinning:
+    """Pins lockstep workers one per CPU while the machine is otherwise idle.
+
+    Args:
+        worker_pids: the workers' current pids (a restarted worker has a new
+            one; ``None``: not running), in worker order.
+        plan: worker ``i``'s CPU when pinned
+            (:func:`~alf_env.control_plane.affinity.plan_worker_cpus`).
+        cpus: every CPU a worker may use when not pinned.
+        clock, busy, cpu_of: the clock, :func:`machine_busy_s` and
+            :func:`process_cpu_s` (``None``: these functions; replaced in tests).
+    """
+
+    def __init__(self, worker_pids: Callable[[], Sequence[Optional[int]]], plan: Sequence[int],
+                 cpus: Sequence[int], clock: Callable[[], float] = time.monotonic,
+                 busy: Optional[Callable[[], Optional[float]]] = None,
+                 cpu_of: Optional[Callable[[int], Optional[float]]] = None) -> None:
+        self._worker_pids = worker_pids
+        self._plan = list(plan)
+        self._cpus = set(cpus)
+        self._clock = clock
+        self._busy = busy if busy is not None else machine_busy_s
+        self._cpu_of = cpu_of if cpu_of is not None else process_cpu_s
+        self._due = clock() + FIRST_LOOK_S
+        self._last: Optional[List[float]] = None  # [time, machine busy, ours] at the last look
+        self.pinned = False
+        self._sample(clock())  # what the machine did from here to the first look
+
+    def look(self) -> None:
+        """Pins or unpins the workers from what the machine did since the last
+        look; nothing if a look is not due yet."""
+        now = self._clock()
+        if now < self._due:
+            return
+        self._due = now + LOOK_PERIOD_S
+        last = self._last
+        pids = self._sample(now)
+        if last is None or self._last is None:
+            return
+        sample = self._last
+        others = ((sample[1] - last[1]) - (sample[2] - last[2])) / (sample[0] - last[0])
+        self._place(pids, others < OTHERS_MAX_CPUS)
+
+    def _sample(self, now: float) -> List[int]:
+        """Records the machine's and our processes' CPU time now (``None`` if a
+        worker is not running: a restart comes, and the looks start over);
+        returns the workers' pids."""
+        pids = [pid for pid in self._worker_pids() if pid is not None]
+        busy = self._busy()
+        ours = [self._cpu_of(pid) for pid in [os.getpid(), *pids]]
+        if busy is None or None in ours or len(pids) != len(self._plan):
+            self._last = None
+        else:
+            self._last = [now, busy, sum(x for x in ours if x is not None)]
+        return pids
+
+    def _place(self, pids: Sequence[int], pin: bool) -> None:
+        """Pins (or unpins) every worker; a worker that has ended is skipped."""
+        for pid, cpu in zip(pids, self._plan):
+            try:
+                os.sched_setaffinity(pid, {cpu} if pin else self._cpus)
+            except OSError:  # ended since: its restart is placed at the next look
+                pass
+        self.pinned = pin

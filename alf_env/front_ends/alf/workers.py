@@ -1,0 +1,307 @@
+"""The pieces both batched ALF front ends are built from.
+
+:class:`~alf_env.front_ends.alf.parallel_environment.ParallelAlfEnvironment`
+(pipes) and
+:class:`~alf_env.front_ends.alf.fast_parallel_environment.FastParallelEnvironment`
+(shared memory) differ in how a step reaches the workers and comes back. What
+they have in common lives here, in objects that own their state, so that each
+front end's ``step`` and ``reset`` read from top to bottom in its own file:
+
+* :class:`AlfWorkers`: the worker processes (started, pinned, checked to have
+  the same specs), their specs, the pipe requests to all of them, a restart of
+  one (``restart_policy``), and closing them;
+* :class:`CallGuard`: one thread at a time, and the refusal of every call once
+  the environment is closed or broken (a dead worker, a wait that timed out);
+* :class:`BatchSpecs` and :func:`check_seeds`.
+"""
+
+import functools
+from typing import Any, Callable, List, NamedTuple, Optional, Sequence, TypeVar
+
+from alf_env.control_plane.affinity import (
+    WorkerCpus,
+    pin_workers,
+    pinned_cpus,
+    pinned_when_quiet,
+    plan_worker_cpus,
+)
+from alf_env.control_plane.channel import resolve_all
+from alf_env.control_plane.group import close_all, start_environments
+from alf_env.control_plane.guards import OneThread
+from alf_env.control_plane.process_environment import ProcessEnvironment
+from alf_env.control_plane.restart import RestartBudget, RestartPolicy, describe_death
+from alf_env.control_plane.shutdown import close_when_collected
+from alf_env.data_structures import TimeStep
+from alf_env.environments.members_specs import check_same_specs, spec_values
+from alf_env.errors import (
+    EnvironmentClosedError,
+    EnvironmentProcessError,
+    EnvTimeoutError,
+    WorkerDiedError,
+)
+
+__all__ = ["AlfWorkers", "BatchSpecs", "CallGuard", "check_seeds"]
+
+_T = TypeVar("_T")
+
+
+class BatchSpecs(NamedTuple):
+    """The specs every env of one batch has (in ``SPEC_METHODS`` order)."""
+    observation: Any
+    action: Any
+    reward: Any
+    env_info: Any
+    time_step: TimeStep
+
+
+class CallGuard:
+    """Who may use a batched environment now.
+
+    One thread at a time (:class:`~alf_env.control_plane.guards.OneThread`: a
+    second thread raises ``ConcurrentUseError`` before anything is sent), and
+    nobody once the environment is closed or broken: a dead worker, or a wait
+    that timed out and left the envs out of step, makes every later call but
+    ``close()`` raise.
+
+    The hot path reads one flag, :attr:`refused`, and calls :meth:`check` only
+    when it is set; :meth:`run` is the whole sequence for the other calls.
+
+    Args:
+        owner: the environment's class name, for the errors.
+    """
+
+    __slots__ = ("refused", "enter", "leave", "_owner", "_closed", "_broken")
+
+    def __init__(self, owner: str) -> None:
+        one_thread = OneThread(owner)
+        #: Whether calls are refused (closed or broken).
+        self.refused = False
+        #: Enters the guarded section (raises ``ConcurrentUseError`` for a second thread).
+        self.enter: Callable[[str], None] = one_thread.enter
+        #: Leaves it (after each :attr:`enter`).
+        self.leave: Callable[[], None] = one_thread.leave
+        self._owner = owner
+        self._closed = False
+        self._broken: Optional[BaseException] = None
+
+    def check(self) -> None:
+        """Raises if calls are refused: closed, a dead worker, or an earlier timeout.
+
+        Raises:
+            EnvironmentClosedError: after ``close()``.
+            WorkerDiedError: the death that broke the environment.
+            EnvironmentProcessError: an earlier wait timed out (its cause).
+        """
+        if not self.refused:
+            return
+        if self._closed:
+            raise EnvironmentClosedError(f"{self._owner} is closed; create a new environment")
+        if isinstance(self._broken, WorkerDiedError):
+            raise self._broken
+        raise EnvironmentProcessError(
+            f"this {self._owner} is unusable: an earlier wait timed out "
+            f"({self._broken}); its envs are out of step. close() it and create a "
+            f"new one") from self._broken
+
+    def break_with(self, error: BaseException) -> None:
+        """Refuses every later call because of ``error`` (a death or a timeout)."""
+        self._broken = error
+        self.refused = True
+
+    def close(self) -> None:
+        """Refuses every later call: the environment is closed."""
+        self._closed = True
+        self.refused = True
+
+    def run(self, what: str, fn: Callable[..., _T], *args: Any) -> _T:
+        """``fn(*args)`` if calls are not refused, from one thread at a time; a dead
+        worker or a timeout (``WorkerDiedError``, ``EnvTimeoutError``) breaks the
+        environment.
+
+        Args:
+            what: the call, for errors (e.g. ``"seed()"``).
+        """
+        self.check()
+        self.enter(what)
+        try:
+            return fn(*args)
+        except (WorkerDiedError, EnvTimeoutError) as exc:
+            self.break_with(exc)
+            raise
+        finally:
+            self.leave()
+
+
+def check_seeds(seeds: Sequence[int], num_envs: int, num_spares: int) -> List[int]:
+    """``seeds`` as a list, checked to hold one seed per env (``num_envs``, of which
+    ``num_spares`` are spares).
+
+    Raises:
+        ValueError: another number of seeds.
+    """
+    seeds = list(seeds)
+    if len(seeds) != num_envs:
+        spares = ", spares included" if num_spares else ""
+        raise ValueError(f"seeds: expected {num_envs} seeds (one per env{spares}), "
+                         f"got {len(seeds)}")
+    return seeds
+
+
+class AlfWorkers:
+    """The worker processes of one batched ALF environment.
+
+    Checks the arguments, starts worker ``i`` with ``env_constructors[i]`` (its
+    first env's id ``first_env_ids[i]``), pins them (``worker_cpus``), checks
+    that they have the same specs and keeps those. On any failure the workers
+    started are closed before the error propagates.
+
+    Args:
+        owner: the front end; dropped unclosed, its workers are ended when it is
+            collected (:func:`~alf_env.control_plane.shutdown.close_when_collected`;
+            nothing here refers back to it).
+        env_constructors: one per worker.
+        first_env_ids: the id of each worker's first env, then the number of envs
+            (``len(env_constructors) + 1`` values).
+        num_spares: how many workers are spares (``num_spare_envs_for_reload``).
+        start_serially: start the workers one after another.
+        flatten: actions and time steps cross the pipes as flat lists.
+        native_loop: the workers will run the native job loop (shared memory).
+        torch_num_threads_per_env: ``torch.set_num_threads`` in each worker.
+        start_method: ``"fork"``, ``"spawn"`` or ``"forkserver"``.
+        timeout: seconds each wait on the workers may take (``None``: no limit).
+        worker_cpus: where the workers run (``control_plane/affinity.py``).
+        restart_policy: what to do when a worker dies (``None``: raise).
+
+    Raises:
+        ValueError: no constructor, a timeout that is not positive, a number of
+            spares out of range or with batched envs, specs that differ, or bad
+            ``worker_cpus``.
+        TypeError: a ``restart_policy`` that is no ``RestartPolicy``.
+    """
+
+    def __init__(self, owner: object, env_constructors: Sequence[Callable[..., Any]], *,
+                 first_env_ids: Sequence[int], num_spares: int, start_serially: bool,
+                 flatten: bool, native_loop: bool, torch_num_threads_per_env: Optional[int],
+                 start_method: str, timeout: Optional[float], worker_cpus: WorkerCpus,
+                 restart_policy: Optional[RestartPolicy]) -> None:
+        num_workers = len(env_constructors)
+        if num_workers < 1:
+            raise ValueError("env_constructors: expected at least one constructor, got none")
+        if timeout is not None and not timeout > 0:
+            raise ValueError(f"timeout: expected a positive number of seconds or None, "
+                             f"got {timeout!r}")
+        #: Seconds each wait on the workers may take (``None``: no limit).
+        self.timeout = None if timeout is None else float(timeout)
+        if not 0 <= num_spares < num_workers:
+            raise ValueError(
+                f"num_spare_envs_for_reload: expected 0 <= value < {num_workers} (the "
+                f"number of env_constructors), got {num_spares}")
+        cpu_plan = plan_worker_cpus(worker_cpus, num_workers,
+                                    lockstep=native_loop and not num_spares)
+        #: Whether the workers are spread over the CPUs (their waits spin longer).
+        self.spread = cpu_plan is not None
+        self._pinned_cpus = pinned_cpus(worker_cpus, cpu_plan)  # also a restarted worker's
+        #: Worker i's CPU while the machine is otherwise idle (``"auto"``; see JobBoard).
+        self.pin_when_quiet = pinned_when_quiet(worker_cpus, cpu_plan)
+        #: The restarts each worker may still have (``restart_policy``).
+        self.restarts = RestartBudget(restart_policy, num_workers)
+        # What makes worker i, again for a restart.
+        self._make_worker = functools.partial(
+            _make_worker, list(env_constructors), list(first_env_ids), flatten=flatten,
+            native_loop=native_loop, torch_num_threads_per_env=torch_num_threads_per_env,
+            start_method=start_method)
+        #: The workers; a restart replaces one in place (the same list).
+        self.envs: List[ProcessEnvironment] = [self._make_worker(i) for i in range(num_workers)]
+        start_environments(self.envs, start_serially)
+        self._finalizer = close_when_collected(owner, self.envs)
+        try:
+            pin_workers(self.pids(), self._pinned_cpus)
+            check_same_specs(self.envs)
+            first = self.envs[0]
+            #: Whether each worker's env is batched (its own batch dimension).
+            self.env_batched = bool(first.batched)
+            batch_size = first.batch_size if self.env_batched else 1
+            assert batch_size is not None  # a batched env has a batch size
+            #: Rows per worker: its env's batch size, 1 for an unbatched env.
+            self.env_batch_size: int = batch_size
+            if num_spares and self.env_batched:
+                raise ValueError(
+                    "num_spare_envs_for_reload: spares replace one env at the end of "
+                    "its episode, which needs unbatched envs; got batched envs of "
+                    f"batch size {batch_size}; use 0 spares")
+            #: The specs of every worker's env.
+            self.specs = BatchSpecs(*spec_values(first))
+        except BaseException:
+            self.close()
+            raise
+
+    def pids(self) -> List[int]:
+        """The pid of every worker (spares included)."""
+        return [env.pid for env in self.envs if env.pid is not None]
+
+    def resolve(self, promises: List[Any], during: str) -> List[Any]:
+        """Waits for the promises together (``resolve_all``), within :attr:`timeout`."""
+        return resolve_all(promises, self.timeout, during)
+
+    def request_all(self, during: str, send: Callable[[ProcessEnvironment], Any]) -> List[Any]:
+        """``send(worker)`` (a pipe request, e.g. ``worker.call(...)``) to every worker,
+        then their answers, in worker order (``during``: what they do, for errors)."""
+        return resolve_all([send(env) for env in self.envs], self.timeout, during)
+
+    def worker_of(self, death: WorkerDiedError) -> Optional[int]:
+        """The index of the worker that ``death`` reports, if it is one of these."""
+        for i, env in enumerate(self.envs):
+            if env.env_id == death.env_id:
+                return i
+        return None
+
+    def restart(self, worker: int, death: WorkerDiedError,
+                rejoin: Callable[[int, ProcessEnvironment], None]) -> ProcessEnvironment:
+        """Replaces dead ``worker``: counts and logs the restart (``RestartBudget.spend``),
+        starts a new worker with the same constructor, pins it, checks its specs,
+        puts it in the dead one's place and calls ``rejoin(worker, new)`` (what the
+        front end needs to make it serve its slot).
+
+        Raises:
+            WorkerDiedError: ``death``, from what failed, if the new worker did not
+                start within ``start_timeout``, its specs differ (naming the env) or
+                ``rejoin`` failed; the new worker is closed.
+        """
+        old = self.envs[worker]
+        self.restarts.spend(worker, old.hosted_env_ids or [worker], describe_death(death))
+        close_all([old], polite_timeout=0.0)
+        new = self._make_worker(worker)
+        try:
+            new.start(wait_to_start=False)
+            new.wait_start(self.restarts.start_timeout)
+            if self._pinned_cpus is not None and new.pid is not None:
+                pin_workers([new.pid], [self._pinned_cpus[worker]])
+            try:
+                check_same_specs([old, new], label="worker")
+            except ValueError as exc:
+                raise ValueError(f"env {old.env_id} was restarted with other specs: "
+                                 f"{exc}") from None
+            self.envs[worker] = new
+            rejoin(worker, new)
+        except BaseException as exc:
+            close_all([new], polite_timeout=0.0)
+            raise death from exc
+        return new
+
+    def close(self) -> None:
+        """Closes every worker (idempotent, bounded in time: ``close_all``)."""
+        self._finalizer.detach()
+        close_all(self.envs)
+
+
+def _make_worker(constructors: Sequence[Callable[..., Any]], env_ids: Sequence[int],
+                 i: int, *, flatten: bool, native_loop: bool,
+                 torch_num_threads_per_env: Optional[int],
+                 start_method: str) -> ProcessEnvironment:
+    """Worker ``i`` (not started); ``env_ids[i]``: the id of its first env, and
+    ``env_ids[-1]`` the number of envs."""
+    return ProcessEnvironment(constructors[i], env_id=env_ids[i], flatten=flatten,
+                              fast=native_loop, hosted_envs=env_ids[i + 1] - env_ids[i],
+                              num_envs=env_ids[-1],  # ids below this
+                              torch_num_threads_per_env=torch_num_threads_per_env,
+                              start_method=start_method)
