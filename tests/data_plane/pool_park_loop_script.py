@@ -12,15 +12,21 @@ import torch
 
 from alf_env.vector import FastVectorEnv
 
+
+def pool_policy():
+    """A torch MLP large enough that every forward pass runs on the pool's
+    threads, and a batch of observations for it."""
+    policy = torch.nn.Sequential(torch.nn.Linear(4, 512), torch.nn.Tanh(),
+                                 torch.nn.Linear(512, 512), torch.nn.Tanh(),
+                                 torch.nn.Linear(512, 2))
+    return policy, torch.zeros(64, 4)
+
+
 if __name__ == "__main__":
     torch.set_num_threads(2)
     env = FastVectorEnv([lambda: gym.make("CartPole-v1")] * 2, num_workers=2)
     env.reset(seed=0)
-    # Large enough that every forward pass runs on the pool's threads.
-    policy = torch.nn.Sequential(torch.nn.Linear(4, 512), torch.nn.Tanh(),
-                                 torch.nn.Linear(512, 512), torch.nn.Tanh(),
-                                 torch.nn.Linear(512, 2))
-    obs = torch.zeros(64, 4)
+    policy, obs = pool_policy()
     pool = env._board._pool
     seen = []
     for _ in range(100):

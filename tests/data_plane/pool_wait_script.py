@@ -16,6 +16,7 @@ if __name__ == "__main__":
     import torch
 
     from alf_env.vector import FastVectorEnv
+    from tests.data_plane.pool_park_loop_script import pool_policy
 
     torch.set_num_threads(2)
     torch.ones(1 << 20).sum()  # the pool exists, sized for the CPUs at hand
@@ -24,11 +25,7 @@ if __name__ == "__main__":
         os.sched_setaffinity(int(tid), cpu)
     env = FastVectorEnv([lambda: gym.make("CartPole-v1")] * 2, num_workers=2)
     env.reset(seed=0)
-    # Large enough that every forward pass runs on the pool's threads.
-    policy = torch.nn.Sequential(torch.nn.Linear(4, 512), torch.nn.Tanh(),
-                                 torch.nn.Linear(512, 512), torch.nn.Tanh(),
-                                 torch.nn.Linear(512, 2))
-    obs = torch.zeros(64, 4)
+    policy, obs = pool_policy()
     end = time.monotonic() + 3.0
     steps = 0
     while time.monotonic() < end:
