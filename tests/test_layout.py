@@ -319,8 +319,11 @@ def shared_across_files(classes: List[Tuple[str, str, str]]) -> List[str]:
     return shared
 
 
-@pytest.mark.parametrize("dotted", ["alf_env.front_ends.gym.vector_env.FastVectorEnv",
-                                    "alf_env.front_ends.ray.vector_env.RayVectorEnv"])
+@pytest.mark.parametrize("dotted", [
+    "alf_env.front_ends.gym.vector_env.FastVectorEnv",
+    "alf_env.front_ends.ray.vector_env.RayVectorEnv",
+    "alf_env.front_ends.alf.fast_parallel_environment.FastParallelEnvironment",
+    "alf_env.front_ends.alf.parallel_environment.ParallelAlfEnvironment"])
 def test_no_attribute_is_set_in_one_file_and_read_in_another(dotted):
     module, name = dotted.rsplit(".", 1)
     cls = getattr(importlib.import_module(module), name)
