@@ -27,36 +27,20 @@ respectively, ``ValueError`` / ``TypeError`` (what gymnasium-style callers
 catch), so ``except RuntimeError``, ``except ValueError`` and ``except
 TypeError`` keep working.
 
-This module holds the walks over whole nests (flatten, pack, compare, map,
-stack) and re-exports the rest of the nest vocabulary, so every nest function
-is reached as ``alf_env.nest.<name>``: the node kinds (:func:`is_nested`,
-:func:`is_namedtuple`) come from :mod:`alf_env.nest_kinds`, the paths
-(:func:`flatten_with_path`) from :mod:`alf_env.nest_paths` and the errors from
-:mod:`alf_env.nest_errors`.
+The module is read top to bottom: what a node is (its kind, cached per
+type), the paths of leaves, the errors, the walks over whole nests (flatten,
+pack, compare, map, stack) and, last, :func:`compile_nest`: flatten and pack
+compiled once for one spec, for the hot paths that move values of one spec
+every step (a ``TimeStep``, an action).
 """
 
+import abc
 import collections
+import collections.abc
 import sys
-from typing import Any, Callable, Iterator, List, Sequence
+from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple, Type
 
 import numpy as np
-
-from alf_env.nest_errors import Mismatch, NestStructureError, NestTypeError
-from alf_env.nest_kinds import (
-    BUILTIN_KINDS,
-    KINDS,
-    LEAF,
-    MAPPING,
-    SEQUENCE,
-    is_namedtuple,
-    is_nested,
-    kind_of,
-    namedtuple_children,
-    new_kind_of,
-    sorted_keys,
-    sync_kinds,
-)
-from alf_env.nest_paths import flatten_with_path
 
 __all__ = [
     "NestStructureError",
@@ -65,14 +49,246 @@ __all__ = [
     "is_nested",
     "flatten",
     "flatten_with_path",
+    "join_path",
     "pack_sequence_as",
     "assert_same_structure",
     "map_structure",
     "map_structure_with_path",
     "py_map_structure_with_path",
     "stack",
+    "compile_nest",
 ]
 
+# -- node kinds ---------------------------------------------------------------
+
+# Every public function of this module walks nests node by node, and at each node needs
+# the answer of ``is_nested`` / ``isinstance(x, Mapping)`` / ``is_namedtuple``.
+# Asking ``isinstance`` against ``collections.abc.Mapping`` (an ABC check) at
+# every node dominated the per-step cost of the environments. So the answer
+# is computed once per *type* with exactly those predicates and kept in
+# ``KINDS``:
+#
+# * ``LEAF``: not a tuple, list or Mapping;
+# * ``SEQUENCE``: a list (or subclass), or a tuple (sub)class without
+#   ``_fields``: children in iteration order (what ``enumerate`` gives);
+# * ``NAMEDTUPLE``: a tuple subclass with ``_fields``: children are
+#   ``zip(type(x)._fields, x)``;
+# * ``NAMEDTUPLE_PLAIN``: the same, for a class that keeps ``tuple.__iter__``,
+#   so iterating it directly gives the same children as the ``zip`` whenever
+#   ``_fields`` is at least as long as the tuple (checked per node);
+# * ``MAPPING``: a ``collections.abc.Mapping``: children in sorted key order.
+#
+# Why caching per type is exact: ``isinstance(x, tuple/list)`` depends only on
+# the type's bases, and ``isinstance(x, Mapping)`` on the bases and on ABC
+# registrations; every registration bumps ``abc.get_cache_token()``, and the
+# cache is dropped whenever that token changed (checked once per public call).
+# Types that override ``__class__`` (proxies, mocks) can make ``isinstance``
+# answer per instance, so they are never cached. What is assumed is only what
+# ``abc`` itself assumes: a class does not change its bases, gain or lose
+# ``_fields`` or swap ``__iter__`` after it has been used in a nest.
+LEAF = 0
+SEQUENCE = 1
+NAMEDTUPLE = 2
+NAMEDTUPLE_PLAIN = 3
+MAPPING = 4
+
+# Builtin containers: their answers can never change (builtins cannot be
+# re-based, and ``dict`` is a Mapping by a registration that cannot be undone).
+BUILTIN_KINDS: Dict[type, int] = {tuple: SEQUENCE, list: SEQUENCE, dict: MAPPING}
+KINDS: Dict[type, int] = dict(BUILTIN_KINDS)
+# A bound on the cache, so code that creates classes on the fly (namedtuples
+# made per call) cannot make it grow without limit; refilling is cheap.
+_MAX_CACHED_KINDS = 4096
+_get_cache_token = abc.get_cache_token
+_kinds_token = _get_cache_token()
+_Mapping = collections.abc.Mapping
+
+
+def sync_kinds() -> None:
+    """Drops the kind cache if an ABC registration happened since it was filled."""
+    global _kinds_token
+    token = _get_cache_token()
+    if token != _kinds_token:
+        KINDS.clear()
+        KINDS.update(BUILTIN_KINDS)
+        _kinds_token = token
+
+
+def _lies_about_class(cls: type) -> bool:
+    """Whether instances of ``cls`` may report a ``__class__`` other than ``cls``."""
+    return any("__class__" in vars(base) for base in cls.__mro__[:-1])
+
+
+def new_kind_of(value: Any) -> int:
+    """The kind of ``value`` from the original predicates; caches it if safe."""
+    cls = type(value)
+    if isinstance(value, _Mapping):
+        kind = MAPPING
+    elif isinstance(value, tuple) and hasattr(cls, "_fields"):
+        kind = (NAMEDTUPLE_PLAIN if issubclass(cls, tuple) and cls.__iter__ is tuple.__iter__
+                else NAMEDTUPLE)
+    elif isinstance(value, (tuple, list)):
+        kind = SEQUENCE
+    else:
+        kind = LEAF
+    if not _lies_about_class(cls):
+        if len(KINDS) >= _MAX_CACHED_KINDS:
+            KINDS.clear()
+            KINDS.update(BUILTIN_KINDS)
+        KINDS[cls] = kind
+    return kind
+
+
+def kind_of(value: Any) -> int:
+    """The cached kind of ``value`` (see above)."""
+    kind = KINDS.get(type(value))
+    if kind is None:
+        return new_kind_of(value)
+    return kind
+
+
+def namedtuple_children(value: Any, kind: int) -> Any:
+    """The children of a namedtuple node: what ``zip(_fields, value)`` yields."""
+    fields = type(value)._fields
+    # For a class keeping tuple.__iter__, the zip yields every element exactly
+    # when _fields is at least as long as the tuple itself.
+    if (kind == NAMEDTUPLE_PLAIN and type(fields) is tuple
+            and len(fields) >= tuple.__len__(value)):
+        return value
+    return [child for _, child in zip(fields, value)]
+
+
+def is_namedtuple(value: Any) -> bool:
+    """Whether ``value`` is an instance of a namedtuple type."""
+    return isinstance(value, tuple) and hasattr(type(value), "_fields")
+
+
+def is_nested(value: Any) -> bool:
+    """Whether ``value`` is a container (tuple, list, namedtuple or mapping)."""
+    sync_kinds()
+    return kind_of(value) != LEAF
+
+
+def sorted_keys(mapping: "collections.abc.Mapping[Any, Any]") -> List[Any]:
+    """Keys of ``mapping`` in sorted order (by ``str`` for unorderable mixes)."""
+    try:
+        return sorted(mapping)
+    except TypeError:
+        return sorted(mapping, key=lambda k: (type(k).__name__, str(k)))
+
+
+# -- paths --------------------------------------------------------------------
+
+_PATH_SEPARATOR = "."
+
+
+def join_path(path: str, key: Any) -> str:
+    """The path of the child ``key`` of the node at ``path``."""
+    return f"{path}{_PATH_SEPARATOR}{key}" if path else str(key)
+
+
+def _flatten_with_path_into(nest: Any, path: str,
+                            out: List[Tuple[str, Any]]) -> None:
+    kind = kind_of(nest)
+    if kind == LEAF:
+        out.append((path, nest))
+        return
+    if kind == SEQUENCE:
+        pairs: Any = enumerate(nest)
+    elif kind == MAPPING:
+        pairs = [(k, nest[k]) for k in sorted_keys(nest)]
+    else:
+        pairs = list(zip(type(nest)._fields, nest))
+    for key, child in pairs:
+        _flatten_with_path_into(child, join_path(path, key), out)
+
+
+def flatten_with_path(nest: Any) -> List[Tuple[str, Any]]:
+    """Returns ``(path, leaf)`` pairs of ``nest``, in the order of :func:`flatten`.
+
+    Args:
+        nest: a nest or a single leaf.
+
+    Returns:
+        A list of ``(dotted_path, leaf)``; the root leaf's path is ``""``.
+    """
+    sync_kinds()
+    out: List[Tuple[str, Any]] = []
+    _flatten_with_path_into(nest, "", out)
+    return out
+
+
+# -- errors -------------------------------------------------------------------
+
+class NestStructureError(RuntimeError, ValueError):
+    """Two nests differ in structure (a leaf against a container, lengths, keys).
+
+    Both ``RuntimeError`` (ALF's nest functions raise that) and ``ValueError``
+    (what this module raised before), so callers of either kind catch it.
+    """
+
+
+class NestTypeError(NestStructureError, TypeError):
+    """Two nests have different container types (e.g. a list against a tuple).
+
+    A :class:`NestStructureError` (so also ``RuntimeError`` and ``ValueError``)
+    and a ``TypeError`` (what this module raised before for this case).
+    """
+
+
+def _describe_path(path: str) -> str:
+    return f"path '{path}'" if path else "the root"
+
+
+def _type_name(value: Any) -> str:
+    return type(value).__name__
+
+
+def _describe(value: Any) -> str:
+    """A short description of a node, for error messages."""
+    if isinstance(value, collections.abc.Mapping):
+        return f"{_type_name(value)} with keys {sorted_keys(value)}"
+    if is_nested(value):
+        return f"{_type_name(value)} of length {len(value)}"
+    return f"leaf of type {_type_name(value)}"
+
+
+class Mismatch(Exception):
+    """A structure difference found deep in a nest, carrying its path upwards.
+
+    The dotted path is only built (by the caller of the walk) when the nests
+    differ, so equal nests cost no string formatting.
+    """
+
+    def __init__(self, error: Type[Exception], expected: Any, got: Any,
+                 keys: bool = False) -> None:
+        super().__init__()
+        self.error = error
+        self.expected = expected
+        self.got = got
+        self.keys = keys
+        self.reversed_path: List[Any] = []
+
+    def to_error(self) -> Exception:
+        path = ""
+        for key in reversed(self.reversed_path):
+            path = join_path(path, key)
+        where = _describe_path(path)
+        a, b = self.expected, self.got
+        if self.keys:
+            a_keys, b_keys = sorted_keys(a), sorted_keys(b)
+            missing = [k for k in a_keys if k not in b]
+            extra = [k for k in b_keys if k not in a]
+            return self.error(
+                f"The two nests differ at {where}: expected "
+                f"keys {a_keys}, got keys {b_keys} (missing {missing}, "
+                f"unexpected {extra}).")
+        return self.error(
+            f"The two nests differ at {where}: expected "
+            f"{_describe(a)}, got {_describe(b)}.")
+
+
+# -- walks over whole nests ---------------------------------------------------
 
 def _flatten_into(nest: Any, kind: int, out: List[Any]) -> None:
     """Appends the leaves of the container ``nest`` (of ``kind``) to ``out``."""
@@ -383,3 +599,126 @@ def stack(nests: Sequence[Any]) -> Any:
         return np.stack(leaves)
 
     return map_structure(_stack, *nests)
+
+
+# -- compiled for one spec -----------------------------------------------------
+
+# ``flatten`` and ``pack_sequence_as`` inspect every node of a value on every
+# call. A worker or a trainer that moves values of one spec every step (a
+# ``TimeStep``, an action) compiles the spec once with compile_nest and gets
+# the same leaves and the same packed values for a fraction of that.
+
+
+class _Field(NamedTuple):
+    """How :func:`compile_nest` moves one field of a namedtuple spec."""
+    name: str
+    sub: Any                    # the field's spec if it is a nest, else None (a leaf)
+    num_leaves: int             # its number of leaves
+    empty: Optional[type]       # the type of a bare empty container, rebuilt per value
+    dict_order: Optional[Tuple[List[Any], List[int]]]  # see _dict_order
+
+
+def _dict_order(spec: Any) -> Optional[Tuple[List[Any], List[int]]]:
+    """For a plain ``dict`` of leaves (an ``env_info`` spec): its keys in its own
+    order and, for each, the position of its leaf in ``flatten`` order
+    (sorted keys), so that packing is one ``dict(zip(...))`` with what
+    ``pack_sequence_as`` gives; ``None`` for anything else."""
+    if type(spec) is not dict or not spec or any(is_nested(v) for v in spec.values()):
+        return None
+    key_order = sorted_keys(spec)
+    keys = list(spec)
+    return keys, [key_order.index(k) for k in keys]
+
+
+def _compile_dict(spec: Dict[Any, Any], dict_order: Tuple[List[Any], List[int]]
+                  ) -> Tuple[Callable[[Any], List[Any]], Callable[[List[Any]], Any]]:
+    """:func:`compile_nest` of a plain ``dict`` of leaves (see :func:`_dict_order`).
+
+    A plain dict with the spec's keys and no nest where the spec has a leaf is
+    read key by key in ``flatten`` order; anything else by :func:`flatten`
+    itself.
+    """
+    keys, positions = dict_order
+    key_order = sorted_keys(spec)
+
+    def flatten_value(value: Any) -> List[Any]:
+        if type(value) is dict and len(value) == len(key_order):
+            try:
+                leaves = [value[k] for k in key_order]
+            except KeyError:  # other keys: flatten names the mismatch
+                return flatten(value)
+            if not any(isinstance(leaf, (list, tuple, dict)) for leaf in leaves):
+                return leaves
+        return flatten(value)
+
+    def pack_leaves(leaves: List[Any]) -> Any:
+        return dict(zip(keys, [leaves[p] for p in positions]))
+
+    return flatten_value, pack_leaves
+
+
+def compile_nest(spec: Any) -> Tuple[Callable[[Any], List[Any]], Callable[[List[Any]], Any]]:
+    """``(flatten, pack)`` for values shaped like ``spec``, faster than
+    :func:`flatten` and :func:`pack_sequence_as`.
+
+    A namedtuple spec (a ``TimeStep``) is taken apart field by field: a leaf
+    field directly, a nested field by those functions (a plain dict of leaves
+    is packed by key). A plain dict spec of leaves (an ``env_info``, a dict
+    observation) is read and built by key. A value of another type, or
+    with a nest where the spec has a leaf, is flattened by :func:`flatten`;
+    a nested field the spec has empty but the value has not is kept whole.
+    Either way leaves that do not fit the spec (their count, shapes or
+    dtypes) are left for the caller to refuse (e.g. the shared-memory
+    rows' writers) and name.
+    """
+    if not is_nested(spec):
+        return (lambda value: [value]), (lambda leaves: leaves[0])
+    if not is_namedtuple(spec):
+        dict_order = _dict_order(spec)
+        if dict_order is not None:
+            return _compile_dict(spec, dict_order)
+        return flatten, lambda leaves: pack_sequence_as(spec, leaves)
+    fields = []
+    for name, sub in zip(spec._fields, spec):
+        nested = is_nested(sub)
+        count = len(flatten(sub)) if nested else 1
+        # A field that is a bare empty tuple, list or dict (a TimeStep's
+        # ``untransformed`` and an info-less ``env_info``) is rebuilt by its
+        # type: a new empty value each time, at a tenth of pack_sequence_as.
+        empty = type(sub) if type(sub) in (tuple, list, dict) and not sub else None
+        fields.append(_Field(name, sub if nested else None, count, empty,
+                             _dict_order(sub) if nested and empty is None else None))
+    cls = type(spec)
+
+    def flatten_value(value: Any) -> List[Any]:
+        if type(value) is not cls:
+            return flatten(value)
+        out: List[Any] = []
+        for field_spec in fields:
+            field = getattr(value, field_spec.name)
+            if field_spec.sub is None:
+                if isinstance(field, (list, tuple, dict)):
+                    return flatten(value)  # a nest where the spec has a leaf
+                out.append(field)
+            elif field_spec.num_leaves:
+                out.extend(flatten(field))
+            elif field:  # the spec has none here: keep it, to be refused
+                out.append(field)
+        return out
+
+    def pack_leaves(leaves: List[Any]) -> Any:
+        values, i = [], 0
+        for _, sub, count, empty, dict_order in fields:
+            if sub is None:
+                values.append(leaves[i])
+            elif empty is not None:
+                values.append(empty())
+            elif dict_order is not None:
+                keys, positions = dict_order
+                values.append(dict(zip(keys, [leaves[i + p] for p in positions])))
+            else:
+                values.append(pack_sequence_as(sub, leaves[i:i + count]))
+            i += count
+        return cls(*values)
+
+    return flatten_value, pack_leaves

@@ -1,5 +1,6 @@
-"""How long a training script takes to exit, for every ending and front end.
+"""How long does a training script take to exit, for each way it ends and each front end?
 
+It gives the exit times of docs/reliability.md ("How a training script ends").
 Runs ``tests/faults/ending_script.py`` (a stepping loop with no ``with`` and no
 ``close()``) once per (ending, front end) and repeat, one script at a time, and
 prints a Markdown table: the median (max) seconds from the ending (the script
@@ -19,7 +20,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -46,7 +47,7 @@ def fmt(times: List[float]) -> str:
     return f"{statistics.median(times):.2f} ({max(times):.2f})"
 
 
-def main() -> None:
+def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--start-method", default="fork",
                         choices=["fork", "spawn", "forkserver"])
@@ -55,7 +56,7 @@ def main() -> None:
     parser.add_argument("--endings", nargs="*", default=list(ENDINGS), choices=list(ENDINGS))
     parser.add_argument("--front-ends", nargs="*", default=list(FRONT_ENDS),
                         choices=list(FRONT_ENDS))
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
 
     results: Dict[Tuple[str, str], List[Outcome]] = {}
     notes: List[str] = []
@@ -90,7 +91,8 @@ def main() -> None:
         print("\nProblems:")
         for note in notes:
             print(f"- {note}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

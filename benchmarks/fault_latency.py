@@ -1,4 +1,4 @@
-"""Time to error of injected faults, per front end (the numbers of docs/reliability.md).
+"""How long does each front end take to report an injected fault (docs/reliability.md's times)?
 
 For each front end (ProcessEnvironment, ParallelAlfEnvironment,
 FastParallelEnvironment, FastVectorEnv; 3 envs, env 1 fails) it measures, over
@@ -24,7 +24,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Callable, Dict, List
+from typing import Callable, Dict, List, Optional, Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -103,11 +103,11 @@ def hang(fe: FrontEnd, closing: Dict[str, List[float]]) -> float:
         closing[fe.name].append(time.monotonic() - begin)
 
 
-def main() -> int:
+def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=5)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     closing: Dict[str, List[float]] = {fe.name: [] for fe in FRONT_ENDS}
     measures = [
         ("exception in step", exception_in_step),

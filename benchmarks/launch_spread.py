@@ -16,7 +16,8 @@ in fresh processes, each backend in turn, and prints:
   the slowest second over the run's median.
 
 Backends: ``fast_vector`` (``FastVectorEnv``'s defaults), ``fast_vector_spread``
-(its workers pinned one per CPU, ``worker_cpus="spread"``), ``gym_sync``,
+(its workers pinned one per CPU, ``worker_cpus="spread"``), ``fast_parallel``
+(``FastParallelEnvironment``'s defaults over the envs wrapped for ALF), ``gym_sync``,
 ``gym_async``. ``--load N`` runs N busy processes beside every launch (``--apart``: in
 a session of their own, like another user's job); ``--policy none``
 drops the forward pass (the bare step loop). ``--tree LABEL=PATH`` (repeatable)
@@ -39,9 +40,9 @@ import statistics
 import subprocess
 import sys
 import time
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-BACKENDS = ("fast_vector", "fast_vector_spread", "gym_sync", "gym_async")
+BACKENDS = ("fast_vector", "fast_vector_spread", "fast_parallel", "gym_sync", "gym_async")
 POLICIES = ("mlp", "none")
 
 
@@ -57,20 +58,34 @@ def child(workload: str, backend: str, num_envs: int, warmup: float, seconds: fl
 
     policy = make_policy(policy_name, torch_threads)
     actions = Actions.make(workload, num_envs).numpy
-    fns = [lambda i=i: make_env(workload, i) for i in range(num_envs)]
-    make = {"fast_vector": FastVectorEnv,
-            "fast_vector_spread": functools.partial(FastVectorEnv, worker_cpus="spread"),
-            "gym_sync": gym.vector.SyncVectorEnv,
-            "gym_async": gym.vector.AsyncVectorEnv}[backend]
-    env = make(fns)
+    if backend == "fast_parallel":  # the ALF front end: TimeSteps of torch tensors
+        from alf_env import FastParallelEnvironment
+        from alf_env.environments.alf_gym_wrapper import AlfGymWrapper
+
+        alf_env = FastParallelEnvironment(
+            [functools.partial(lambda i: AlfGymWrapper(make_env(workload, i), env_id=i), i)
+             for i in range(num_envs)])
+        actions = Actions.make(workload, num_envs).torch
+        env: Any = alf_env
+        reset, step = (lambda: alf_env.reset().observation,
+                       lambda action: alf_env.step(action).observation)
+    else:
+        fns = [lambda i=i: make_env(workload, i) for i in range(num_envs)]
+        make = {"fast_vector": FastVectorEnv,
+                "fast_vector_spread": functools.partial(FastVectorEnv, worker_cpus="spread"),
+                "gym_sync": gym.vector.SyncVectorEnv,
+                "gym_async": gym.vector.AsyncVectorEnv}[backend]
+        env = gym_env = make(fns)
+        reset, step = (lambda: gym_env.reset(seed=0)[0],
+                       lambda action: gym_env.step(action)[0])
     try:
-        obs, _ = env.reset(seed=0)
+        obs = reset()
         count = 0
         end = time.perf_counter() + warmup
         while time.perf_counter() < end:
             if policy is not None:
                 policy(obs)
-            obs = env.step(actions[count % len(actions)])[0]
+            obs = step(actions[count % len(actions)])
             count += 1
         rates: List[float] = []
         start = time.perf_counter()
@@ -78,7 +93,7 @@ def child(workload: str, backend: str, num_envs: int, warmup: float, seconds: fl
         while len(rates) < seconds:
             if policy is not None:
                 policy(obs)
-            obs = env.step(actions[count % len(actions)])[0]
+            obs = step(actions[count % len(actions)])
             count += 1
             steps += 1
             now = time.perf_counter()

@@ -277,12 +277,12 @@ def test_no_private_name_is_imported_across_modules():
 
 
 def test_the_private_import_finder_finds_a_planted_import():
-    source = ("from alf_env.nest_kinds import KINDS, _MAX_CACHED_KINDS\n"
+    source = ("from alf_env.nest import KINDS, _MAX_CACHED_KINDS\n"
               "def f():\n    from alf_env.control_plane import _hidden\n"
               "from alf_env._penv import _copy_leaves\nfrom alf_env import _penv\n"
               "from alf_env.x import __version__\nfrom other import _ok\n")
     assert private_imports("alf_env.y", source) == [
-        "alf_env.y: _MAX_CACHED_KINDS from alf_env.nest_kinds",
+        "alf_env.y: _MAX_CACHED_KINDS from alf_env.nest",
         "alf_env.y: _hidden from alf_env.control_plane"]
 
 

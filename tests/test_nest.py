@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from alf_env import nest, nest_kinds
+from alf_env import nest
 
 Point = collections.namedtuple("Point", ["x", "y"])
 Other = collections.namedtuple("Other", ["x", "y"])
@@ -351,10 +351,10 @@ def test_mapping_registered_later_becomes_a_container():
 
 
 def test_kind_cache_stays_bounded_with_classes_made_on_the_fly():
-    for i in range(nest_kinds._MAX_CACHED_KINDS + 10):
+    for i in range(nest._MAX_CACHED_KINDS + 10):
         leaf_type = type(f"Leaf{i}", (), {})
         assert nest.flatten((leaf_type(), )) != []
-    assert len(nest_kinds.KINDS) <= nest_kinds._MAX_CACHED_KINDS
+    assert len(nest.KINDS) <= nest._MAX_CACHED_KINDS
 
 
 def test_per_instance_class_is_not_cached():

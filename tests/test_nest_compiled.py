@@ -1,4 +1,4 @@
-"""compile_nest (alf_env.nest_compiled): the same leaves and packed values as
+"""compile_nest (alf_env.nest): the same leaves and packed values as
 ``nest``, for the spec it was compiled for."""
 
 import collections
@@ -8,7 +8,7 @@ import pytest
 
 from alf_env import nest
 from alf_env.data_structures import TimeStep
-from alf_env.nest_compiled import compile_nest
+from alf_env.nest import compile_nest
 from alf_env.tensor_specs import TensorSpec
 
 

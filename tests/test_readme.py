@@ -4,9 +4,7 @@ Its Python examples are run one by one, each as its own file, by
 ``tests/test_doc_blocks.py``.
 """
 
-import json
 import re
-import statistics
 
 from tests.support.paths import REPO_ROOT
 
@@ -80,18 +78,5 @@ def test_the_first_examples_are_fast_vector_env_then_sb3_then_alf():
     assert firsts == ["FastVectorEnv", "FastSubprocVecEnv", "FastParallelEnvironment"]
 
 
-#: The README's headline ratios and the runs behind them, in the results file.
-HEADLINES = ("HalfCheetah-v5", "Pong", "HalfCheetah-v5, one busy process")
-
-
-def test_the_headline_figures_are_the_results_files():
-    results = json.loads((REPO_ROOT / "docs" / "results" / "training_loop.json").read_text())
-    quoted = re.findall(r"\*\*(\d+\.\d\d)x\*\*", README.split("## Install")[0])
-    expected = []
-    for run in HEADLINES:
-        launches = results[run]["launches"]
-        ratios = [fast / sync for fast, sync in zip(launches["fast_vector"],
-                                                     launches["gym_sync"])]
-        expected.append(f"{statistics.median(ratios):.2f}")
-    assert quoted == expected
-    assert "docs/results/training_loop.json" in README
+# The README's headline figures are checked, with every figure of the pages, by
+# tests/test_doc_figures.py.

@@ -8,8 +8,8 @@ import pytest
 
 from tests.support.paths import REPO_ROOT
 
-BENCHMARKS = REPO_ROOT / "docs" / "benchmarks.md"
-SECTION = "### Settings and the rows behind them"
+ANALYSIS = REPO_ROOT / "docs" / "performance_analysis.md"
+SECTION = "## Settings and the rows behind them"
 FUTEX_H = REPO_ROOT / "csrc" / "futex.h"
 #: The front ends' constructor options whose defaults are speed settings.
 DEFAULT_OPTIONS = ("worker_cpus", "spin_us", "num_workers")
@@ -17,8 +17,8 @@ DEFAULT_OPTIONS = ("worker_cpus", "spin_us", "num_workers")
 
 def settings_table() -> Dict[str, str]:
     """The settings section's table: first cell (without backticks) -> the whole row."""
-    text = BENCHMARKS.read_text()
-    assert SECTION in text, f"docs/benchmarks.md has no section {SECTION!r}"
+    text = ANALYSIS.read_text()
+    assert SECTION in text, f"docs/performance_analysis.md has no section {SECTION!r}"
     section = text.split(SECTION, 1)[1].split("\n## ", 1)[0].split("\n### ", 1)[0]
     rows = {}
     for line in section.splitlines():
@@ -44,7 +44,7 @@ def test_the_native_spin_caps_are_found():
 @pytest.mark.parametrize("setting", [*DEFAULT_OPTIONS, *native_spin_caps()])
 def test_each_setting_has_a_row_with_a_paired_figure(setting):
     rows = settings_table()
-    assert setting in rows, (f"{setting} has no row in docs/benchmarks.md, {SECTION!r}: "
+    assert setting in rows, (f"{setting} has no row in docs/performance_analysis.md, {SECTION!r}: "
                              f"a setting stays only with a benchmark row behind it")
     assert re.search(r"\d\.\d\d", rows[setting]), f"the row of {setting} quotes no ratio"
 

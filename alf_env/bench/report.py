@@ -30,7 +30,7 @@ BASELINE = "gym_async"
 #: The rows every backend is compared with in results.md's rate table: (backend, column).
 REFERENCE_COLUMNS = tuple((ref, f"x {display_name(ref)}")
                           for ref in (BASELINE, "ceiling", "envpool"))
-#: The ratios the speed targets are stated in (docs/benchmarks.md).
+#: The ratios the speed targets are stated in (results.md's ratio table).
 RATIOS = (("fast", "gym_async"), ("fast", "single"), ("fast_spread", "single"),
           ("fast_vector", "gym_async"), ("fast_vector", "single"),
           ("fast_vector_spread", "single"), ("fast_vector_epw4", "gym_sync"),

@@ -8,22 +8,31 @@ through. See docs/protocol.rst, "Ordering and promises".
 """
 
 import multiprocessing.connection
+import multiprocessing.process
 import select
 import time
 import weakref
 from multiprocessing.reduction import ForkingPickler
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
+from absl import logging
+
+from alf_env.control_plane.guards import OneThread, one_thread_at_a_time
 from alf_env.control_plane.protocol import (
     DEATH_GRACE,
-    RAW_REQUESTS,
     EnvState,
     MessageType,
     read_last_words,
     read_message,
     send_message,
 )
-from alf_env.control_plane.shutdown import CLOSE_KILL_TIMEOUT
+from alf_env.control_plane.shutdown import (
+    CLOSE_KILL_TIMEOUT,
+    Stopping,
+    register_worker,
+    stop_all,
+    unregister_worker,
+)
 from alf_env.control_plane.worker import FastLoopEntry
 from alf_env.errors import (
     EnvironmentClosedError,
@@ -39,17 +48,21 @@ class Promise:
     Held weakly by the channel, with no ``__del__``: dropping one runs no Python
     code, so a signal handler's exception (Ctrl-C) then reaches the caller
     instead of being ignored in a finalizer.
+
+    Attributes:
+        channel: the worker's channel, which files the answer here.
+        seq: the answer's place among the worker's answers.
+        answer: ``(MessageType, payload)`` once received, until taken by ``__call__``.
     """
 
-    __slots__ = ("_env", "_seq", "_transform", "_answer", "__weakref__")
+    __slots__ = ("channel", "seq", "_transform", "answer", "__weakref__")
 
-    def __init__(self, env: "WorkerChannel", seq: int,
+    def __init__(self, channel: "WorkerChannel", seq: int,
                  transform: Optional[Callable[[Any], Any]] = None) -> None:
-        self._env = env
-        self._seq = seq
+        self.channel = channel
+        self.seq = seq
         self._transform = transform
-        # (MessageType, payload) once received, until taken by __call__.
-        self._answer: Optional[Tuple[MessageType, Any]] = None
+        self.answer: Optional[Tuple[MessageType, Any]] = None
 
     def __call__(self, timeout: Optional[float] = None) -> Any:
         """Waits for the answer.
@@ -61,7 +74,7 @@ class Promise:
             WorkerDiedError: the worker died before answering.
             Exception: what the worker raised (see :class:`RemoteException`).
         """
-        value = self._env._await(self, timeout)
+        value = self.channel.await_answer(self, timeout)
         return self._transform(value) if self._transform else value
 
 
@@ -83,51 +96,156 @@ class _Undecodable:
 
 
 class WorkerChannel:
-    """The requests and answers of one worker's pipe (a base of ``ProcessEnvironment``).
+    """One worker's process and pipe, as the parent sees them: its life cycle
+    (``state``), its requests and the promises of their answers.
 
-    The subclass sets the attributes below and provides ``wait_start()``.
+    Owned by a ``ProcessEnvironment``, which starts the process, hands it over
+    (:meth:`open`) and calls the methods below; the shutdown
+    (:mod:`~alf_env.control_plane.shutdown`) closes it. Only this class changes
+    ``state`` and the sequence numbers; the others read them.
+
+    Args:
+        env_id: the env's id, named in errors.
+        hosted_env_ids: the ids of the envs the worker hosts (a death names them).
+        fast: the worker may enter the native loop (:meth:`start_fast_loop`).
+        one_thread: the owner's guard: a request and a wait hold it.
     """
 
-    _env_id: Optional[int]
-    _hosted_env_ids: Optional[List[int]]
-    _fast: bool
-    _state: EnvState
-    _conn: multiprocessing.connection.Connection  # None until started: not read before
-    _process: multiprocessing.process.BaseProcess  # None until started: not read before
-    _poller: "select.poll"  # of the pipe and the sentinel
-    _death: Optional[WorkerDiedError]
-    _out_of_step: Optional[EnvironmentProcessError]
-    _unplaced: bool  # a request is being sent whose answer has no place yet
-    _next_seq: int
-    _received_seq: int
-    _waiting: Dict[int, "weakref.ReferenceType[Promise]"]  # by sequence number
-    _doorbell: Optional[Callable[[Callable[[], None]], None]]
-    wait_start: Callable[[], None]  # the subclass's method
+    def __init__(self, env_id: Optional[int], hosted_env_ids: Optional[List[int]],
+                 fast: bool, one_thread: OneThread) -> None:
+        self.env_id = env_id
+        self.hosted_env_ids = hosted_env_ids
+        self.fast = fast
+        self.state = EnvState.NEW
+        self._one_thread = one_thread
+        self.process: multiprocessing.process.BaseProcess = None  # type: ignore[assignment]  # set by open(), not read before
+        self.conn: multiprocessing.connection.Connection = None  # type: ignore[assignment]  # likewise
+        self._poller = select.poll()  # of the pipe and the sentinel
+        self._finalizer: Optional["weakref.finalize[..., None]"] = None
+        self._death: Optional[WorkerDiedError] = None
+        self._out_of_step: Optional[EnvironmentProcessError] = None
+        self._unplaced = False  # a request is being sent whose answer has no place yet
+        self.next_seq = 0  # sequence number of the next request
+        self.received_seq = 0  # sequence number of the next answer to read
+        # Weak references to the promises of answers not yet read, by sequence
+        # number (the answer of a dropped promise is discarded on arrival).
+        self._waiting: Dict[int, "weakref.ReferenceType[Promise]"] = {}
+        # Set while the worker runs the native loop: rung for every pipe
+        # request, so the worker reads it as it is written (see start_fast_loop).
+        self._doorbell: Optional[Callable[[Callable[[], None]], None]] = None
+
+    # -- life cycle ------------------------------------------------------------
+
+    def open(self, process: multiprocessing.process.BaseProcess,
+             conn: multiprocessing.connection.Connection) -> None:
+        """Takes the started worker ``process`` and the parent's end of its pipe."""
+        self.process, self.conn = process, conn
+        self._poller.register(conn.fileno(), select.POLLIN)
+        self._poller.register(process.sentinel, select.POLLIN)
+        self.state = EnvState.STARTING
+        # Weakly: dropped unclosed (with its env and promises), the channel is
+        # collected and its process ended.
+        self._finalizer = register_worker(self)
+
+    def wait_start(self, timeout: Optional[float] = None) -> None:
+        """Waits for the worker's READY (see ``ProcessEnvironment.wait_start``);
+        on any failure the worker is closed first."""
+        if self.state is EnvState.RUNNING:
+            return
+        if self.state is not EnvState.STARTING:
+            raise RuntimeError(f"env {self.env_id}: wait_start() needs a started "
+                               f"env (state is {self.state.value})")
+        try:
+            msg_type, payload = self.recv(timeout, during="start")
+            if msg_type is MessageType.READY:
+                self.state = EnvState.RUNNING
+                return
+            if msg_type is MessageType.EXCEPTION and getattr(payload, "fatal", False):
+                raise self.died("start", payload.traceback_text)
+            if msg_type is MessageType.EXCEPTION:
+                raise payload.to_exception()
+            raise EnvironmentProcessError(
+                f"env {self.env_id}: expected READY from the worker, got {msg_type}",
+                self.env_id)
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self, polite_timeout: Optional[float] = None) -> None:
+        """Closes the worker (:func:`~alf_env.control_plane.shutdown.stop_all`)."""
+        stop_all([self], polite_timeout)
+
+    def begin_close(self) -> Optional[Stopping]:
+        """First step of ``stop_all``: marks the channel closed, tells the worker.
+
+        Returns:
+            what ``stop_all`` waits for, or ``None`` if there is no worker.
+        """
+        if self.state is EnvState.CLOSED:
+            return None
+        in_fast_loop = self._doorbell is not None
+        self._doorbell = None
+        polite = (self.state is EnvState.RUNNING and not in_fast_loop
+                  and self.process.exitcode is None)
+        started = self.state is not EnvState.NEW
+        self.state = EnvState.CLOSED
+        unregister_worker(self, self._finalizer)
+        if not started:
+            return None
+        if polite:
+            try:
+                self.conn.send((MessageType.CLOSE, None))
+            except (OSError, ValueError):
+                polite = False
+        stopping = Stopping(self, polite)
+        if not polite and not stopping.exited:
+            # It would not read CLOSE (not started yet, or in a native loop
+            # that the caller could not bring it back from).
+            self.process.terminate()
+        return stopping
+
+    def end_close(self, stopping: Stopping) -> None:
+        """Last step of ``stop_all``: releases the process and the pipe."""
+        process = stopping.process
+        if process.exitcode is None:
+            logging.error("env %s: the worker (pid %s) survived SIGKILL", self.env_id,
+                          process.pid)
+        else:
+            process.close()
+        self.conn.close()
+        self._waiting.clear()
+
+    def disown(self) -> None:
+        """In a forked child: closed without a word to the parent's worker, which
+        multiprocessing forgets (its exit hook would terminate it).
+        """
+        if self.state in (EnvState.NEW, EnvState.CLOSED):
+            return
+        self.state = EnvState.CLOSED
+        self._doorbell = None
+        # A private name (no stub has it).
+        multiprocessing.process._children.discard(self.process)  # type: ignore[attr-defined]
+
+    def fds(self) -> Tuple[int, int]:
+        """The pipe's descriptor and the process sentinel (to wait on several workers)."""
+        return self.conn.fileno(), self.process.sentinel
 
     # -- native loop (FastParallelEnvironment) --------------------------------
 
     def start_fast_loop(self, spec: FastLoopEntry,
                         doorbell: Callable[[Callable[[], None]], None]) -> None:
-        """Moves the worker into the native shared-memory loop.
-
-        Args:
-            spec: the loop the worker runs (``data_plane.job_loop.FastLoopSpec``).
-            doorbell: called with each later pipe request's ``write``: it makes the
-                worker read its pipe (a CALL job), calls ``write()``, then waits until
-                the worker has read it. Raising before ``write`` means nothing was posted.
-        Raises:
-            ValueError: this env was not created with ``fast=True``.
-        """
-        if not self._fast:
-            raise ValueError(f"env {self._env_id}: start_fast_loop() needs an env "
+        """Sends FAST_LOOP; later requests ring ``doorbell`` (see
+        ``ProcessEnvironment.start_fast_loop``)."""
+        if not self.fast:
+            raise ValueError(f"env {self.env_id}: start_fast_loop() needs an env "
                              f"created with fast=True")
-        self._request(MessageType.FAST_LOOP, spec)()
+        self.request(MessageType.FAST_LOOP, spec)()
         self._doorbell = doorbell
 
     @property
     def in_fast_loop(self) -> bool:
         """Whether the worker is serving the native loop (and is usable)."""
-        return self._doorbell is not None and self._state is EnvState.RUNNING
+        return self._doorbell is not None and self.state is EnvState.RUNNING
 
     def stop_fast_loop(self) -> None:
         """Forgets the doorbell once the worker has left the native loop."""
@@ -137,45 +255,46 @@ class WorkerChannel:
         """A promise of a message the worker sends unasked (a fast-path error): the
         answer after every request sent so far.
         """
-        self._check_usable()
+        self.check_usable()
         return self._promise()
 
     def mark_died(self, during: str) -> Exception:
         """Records that the worker died (seen by another channel); returns the error
         (``EnvironmentClosedError`` if the env was closed meanwhile).
         """
-        if self._state is EnvState.CLOSED:
+        if self.state is EnvState.CLOSED:
             return EnvironmentClosedError(
-                f"env {self._env_id} is closed; create a new environment")
+                f"env {self.env_id} is closed; create a new environment")
         if self._death is None:
-            return self._died(during)
+            return self.died(during)
         return self._death
 
     # -- requests and answers ------------------------------------------------
 
-    def _check_usable(self) -> None:
-        if self._state is EnvState.RUNNING:
+    def check_usable(self) -> None:
+        """Raises unless requests can be sent (waits for a starting worker)."""
+        if self.state is EnvState.RUNNING:
             return
-        if self._state is EnvState.DEAD and self._death is not None:
+        if self.state is EnvState.DEAD and self._death is not None:
             raise self._death
-        if self._state is EnvState.OUT_OF_STEP and self._out_of_step is not None:
+        if self.state is EnvState.OUT_OF_STEP and self._out_of_step is not None:
             raise self._out_of_step
-        if self._state is EnvState.CLOSED:
+        if self.state is EnvState.CLOSED:
             raise EnvironmentClosedError(
-                f"env {self._env_id} is closed; create a new environment")
-        if self._state is EnvState.STARTING:
+                f"env {self.env_id} is closed; create a new environment")
+        if self.state is EnvState.STARTING:
             self.wait_start()
             return
-        if self._state is EnvState.NEW:
-            raise RuntimeError(f"env {self._env_id} is not started; call start() first")
-        raise ValueError(f"env {self._env_id}: unknown state {self._state!r}")
+        if self.state is EnvState.NEW:
+            raise RuntimeError(f"env {self.env_id} is not started; call start() first")
+        raise ValueError(f"env {self.env_id}: unknown state {self.state!r}")
 
-    def _request(self, msg_type: MessageType, payload: Any,
-                 transform: Optional[Callable[[Any], Any]] = None) -> Promise:
-        self._check_usable()
+    def request(self, msg_type: MessageType, payload: Any,
+                transform: Optional[Callable[[Any], Any]] = None) -> Promise:
+        """Sends one request; returns the promise of its answer (``transform`` of it)."""
+        self.check_usable()
         # Pickled first: a payload that does not pickle fails with nothing sent.
-        raw = msg_type if msg_type in RAW_REQUESTS else None
-        data = payload if raw is not None else ForkingPickler.dumps((msg_type, payload))
+        data = ForkingPickler.dumps((msg_type, payload))
         sent = []  # [True] once the request is on the pipe, whole
 
         def write() -> None:
@@ -185,10 +304,10 @@ class WorkerChannel:
             self._unplaced = True
             # Owed answers are received while writing (the worker may be
             # writing one nobody reads yet, and not read until it is done).
-            if not send_message(self._conn, raw, data, self._process.sentinel,
-                                lambda: self._received_seq < self._next_seq,
-                                lambda: self._receive_ready("sending a request")):
-                raise self._died("sending a request")
+            if not send_message(self.conn, data, self.process.sentinel,
+                                lambda: self.received_seq < self.next_seq,
+                                lambda: self.receive_ready("sending a request")):
+                raise self.died("sending a request")
             sent.append(True)
 
         try:
@@ -203,9 +322,9 @@ class WorkerChannel:
             self._unplaced = False
             return promise
         except (BrokenPipeError, ConnectionResetError):
-            raise self._died("sending a request") from None
+            raise self.died("sending a request") from None
         except BaseException as exc:
-            if self._unplaced and self._state is EnvState.RUNNING:
+            if self._unplaced and self.state is EnvState.RUNNING:
                 if sent:  # whole on the pipe: no promise, its answer is dropped on arrival
                     self._take_seq()
                     self._unplaced = False
@@ -216,80 +335,86 @@ class WorkerChannel:
     def _promise(self, transform: Optional[Callable[[Any], Any]] = None) -> Promise:
         """The promise of the next answer, registered (weakly) to receive it."""
         promise = Promise(self, self._take_seq(), transform)
-        self._waiting[promise._seq] = weakref.ref(promise)
+        self._waiting[promise.seq] = weakref.ref(promise)
         return promise
 
     def _take_seq(self) -> int:
         """The sequence number of the next answer (request or report) to expect."""
-        seq = self._next_seq
-        self._next_seq += 1
+        seq = self.next_seq
+        self.next_seq += 1
         return seq
 
-    def _await(self, promise: Promise, timeout: Optional[float]) -> Any:
+    def await_answer(self, promise: Promise, timeout: Optional[float]) -> Any:
+        """Waits for ``promise``'s answer (see :meth:`Promise.__call__`)."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        while promise._answer is None:
-            self._check_usable()
-            if promise._seq < self._received_seq:
-                raise RuntimeError(f"env {self._env_id}: this promise was already "
+        while promise.answer is None:
+            self.check_usable()
+            if promise.seq < self.received_seq:
+                raise RuntimeError(f"env {self.env_id}: this promise was already "
                                    f"fulfilled; a promise can be called once")
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
-            self._receive_one(remaining, during="a call")
-        msg_type, payload = promise._answer
-        promise._answer = None
+            self.receive_one(remaining, during="a call")
+        msg_type, payload = promise.answer
+        promise.answer = None
         if msg_type is MessageType.RESULT:
             return payload
         if msg_type is MessageType.EXCEPTION:  # fatal: the worker's last words, it exits
-            raise (self._died("a call", payload.traceback_text)
+            raise (self.died("a call", payload.traceback_text)
                    if getattr(payload, "fatal", False) else payload.to_exception())
         raise EnvironmentProcessError(
-            f"env {self._env_id}: expected RESULT or EXCEPTION from the worker, "
-            f"got {msg_type}", self._env_id)
+            f"env {self.env_id}: expected RESULT or EXCEPTION from the worker, "
+            f"got {msg_type}", self.env_id)
 
-    def _has_answer(self, seq: int) -> bool:
+    # One thread at a time (ProcessEnvironment's class doc); a blocking call
+    # holds the guard from its request to its answer.
+    request = one_thread_at_a_time(request, "a request")
+    await_answer = one_thread_at_a_time(await_answer, "waiting for an answer")
+
+    def has_answer(self, seq: int) -> bool:
         """Whether the answer of request ``seq`` was received (or already taken)."""
-        return seq < self._received_seq
+        return seq < self.received_seq
 
-    def _receive_one(self, timeout: Optional[float], during: str) -> None:
+    def receive_one(self, timeout: Optional[float], during: str) -> None:
         """Receives the next answer and keeps it for its promise (if still wanted)."""
         self._wait_readable(timeout, during)
-        self._receive_ready(during)
+        self.receive_ready(during)
 
-    def _receive_ready(self, during: str) -> None:
-        """Like :meth:`_receive_one` when the pipe is known to be readable (polled).
+    def receive_ready(self, during: str) -> None:
+        """Like :meth:`receive_one` when the pipe is known to be readable (polled).
 
         A message is read and filed whole, or the env falls out of step: a cut-short
         read would send every later answer to the wrong promise.
         """
-        received = self._received_seq
+        received = self.received_seq
         try:
             self._keep(self._read_message(during))
         except BaseException as exc:
-            if self._received_seq == received and self._state is EnvState.RUNNING:
+            if self.received_seq == received and self.state is EnvState.RUNNING:
                 self._fall_out_of_step("reading an answer", exc)
             raise
 
     def _read_message(self, during: str) -> Tuple[MessageType, Any]:
         """Reads one message; one that does not unpickle becomes its request's error."""
         try:
-            msg_type, payload = read_message(self._conn)
+            msg_type, payload = read_message(self.conn)
         except (EOFError, OSError):
-            raise self._died(during) from None
+            raise self.died(during) from None
         if msg_type is None:  # the pipe is in step: only this request fails
-            return MessageType.EXCEPTION, _Undecodable(self._env_id, payload)
+            return MessageType.EXCEPTION, _Undecodable(self.env_id, payload)
         return msg_type, payload
 
     def _keep(self, answer: Tuple[MessageType, Any]) -> None:
         """Files the next answer on its promise (drops it if the promise is gone).
 
-        ``_received_seq`` moves last: until it has, the answer counts as not filed.
+        ``received_seq`` moves last: until it has, the answer counts as not filed.
         """
-        ref = self._waiting.pop(self._received_seq, None)
+        ref = self._waiting.pop(self.received_seq, None)
         promise = None if ref is None else ref()
         if promise is not None:
-            promise._answer = answer
-        self._received_seq += 1
+            promise.answer = answer
+        self.received_seq += 1
 
-    def _recv(self, timeout: Optional[float], during: str) -> Tuple[MessageType, Any]:
+    def recv(self, timeout: Optional[float], during: str) -> Tuple[MessageType, Any]:
         """Receives one message, watching the worker's sentinel meanwhile."""
         self._wait_readable(timeout, during)
         return self._read_message(during)
@@ -302,26 +427,26 @@ class WorkerChannel:
         ready = {fd for fd, _ in self._poller.poll(timeout_ms)}
         if not ready:
             raise EnvTimeoutError(
-                f"env {self._env_id}: no answer from the worker within "
+                f"env {self.env_id}: no answer from the worker within "
                 f"{timeout:.3g} s during {during}")
-        if self._conn.fileno() not in ready and not self._conn.poll(DEATH_GRACE):
-            raise self._died(during)
+        if self.conn.fileno() not in ready and not self.conn.poll(DEATH_GRACE):
+            raise self.died(during)
 
     def _fall_out_of_step(self, during: str, cause: BaseException) -> None:
         """Records that a message was cut short on the pipe: only close() is left."""
         self._out_of_step = EnvironmentProcessError(
-            f"env {self._env_id}: {type(cause).__name__} cut short {during} on the "
+            f"env {self.env_id}: {type(cause).__name__} cut short {during} on the "
             f"worker's pipe, so the pipe is out of step (its messages no longer line "
-            f"up with the requests); close() the env and create a new one", self._env_id)
-        self._state = EnvState.OUT_OF_STEP
+            f"up with the requests); close() the env and create a new one", self.env_id)
+        self.state = EnvState.OUT_OF_STEP
 
-    def _died(self, during: str, last_words: str = "") -> WorkerDiedError:
+    def died(self, during: str, last_words: str = "") -> WorkerDiedError:
         """Records that the worker is gone; the error has its last words (if any)."""
-        self._process.join(CLOSE_KILL_TIMEOUT)
-        exitcode = self._process.exitcode
-        self._death = WorkerDiedError(self._env_id, exitcode, during, self._hosted_env_ids,
-                                      last_words or read_last_words(self._conn, exitcode))
-        self._state = EnvState.DEAD
+        self.process.join(CLOSE_KILL_TIMEOUT)
+        exitcode = self.process.exitcode
+        self._death = WorkerDiedError(self.env_id, exitcode, during, self.hosted_env_ids,
+                                      last_words or read_last_words(self.conn, exitcode))
+        self.state = EnvState.DEAD
         return self._death
 
 
@@ -370,7 +495,7 @@ def wait_answers(promises: Sequence[Promise], k: Optional[int] = None,
 
     def enough(env: Optional[WorkerChannel] = None) -> bool:
         for i, promise in list(pending.items()):
-            if (env is None or promise._env is env) and promise._env._has_answer(promise._seq):
+            if (env is None or promise.channel is env) and promise.channel.has_answer(promise.seq):
                 order.append(i)
                 del pending[i]
         return len(order) >= k
@@ -385,10 +510,10 @@ def _owed(promises: Iterable[Any]) -> Dict[WorkerChannel, int]:
     """The last answer each busy worker owes of ``promises`` (answers come in order)."""
     last_seq: Dict[WorkerChannel, int] = {}
     for promise in promises:
-        if isinstance(promise, Promise) and not promise._env._has_answer(promise._seq):
-            env = promise._env
-            env._check_usable()
-            last_seq[env] = max(promise._seq, last_seq.get(env, -1))
+        if isinstance(promise, Promise) and not promise.channel.has_answer(promise.seq):
+            channel = promise.channel
+            channel.check_usable()
+            last_seq[channel] = max(promise.seq, last_seq.get(channel, -1))
     return last_seq
 
 
@@ -404,9 +529,9 @@ def receive_answers(channels: Sequence[WorkerChannel], timeout: Optional[float] 
     """
     last_seq = {}
     for channel in channels:
-        if channel._received_seq < channel._next_seq:
-            channel._check_usable()
-            last_seq[channel] = channel._next_seq - 1
+        if channel.received_seq < channel.next_seq:
+            channel.check_usable()
+            last_seq[channel] = channel.next_seq - 1
     if last_seq:
         deadline = None if timeout is None else time.monotonic() + timeout
         _receive_until(last_seq, deadline, timeout, during)
@@ -424,14 +549,14 @@ def _receive_until(last_seq: Dict[WorkerChannel, int], deadline: Optional[float]
     poller = select.poll()
     by_fd: Dict[int, Tuple[WorkerChannel, bool]] = {}  # fd -> (env, is its pipe)
     for env in last_seq:
-        for fd, is_pipe in ((env._conn.fileno(), True), (env._process.sentinel, False)):
+        for fd, is_pipe in zip(env.fds(), (True, False)):
             poller.register(fd, select.POLLIN)
             by_fd[fd] = (env, is_pipe)
     while last_seq:
         remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
         ready = poller.poll(None if remaining is None else int(remaining * 1000))
         if not ready:
-            ids = sorted((env._env_id for env in last_seq), key=lambda i: -1 if i is None else i)
+            ids = sorted((env.env_id for env in last_seq), key=lambda i: -1 if i is None else i)
             raise EnvTimeoutError(f"envs {ids} gave no answer within {timeout:.3g} s "
                                   f"during {during}")
         served = set()
@@ -441,12 +566,12 @@ def _receive_until(last_seq: Dict[WorkerChannel, int], deadline: Optional[float]
                 continue
             served.add(env)
             if is_pipe:
-                env._receive_ready(during)
+                env.receive_ready(during)
             else:
-                env._receive_one(0.0, during)
+                env.receive_one(0.0, during)
             if enough is not None and enough(env):
                 return
-            if env._has_answer(last_seq[env]):
+            if env.has_answer(last_seq[env]):
                 del last_seq[env]
-                poller.unregister(env._conn.fileno())
-                poller.unregister(env._process.sentinel)
+                for own_fd in env.fds():
+                    poller.unregister(own_fd)

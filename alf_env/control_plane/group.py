@@ -90,7 +90,7 @@ def _open_fds() -> Optional[int]:
 
 def _fd_needs(envs: Sequence[ProcessEnvironment], open_now: int) -> Tuple[int, int, str]:
     """(descriptors needed, the soft limit, how the need is counted)."""
-    fast = sum(1 for env in envs if env._fast)
+    fast = sum(1 for env in envs if env.channel.fast)
     needed = (open_now + FDS_PER_WORKER * (len(envs) - fast) + FDS_PER_FAST_WORKER * fast
               + FDS_TO_SPARE)
     each = FDS_PER_FAST_WORKER if fast else FDS_PER_WORKER
@@ -114,12 +114,12 @@ def wait_start_all(envs: Sequence[ProcessEnvironment]) -> None:
     Raises at the first failure seen (a constructor that raised, a worker
     that died), without waiting for slower envs; the caller closes them.
     """
-    pending = {id(env): env for env in envs if env._state is EnvState.STARTING}
+    pending = {id(env): env for env in envs if env.channel.state is EnvState.STARTING}
     while pending:
         poller = select.poll()
         by_fd: Dict[int, ProcessEnvironment] = {}
         for env in pending.values():
-            for fd in (env._conn.fileno(), env._process.sentinel):
+            for fd in env.channel.fds():
                 poller.register(fd, select.POLLIN)
                 by_fd[fd] = env
         for fd, _ in poller.poll():
@@ -140,4 +140,4 @@ def close_all(envs: Sequence[ProcessEnvironment],
         envs: the workers (closing never raises because of them).
         polite_timeout: as for :meth:`ProcessEnvironment.close`.
     """
-    stop_all(envs, polite_timeout)
+    stop_all([env.channel for env in envs], polite_timeout)

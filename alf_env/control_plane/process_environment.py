@@ -1,8 +1,8 @@
 """One environment in one worker process: :class:`ProcessEnvironment`, the parent's handle.
 
 It starts the worker (``worker``), sends it requests (``protocol``) and returns
-their answers or promises (``channel``, its base class), and closes it within
-a bound (``shutdown``). See docs/protocol.rst and docs/contract.rst,
+their answers or promises (``channel``, the ``WorkerChannel`` it owns), and
+closes it within a bound (``shutdown``). See docs/protocol.rst and docs/contract.rst,
 "One env in one worker: ``ProcessEnvironment``".
 """
 
@@ -10,43 +10,29 @@ import functools
 import multiprocessing
 import multiprocessing.connection
 import os
-import select
-import weakref
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Literal, Optional, Union
+from typing import Any, Callable, Dict, List, Optional
 
 import cloudpickle
-from absl import logging
 
 from alf_env import nest
 from alf_env.control_plane.channel import Promise, WorkerChannel
 from alf_env.control_plane.guards import NotCopyable, OneThread, guard_methods, one_thread_at_a_time
 from alf_env.control_plane.protocol import START_METHODS, SYNC_PROGRESS_CALL, EnvState, MessageType
 from alf_env.control_plane.remote import RemoteMethod
-from alf_env.control_plane.shutdown import (
-    Stopping,
-    install_hooks,
-    register_worker,
-    stop_all,
-    unregister_worker,
-)
+from alf_env.control_plane.shutdown import install_hooks
 from alf_env.control_plane.watchdog import parent_death_plan, signals_deferred
-from alf_env.control_plane.worker import worker_main
+from alf_env.control_plane.worker import FastLoopEntry, worker_main
 from alf_env.errors import (
     EnvironmentClosedAttributeError,
     EnvironmentClosedError,
-    EnvironmentProcessError,
-    WorkerDiedError,
 )
-
-if TYPE_CHECKING:
-    from alf_env.control_plane.leaf_codec import StepCodecs
 
 
 def _call_blocking(env: "ProcessEnvironment", name: str, *args: Any, **kwargs: Any) -> Any:
     return env._one_thread.run(f"{name}()", lambda: env.call(name, *args, **kwargs)())
 
 
-class ProcessEnvironment(NotCopyable, WorkerChannel):
+class ProcessEnvironment(NotCopyable):
     """Runs one environment in a worker process (the control plane).
 
     One thread at a time (a second thread's call raises
@@ -87,11 +73,8 @@ class ProcessEnvironment(NotCopyable, WorkerChannel):
         if fast and env_id is not None and not 0 <= env_id < max(num_envs, 1):
             raise ValueError(f"env_id: expected 0 <= env_id < num_envs={num_envs} "
                              f"with fast=True, got {env_id}")
-        self._fast = fast
         self._env_constructor = env_constructor
         self._env_id = env_id
-        self._hosted_env_ids = (None if env_id is None
-                                else list(range(env_id, env_id + hosted_envs)))
         self._flatten = flatten
         self._num_envs = num_envs
         self._torch_num_threads = torch_num_threads_per_env
@@ -99,32 +82,12 @@ class ProcessEnvironment(NotCopyable, WorkerChannel):
         self._daemon = bool(daemon)
         self._name = name or f"alf_env-worker-{env_id if env_id is not None else 0}"
         self._ctx: Any = multiprocessing.get_context(start_method)  # typed without Process
-        self._state = EnvState.NEW
-        self._conn = None  # type: ignore[assignment]  # set by start(), not read before
-        self._process = None  # type: ignore[assignment]  # set by start(), not read before
         self._pid: Optional[int] = None
-        # Ends the process if this env is collected unclosed.
-        self._finalizer: Optional["weakref.finalize[..., None]"] = None
-        self._death: Optional[WorkerDiedError] = None
-        self._out_of_step: Optional[EnvironmentProcessError] = None
-        self._unplaced = False
-        self._next_seq = 0        # sequence number of the next request
-        self._received_seq = 0    # sequence number of the next answer to read
-        # Weak references to the promises of answers not yet read, by sequence
-        # number (the answer of a dropped promise is discarded on arrival).
-        self._waiting: Dict[int, "weakref.ReferenceType[Promise]"] = {}
-        self._spec_cache: Dict[str, Any] = {}
-        # False: no ALF specs; None: not known yet.
-        self._codecs: Union["StepCodecs", Literal[False], None] = None
-        # Set while the worker runs the native loop: rung for every pipe
-        # request, so the worker reads it as it is written (see start_fast_loop).
-        self._doorbell: Optional[Callable[[Callable[[], None]], None]] = None
         self._one_thread = OneThread(f"ProcessEnvironment of env {env_id}")
-
-    # One thread at a time (class doc); a blocking call holds the guard from its
-    # request to its answer (guard_methods below the class).
-    _request = one_thread_at_a_time(WorkerChannel._request, "a request")
-    _await = one_thread_at_a_time(WorkerChannel._await, "waiting for an answer")
+        self._channel = WorkerChannel(
+            env_id, None if env_id is None else list(range(env_id, env_id + hosted_envs)),
+            fast, self._one_thread)
+        self._spec_cache: Dict[str, Any] = {}
 
     # -- life cycle ----------------------------------------------------------
 
@@ -137,11 +100,12 @@ class ProcessEnvironment(NotCopyable, WorkerChannel):
             RuntimeError: the env was already started.
             EnvironmentClosedError: the env was closed.
         """
-        if self._state is EnvState.CLOSED:
+        state = self._channel.state
+        if state is EnvState.CLOSED:
             raise EnvironmentClosedError(f"env {self._env_id} is closed; create a new one")
-        if self._state is not EnvState.NEW:
+        if state is not EnvState.NEW:
             raise RuntimeError(f"env {self._env_id}: start() called twice "
-                               f"(state is {self._state.value})")
+                               f"(state is {state.value})")
         parent_conn, child_conn = self._ctx.Pipe()
         pickled = self._start_method != "fork"
         constructor = (cloudpickle.dumps(self._env_constructor) if pickled
@@ -160,16 +124,9 @@ class ProcessEnvironment(NotCopyable, WorkerChannel):
             parent_conn.close()
             child_conn.close()
             raise
-        self._process = process
         self._pid = process.pid
         child_conn.close()
-        self._conn = parent_conn
-        self._poller = select.poll()
-        self._poller.register(parent_conn.fileno(), select.POLLIN)
-        self._poller.register(self._process.sentinel, select.POLLIN)
-        self._state = EnvState.STARTING
-        # Weakly: dropped unclosed, the env is collected and its process ended.
-        self._finalizer = register_worker(self)
+        self._channel.open(process, parent_conn)
         if wait_to_start:
             self.wait_start()
 
@@ -186,29 +143,7 @@ class ProcessEnvironment(NotCopyable, WorkerChannel):
                 raised ``SystemExit`` or ``KeyboardInterrupt`` (with the traceback).
             EnvTimeoutError: ``timeout`` passed first (the worker is ended).
         """
-        if self._state is EnvState.RUNNING:
-            return
-        if self._state is not EnvState.STARTING:
-            raise RuntimeError(f"env {self._env_id}: wait_start() needs a started "
-                               f"env (state is {self._state.value})")
-        try:
-            msg_type, payload = self._recv(timeout, during="start")
-        except BaseException:
-            self.close()
-            raise
-        if msg_type is MessageType.READY:
-            self._state = EnvState.RUNNING
-            return
-        if msg_type is MessageType.EXCEPTION and getattr(payload, "fatal", False):
-            error: Exception = self._died("start", payload.traceback_text)  # before close()
-        elif msg_type is MessageType.EXCEPTION:
-            error = payload.to_exception()
-        else:
-            error = EnvironmentProcessError(
-                f"env {self._env_id}: expected READY from the worker, got {msg_type}",
-                self._env_id)
-        self.close()
-        raise error
+        self._channel.wait_start(timeout)
 
     def close(self, polite_timeout: Optional[float] = None) -> None:
         """Closes the env and ends the worker; idempotent, bounded in time, never raises.
@@ -217,58 +152,7 @@ class ProcessEnvironment(NotCopyable, WorkerChannel):
         logged. To close many envs at once, use :func:`close_all`. See
         docs/protocol.rst, "Closing".
         """
-        stop_all([self], polite_timeout)
-
-    def _begin_close(self) -> Optional[Stopping]:
-        """First step of :func:`stop_all`: marks the env closed, tells the worker.
-
-        Returns:
-            what ``stop_all`` waits for, or ``None`` if there is no worker.
-        """
-        if self._state is EnvState.CLOSED:
-            return None
-        in_fast_loop = self._doorbell is not None
-        self._doorbell = None
-        polite = (self._state is EnvState.RUNNING and not in_fast_loop
-                  and self._process.exitcode is None)
-        started = self._state is not EnvState.NEW
-        self._state = EnvState.CLOSED
-        unregister_worker(self, self._finalizer)
-        if not started:
-            return None
-        if polite:
-            try:
-                self._conn.send((MessageType.CLOSE, None))
-            except (OSError, ValueError):
-                polite = False
-        stopping = Stopping(self, polite)
-        if not polite and not stopping.exited:
-            # It would not read CLOSE (not started yet, or in a native loop
-            # that the caller could not bring it back from).
-            self._process.terminate()
-        return stopping
-
-    def _end_close(self, stopping: Stopping) -> None:
-        """Last step of :func:`stop_all`: releases the process and the pipe."""
-        process = stopping.process
-        if process.exitcode is None:
-            logging.error("env %s: the worker (pid %s) survived SIGKILL", self._env_id,
-                          process.pid)
-        else:
-            process.close()
-        self._conn.close()
-        self._waiting.clear()
-
-    def _disown(self) -> None:
-        """In a forked child: closed without a word to the parent's worker, which
-        multiprocessing forgets (its exit hook would terminate it).
-        """
-        if self._state in (EnvState.NEW, EnvState.CLOSED):
-            return
-        self._state = EnvState.CLOSED
-        self._doorbell = None
-        # A private name (no stub has it).
-        multiprocessing.process._children.discard(self._process)  # type: ignore[attr-defined]
+        self._channel.close(polite_timeout)
 
     def __enter__(self) -> "ProcessEnvironment":
         return self
@@ -285,11 +169,11 @@ class ProcessEnvironment(NotCopyable, WorkerChannel):
             a promise; call it (optionally with ``timeout=``) for the value. A
             promise dropped uncalled gives up its answer.
         """
-        return self._request(MessageType.CALL, (name, args, kwargs))
+        return self._channel.request(MessageType.CALL, (name, args, kwargs))
 
     def access(self, name: str) -> Promise:
         """Reads ``env.name`` in the worker; returns a promise."""
-        return self._request(MessageType.ACCESS, name)
+        return self._channel.request(MessageType.ACCESS, name)
 
     def step(self, action: Any, blocking: bool = True) -> Any:
         """Steps the env; returns the time step (``blocking``) or a promise of it.
@@ -298,13 +182,8 @@ class ProcessEnvironment(NotCopyable, WorkerChannel):
         stepping (``ValueError`` naming the field; the env is not touched). Values
         outside a ``BoundedTensorSpec``'s bounds are passed on, never clipped.
         """
-        codecs = self._step_codecs()
-        record = codecs.pack_action(action) if codecs is not None else None
-        if codecs is not None and record is not None:  # an exact action: both ways packed
-            promise = self._request(MessageType.STEP_PACKED, record,
-                                    transform=codecs.unpack_time_step)
-        elif self._flatten:
-            promise = self._request(MessageType.CALL, ("step", (nest.flatten(action),), {}),
+        if self._flatten:
+            promise = self._channel.request(MessageType.CALL, ("step", (nest.flatten(action),), {}),
                                     transform=self._pack_time_step)
         else:
             promise = self.call("step", action)
@@ -312,44 +191,8 @@ class ProcessEnvironment(NotCopyable, WorkerChannel):
 
     def reset(self, blocking: bool = True) -> Any:
         """Resets the env; returns the first time step, or a promise of it."""
-        codecs = self._step_codecs()
-        if codecs is not None:
-            promise = self._request(MessageType.RESET_PACKED, b"",
-                                    transform=codecs.unpack_time_step)
-        else:
-            promise = self._request(
-                MessageType.CALL, ("reset", (), {}),
-                transform=self._pack_time_step if self._flatten else None)
-        return promise() if blocking else promise
-
-    def _step_codecs(self) -> Optional["StepCodecs"]:
-        """The env's ``StepCodecs`` (``None`` for an env without ALF specs)."""
-        if self._codecs is None:
-            from alf_env.control_plane.leaf_codec import StepCodecs
-            try:
-                # A tensor-based env's time steps stay torch tensors (pickled).
-                if self._cached_attr("is_tensor_based"):
-                    self._codecs = False
-                else:
-                    rows = (self.batch_size or 0) if self.batched else 0
-                    self._codecs = StepCodecs(self.action_spec(), self.time_step_spec(),
-                                              rows)
-            except AttributeError:
-                self._codecs = False
-        return self._codecs or None
-
-    def step_packed(self, record: bytes, blocking: bool = True) -> Any:
-        """Steps with an action packed by a ``LeafCodec`` of the env's action spec.
-
-        The pipe path of ``ParallelAlfEnvironment``, whose caller has checked the
-        action; the answer is the packed time step (:mod:`alf_env.control_plane.leaf_codec`).
-        """
-        promise = self._request(MessageType.STEP_PACKED, record)
-        return promise() if blocking else promise
-
-    def reset_packed(self, blocking: bool = True) -> Any:
-        """Resets; the answer is the packed time step (see :meth:`step_packed`)."""
-        promise = self._request(MessageType.RESET_PACKED, b"")
+        promise = self._channel.request(MessageType.CALL, ("reset", (), {}),
+                                transform=self._pack_time_step if self._flatten else None)
         return promise() if blocking else promise
 
     def render(self, mode: str = "rgb_array") -> Any:
@@ -406,7 +249,7 @@ class ProcessEnvironment(NotCopyable, WorkerChannel):
     @property
     def hosted_env_ids(self) -> Optional[List[int]]:
         """The ids of the envs the worker hosts (``[env_id]`` for one env)."""
-        return self._hosted_env_ids
+        return self._channel.hosted_env_ids
 
     @property
     def pid(self) -> Optional[int]:
@@ -416,14 +259,55 @@ class ProcessEnvironment(NotCopyable, WorkerChannel):
     @property
     def sentinel(self) -> Optional[int]:
         """A handle that becomes ready when the worker ends (``None`` when closed)."""
-        if self._state in (EnvState.NEW, EnvState.CLOSED):
-            return None
-        return self._process.sentinel
+        channel = self._channel
+        closed = channel.state in (EnvState.NEW, EnvState.CLOSED)
+        return None if closed else channel.process.sentinel
 
     @property
     def connection(self) -> Optional[multiprocessing.connection.Connection]:
         """The parent's end of the pipe (for front ends that multiplex waits)."""
-        return self._conn
+        return self._channel.conn
+
+    @property
+    def channel(self) -> WorkerChannel:
+        """The worker's process and pipe: what waits on several workers and the
+        shutdown use (:class:`~alf_env.control_plane.channel.WorkerChannel`)."""
+        return self._channel
+
+    # -- native loop (FastParallelEnvironment) --------------------------------
+
+    def start_fast_loop(self, spec: FastLoopEntry,
+                        doorbell: Callable[[Callable[[], None]], None]) -> None:
+        """Moves the worker into the native shared-memory loop.
+
+        Args:
+            spec: the loop the worker runs (``data_plane.job_loop.FastLoopSpec``).
+            doorbell: called with each later pipe request's ``write``: it makes the
+                worker read its pipe (a CALL job), calls ``write()``, then waits until
+                the worker has read it. Raising before ``write`` means nothing was posted.
+        Raises:
+            ValueError: this env was not created with ``fast=True``.
+        """
+        self._channel.start_fast_loop(spec, doorbell)
+
+    @property
+    def in_fast_loop(self) -> bool:
+        """Whether the worker is serving the native loop (and is usable)."""
+        return self._channel.in_fast_loop
+
+    def stop_fast_loop(self) -> None:
+        """Forgets the doorbell once the worker has left the native loop."""
+        self._channel.stop_fast_loop()
+
+    def pending_report(self) -> Promise:
+        """A promise of a message the worker sends unasked (a fast-path error): the
+        answer after every request sent so far."""
+        return self._channel.pending_report()
+
+    def mark_died(self, during: str) -> Exception:
+        """Records that the worker died (seen by another channel); returns the error
+        (``EnvironmentClosedError`` if the env was closed meanwhile)."""
+        return self._channel.mark_died(during)
 
     def __getattr__(self, name: str) -> Any:
         """Reads attribute ``name`` of the remote env (a method is called remotely).
@@ -435,9 +319,9 @@ class ProcessEnvironment(NotCopyable, WorkerChannel):
             EnvironmentClosedAttributeError: the env is closed (an ``AttributeError``
                 too, so ``getattr(env, name, None)`` gives ``None``).
         """
-        if (name.startswith("__") and name.endswith("__")) or "_state" not in self.__dict__:
+        if (name.startswith("__") and name.endswith("__")) or "_channel" not in self.__dict__:
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
-        if self._state is EnvState.CLOSED:
+        if self._channel.state is EnvState.CLOSED:
             raise EnvironmentClosedAttributeError(
                 f"env {self._env_id} is closed: its attribute {name!r} cannot be read; "
                 f"create a new environment")
@@ -465,5 +349,4 @@ class ProcessEnvironment(NotCopyable, WorkerChannel):
         return nest.pack_sequence_as(self.time_step_spec(), flat)
 
 
-guard_methods(ProcessEnvironment, ("step", "reset", "step_packed", "reset_packed", "render",
-                                   "seed", "sync_progress"))
+guard_methods(ProcessEnvironment, ("step", "reset", "render", "seed", "sync_progress"))

@@ -32,7 +32,7 @@ A process forked from the trainer (``os.fork()``, e.g. by a data loader or
 a checkpoint writer) inherits the exit hook, the registry and the front ends,
 but the workers stay the trainer's: right after the fork the child's registry
 is emptied and every worker in it is closed *in the child only*
-(``ProcessEnvironment._disown``: no CLOSE, no signal, no job posted, and
+(``WorkerChannel.disown``: no CLOSE, no signal, no job posted, and
 multiprocessing forgets the process, whose own exit hook would terminate it).
 So the child's exit, its exit hook and its finalizers (``del env``,
 ``close()``) leave the trainer's workers alone, and its pipe requests to them
@@ -76,9 +76,32 @@ EXIT_KILL_TIMEOUT = 0.25
 # The exit status after SIGTERM (see the module doc).
 SIGTERM_EXIT_CODE = 128 + signal.SIGTERM
 
-# What the registry holds and stop_all() ends: ProcessEnvironment objects
-# (alf_env.control_plane.process_environment imports this module).
-Worker = Any
+class Worker(Protocol):
+    """What the registry holds and :func:`stop_all` ends: one worker's process
+    and pipe (a ``control_plane.channel.WorkerChannel``, whose module imports this one)."""
+
+    env_id: Optional[int]
+    process: Any  # multiprocessing's BaseProcess
+    conn: Any  # the parent's multiprocessing Connection
+    received_seq: int  # the number of answers read so far
+    next_seq: int  # the number of requests (and reports) sent so far
+
+    def begin_close(self) -> Optional["Stopping"]:
+        """Marks the worker closed and asks it to close (``None``: nothing to stop)."""
+
+    def end_close(self, stopping: "Stopping") -> None:
+        """Releases the process and the pipe once the worker is stopped."""
+
+    def disown(self) -> None:
+        """In a forked child: forgets the parent's worker without touching it."""
+
+
+class HasWorker(Protocol):
+    """A handle that owns a :class:`Worker` (a ``ProcessEnvironment``)."""
+
+    @property
+    def channel(self) -> Worker:
+        """The worker's process and pipe."""
 
 
 class Releasable(Protocol):
@@ -117,7 +140,7 @@ def _forget_parent_workers() -> None:
     _registry.envs.clear()
     _registry.boards.clear()
     for env in envs:
-        env._disown()
+        env.disown()
 
 
 os.register_at_fork(after_in_child=_forget_parent_workers)
@@ -132,28 +155,30 @@ def register_board(board: Releasable) -> None:
     _registry.boards.add(board)
 
 
-def register_worker(env: Worker) -> "weakref.finalize[..., None]":
-    """Puts a started worker in the registry, and ends its process if ``env``
+def register_worker(worker: Worker) -> "weakref.finalize[..., None]":
+    """Puts a started worker in the registry, and ends its process if ``worker``
     is garbage collected unclosed.
 
     Args:
-        env: the worker (its ``_process`` and ``_conn`` set); held weakly.
+        worker: the worker (its ``process`` and ``conn`` set); held weakly.
 
     Returns:
         the finalizer; :func:`unregister_worker` detaches it.
     """
-    _registry.envs[id(env)] = env
-    return _finalizer(env, _end_process, env._process, env._conn)
+    _registry.envs[id(worker)] = worker
+    return _finalizer(worker, _end_process, worker.process, worker.conn)
 
 
-def unregister_worker(env: Worker, finalizer: "Optional[weakref.finalize[..., None]]") -> None:
+def unregister_worker(worker: Worker,
+                      finalizer: "Optional[weakref.finalize[..., None]]") -> None:
     """Takes a closing worker out of the registry (its finalizer has nothing left to do)."""
-    _registry.envs.pop(id(env), None)
+    _registry.envs.pop(id(worker), None)
     if finalizer is not None:
         finalizer.detach()
 
 
-def close_when_collected(owner: Any, envs: Sequence[Worker]) -> "weakref.finalize[..., None]":
+def close_when_collected(owner: Any, envs: Sequence[HasWorker]
+                         ) -> "weakref.finalize[..., None]":
     """Ends the workers ``envs`` all at once when ``owner`` (a front end) is
     garbage collected without being closed.
 
@@ -168,7 +193,12 @@ def close_when_collected(owner: Any, envs: Sequence[Worker]) -> "weakref.finaliz
     Returns:
         the finalizer; detach it when ``owner`` is closed.
     """
-    return _finalizer(owner, stop_all, envs if isinstance(envs, list) else list(envs), 0.0)
+    return _finalizer(owner, _stop_owned, envs if isinstance(envs, list) else list(envs))
+
+
+def _stop_owned(envs: Sequence[HasWorker]) -> None:
+    """Terminates the workers of ``envs`` (read now: a restart may have replaced one)."""
+    stop_all([env.channel for env in envs], 0.0)
 
 
 def _finalizer(owner: Any, stop: Callable[..., None],
@@ -267,14 +297,15 @@ def _escalation_timeouts() -> Tuple[float, float]:
 class Stopping:
     """One worker that :func:`stop_all` is ending."""
 
-    def __init__(self, env: Worker, polite: bool) -> None:
-        self.env = env
-        self.process = env._process
-        self.conn = env._conn
+    def __init__(self, worker: Worker, polite: bool) -> None:
+        self.worker = worker
+        self.env_id = worker.env_id
+        self.process = worker.process
+        self.conn = worker.conn
         self.polite = polite
         # Answers still to read: every request's, then CLOSE's (its failure is logged).
-        self.next_seq = env._received_seq
-        self.close_seq = env._next_seq if polite else -1
+        self.next_seq = worker.received_seq
+        self.close_seq = worker.next_seq if polite else -1
         self.reading = polite
         self.exited = self.process.exitcode is not None
 
@@ -290,7 +321,7 @@ class Stopping:
                     if isinstance(error.__cause__, EnvironmentProcessError):
                         error = error.__cause__  # its message has the worker traceback
                     logging.warning("env %s: close() raised in the worker: %s",
-                                    self.env._env_id, error)
+                                    self.env_id, error)
                 self.next_seq += 1
                 self.reading = self.next_seq <= self.close_seq
         except (EOFError, OSError):
@@ -304,7 +335,7 @@ class Stopping:
             self.read()
         if self.polite and self.process.exitcode:
             logging.warning("env %s: the worker died while closing: %s",
-                            self.env._env_id, describe_exit(self.process.exitcode))
+                            self.env_id, describe_exit(self.process.exitcode))
 
 
 def _wait_for_exits(stopping: "List[Stopping]", deadline: float) -> None:
@@ -364,7 +395,7 @@ def stop_all(envs: Sequence[Worker], polite_timeout: Optional[float] = None
     stopping: List[Stopping] = []
     try:
         for env in envs:
-            s = env._begin_close()
+            s = env.begin_close()
             if s is not None:
                 stopping.append(s)
         if not stopping:
@@ -383,7 +414,7 @@ def stop_all(envs: Sequence[Worker], polite_timeout: Optional[float] = None
         for s in late:
             if s.polite and polite_timeout > 0:
                 log("env %s: the worker (pid %s) did not exit within %.1f s; "
-                    "terminating it", s.env._env_id, s.process.pid, polite_timeout)
+                    "terminating it", s.env_id, s.process.pid, polite_timeout)
             s.polite = False  # its death is expected now
             s.process.terminate()
         terminate_wait, kill_wait = _escalation_timeouts()
@@ -402,4 +433,4 @@ def stop_all(envs: Sequence[Worker], polite_timeout: Optional[float] = None
         raise
     finally:
         for s in stopping:
-            s.env._end_close(s)
+            s.worker.end_close(s)

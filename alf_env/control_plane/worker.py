@@ -26,13 +26,12 @@ from absl import logging
 
 from alf_env import nest
 from alf_env.control_plane.affinity import batch_scheduling
-from alf_env.control_plane.protocol import SYNC_PROGRESS_CALL, MessageType, read_message, send_raw
+from alf_env.control_plane.protocol import SYNC_PROGRESS_CALL, MessageType, read_message
 from alf_env.control_plane.remote import RemoteException, RemoteMethod
 from alf_env.control_plane.step_timings import STEP_TIMINGS_CALL, StepClock
 from alf_env.control_plane.watchdog import die_with_parent, start_parent_watchdog, worker_signals
 
 if TYPE_CHECKING:
-    from alf_env.control_plane.leaf_codec import StepCodecs
     from alf_env.control_plane.spec_checks import WorkerSpecGuard
 
 
@@ -90,8 +89,6 @@ class WorkerEnvProxy:
         self.env_id = env_id
         self._guard: Optional["WorkerSpecGuard"] = None
         self._guard_built = False
-        self._codecs: Optional["StepCodecs"] = None
-        self._flat_step: Any = None  # the env's flat step, made with the codecs
         # The env's step times (control_plane/step_timings.py): a group that
         # times its own envs brings its clock; a single env is timed here.
         own_clock = getattr(env, "step_clock", None)
@@ -130,54 +127,6 @@ class WorkerEnvProxy:
             if self.flatten:
                 return nest.flatten(result)
         return result
-
-    def step_packed(self, record: bytes) -> bytes:
-        """Steps with a packed action; returns the packed, checked time step.
-
-        An env with a flat step (a plain ``AlfGymWrapper``, see its
-        ``flat_stepper``) takes it: the record's leaves in, the time step's
-        leaves out, no ``TimeStep`` built.
-        """
-        codecs = self._codecs or self._build_codecs()
-        flat_step = self._flat_step
-        now = StepClock.now
-        start = now()
-        result = None if flat_step is None else flat_step(codecs.action.decode(record))
-        if result is None:  # no flat step, or not a plain step (a reset): step() does it
-            time_step = self.env.step(codecs.unpack_action(record))
-            self.step_clock.record(0, now() - start)
-            return self._pack(time_step)
-        self.step_clock.record(0, now() - start)
-        packed = codecs.time_step.encode_exact(result[0], scalars=True)
-        # A leaf that does not fit: the checks name it, on the TimeStep.
-        return packed if packed is not None else self._pack(self.env.current_time_step())
-
-    def reset_packed(self) -> bytes:
-        """Resets; returns the packed, checked time step."""
-        if self._codecs is None:
-            self._build_codecs()
-        return self._pack(self.env.reset())
-
-    def _pack(self, time_step: Any) -> bytes:
-        codecs = self._codecs or self._build_codecs()
-        codec = codecs.time_step
-        record = codec.encode_exact(codecs.flatten_time_step(time_step))
-        if record is not None:
-            return record  # every leaf has the spec's exact shape and dtype
-        guard = self.guard()  # names what does not fit, casts what may be cast
-        leaves = guard.time_step.flat(time_step) if guard is not None else nest.flatten(
-            time_step)
-        return codec.encode(leaves)
-
-    def _build_codecs(self) -> "StepCodecs":
-        """The ``StepCodecs`` of the packed messages."""
-        from alf_env.control_plane.leaf_codec import StepCodecs
-        env = self.env
-        self._codecs = StepCodecs(env.action_spec(), env.time_step_spec(),
-                                  env.batch_size if env.batched else 0)
-        if not env.batched:
-            self._flat_step = flat_stepper_of(env)
-        return self._codecs
 
     def guard(self) -> Optional["WorkerSpecGuard"]:
         """The env's spec guard (built at the first step/reset), or ``None``."""
@@ -316,12 +265,6 @@ def handle_message(conn: multiprocessing.connection.Connection,
     if msg_type is MessageType.CLOSE:
         _answer(conn, env_id, "close", proxy.env.close)
         return False
-    if msg_type is MessageType.STEP_PACKED:
-        _answer(conn, env_id, "step", lambda: proxy.step_packed(payload), plain=True)
-        return True
-    if msg_type is MessageType.RESET_PACKED:
-        _answer(conn, env_id, "reset", proxy.reset_packed, plain=True)
-        return True
     if msg_type is MessageType.FAST_LOOP:
         entry: FastLoopEntry = payload
         return entry.run(conn, proxy, env_id)
@@ -332,19 +275,12 @@ def handle_message(conn: multiprocessing.connection.Connection,
 
 
 def _answer(conn: multiprocessing.connection.Connection, env_id: Optional[int],
-            during: str, fn: Callable[[], Any], plain: bool = False) -> None:
-    """Runs ``fn`` and sends its value as RESULT, or what it raised as EXCEPTION.
-
-    ``plain``: the value is ``bytes`` (a packed record), sent as a raw frame
-    (see :mod:`~alf_env.control_plane.protocol`).
-    """
+            during: str, fn: Callable[[], Any]) -> None:
+    """Runs ``fn`` and sends its value as RESULT, or what it raised as EXCEPTION."""
     try:
         value = fn()
     except Exception as exc:  # noqa: BLE001 -- reported to the parent
         conn.send((MessageType.EXCEPTION, RemoteException(exc, env_id, during)))
-        return
-    if plain:
-        send_raw(conn, MessageType.RESULT, value)
         return
     try:
         conn.send((MessageType.RESULT, value))

@@ -65,7 +65,8 @@ class Board(Protocol):
     argument whose meaning the front end gives it. :class:`JobBoard` runs the
     jobs through the job slots of shared memory; a front end without shared
     memory implements the same interface with pipe requests (the gym front
-    end's ``pipe_board.py``), so one engine and one set of rules serves both.
+    end's ``pipe_board.py``), so one engine and one set of rules serves both;
+    both keep their bookkeeping in a :class:`JobLedger`.
     """
 
     envs: Sequence[ProcessEnvironment]
@@ -104,6 +105,59 @@ class Board(Protocol):
         """Lets the workers' jobs end before they are closed; never raises."""
 
 
+class JobLedger:
+    """The bookkeeping every :class:`Board` keeps, whatever carries its jobs: the
+    last job posted to each worker, the workers whose job finished (in completion
+    order), what failed jobs raised, and the hook that may replace a dead worker.
+
+    Args:
+        on_death: see ``DeathHook``; held weakly if a bound method (a board must
+            not keep its front end alive).
+    """
+
+    def __init__(self, on_death: Optional[DeathHook] = None) -> None:
+        self.done: Dict[int, None] = {}  # a dict used as an ordered set
+        self.errors: Dict[int, BaseException] = {}
+        self.jobs: Dict[int, JobType] = {}
+        self.on_death: Optional[DeathHook] = None
+        self.set_death_hook(on_death)
+
+    def set_death_hook(self, on_death: Optional[DeathHook]) -> None:
+        """Sets the hook that may replace a dead worker (``None``: a death raises)."""
+        self.on_death = (_weakly(on_death, lambda: False) if inspect.ismethod(on_death)
+                         else on_death)
+
+    def posted(self, workers: Iterable[int], job: JobType) -> None:
+        """Notes that ``job`` was posted to ``workers`` (none of them is done)."""
+        done, jobs = self.done, self.jobs
+        for w in workers:
+            done.pop(w, None)
+            jobs[w] = job
+
+    def finished_among(self, candidates: Set[int]) -> List[int]:
+        """The workers of ``candidates`` whose job finished, in completion order."""
+        return [w for w in self.done if w in candidates]
+
+    def replaced(self, worker: int, error: BaseException, during: str) -> bool:
+        """Whether ``on_death`` replaced the dead ``worker`` (its job then counts
+        as finished)."""
+        if (self.on_death is None or not isinstance(error, WorkerDiedError)
+                or not self.on_death(worker, error, during)):
+            return False
+        self.done[worker] = None
+        return True
+
+    def pop_errors(self, workers: Iterable[int]) -> Dict[int, BaseException]:
+        """Removes and returns what the finished jobs of ``workers`` raised."""
+        return {w: self.errors.pop(w) for w in workers if w in self.errors}
+
+    def raise_first_error(self, workers: Iterable[int]) -> None:
+        """Raises (and removes) what the first of ``workers`` whose job failed raised."""
+        errors = self.pop_errors(workers)
+        if errors:
+            raise next(iter(errors.values()))
+
+
 class JobBoard:
     """The parent's view of the job slots of a set of worker processes (a :class:`Board`).
 
@@ -133,13 +187,7 @@ class JobBoard:
         self.timeout = timeout
         self._on_ok: Optional[OkHook] = (_weakly(on_ok, dict) if inspect.ismethod(on_ok)
                                          else on_ok)
-        self._on_death: Optional[DeathHook] = None
-        self.set_death_hook(on_death)
-        # Workers whose last job has finished, in completion order (a dict
-        # used as an ordered set).
-        self._done: Dict[int, None] = {}
-        self._errors: Dict[int, BaseException] = {}  # what their failed jobs raised
-        self._jobs: Dict[int, JobType] = {}  # the last job posted to each worker
+        self.ledger = JobLedger(on_death)
         self._pool = PoolPark()  # the trainer's torch threads, parked during run()
         # Worker i pinned to CPU pin_when_quiet[i] while the machine is otherwise idle.
         self._pinning = None if pin_when_quiet is None else QuietPinning(
@@ -149,8 +197,7 @@ class JobBoard:
 
     def set_death_hook(self, on_death: Optional[DeathHook]) -> None:
         """Sets the hook that may replace a dead worker (see ``on_death``)."""
-        self._on_death = (_weakly(on_death, lambda: False) if inspect.ismethod(on_death)
-                          else on_death)
+        self.ledger.set_death_hook(on_death)
 
     # -- posting ---------------------------------------------------------------
 
@@ -165,10 +212,7 @@ class JobBoard:
 
     def _post_idle(self, workers: List[int], job: JobType, arg: int) -> None:
         """Posts ``job`` to ``workers``, none of which has a job outstanding."""
-        done, jobs = self._done, self._jobs
-        for w in workers:
-            done.pop(w, None)
-            jobs[w] = job
+        self.ledger.posted(workers, job)
         self.controller.post(workers, job, arg)
 
     def run(self, workers: Sequence[int], job: JobType, arg: int, during: str,
@@ -195,11 +239,11 @@ class JobBoard:
             # Only these jobs are outstanding, so the first len(workers) completions
             # are theirs.
             self._wait_some(len(workers), during, deadline, timeout,
-                            lambda: [w for w in workers if w not in self._done])
+                            lambda: [w for w in workers if w not in self.ledger.done])
         finally:
             self._pool.after_step(parked)
-        if self._errors:
-            self._raise_first_error(workers)
+        if self.ledger.errors:
+            self.ledger.raise_first_error(workers)
 
     def returned(self) -> None:
         """Notes that the front end handed a lockstep step's results to the trainer's
@@ -217,11 +261,11 @@ class JobBoard:
 
     def job_of(self, worker: int) -> Optional[JobType]:
         """The last job posted to ``worker``, or ``None``."""
-        return self._jobs.get(worker)
+        return self.ledger.jobs.get(worker)
 
     def is_done(self, worker: int) -> bool:
         """Whether the last job of ``worker`` finished (and nothing was posted since)."""
-        return worker in self._done
+        return worker in self.ledger.done
 
     def outstanding(self, worker: int) -> bool:
         """Whether ``worker`` has a job whose completion was not seen yet."""
@@ -245,7 +289,7 @@ class JobBoard:
             Exception: what a worker's job raised (the first in ``workers``).
         """
         workers = list(workers)
-        done = self._done
+        done = self.ledger.done
         remaining = {w for w in workers if w not in done} if done else set(workers)
         if timeout is None:
             timeout = self.timeout
@@ -254,8 +298,8 @@ class JobBoard:
             ids = self._wait_some(len(remaining), during, deadline, timeout,
                                   lambda: sorted(remaining))
             remaining.difference_update(ids)
-        if raise_errors and self._errors:
-            self._raise_first_error(workers)
+        if raise_errors and self.ledger.errors:
+            self.ledger.raise_first_error(workers)
 
     def wait_first(self, candidates: Set[int], k: int, during: str,
                    timeout: Optional[float] = None) -> List[int]:
@@ -270,10 +314,10 @@ class JobBoard:
         if timeout is None:
             timeout = self.timeout
         deadline = None if timeout is None else time.monotonic() + timeout
-        ready = [w for w in self._done if w in candidates]
+        ready = self.ledger.finished_among(candidates)
         while len(ready) < k:
-            ids = self._wait_some(k - len(ready), during, deadline, timeout,
-                                  lambda: sorted(c for c in candidates if c not in self._done))
+            ids = self._wait_some(k - len(ready), during, deadline, timeout, lambda: sorted(
+                c for c in candidates if c not in self.ledger.done))
             ready.extend(ids)
         return ready[:k]
 
@@ -289,7 +333,7 @@ class JobBoard:
             self._on_finished(finished)
         if status == WaitStatus.TIMEOUT:
             self._take_finished()  # so that only the late ones are named
-            late = [w for w in pending() if w not in self._done]
+            late = [w for w in pending() if w not in self.ledger.done]
             raise EnvTimeoutError(
                 f"{self._envs_of(late)} did not finish {during} within {timeout:.3g} s")
         return finished
@@ -305,10 +349,8 @@ class JobBoard:
             errors.append(self.envs[w].mark_died(during))
         replaced: List[int] = []
         for w, error in zip(dead, errors):
-            if (self._on_death is None or not isinstance(error, WorkerDiedError)
-                    or not self._on_death(w, error, during)):
+            if not self.ledger.replaced(w, error, during):
                 raise error
-            self._done[w] = None
             replaced.append(w)
         if k > len(replaced):
             return replaced + self._wait_some(k - len(replaced), during, deadline, timeout,
@@ -333,7 +375,7 @@ class JobBoard:
 
     def _on_finished(self, workers: List[int]) -> None:
         """Records finished jobs; reads what their workers sent on the pipe for them."""
-        self._done.update(dict.fromkeys(workers))
+        self.ledger.done.update(dict.fromkeys(workers))
         failed = self.controller.failed(workers)
         if failed:
             # Every report's place on its pipe is taken before any is read, so
@@ -343,25 +385,20 @@ class JobBoard:
                 try:
                     reports[worker] = self.envs[worker].pending_report()
                 except Exception as exc:  # noqa: BLE001 -- e.g. known to be dead
-                    self._errors[worker] = exc
+                    self.ledger.errors[worker] = exc
             for worker, report in reports.items():
                 try:
                     # Sent right after the job reported ERROR: this is quick.
                     report(self.timeout)
                 except Exception as exc:  # noqa: BLE001 -- raised by the waits
-                    self._errors[worker] = exc
+                    self.ledger.errors[worker] = exc
         if self._on_ok is not None:
             ok = [w for w in workers if w not in failed] if failed else workers
-            self._errors.update(self._on_ok(ok, self._jobs))
+            self.ledger.errors.update(self._on_ok(ok, self.ledger.jobs))
 
     def pop_errors(self, workers: Iterable[int]) -> Dict[int, BaseException]:
         """Removes and returns what the finished jobs of ``workers`` raised."""
-        return {w: self._errors.pop(w) for w in workers if w in self._errors}
-
-    def _raise_first_error(self, workers: Sequence[int]) -> None:
-        errors = self.pop_errors(workers)
-        if errors:
-            raise next(iter(errors.values()))
+        return self.ledger.pop_errors(workers)
 
     # -- pipe and shutdown -----------------------------------------------------
 
@@ -378,7 +415,7 @@ class JobBoard:
             EnvTimeoutError, WorkerDiedError: as :meth:`wait_for`, before ``write``
                 is called (nothing was posted).
         """
-        receive_answers([self.envs[worker]], self.timeout, "a call")
+        receive_answers([self.envs[worker].channel], self.timeout, "a call")
         if self.controller.outstanding(worker):
             self.wait_for([worker], "finishing an earlier job", raise_errors=False)
         self.post([worker], JobType.CALL)
@@ -406,14 +443,14 @@ class JobBoard:
         """
         total = shutdown.CLOSE_POLITE_TIMEOUT if timeout is None else timeout
         deadline = time.monotonic() + total
-        self._on_death = None  # closing: a worker that dies now stays dead
+        self.ledger.on_death = None  # closing: a worker that dies now stays dead
         waiting = {i for i, env in enumerate(self.envs) if env.in_fast_loop}
         closing: Set[int] = set()  # CLOSE posted, not yet finished
         try:
             for i in sorted(waiting):
                 # An answer still unread (a pending call) keeps its worker from its slot.
                 try:
-                    receive_answers([self.envs[i]], max(0.0, deadline - time.monotonic()),
+                    receive_answers([self.envs[i].channel], max(0.0, deadline - time.monotonic()),
                                     "closing")
                 except Exception:  # noqa: BLE001 -- dead or stuck: terminated below
                     pass
@@ -423,9 +460,7 @@ class JobBoard:
                               if not self.controller.outstanding(i))
                 if idle:
                     self.controller.post(np.asarray(idle, np.int32), JobType.CLOSE)
-                    for i in idle:
-                        self._done.pop(i, None)
-                        self._jobs[i] = JobType.CLOSE
+                    self.ledger.posted(idle, JobType.CLOSE)
                     closing.update(idle)
                 try:
                     finished = self._wait_some(1, "closing", deadline, total,

@@ -29,13 +29,15 @@ Pass ``env_info_spec`` to skip the probe.
 Flat steps: a worker of ``FastParallelEnvironment`` writes each time step into
 shared rows leaf by leaf, so the ``TimeStep`` that ``step()`` builds would
 only be taken apart again. :meth:`AlfGymWrapper.flat_stepper` gives it a step
-that takes the flattened action and returns the flattened time step: the
-same conversions and the same values as ``step()``, without building the
-``TimeStep`` (which :meth:`~AlfGymWrapper.current_time_step` builds only when
-asked for); :mod:`alf_env.environments.gym_flat_step` compiles it.
+that takes the flattened action and returns the flattened time step. Both
+run the one step of the gymnasium env, :meth:`AlfGymWrapper._gym_step` (the
+action to the env, the episode end, the observation, the step type, discount
+and env id); they differ only in what they make of its parts: ``step()`` a
+``TimeStep``, the flat step a list of leaves (the ``TimeStep`` is built by
+:meth:`~AlfGymWrapper.current_time_step` only when asked for).
 """
 
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import gymnasium
 import numpy as np
@@ -61,6 +63,7 @@ from alf_env.environments.gym_conversions import (
     action_leaf,
     compile_gym_action,
     compile_info,
+    compile_raw_info,
     compile_structure,
     compile_zeros,
     fetch_info,
@@ -72,15 +75,15 @@ from alf_env.environments.gym_conversions import (
     to_numpy,
 )
 from alf_env.environments.gym_space_specs import tensor_spec_from_gym_space
+from alf_env.nest import compile_nest
 from alf_env.tensor_specs import TensorSpec
 
-if TYPE_CHECKING:
-    from alf_env.environments.gym_flat_step import FlatStep
+__all__ = ["AlfGymWrapper", "FlatStep", "tensor_spec_from_gym_space"]
 
-__all__ = ["AlfGymWrapper", "tensor_spec_from_gym_space"]
-
-
-
+#: The flat step (:meth:`AlfGymWrapper.flat_stepper`): the flattened action in,
+#: ``(the flattened time step, whether it is LAST)`` out, or ``None`` when it
+#: did not step.
+FlatStep = Callable[[List[np.ndarray]], Optional[Tuple[List[Any], bool]]]
 
 # The attributes set by AlfGymWrapper._compile (left out of pickles).
 _COMPILED_ATTRIBUTES = ("_fast_observation", "_fast_action", "_fast_zero_action",
@@ -306,7 +309,7 @@ class AlfGymWrapper(AlfEnvironment):
     def _has_time_step(self) -> bool:
         return self._current_leaves is not None or self._current_time_step is not None
 
-    def flat_stepper(self) -> Optional["FlatStep"]:
+    def flat_stepper(self) -> Optional[FlatStep]:
         """A step on flattened nests, for a worker that writes them into shared rows.
 
         ``flat_step(action_leaves)`` steps the env with the action whose
@@ -314,9 +317,11 @@ class AlfGymWrapper(AlfEnvironment):
         spec's shapes and dtypes, owned by the env from then on) are
         ``action_leaves``, and returns ``(leaves, is_last)``: the leaves of
         the time step ``step()`` would have returned, in ``nest.flatten``
-        order of ``time_step_spec()``, and whether it is ``LAST``. A leaf
-        whose spec is a 0-d float or bool may be the env's own Python float,
-        numpy float64 or Python bool (the reward, info entries): then
+        order of ``time_step_spec()``, and whether it is ``LAST``. It takes
+        the same step as ``step()`` (:meth:`_gym_step`) and makes no
+        ``TimeStep`` and no per-step nest walk of it. A leaf whose spec is a
+        0-d float or bool may be the env's own Python float, numpy float64
+        or Python bool (the reward, info entries): then
         ``np.asarray(leaf, spec dtype)`` is ``step()``'s leaf, which is what
         ``_copy_leaves(..., scalars=True)`` stores. The leaves are to be
         copied out before the next step: some are shared constants.
@@ -332,10 +337,53 @@ class AlfGymWrapper(AlfEnvironment):
         if type(self) is not AlfGymWrapper or not (self._direct_time_steps
                                                    and self._direct_gym_action):
             return None
-        from alf_env.environments.gym_flat_step import compile_flat_step
+        env_info_spec = {} if self._env_info_spec is None else self._env_info_spec
 
-        return compile_flat_step(self)
+        def under(prefix: str, spec: Any) -> List[str]:
+            return [field_name(prefix, p) for p, _ in nest.flatten_with_path(spec)]
 
+        if [p for p, _ in nest.flatten_with_path(self.time_step_spec())] != (
+                ["step_type", "reward", "discount"]
+                + under("observation", self._observation_spec)
+                + under("prev_action", self._action_spec) + ["env_id"]
+                + under("env_info", env_info_spec)):
+            return None
+        flatten_observation = compile_nest(self._observation_spec)[0]
+        flatten_info = compile_nest(env_info_spec)[0]
+        raw_info = compile_raw_info(self._env_info_spec)
+        # An empty dict spec selects nothing from any info (what _env_info returns
+        # is a new empty dict, which has no leaves): nothing to fetch.
+        no_info = type(self._env_info_spec) is dict and not self._env_info_spec
+        pack_action = compile_nest(self._action_spec)[1]
+        gym_step, reward_of, env_info_of = self._gym_step, self._reward, self._env_info
+        last = LAST_ARRAY
+
+        def flat_step(action_leaves: List[np.ndarray]) -> Optional[Tuple[List[Any], bool]]:
+            # AlfEnvironment.step() then _step(), with leaves for the TimeStep.
+            if self._closed:
+                self._check_not_closed()
+            if (self._done and self._auto_reset) or (
+                    self._current_leaves is None and self._current_time_step is None):
+                return None  # a reset: step() does it (see _has_time_step)
+            step_type, reward, discount, observation, env_id, info, _ = gym_step(
+                pack_action(action_leaves))
+            if type(reward) is not float and type(reward) is not np.float64:
+                reward = reward_of(reward)  # else left as is (see the docstring)
+            info_leaves = raw_info(info) if raw_info is not None else None
+            if info_leaves is None and not no_info:
+                env_info = env_info_of(info)
+                if env_info is not None and (type(env_info) is not dict or env_info):
+                    info_leaves = flatten_info(env_info)
+            leaves = [step_type, reward, discount]
+            leaves += flatten_observation(observation)
+            leaves += action_leaves
+            leaves.append(env_id)
+            if info_leaves is not None:
+                leaves += info_leaves
+            self._current_leaves = leaves
+            return leaves, step_type is last
+
+        return flat_step
 
     # ----- conversions --------------------------------------------------------
     def _observation(self, observation: Any) -> Any:
@@ -415,21 +463,13 @@ class AlfGymWrapper(AlfEnvironment):
         return value
 
     # ----- stepping -----------------------------------------------------------
-    def _fresh_env_id(self) -> np.ndarray:
-        """A new 0-d int32 array of ``env_id``, as generate_time_step makes it."""
+    def _env_id_leaf(self) -> np.ndarray:
+        """The shared 0-d int32 array of ``env_id`` (made again if it was replaced)."""
         source, array = self._env_id_array
-        if source is self._env_id:
-            fresh: np.ndarray = array.copy()
-            return fresh
-        return scalar_array(self._env_id, np.int32)
-
-    def _fresh_discount(self) -> np.ndarray:
-        """A new 0-d float32 array of ``discount``, as generate_time_step makes it."""
-        source, array = self._discount_array
-        if source is self._discount:
-            fresh: np.ndarray = array.copy()
-            return fresh
-        return scalar_array(self._discount, np.float32)
+        if source is not self._env_id:
+            array = scalar_array(self._env_id, np.int32)
+            self._env_id_array = (self._env_id, array)
+        return array
 
     def _reset(self) -> TimeStep:
         self._current_leaves = None  # reset() sets _current_time_step
@@ -444,16 +484,25 @@ class AlfGymWrapper(AlfEnvironment):
             # prev_action, discount 1 (see _compile).
             return TimeStep(FIRST_ARRAY.copy(), np.zeros((), dtype=np.float32),
                             ONE_DISCOUNT_ARRAY.copy(), observation,
-                            self._fast_zero_action(), self._fresh_env_id(), (),
+                            self._fast_zero_action(), self._env_id_leaf().copy(), (),
                             {} if env_info is None else env_info)
         return restart(observation, self._action_spec, env_id=self._env_id,
                        env_info=env_info)
 
-    def _step(self, action: Any) -> TimeStep:
-        self._current_leaves = None  # step() sets _current_time_step
-        if self._done and self._auto_reset:
-            return self.reset()
-        action = self._action_arrays(action)
+    def _gym_step(self, action: Any) -> Tuple[np.ndarray, Any, np.ndarray, Any, np.ndarray,
+                                             Any, bool]:
+        """The step of the gymnasium env that ``step()`` and the flat step share.
+
+        Passes ``action`` (arrays of the action spec) to the gymnasium env and
+        keeps its info and whether the episode ended.
+
+        Returns:
+            ``(step_type, reward, discount, observation, env_id, info,
+            terminated)``: the step type (``LAST`` if the episode ended, else
+            ``MID``), discount (0 if terminated, else ``discount``) and env id
+            as shared 0-d arrays, which a ``TimeStep`` gets copies of; the
+            reward and info as the env gave them; the observation converted.
+        """
         space = self._gym_env.action_space
         if space is self._gym_action_space and self._direct_gym_action:
             gym_action = self._fast_gym_action(action)  # type: ignore[misc]  # compiled
@@ -461,24 +510,39 @@ class AlfGymWrapper(AlfEnvironment):
             gym_action = self._to_gym_action(space, action)
         observation, reward, terminated, truncated, info = self._gym_env.step(gym_action)
         self._info = info
-        self._done = bool(terminated or truncated)
+        self._done = ended = bool(terminated or truncated)
         observation = self._observation(observation)
+        if terminated:
+            discount = ZERO_DISCOUNT_ARRAY
+        else:
+            source, discount = self._discount_array
+            if source is not self._discount:
+                discount = scalar_array(self._discount, np.float32)
+                self._discount_array = (self._discount, discount)
+        source, env_id = self._env_id_array
+        if source is not self._env_id:
+            env_id = self._env_id_leaf()
+        return (LAST_ARRAY if ended else MID_ARRAY, reward, discount, observation, env_id,
+                info, bool(terminated))
+
+    def _step(self, action: Any) -> TimeStep:
+        self._current_leaves = None  # step() sets _current_time_step
+        if self._done and self._auto_reset:
+            return self.reset()
+        action = self._action_arrays(action)
+        step_type, reward, discount, observation, env_id, info, terminated = (
+            self._gym_step(action))
         reward = self._reward(reward)
         env_info = self._env_info(info)
         if self._direct_time_steps:
             # What termination() / truncation() / transition() build for a
             # numpy observation and a float32 scalar reward (see _compile).
-            if terminated:
-                step_type, discount = LAST_ARRAY.copy(), ZERO_DISCOUNT_ARRAY.copy()
-            else:
-                step_type = (LAST_ARRAY if truncated else MID_ARRAY).copy()
-                discount = self._fresh_discount()
-            return TimeStep(step_type, reward, discount, observation, action,
-                            self._fresh_env_id(), (), {} if env_info is None else env_info)
+            return TimeStep(step_type.copy(), reward, discount.copy(), observation, action,
+                            env_id.copy(), (), {} if env_info is None else env_info)
         args = (observation, action, reward)
         kwargs = dict(env_id=self._env_id, env_info=env_info)
         if terminated:
             return termination(*args, **kwargs)
-        if truncated:
+        if step_type is LAST_ARRAY:
             return truncation(*args, discount=self._discount, **kwargs)
         return transition(*args, discount=self._discount, **kwargs)

@@ -24,7 +24,7 @@ that fetch the same way.
 
 import collections
 import collections.abc
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 import torch
@@ -32,7 +32,7 @@ from gymnasium import spaces
 
 from alf_env import nest
 from alf_env.data_structures import StepType, scalar_array
-from alf_env.nest_paths import join_path
+from alf_env.nest import join_path
 from alf_env.tensor_specs import BoundedTensorSpec, TensorSpec
 
 # What generate_time_step() makes of the step types and the discount 0 of a
@@ -340,3 +340,45 @@ def compile_info(spec: Any) -> Optional[Converter]:
 def _no_info(info: Any) -> Dict[Any, Any]:
     """``fetch_info({}, info, path)``: a new empty dict."""
     return {}
+
+
+def compile_raw_info(spec: Any) -> Optional[Callable[[Any], Optional[List[Any]]]]:
+    """The info entries as the env gave them, for ``AlfGymWrapper``'s flat
+    step (see its ``flat_stepper``), for a flat dict of 0-d float and bool
+    specs: each entry must be a Python float or numpy float64 or float32
+    (float specs; a float32 is passed on as the Python float of its value,
+    which it converts to and from exactly) or a Python bool (bool specs),
+    which the rows store exactly as ``_env_info`` converts them; ``None`` (per
+    info) otherwise, and ``None`` for other specs."""
+    if type(spec) is not dict or not spec:
+        return None
+    try:
+        keys = sorted(spec)
+    except TypeError:
+        return None
+    allowed: List[Tuple[Any, Tuple[type, ...]]] = []
+    for key in keys:
+        leaf = spec[key]
+        if nest.is_nested(leaf) or tuple(leaf.shape) != ():
+            return None
+        dtype = leaf.numpy_dtype
+        if dtype.kind == "f" and dtype.itemsize in (4, 8):
+            allowed.append((key, (float, np.float64, np.float32)))
+        elif dtype.kind == "b":
+            allowed.append((key, (bool,)))
+        else:
+            return None
+
+    def raw(info: Any) -> Optional[List[Any]]:
+        if type(info) is not dict:
+            return None
+        leaves = []
+        for key, types in allowed:
+            value: Any = info.get(key)
+            kind = type(value)
+            if kind not in types:
+                return None
+            leaves.append(float(value) if kind is np.float32 else value)
+        return leaves
+
+    return raw

@@ -28,7 +28,7 @@ from typing import Any, Optional
 import numpy as np
 from gymnasium import spaces
 
-from alf_env.nest_paths import join_path
+from alf_env.nest import join_path
 from alf_env.tensor_specs import BoundedTensorSpec, numpy_dtype_to_torch
 
 __all__ = ["tensor_spec_from_gym_space"]

@@ -385,8 +385,7 @@ def test_a_workload_whose_packages_are_missing_is_reported_not_crashed_on(
         "each: no spread to judge the margins by (--repeats 3 or more).")
 
 
-@pytest.mark.parametrize("command", [["-m", "alf_env"], ["-m", "alf_env.bench"],
-                                     ["benchmarks/throughput.py"]])
+@pytest.mark.parametrize("command", [["-m", "alf_env"], ["-m", "alf_env.bench"]])
 def test_other_entry_points_are_the_same_cli(command):
     proc = subprocess.run([sys.executable, *command, "--help"], cwd=REPO_ROOT,
                           capture_output=True, text=True, timeout=60)
@@ -395,24 +394,6 @@ def test_other_entry_points_are_the_same_cli(command):
     for name in ("sb3_subproc", "sb3_alf", "ray_vector", "ceiling", "envpool", "--quick",
                  "HalfCheetah-v5", "Pong", "sweep"):
         assert name in proc.stdout
-
-
-def test_doc_tables_turn_a_run_into_the_docs_tables(run):
-    proc = subprocess.run([sys.executable, "benchmarks/doc_tables.py",
-                           str(run["out"] / "results.json")],
-                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 0, proc.stderr
-    lines = proc.stdout.splitlines()
-    header = next(line for line in lines if line.startswith("| workload | envs |"))
-    # Only the backends that ran, in the documented order.
-    assert header == ("| workload | envs | `fast` | `gym_async` | `gym_sync` | "
-                      "`sb3_subproc` | `ceiling` | `envpool` |")
-    row = next(line for line in lines if line.startswith(f"| W1 | {NUM_ENVS} |"))
-    assert len(row.split("|")) == len(header.split("|"))
-    assert "x `ceiling` (paired ratios, median (min–max)):" in lines
-    assert "x `envpool` (paired ratios, median (min–max)):" in lines
-    # The targets are stated for other cases than this tiny run's.
-    assert "| transport | W1, 8 | `fast/gym_async` | ≥ 4 | not measured | – |" in lines
 
 
 def test_leftover_check_sees_workers_but_not_multiprocessing_session_helpers():

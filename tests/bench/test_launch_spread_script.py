@@ -58,7 +58,9 @@ def test_a_tree_without_alf_env_is_refused(spread, tmp_path):
         spread.main(["--launches", "1", "--tree", f"x={tmp_path}"])
 
 
-def test_the_backend_with_pinned_workers_runs_a_launch(spread):
-    rates = spread.launches("CartPole-v1", ["fast_vector_spread"], 1, 2, warmup=0.1,
-                            seconds=1.0, torch_threads=1, progress=False, policy="none")
-    assert len(rates["fast_vector_spread"]) == 1 and rates["fast_vector_spread"][0] > 0
+@pytest.mark.parametrize("backend, policy", [("fast_vector_spread", "none"),
+                                             ("fast_parallel", "mlp")])
+def test_the_pinned_and_the_alf_backends_run_a_launch(spread, backend, policy):
+    rates = spread.launches("CartPole-v1", [backend], 1, 2, warmup=0.1,
+                            seconds=1.0, torch_threads=1, progress=False, policy=policy)
+    assert len(rates[backend]) == 1 and rates[backend][0] > 0

@@ -106,7 +106,7 @@ def test_dropped_promises_give_up_their_answers(make_env):
     del answered_then_dropped
     assert gone() is None
     assert kept() == 6
-    assert env._waiting == {}  # the channel holds no answer nor promise
+    assert env.channel._waiting == {}  # the channel holds no answer nor promise
     assert env.call("add", 5, 5)() == 10
 
 
@@ -358,6 +358,55 @@ def test_step_and_reset_match_in_process_env(make_env, flatten):
         np.testing.assert_array_equal(remote.observation, expected.observation)
         assert (remote.step_type, remote.reward, remote.discount) == \
             (expected.step_type, expected.reward, expected.discount)
+
+
+@pytest.mark.parametrize("flatten", [False, True])
+def test_time_steps_arrive_as_the_env_returned_them(make_env, flatten):
+    # Whatever form the action takes, each leaf comes back with the type,
+    # dtype, shape and value the env in this process gives.
+    import torch
+
+    from alf_env.environments import suite_gym
+    from alf_env.environments.random_alf_environment import RandomAlfEnvironment
+    from alf_env.tensor_specs import BoundedTensorSpec, TensorSpec
+
+    reference = suite_gym.load("CartPole-v1")  # action spec: int64, shape ()
+    reference.seed(3)
+    env = make_env(lambda: suite_gym.load("CartPole-v1"), flatten=flatten)
+    env.seed(3)
+    for got, want in ((env.reset(), reference.reset()),
+                      (env.step(np.array(1)), reference.step(np.array(1))),
+                      (env.step(np.int64(0)), reference.step(0)),
+                      (env.step(1), reference.step(1)),
+                      (env.step(np.int32(1)), reference.step(1)),
+                      (env.step(True), reference.step(1)),
+                      (env.step(torch.tensor(0)), reference.step(0))):
+        assert type(got) is type(want)
+        for a, b in zip(got[:6], want[:6]):
+            assert isinstance(a, np.ndarray) and a.dtype == b.dtype and a.shape == b.shape
+            np.testing.assert_array_equal(a, b)
+    tensors = make_env(lambda: RandomAlfEnvironment(
+        TensorSpec((2,), torch.float32), BoundedTensorSpec((), torch.int64, 0, 2),
+        use_tensor_time_step=True), flatten=flatten)
+    assert isinstance(tensors.reset().observation, torch.Tensor)
+
+
+@pytest.mark.parametrize("flatten", [False, True])
+def test_a_wrong_action_is_refused_in_the_worker_naming_env_and_field(make_env, flatten):
+    from tests.support.alf_envs import CountingEnv
+    env = make_env(CountingEnv, env_id=5, flatten=flatten)
+    env.reset()
+    first = env.step(np.int64(1))
+    with pytest.raises(ValueError, match=r"action: expected dtype int64") as info:
+        env.step(np.float32(1.5))
+    assert info.value.__cause__.env_id == 5 and "during step" in str(info.value.__cause__)
+    # The env was not stepped: the next step is the one after ``first``.
+    local = CountingEnv(env_id=5)
+    local.reset()
+    local.step(np.int64(1))
+    np.testing.assert_array_equal(env.step(np.int64(2)).observation,
+                                  local.step(np.int64(2)).observation)
+    assert first.step_type is not None
 
 
 @pytest.mark.parametrize("phase", ["reset", "step"])

@@ -70,7 +70,7 @@ def test_shutdown_stops_every_live_worker_of_every_front_end_at_once():
     vec.step_async(good_gym_action())  # a job in flight: brought back first
     pids = ([env.pid for env in pe_envs] + par.worker_pids() + fast.worker_pids()
             + vec.worker_pids())
-    registered = {env.pid for env in shutdown._registry.envs.values()}
+    registered = {worker.process.pid for worker in shutdown._registry.envs.values()}
     begin = time.monotonic()
     shutdown.shutdown()
     assert time.monotonic() - begin < BOUND + SLACK
@@ -128,9 +128,9 @@ def test_shutdown_needs_no_thread_and_no_import(monkeypatch):
 def test_a_closed_env_leaves_the_registry_and_can_be_collected():
     env = ProcessEnvironment(FaultyAlfEnv, env_id=0)
     env.start()
-    assert shutdown._registry.envs[id(env)] is env
+    assert shutdown._registry.envs[id(env.channel)] is env.channel
     env.close()
-    assert id(env) not in shutdown._registry.envs
+    assert id(env.channel) not in shutdown._registry.envs
 
 
 def test_an_env_dropped_without_close_is_collected_and_ends_its_worker():
@@ -171,7 +171,7 @@ def test_ctrl_c_during_close_all_kills_the_workers_and_is_raised():
         close_all(envs)
     assert time.monotonic() - begin < 0.3 + SLACK
     assert wait_all_gone(pids, timeout=0.5)
-    assert not any(id(env) in shutdown._registry.envs for env in envs)
+    assert not any(id(env.channel) in shutdown._registry.envs for env in envs)
 
 
 # -- attribute forwarding --------------------------------------------------------------
@@ -192,7 +192,7 @@ def test_close_logs_the_failure_of_a_worker_that_ended_before_the_wait(
     original = shutdown.Stopping.__init__
 
     def after_the_exit(self, worker, polite):
-        worker._process.join(PROMPT)  # the worker read CLOSE and ended
+        worker.process.join(PROMPT)  # the worker read CLOSE and ended
         original(self, worker, polite)
 
     monkeypatch.setattr(shutdown.Stopping, "__init__", after_the_exit)
@@ -219,13 +219,13 @@ def test_dunder_attributes_are_not_forwarded():
     env = ProcessEnvironment(random_env)
     env.start()
     try:
-        sent = env._next_seq
+        sent = env.channel.next_seq
         with pytest.raises(AttributeError, match="__no_such_dunder__"):
             env.__no_such_dunder__  # noqa: B018
         with pytest.raises(TypeError, match=r"copy\.copy\(\) of a ProcessEnvironment is "
                                             r"not possible"):
             copy.copy(env)  # refused up front: no dunder probe reaches the worker
-        assert env._next_seq == sent
+        assert env.channel.next_seq == sent
     finally:
         env.close()
 

@@ -26,7 +26,7 @@ from alf_env.control_plane.spec_checks import time_step_count_error, time_step_l
 from alf_env.control_plane.step_timings import StepClock
 from alf_env.control_plane.worker import flat_stepper_of
 from alf_env.data_plane.shared_block import SharedBlock, copy_leaves
-from alf_env.nest_compiled import compile_nest
+from alf_env.nest import compile_nest
 
 
 class _Rows:

@@ -27,7 +27,6 @@ import torch
 
 from alf_env import nest
 from alf_env.control_plane.affinity import AUTO, WorkerCpus, normal_scheduling, usable_cpu_count
-from alf_env.control_plane.guards import NotCopyable
 from alf_env.control_plane.process_environment import ProcessEnvironment
 from alf_env.control_plane.restart import RestartPolicy
 from alf_env.control_plane.spec_checks import ActionChecker
@@ -41,13 +40,12 @@ from alf_env.control_plane.torch_threads import advise_torch_threads
 from alf_env.data_plane.job_board import PIPE_CALL, JobBoard
 from alf_env.data_plane.job_loop import FastLoopSpec, join_job_loop, start_job_loops
 from alf_env.data_structures import StepType, TimeStep
-from alf_env.environments.alf_environment import AlfEnvironment
 from alf_env.errors import EnvTimeoutError, WorkerDiedError
 from alf_env.front_ends.alf.alf_rows import AlfRowsHandler
 from alf_env.front_ends.alf.env_group import EnvGroup, MemberProxy
 from alf_env.front_ends.alf.parallel_environment import SlotScheduler
-from alf_env.front_ends.alf.workers import AlfWorkers, BatchSpecs, CallGuard, check_seeds
-from alf_env.nest_compiled import compile_nest
+from alf_env.front_ends.alf.workers import AlfWorkers, BatchSpecs, CallGuard, WorkersEnvironment
+from alf_env.nest import compile_nest
 
 try:
     from alf_env.data_plane.shared_block import JobType, SharedBlock
@@ -60,7 +58,7 @@ _STEP = JobType.STEP
 _RESET = JobType.RESET
 
 
-class FastParallelEnvironment(NotCopyable, AlfEnvironment):
+class FastParallelEnvironment(WorkersEnvironment):
     """Like ``ParallelAlfEnvironment``, with steps and resets through shared memory.
 
     What each argument does and when to change it: ``docs/options.rst`` ("ALF
@@ -97,7 +95,9 @@ class FastParallelEnvironment(NotCopyable, AlfEnvironment):
     the step writes the actions into the shared rows, runs one ``STEP`` job on the
     slots' workers (``JobBoard.run``: one native post and wait) and reads the time
     step back from the rows. Faults, threads and copies behave as for
-    ``ParallelAlfEnvironment`` (:class:`~alf_env.front_ends.alf.workers.CallGuard`).
+    ``ParallelAlfEnvironment`` (:class:`~alf_env.front_ends.alf.workers.CallGuard`),
+    and so do the specs and the rest of the ALF API both answer the same way
+    (:class:`~alf_env.front_ends.alf.workers.WorkersEnvironment`).
     """
 
     _board: JobBoard  # the job slots of the workers (deleted by close())
@@ -114,7 +114,6 @@ class FastParallelEnvironment(NotCopyable, AlfEnvironment):
             raise ValueError("zero_copy: views need each slot to keep its env; got "
                              f"num_spare_envs_for_reload={num_spare_envs_for_reload}; "
                              "use zero_copy=False with spares")
-        super().__init__()
         self._guard = CallGuard(type(self).__name__)
         self._time_step: Optional[TimeStep] = None  # the last one returned
         constructors = list(env_constructors)
@@ -138,6 +137,7 @@ class FastParallelEnvironment(NotCopyable, AlfEnvironment):
         self._blocking = blocking
         self._zero_copy = zero_copy
         self._slots = SlotScheduler(len(workers.envs), num_spare_envs_for_reload)
+        super().__init__(workers, self._guard, self._slots, self._num_envs)
         self._has_spares = self._slots.has_spares
         # An env that reports LAST is given a RESET job at once (see the module
         # doc of parallel_environment.py); not with spares (their own mechanism),
@@ -145,8 +145,7 @@ class FastParallelEnvironment(NotCopyable, AlfEnvironment):
         # blocking mode, or zero_copy (the reset would overwrite the views).
         self._background_resets = not (num_spare_envs_for_reload or workers.env_batched
                                        or blocking or zero_copy)
-        self._batch_size = self._slots.num_slots * workers.env_batch_size
-        self._check_action = ActionChecker(workers.specs.action, self._batch_size)
+        self._check_action = ActionChecker(workers.specs.action, self.batch_size)
         # What a restarted worker needs to join its slot (see _rejoin).
         self._job_loop_specs: List[FastLoopSpec] = []
         try:
@@ -333,46 +332,6 @@ class FastParallelEnvironment(NotCopyable, AlfEnvironment):
 
     # -- the rest of the ALF API -----------------------------------------------
 
-    def observation_spec(self) -> Any:
-        """The envs' observation spec."""
-        return self._workers.specs.observation
-
-    def action_spec(self) -> Any:
-        """The envs' action spec (of one row)."""
-        return self._workers.specs.action
-
-    def reward_spec(self) -> Any:
-        """The envs' reward spec."""
-        return self._workers.specs.reward
-
-    def env_info_spec(self) -> Any:
-        """The envs' env info spec."""
-        return self._workers.specs.env_info
-
-    def time_step_spec(self) -> TimeStep:
-        """The envs' time step spec (of one row)."""
-        return self._workers.specs.time_step
-
-    @property
-    def batched(self) -> bool:
-        """``True``: time steps have a leading batch dimension."""
-        return True
-
-    @property
-    def batch_size(self) -> int:
-        """The rows of a time step: the slots times each env's own batch size."""
-        return self._batch_size
-
-    @property
-    def is_tensor_based(self) -> bool:
-        """``True``: time steps are batched torch tensors (as ALF says)."""
-        return True
-
-    @property
-    def num_spare_envs_for_reload(self) -> int:
-        """How many envs are spares (``num_spare_envs_for_reload``)."""
-        return len(self._workers.envs) - self._slots.num_slots
-
     @property
     def num_workers(self) -> int:
         """The number of worker processes."""
@@ -388,26 +347,6 @@ class FastParallelEnvironment(NotCopyable, AlfEnvironment):
         g = self._group_size
         return [MemberProxy(envs[i // g], i % g, i) for i in range(self._num_envs)]
 
-    def worker_pids(self) -> List[int]:
-        """Pids of every worker process, spares included."""
-        return self._workers.pids()
-
-    @property
-    def restart_policy(self) -> Optional[RestartPolicy]:
-        """The policy for dead workers (``None``: a death makes the env unusable)."""
-        return self._workers.restarts.policy
-
-    @property
-    def timeout(self) -> Optional[float]:
-        """Seconds each reset, step and call may wait for the workers (``None``: no limit)."""
-        return self._workers.timeout
-
-    def seed(self, seeds: Sequence[int]) -> None:
-        """Seeds env ``i`` with ``seeds[i]`` (one seed per env, spares included)."""
-        self._guard.check()
-        self._guard.run("seed()", self._seed_all,
-                        check_seeds(seeds, self._num_envs, self.num_spare_envs_for_reload))
-
     def _seed_all(self, seeds: List[int]) -> None:
         envs, g = self._workers.envs, self._group_size
         if g == 1:
@@ -421,13 +360,6 @@ class FastParallelEnvironment(NotCopyable, AlfEnvironment):
             slot_env = self._slots.slot_env
             self._board.post([slot_env[k] for k in self._slots.fresh_slots], _RESET)
 
-    def sync_progress(self, progress: Any = None) -> None:
-        """Forwards the training progress to every env that defines ``sync_progress``
-        (as ``ParallelAlfEnvironment.sync_progress``; the members of a worker's
-        group included)."""
-        self._guard.run("a call", self._workers.request_all, "sync_progress",
-                        lambda env: env.sync_progress(progress, blocking=False))
-
     def call_envs_with_same_args(self, name: str, *args: Any, **kwargs: Any) -> List[Any]:
         """Calls ``env.name(*args, **kwargs)`` in every env; returns their values."""
         if self._group_size == 1:
@@ -436,12 +368,6 @@ class FastParallelEnvironment(NotCopyable, AlfEnvironment):
         groups = self._guard.run("a call", self._workers.request_all, f"call of {name!r}",
                                  lambda env: env.call("call_each", name, args, kwargs))
         return [value for group in groups for value in group]
-
-    def render(self, mode: str = "rgb_array") -> Any:
-        """Renders the env serving slot 0."""
-        env = self._workers.envs[self._slots.slot_env[0]]
-        return self._guard.run("a call", lambda: self._workers.resolve(
-            [env.call("render", mode)], "render")[0])
 
     def timings(self) -> StepTimings:
         """Where the steps since the last call spent their time; starts counting again.

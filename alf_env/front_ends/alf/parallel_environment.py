@@ -41,8 +41,6 @@ import torch
 
 from alf_env import nest
 from alf_env.control_plane.affinity import WorkerCpus
-from alf_env.control_plane.guards import NotCopyable
-from alf_env.control_plane.leaf_codec import StepCodecs
 from alf_env.control_plane.process_environment import ProcessEnvironment
 from alf_env.control_plane.restart import RestartPolicy
 from alf_env.control_plane.spec_checks import ActionChecker
@@ -55,9 +53,8 @@ from alf_env.control_plane.step_timings import (
     no_figure,
 )
 from alf_env.data_structures import StepType, TimeStep
-from alf_env.environments.alf_environment import AlfEnvironment
 from alf_env.errors import WorkerDiedError
-from alf_env.front_ends.alf.workers import AlfWorkers, CallGuard, check_seeds
+from alf_env.front_ends.alf.workers import AlfWorkers, CallGuard, WorkersEnvironment
 
 
 class _Resolved:
@@ -110,7 +107,7 @@ class SlotScheduler:
         return old, new
 
 
-class ParallelAlfEnvironment(NotCopyable, AlfEnvironment):
+class ParallelAlfEnvironment(WorkersEnvironment):
     """Batches environments that run in worker processes, over pipes.
 
     Args:
@@ -120,7 +117,8 @@ class ParallelAlfEnvironment(NotCopyable, AlfEnvironment):
             pressure) instead of all at once.
         blocking: step the envs one after another instead of overlapping
             them (for debugging).
-        flatten: send actions and time steps as flat lists over the pipes.
+        flatten: send actions and time steps as flat lists over the pipes
+            (ALF's argument; the values the envs see and return are the same).
         num_spare_envs_for_reload: how many of the envs are spares that
             replace an env whose episode ended (see module doc).
         torch_num_threads_per_env: ``torch.set_num_threads`` in each worker.
@@ -170,7 +168,9 @@ class ParallelAlfEnvironment(NotCopyable, AlfEnvironment):
 
     The workers, their specs and restarts are an
     :class:`~alf_env.front_ends.alf.workers.AlfWorkers`, the thread and fault
-    rules a :class:`~alf_env.front_ends.alf.workers.CallGuard`, as in
+    rules a :class:`~alf_env.front_ends.alf.workers.CallGuard`, the specs and
+    the rest of the ALF API both answer the same way a
+    :class:`~alf_env.front_ends.alf.workers.WorkersEnvironment`, as in
     ``FastParallelEnvironment``; what is this class's own is the pipe path of
     ``reset`` and ``step`` (``AlfEnvironment``'s ``_reset`` and ``_step`` hooks).
     """
@@ -182,7 +182,6 @@ class ParallelAlfEnvironment(NotCopyable, AlfEnvironment):
                  start_method: str = "fork", *, timeout: Optional[float] = None,
                  worker_cpus: WorkerCpus = None,
                  restart_policy: Optional[RestartPolicy] = None) -> None:
-        super().__init__()
         self._guard = CallGuard(type(self).__name__)
         self._batch_clock = BatchClock()  # the steps' waits, for timings()
         num_envs = len(env_constructors)
@@ -202,83 +201,16 @@ class ParallelAlfEnvironment(NotCopyable, AlfEnvironment):
         self._slots = SlotScheduler(num_envs, num_spare_envs_for_reload)
         # Spare env -> the promise of its pending reset (collected when it takes a slot).
         self._spare_resets: Dict[int, Any] = {}
-        self._batch_size = self._slots.num_slots * workers.env_batch_size
-        self._env_ids = np.arange(self._batch_size, dtype=np.int32)
-        self._check_action = ActionChecker(workers.specs.action, self._batch_size)
-        # flatten=True: actions and time steps cross the pipes as packed records.
-        self._packed = flatten
-        if flatten:
-            self._codecs = StepCodecs(workers.specs.action, workers.specs.time_step,
-                                      workers.env_batch_size if workers.env_batched else 0)
-            self._step_type_leaf = [p for p, _ in nest.flatten_with_path(
-                workers.specs.time_step)].index("step_type")
+        super().__init__(workers, self._guard, self._slots, num_envs)
+        self._env_ids = np.arange(self.batch_size, dtype=np.int32)
+        self._check_action = ActionChecker(workers.specs.action, self.batch_size)
 
-    # -- AlfEnvironment API --------------------------------------------------
-
-    def observation_spec(self) -> Any:
-        """The envs' observation spec."""
-        return self._workers.specs.observation
-
-    def action_spec(self) -> Any:
-        """The envs' action spec (of one row)."""
-        return self._workers.specs.action
-
-    def reward_spec(self) -> Any:
-        """The envs' reward spec."""
-        return self._workers.specs.reward
-
-    def env_info_spec(self) -> Any:
-        """The envs' env info spec."""
-        return self._workers.specs.env_info
-
-    def time_step_spec(self) -> TimeStep:
-        """The envs' time step spec (of one row)."""
-        return self._workers.specs.time_step
-
-    @property
-    def batched(self) -> bool:
-        """``True``: time steps have a leading batch dimension."""
-        return True
-
-    @property
-    def batch_size(self) -> int:
-        """The rows of a time step: the slots times each env's own batch size."""
-        return self._batch_size
-
-    @property
-    def is_tensor_based(self) -> bool:
-        """``True``: time steps are batched torch tensors (as ALF says)."""
-        return True
-
-    @property
-    def num_spare_envs_for_reload(self) -> int:
-        """How many envs are spares (``num_spare_envs_for_reload``)."""
-        return len(self._workers.envs) - self._slots.num_slots
+    # -- the rest of the ALF API (WorkersEnvironment has the shared part) --------
 
     @property
     def envs(self) -> List[ProcessEnvironment]:
         """All the worker envs, spares included."""
         return self._workers.envs
-
-    def worker_pids(self) -> List[int]:
-        """Pids of every worker process, spares included."""
-        return self._workers.pids()
-
-    @property
-    def restart_policy(self) -> Optional[RestartPolicy]:
-        """The policy for dead workers (``None``: a death makes the env unusable)."""
-        return self._workers.restarts.policy
-
-    @property
-    def timeout(self) -> Optional[float]:
-        """Seconds each reset, step and call may wait for the workers (``None``: no limit)."""
-        return self._workers.timeout
-
-    def seed(self, seeds: Sequence[int]) -> None:
-        """Seeds env ``i`` with ``seeds[i]`` (one seed per env, spares included)."""
-        self._guard.check()
-        self._guard.run("seed()", self._seed_all,
-                        check_seeds(seeds, len(self._workers.envs), self.num_spare_envs_for_reload))
 
     def _seed_all(self, seeds: List[int]) -> None:
         workers = self._workers
@@ -288,17 +220,6 @@ class ParallelAlfEnvironment(NotCopyable, AlfEnvironment):
             fresh = self._slots.fresh_slots
             for slot in list(fresh):
                 fresh[slot] = self._reset_promise(workers.envs[self._slots.slot_env[slot]])
-
-    def sync_progress(self, progress: Any = None) -> None:
-        """Forwards the training progress to every env that defines ``sync_progress``.
-
-        ALF's ``sync_progress``: see
-        :meth:`~alf_env.control_plane.process_environment.ProcessEnvironment.sync_progress`.
-        Every env (spares included) gets ``env.sync_progress(progress)`` if
-        it defines it; returns once all have applied it.
-        """
-        self._guard.run("a call", self._workers.request_all, "sync_progress",
-                        lambda env: env.sync_progress(progress, blocking=False))
 
     def call_envs_with_same_args(self, name: str, *args: Any, **kwargs: Any) -> List[Any]:
         """Calls ``env.name(*args, **kwargs)`` in every env; returns their values."""
@@ -320,12 +241,6 @@ class ParallelAlfEnvironment(NotCopyable, AlfEnvironment):
         return StepTimings(env_figures(readings), self._batch_clock.take(), no_figure(),
                            no_figure(), note="spread and hand-off: not measured without job "
                                              "slots (FastParallelEnvironment measures them)")
-
-    def render(self, mode: str = "rgb_array") -> Any:
-        """Renders the env serving slot 0."""
-        env = self._workers.envs[self._slots.slot_env[0]]
-        return self._guard.run("a call", lambda: self._workers.resolve(
-            [env.call("render", mode)], "render")[0])
 
     def _close(self) -> None:
         """Closes every worker (``close()`` is idempotent and bounded in time)."""
@@ -386,28 +301,21 @@ class ParallelAlfEnvironment(NotCopyable, AlfEnvironment):
         return self._finish(self._resolve_slots(promises[:num_slots], "reset"))
 
     def _reset_promise(self, env: ProcessEnvironment) -> Any:
-        """A promise of ``env``'s reset (its time step packed, see :meth:`_batch`)."""
-        return env.reset_packed(blocking=False) if self._packed else env.reset(blocking=False)
+        """A promise of ``env``'s reset."""
+        return env.reset(blocking=False)
 
     def _step_all(self, action: Any) -> TimeStep:
         start = StepClock.now()
         num_slots = self._slots.num_slots
-        if self._packed:  # one packed record per slot (no pickled arrays)
-            records = self._codecs.action.encode_rows(self._check_action.flat(action),
-                                                      num_slots)
+        action = self._check_action(action)
+        b = self._workers.env_batch_size
+        batched = self._workers.env_batched
 
-            def send(slot: int, env: ProcessEnvironment) -> Any:
-                return env.step_packed(records[slot], blocking=False)
-        else:
-            action = self._check_action(action)
-            b = self._workers.env_batch_size
-            batched = self._workers.env_batched
-
-            def send(slot: int, env: ProcessEnvironment) -> Any:
-                rows = slice(slot * b, (slot + 1) * b)
-                env_action = nest.map_structure(
-                    (lambda a: a[rows]) if batched else (lambda a: a[slot]), action)
-                return env.step(env_action, blocking=False)
+        def send(slot: int, env: ProcessEnvironment) -> Any:
+            rows = slice(slot * b, (slot + 1) * b)
+            env_action = nest.map_structure(
+                (lambda a: a[rows]) if batched else (lambda a: a[slot]), action)
+            return env.step(env_action, blocking=False)
         promises = dict(self._slots.fresh_slots)
         self._slots.fresh_slots.clear()
         for slot, env_index in enumerate(self._slots.slot_env):
@@ -439,13 +347,9 @@ class ParallelAlfEnvironment(NotCopyable, AlfEnvironment):
         step type of each slot (unbatched envs; spares and background resets
         only apply to those)."""
         env_batched = self._workers.env_batched
-        if self._packed:
-            batched, leaves = self._codecs.unpack_time_steps(results)
-            step_types = leaves[self._step_type_leaf]
-        else:
-            combine = np.concatenate if env_batched else np.stack
-            batched = nest.map_structure(lambda *xs: combine(xs), *results)
-            step_types = np.asarray(batched.step_type)
+        combine = np.concatenate if env_batched else np.stack
+        batched = nest.map_structure(lambda *xs: combine(xs), *results)
+        step_types = np.asarray(batched.step_type)
         return batched, (step_types if not env_batched else np.zeros(0, np.int32))
 
 

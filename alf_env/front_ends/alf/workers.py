@@ -12,11 +12,16 @@ front end's ``step`` and ``reset`` read from top to bottom in its own file:
   one (``restart_policy``), and closing them;
 * :class:`CallGuard`: one thread at a time, and the refusal of every call once
   the environment is closed or broken (a dead worker, a wait that timed out);
+* :class:`WorkersEnvironment`: the ``AlfEnvironment`` both are, with the part
+  of the ALF API they answer the same way (specs, batch size, seeding's
+  checks, ``render``, ``sync_progress``, ...) from the workers, guard and slots
+  each passes it;
 * :class:`BatchSpecs` and :func:`check_seeds`.
 """
 
+import abc
 import functools
-from typing import Any, Callable, List, NamedTuple, Optional, Sequence, TypeVar
+from typing import Any, Callable, List, NamedTuple, Optional, Protocol, Sequence, TypeVar
 
 from alf_env.control_plane.affinity import (
     WorkerCpus,
@@ -27,11 +32,12 @@ from alf_env.control_plane.affinity import (
 )
 from alf_env.control_plane.channel import resolve_all
 from alf_env.control_plane.group import close_all, start_environments
-from alf_env.control_plane.guards import OneThread
+from alf_env.control_plane.guards import NotCopyable, OneThread
 from alf_env.control_plane.process_environment import ProcessEnvironment
 from alf_env.control_plane.restart import RestartBudget, RestartPolicy, describe_death
 from alf_env.control_plane.shutdown import close_when_collected
 from alf_env.data_structures import TimeStep
+from alf_env.environments.alf_environment import AlfEnvironment
 from alf_env.environments.members_specs import check_same_specs, spec_values
 from alf_env.errors import (
     EnvironmentClosedError,
@@ -40,7 +46,8 @@ from alf_env.errors import (
     WorkerDiedError,
 )
 
-__all__ = ["AlfWorkers", "BatchSpecs", "CallGuard", "check_seeds"]
+__all__ = ["AlfWorkers", "BatchSpecs", "CallGuard", "Slots", "WorkersEnvironment",
+           "check_seeds"]
 
 _T = TypeVar("_T")
 
@@ -292,6 +299,127 @@ class AlfWorkers:
         """Closes every worker (idempotent, bounded in time: ``close_all``)."""
         self._finalizer.detach()
         close_all(self.envs)
+
+
+class Slots(Protocol):
+    """Which env serves which slot (a ``SlotScheduler``), as
+    :class:`WorkersEnvironment` reads it."""
+
+    num_slots: int
+    slot_env: List[int]
+
+
+class WorkersEnvironment(NotCopyable, AlfEnvironment):
+    """A batched ``AlfEnvironment`` over the worker processes of an :class:`AlfWorkers`.
+
+    The part of the ALF API that ``ParallelAlfEnvironment`` and
+    ``FastParallelEnvironment`` answer the same way, from what each passes
+    here once its workers are started: the specs, the batch size, seeding's
+    checks, ``render``, ``sync_progress`` and the workers' facts. Each front
+    end keeps how a step, a reset and a seed reach the workers (``_step``,
+    ``_reset``, :meth:`_seed_all`). Its attributes are its own (``__``
+    names): a front end keeps its own references to the same objects, so
+    neither class reads the other's state.
+
+    Args:
+        workers: the workers (their specs; spares included).
+        guard: the guard of every call.
+        slots: which env serves which slot (kept: slots move).
+        num_envs: all envs, spares included (a worker may host several).
+    """
+
+    def __init__(self, workers: AlfWorkers, guard: CallGuard, slots: Slots,
+                 num_envs: int) -> None:
+        super().__init__()
+        self.__workers, self.__guard, self.__slots = workers, guard, slots
+        self.__num_envs = num_envs
+        self.__batch_size = slots.num_slots * workers.env_batch_size
+
+    def observation_spec(self) -> Any:
+        """The envs' observation spec."""
+        return self.__workers.specs.observation
+
+    def action_spec(self) -> Any:
+        """The envs' action spec (of one row)."""
+        return self.__workers.specs.action
+
+    def reward_spec(self) -> Any:
+        """The envs' reward spec."""
+        return self.__workers.specs.reward
+
+    def env_info_spec(self) -> Any:
+        """The envs' env info spec."""
+        return self.__workers.specs.env_info
+
+    def time_step_spec(self) -> TimeStep:
+        """The envs' time step spec (of one row)."""
+        return self.__workers.specs.time_step
+
+    @property
+    def batched(self) -> bool:
+        """``True``: time steps have a leading batch dimension."""
+        return True
+
+    @property
+    def batch_size(self) -> int:
+        """The rows of a time step: the slots times each env's own batch size."""
+        return self.__batch_size
+
+    @property
+    def is_tensor_based(self) -> bool:
+        """``True``: time steps are batched torch tensors (as ALF says)."""
+        return True
+
+    @property
+    def num_spare_envs_for_reload(self) -> int:
+        """How many envs are spares (``num_spare_envs_for_reload``)."""
+        return len(self.__workers.envs) - self.__slots.num_slots
+
+    def worker_pids(self) -> List[int]:
+        """Pids of every worker process, spares included."""
+        return self.__workers.pids()
+
+    @property
+    def restart_policy(self) -> Optional[RestartPolicy]:
+        """The policy for dead workers (``None``: a death makes the env unusable)."""
+        return self.__workers.restarts.policy
+
+    @property
+    def timeout(self) -> Optional[float]:
+        """Seconds each reset, step and call may wait for the workers (``None``: no limit)."""
+        return self.__workers.timeout
+
+    def seed(self, seeds: Sequence[int]) -> None:
+        """Seeds env ``i`` with ``seeds[i]`` (one seed per env, spares included).
+
+        Raises:
+            ValueError: another number of seeds.
+        """
+        self.__guard.check()
+        self.__guard.run("seed()", self._seed_all,
+                         check_seeds(seeds, self.__num_envs, self.num_spare_envs_for_reload))
+
+    @abc.abstractmethod
+    def _seed_all(self, seeds: List[int]) -> None:
+        """:meth:`seed`'s hook: seeds env ``i`` with ``seeds[i]`` (checked), guarded."""
+
+    def sync_progress(self, progress: Any = None) -> None:
+        """Forwards the training progress to every env that defines ``sync_progress``.
+
+        ALF's ``sync_progress``: see
+        :meth:`~alf_env.control_plane.process_environment.ProcessEnvironment.sync_progress`.
+        Every env (spares and the members of a worker's group included) gets
+        ``env.sync_progress(progress)`` if it defines it; returns once all
+        have applied it.
+        """
+        self.__guard.run("a call", self.__workers.request_all, "sync_progress",
+                         lambda env: env.sync_progress(progress, blocking=False))
+
+    def render(self, mode: str = "rgb_array") -> Any:
+        """Renders the env serving slot 0."""
+        env = self.__workers.envs[self.__slots.slot_env[0]]
+        return self.__guard.run("a call", lambda: self.__workers.resolve(
+            [env.call("render", mode)], "render")[0])
 
 
 def _make_worker(constructors: Sequence[Callable[..., Any]], env_ids: Sequence[int],

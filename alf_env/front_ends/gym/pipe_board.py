@@ -24,7 +24,7 @@ from alf_env.control_plane import shutdown
 from alf_env.control_plane.channel import Promise, wait_answers
 from alf_env.control_plane.group import close_all
 from alf_env.control_plane.process_environment import ProcessEnvironment
-from alf_env.data_plane.job_board import DeathHook
+from alf_env.data_plane.job_board import DeathHook, JobLedger
 from alf_env.data_plane.shared_block import JobType
 from alf_env.errors import EnvTimeoutError, WorkerDiedError
 from alf_env.front_ends.gym.pipe_path import EnvResult
@@ -54,15 +54,12 @@ class PipeBoard:
         self.envs = envs
         self._actions_of = actions_of
         self._on_result = on_result
-        self._on_death = on_death
+        self.ledger = JobLedger(on_death)  # the bookkeeping JobBoard keeps too
         self._promises: Dict[int, Promise] = {}   # the answer each busy worker owes
-        self._done: Dict[int, None] = {}         # finished workers, in completion order
-        self._errors: Dict[int, BaseException] = {}
-        self._jobs: Dict[int, JobType] = {}
 
     def set_death_hook(self, on_death: Optional[DeathHook]) -> None:
         """Sets the hook that may replace a dead worker (see ``on_death``)."""
-        self._on_death = on_death
+        self.ledger.set_death_hook(on_death)
 
     # -- posting ---------------------------------------------------------------
 
@@ -74,9 +71,8 @@ class PipeBoard:
             self.wait_for(busy, "finishing an earlier job")
         if job is not JobType.STEP and job is not JobType.RESET:
             raise ValueError(f"the pipe path runs STEP and RESET jobs, not {job!r}")
+        self.ledger.posted(workers, job)
         for w in workers:
-            self._done.pop(w, None)
-            self._jobs[w] = job
             if job is JobType.STEP:
                 self._promises[w] = self.envs[w].call("step", self._actions_of(w))
             else:
@@ -95,7 +91,7 @@ class PipeBoard:
 
     def job_of(self, worker: int) -> Optional[JobType]:
         """The last job posted to ``worker``, or ``None``."""
-        return self._jobs.get(worker)
+        return self.ledger.jobs.get(worker)
 
     # -- waiting ---------------------------------------------------------------
 
@@ -121,9 +117,7 @@ class PipeBoard:
                 self._finish(w)
             break
         if raise_errors:
-            errors = self.pop_errors(workers)
-            if errors:
-                raise next(iter(errors.values()))
+            self.ledger.raise_first_error(workers)
 
     def wait_first(self, candidates: Set[int], k: int, during: str,
                    timeout: Optional[float] = None) -> List[int]:
@@ -135,7 +129,7 @@ class PipeBoard:
         Raises:
             EnvTimeoutError, WorkerDiedError: as :meth:`wait_for`.
         """
-        ready = [w for w in self._done if w in candidates]
+        ready = self.ledger.finished_among(candidates)
         while len(ready) < k:
             busy = sorted(w for w in candidates if w in self._promises)
             try:
@@ -153,24 +147,23 @@ class PipeBoard:
         """The worker of ``busy`` that ``exc`` reports dead, once ``on_death`` replaced
         it (its job then counts as finished); raises ``exc`` if it did not."""
         dead = [w for w in busy if self.envs[w].env_id == exc.env_id]
-        if not dead or self._on_death is None or not self._on_death(dead[0], exc, during):
+        if not dead or not self.ledger.replaced(dead[0], exc, during):
             raise exc
         self._promises.pop(dead[0], None)
-        self._done[dead[0]] = None
         return dead[0]
 
     def _finish(self, worker: int) -> None:
         """Takes the answer of ``worker`` (it has arrived) and hands it on."""
         promise = self._promises.pop(worker)
-        self._done[worker] = None
+        self.ledger.done[worker] = None
         try:
-            self._on_result(worker, self._jobs[worker], promise())
+            self._on_result(worker, self.ledger.jobs[worker], promise())
         except Exception as exc:  # noqa: BLE001 -- raised by the waits
-            self._errors[worker] = exc
+            self.ledger.errors[worker] = exc
 
     def pop_errors(self, workers: Iterable[int]) -> Dict[int, BaseException]:
         """Removes and returns what the finished jobs of ``workers`` raised."""
-        return {w: self._errors.pop(w) for w in workers if w in self._errors}
+        return self.ledger.pop_errors(workers)
 
     # -- closing ---------------------------------------------------------------
 
@@ -183,7 +176,7 @@ class PipeBoard:
         """
         total = shutdown.CLOSE_POLITE_TIMEOUT if timeout is None else timeout
         deadline = time.monotonic() + total
-        self._on_death = None  # closing: a worker that dies now stays dead
+        self.ledger.on_death = None  # closing: a worker that dies now stays dead
         pending = dict(self._promises)
         self._promises.clear()
         while pending:

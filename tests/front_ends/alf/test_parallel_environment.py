@@ -47,15 +47,18 @@ def make_parallel(backend):
         env.close()
 
 
-def test_batched_time_step_types_and_shapes(make_parallel):
-    env = make_parallel(counting_ctors(3))
-    ts = env.reset()
+@pytest.mark.parametrize("flatten", [True, False])
+def test_batched_time_step_types_and_shapes(make_parallel, flatten):
+    env = make_parallel(counting_ctors(3), flatten=flatten)
+    first = env.reset()
     assert env.batched and env.batch_size == 3
-    assert ts.observation.shape == (3, 4) and ts.observation.dtype == torch.float32
-    assert ts.step_type.dtype == torch.int32 and ts.env_id.dtype == torch.int32
-    assert ts.reward.dtype == torch.float32 and ts.discount.dtype == torch.float32
-    assert ts.prev_action.dtype == torch.int64
-    assert bool((ts.step_type == StepType.FIRST).all())
+    for ts in (first, env.step(torch.ones(3, dtype=torch.int64))):
+        assert ts.observation.shape == (3, 4) and ts.observation.dtype == torch.float32
+        assert ts.step_type.dtype == torch.int32 and ts.env_id.dtype == torch.int32
+        assert ts.reward.dtype == torch.float32 and ts.discount.dtype == torch.float32
+        assert ts.prev_action.dtype == torch.int64 and ts.prev_action.shape == (3,)
+        assert ts.reward.shape == ts.discount.shape == ts.step_type.shape == (3,)
+    assert bool((first.step_type == StepType.FIRST).all())
     np.testing.assert_array_equal(ts.env_id.numpy(), [0, 1, 2])
     assert env.observation_spec() == CountingEnv().observation_spec()
     assert env.action_spec() == CountingEnv().action_spec()

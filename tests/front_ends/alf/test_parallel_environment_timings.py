@@ -48,7 +48,7 @@ def test_fast_parallel_environment(num_workers):
         assert [s.count for s in again.envs] == [0] * 4 and again.wait.count == 0
 
 
-@pytest.mark.parametrize("flatten", [True, False])  # packed records, or step() calls
+@pytest.mark.parametrize("flatten", [True, False])  # flat lists, or nests
 def test_parallel_alf_environment_times_envs_and_the_wait_only(flatten):
     ctors = [functools.partial(make_env, i) for i in range(4)]
     with ParallelAlfEnvironment(ctors, flatten=flatten) as env:
