@@ -113,7 +113,7 @@ PYBIND11_MODULE(_penv, m) {
       .value("RESET", JobType::RESET, "Reset.")
       .value("CALL", JobType::CALL,
              "A message waits on your pipe: handle it and report.")
-      .value("CLOSE", JobType::CLOSE, "Leave the native loop.");
+      .value("CLOSE", JobType::CLOSE, "Leave the job loop.");
   py::enum_<JobStatus>(m, "JobStatus", "Outcome of a finished job.")
       .value("OK", JobStatus::OK)
       .value("ERROR", JobStatus::ERROR,

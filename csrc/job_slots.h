@@ -49,7 +49,7 @@ enum class JobType : std::uint32_t {
   STEP = 1,   // step with the action in your rows
   RESET = 2,  // reset
   CALL = 3,   // a message waits on your pipe: handle it and report
-  CLOSE = 4,  // leave the native loop
+  CLOSE = 4,  // leave the job loop
 };
 inline constexpr std::uint32_t kMaxJobType =
     static_cast<std::uint32_t>(JobType::CLOSE);

@@ -61,7 +61,7 @@ NATIVE = {"alf_env._penv"}
 FRONT_END_MODULES = ("gymnasium", "gym", "stable_baselines3", "ray", "torch",
                      "alf_env.front_ends", "alf_env.environments", "alf_env.data_structures",
                      "alf_env.vector", "alf_env.sb3")
-FRONT_END_WORDS = {"TimeStep", "StepType", "AlfEnvironment", "EnvGroup", "gym", "gymnasium"}
+FRONT_END_WORDS = {"TimeStep", "StepType", "AlfEnvironment", "AlfEnvBatch", "gym", "gymnasium"}
 
 
 def is_re_export(name: str) -> bool:
@@ -219,7 +219,7 @@ def test_the_import_reader_sees_the_native_module():
 
 def test_the_data_plane_knows_no_front_end():
     class_names = front_end_class_names()
-    assert {"FastVectorEnv", "GymRowsHandler", "EnvGroup", "TimeStep"} <= class_names
+    assert {"FastVectorEnv", "GymRowsHandler", "AlfEnvBatch", "TimeStep"} <= class_names
     found = {name: mentions for name in MODULES if layer(name) == DATA_PLANE
              for mentions in [front_end_mentions(MODULES[name].read_text(), class_names)]
              if mentions}
@@ -231,7 +231,7 @@ def test_the_data_plane_knows_no_front_end():
     "from gymnasium import spaces",
     "from alf_env.front_ends.gym import gym_rows",
     "from alf_env.data_structures import TimeStep",
-    "def f(env):\n    return env.step_member if isinstance(env, EnvGroup) else None",
+    "def f(env):\n    return env.step_member if isinstance(env, AlfEnvBatch) else None",
     "x: 'int' = handler.GymEnvBatch",
 ])
 def test_the_front_end_check_finds_a_planted_mention(source):

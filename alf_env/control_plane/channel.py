@@ -33,7 +33,7 @@ from alf_env.control_plane.shutdown import (
     stop_all,
     unregister_worker,
 )
-from alf_env.control_plane.worker import FastLoopEntry
+from alf_env.control_plane.worker import JobLoopEntry
 from alf_env.errors import (
     EnvironmentClosedError,
     EnvironmentProcessError,
@@ -107,7 +107,7 @@ class WorkerChannel:
     Args:
         env_id: the env's id, named in errors.
         hosted_env_ids: the ids of the envs the worker hosts (a death names them).
-        fast: the worker may enter the native loop (:meth:`start_fast_loop`).
+        fast: the worker may enter the job loop (:meth:`start_job_loop`).
         one_thread: the owner's guard: a request and a wait hold it.
     """
 
@@ -130,8 +130,8 @@ class WorkerChannel:
         # Weak references to the promises of answers not yet read, by sequence
         # number (the answer of a dropped promise is discarded on arrival).
         self._waiting: Dict[int, "weakref.ReferenceType[Promise]"] = {}
-        # Set while the worker runs the native loop: rung for every pipe
-        # request, so the worker reads it as it is written (see start_fast_loop).
+        # Set while the worker runs the job loop: rung for every pipe
+        # request, so the worker reads it as it is written (see start_job_loop).
         self._doorbell: Optional[Callable[[Callable[[], None]], None]] = None
 
     # -- life cycle ------------------------------------------------------------
@@ -183,9 +183,9 @@ class WorkerChannel:
         """
         if self.state is EnvState.CLOSED:
             return None
-        in_fast_loop = self._doorbell is not None
+        in_job_loop = self._doorbell is not None
         self._doorbell = None
-        polite = (self.state is EnvState.RUNNING and not in_fast_loop
+        polite = (self.state is EnvState.RUNNING and not in_job_loop
                   and self.process.exitcode is None)
         started = self.state is not EnvState.NEW
         self.state = EnvState.CLOSED
@@ -199,7 +199,7 @@ class WorkerChannel:
                 polite = False
         stopping = Stopping(self, polite)
         if not polite and not stopping.exited:
-            # It would not read CLOSE (not started yet, or in a native loop
+            # It would not read CLOSE (not started yet, or in a job loop
             # that the caller could not bring it back from).
             self.process.terminate()
         return stopping
@@ -230,25 +230,25 @@ class WorkerChannel:
         """The pipe's descriptor and the process sentinel (to wait on several workers)."""
         return self.conn.fileno(), self.process.sentinel
 
-    # -- native loop (FastParallelEnvironment) --------------------------------
+    # -- job loop (FastParallelEnvironment) --------------------------------
 
-    def start_fast_loop(self, spec: FastLoopEntry,
+    def start_job_loop(self, spec: JobLoopEntry,
                         doorbell: Callable[[Callable[[], None]], None]) -> None:
-        """Sends FAST_LOOP; later requests ring ``doorbell`` (see
-        ``ProcessEnvironment.start_fast_loop``)."""
+        """Sends JOB_LOOP; later requests ring ``doorbell`` (see
+        ``ProcessEnvironment.start_job_loop``)."""
         if not self.fast:
-            raise ValueError(f"env {self.env_id}: start_fast_loop() needs an env "
+            raise ValueError(f"env {self.env_id}: start_job_loop() needs an env "
                              f"created with fast=True")
-        self.request(MessageType.FAST_LOOP, spec)()
+        self.request(MessageType.JOB_LOOP, spec)()
         self._doorbell = doorbell
 
     @property
-    def in_fast_loop(self) -> bool:
-        """Whether the worker is serving the native loop (and is usable)."""
+    def in_job_loop(self) -> bool:
+        """Whether the worker is serving the job loop (and is usable)."""
         return self._doorbell is not None and self.state is EnvState.RUNNING
 
-    def stop_fast_loop(self) -> None:
-        """Forgets the doorbell once the worker has left the native loop."""
+    def stop_job_loop(self) -> None:
+        """Forgets the doorbell once the worker has left the job loop."""
         self._doorbell = None
 
     def pending_report(self) -> Promise:
@@ -521,7 +521,7 @@ def receive_answers(channels: Sequence[WorkerChannel], timeout: Optional[float] 
                     during: str = "a call") -> None:
     """Receives every answer the workers of ``channels`` owe, filing each on its promise.
 
-    A worker in a native loop takes a job only once it has written its last
+    A worker in a job loop takes a job only once it has written its last
     answer, so that answer is read before a job is posted to it.
 
     Raises:

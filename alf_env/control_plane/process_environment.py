@@ -21,7 +21,7 @@ from alf_env.control_plane.protocol import START_METHODS, SYNC_PROGRESS_CALL, En
 from alf_env.control_plane.remote import RemoteMethod
 from alf_env.control_plane.shutdown import install_hooks
 from alf_env.control_plane.watchdog import parent_death_plan, signals_deferred
-from alf_env.control_plane.worker import FastLoopEntry, worker_main
+from alf_env.control_plane.worker import JobLoopEntry, worker_main
 from alf_env.errors import (
     EnvironmentClosedAttributeError,
     EnvironmentClosedError,
@@ -45,7 +45,7 @@ class ProcessEnvironment(NotCopyable):
         env_id: passed to the constructor and named in errors.
         flatten: send actions and time steps as flat lists (cheaper to pickle).
         fast: the worker will run the native shared-memory loop
-            (:meth:`start_fast_loop`).
+            (:meth:`start_job_loop`).
         num_envs: envs sharing the native region (``fast`` only; ``env_id`` is
             below it).
         hosted_envs: how many envs the worker hosts (ids from ``env_id``); a
@@ -274,30 +274,30 @@ class ProcessEnvironment(NotCopyable):
         shutdown use (:class:`~alf_env.control_plane.channel.WorkerChannel`)."""
         return self._channel
 
-    # -- native loop (FastParallelEnvironment) --------------------------------
+    # -- job loop (FastParallelEnvironment) --------------------------------
 
-    def start_fast_loop(self, spec: FastLoopEntry,
+    def start_job_loop(self, spec: JobLoopEntry,
                         doorbell: Callable[[Callable[[], None]], None]) -> None:
         """Moves the worker into the native shared-memory loop.
 
         Args:
-            spec: the loop the worker runs (``data_plane.job_loop.FastLoopSpec``).
+            spec: the loop the worker runs (``data_plane.job_loop.JobLoopSpec``).
             doorbell: called with each later pipe request's ``write``: it makes the
                 worker read its pipe (a CALL job), calls ``write()``, then waits until
                 the worker has read it. Raising before ``write`` means nothing was posted.
         Raises:
             ValueError: this env was not created with ``fast=True``.
         """
-        self._channel.start_fast_loop(spec, doorbell)
+        self._channel.start_job_loop(spec, doorbell)
 
     @property
-    def in_fast_loop(self) -> bool:
-        """Whether the worker is serving the native loop (and is usable)."""
-        return self._channel.in_fast_loop
+    def in_job_loop(self) -> bool:
+        """Whether the worker is serving the job loop (and is usable)."""
+        return self._channel.in_job_loop
 
-    def stop_fast_loop(self) -> None:
-        """Forgets the doorbell once the worker has left the native loop."""
-        self._channel.stop_fast_loop()
+    def stop_job_loop(self) -> None:
+        """Forgets the doorbell once the worker has left the job loop."""
+        self._channel.stop_job_loop()
 
     def pending_report(self) -> Promise:
         """A promise of a message the worker sends unasked (a fast-path error): the

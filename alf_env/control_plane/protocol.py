@@ -28,7 +28,7 @@ class MessageType(enum.Enum):
     RESULT = 4
     EXCEPTION = 5
     CLOSE = 6
-    FAST_LOOP = 7
+    JOB_LOOP = 7
 
 
 #: Bytes of a message (ForkingPickler gives a memoryview).
@@ -131,7 +131,7 @@ def read_last_words(conn: Connection, exitcode: Optional[int]) -> str:
     """The traceback a worker that ended by itself sent before it exited, or ``""``.
 
     An env raising ``SystemExit``/``KeyboardInterrupt`` makes the worker send a fatal
-    ``EXCEPTION`` and exit, unread in a native loop. Only an exit (``exitcode >= 0``)
+    ``EXCEPTION`` and exit, unread in a job loop. Only an exit (``exitcode >= 0``)
     guarantees whole messages; a killed worker may have been cut short.
     """
     words = ""

@@ -4,12 +4,12 @@ Every started, unclosed worker is in one registry, and one ``atexit`` hook
 (installed at the first ``start()``) stops them however the script ends (end
 of the script without ``close()``, an exception, ``sys.exit()``, Ctrl-C):
 :func:`shutdown` first brings the workers of the shared-memory front ends back
-from their native loop (:func:`register_board`), then
+from their job loop (:func:`register_board`), then
 :func:`stop_all` sends CLOSE to every worker at once, waits for all of them
 together under one deadline (``EXIT_POLITE_TIMEOUT``), SIGTERMs the ones still
 running, then SIGKILLs, and reaps every one. No thread, thread pool or import
 is needed. ``ProcessEnvironment.close()`` and
-:func:`~alf_env.control_plane.group.close_all` use the same :func:`stop_all`
+:func:`~alf_env.control_plane.launch.close_all` use the same :func:`stop_all`
 (with ``CLOSE_POLITE_TIMEOUT``); it is bounded (``CLOSE_*`` below) and logs
 what the env's own ``close()`` raised.
 
@@ -106,10 +106,10 @@ class HasWorker(Protocol):
 
 class Releasable(Protocol):
     """What :func:`shutdown` asks of a board: bring its workers back from the
-    native loop (``data_plane.job_board.JobBoard.release``)."""
+    job loop (``data_plane.job_board.JobBoard.release``)."""
 
     def release(self, timeout: Optional[float] = None) -> None:
-        """Brings every worker back from the native loop; never raises."""
+        """Brings every worker back from the job loop; never raises."""
 
 
 class _Registry:
@@ -147,7 +147,7 @@ os.register_at_fork(after_in_child=_forget_parent_workers)
 
 
 def register_board(board: Releasable) -> None:
-    """Lets :func:`shutdown` bring a board's workers back from the native loop.
+    """Lets :func:`shutdown` bring a board's workers back from the job loop.
 
     Args:
         board: a ``data_plane.job_board.JobBoard``; held weakly.
@@ -267,7 +267,7 @@ def shutdown(polite_timeout: Optional[float] = None) -> None:
 
     What the exit hook (and so SIGTERM) runs; safe to call at any time (later
     uses of the closed envs raise ``EnvironmentClosedError``). Workers in a
-    native loop are brought back first (each board all at once), then every
+    job loop are brought back first (each board all at once), then every
     worker gets CLOSE and all are waited for together; stragglers are
     terminated, then killed, and every worker is reaped.
 
@@ -374,7 +374,7 @@ def stop_all(envs: Sequence[Worker], polite_timeout: Optional[float] = None
              ) -> None:
     """Closes ``envs`` all at once, with one deadline; never raises because of them.
 
-    Every running worker is sent CLOSE first (a worker in a native loop, or
+    Every running worker is sent CLOSE first (a worker in a job loop, or
     one not yet started, is terminated instead: it would not read it), then
     all are waited for together for ``polite_timeout`` s; those still running
     get SIGTERM, then SIGKILL, each followed by one wait for all. Every

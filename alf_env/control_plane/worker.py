@@ -4,8 +4,8 @@
 the worker's signals and parent watchdog (:mod:`alf_env.control_plane.watchdog`),
 constructs the env and then serves the pipe (:func:`serve`), one request at a
 time (:func:`handle_message`), until ``CLOSE`` or until the pipe closes. A
-``FAST_LOOP`` request hands the worker to the loop its payload runs
-(:class:`FastLoopEntry`; the data plane's ``FastLoopSpec``), which comes back
+``JOB_LOOP`` request hands the worker to the loop its payload runs
+(:class:`JobLoopEntry`; the data plane's ``JobLoopSpec``), which comes back
 here for the pipe requests it is told about.
 
 For an ``AlfEnvironment`` the worker checks actions and time steps against the
@@ -35,8 +35,8 @@ if TYPE_CHECKING:
     from alf_env.control_plane.spec_checks import WorkerSpecGuard
 
 
-class FastLoopEntry(Protocol):
-    """The payload of ``FAST_LOOP``: the loop the worker enters (a ``FastLoopSpec``).
+class JobLoopEntry(Protocol):
+    """The payload of ``JOB_LOOP``: the loop the worker enters (a ``JobLoopSpec``).
 
     The worker calls :meth:`run` and knows nothing else of the loop; the data
     plane (``alf_env.data_plane.job_loop``) defines it.
@@ -265,8 +265,8 @@ def handle_message(conn: multiprocessing.connection.Connection,
     if msg_type is MessageType.CLOSE:
         _answer(conn, env_id, "close", proxy.env.close)
         return False
-    if msg_type is MessageType.FAST_LOOP:
-        entry: FastLoopEntry = payload
+    if msg_type is MessageType.JOB_LOOP:
+        entry: JobLoopEntry = payload
         return entry.run(conn, proxy, env_id)
     if msg_type in (MessageType.READY, MessageType.RESULT, MessageType.EXCEPTION):
         raise ValueError(f"env {env_id} worker: {msg_type} is sent by workers, "

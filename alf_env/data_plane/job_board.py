@@ -1,4 +1,4 @@
-"""Posting jobs to workers in the native loop and collecting their completions.
+"""Posting jobs to workers in the job loop and collecting their completions.
 
 Shared by the shared-memory front ends. A failed job's exception, sent on the
 worker's pipe, is read as soon as the completion is seen (so the pipe stays
@@ -31,7 +31,7 @@ from absl import logging
 from alf_env.control_plane import shutdown
 from alf_env.control_plane.affinity import usable_cpus
 from alf_env.control_plane.channel import receive_answers
-from alf_env.control_plane.group import close_all
+from alf_env.control_plane.launch import close_all
 from alf_env.control_plane.process_environment import ProcessEnvironment
 from alf_env.control_plane.quiet_pinning import QuietPinning
 from alf_env.data_plane.pool_park import PoolPark
@@ -403,7 +403,7 @@ class JobBoard:
     # -- pipe and shutdown -----------------------------------------------------
 
     def serve_pipe(self, worker: int, write: Callable[[], None]) -> None:
-        """The doorbell: make a worker in the native loop serve one pipe request.
+        """The doorbell: make a worker in the job loop serve one pipe request.
 
         The worker's earlier answers are received first (a worker writing one that
         nobody reads would never take the job), then a CALL job makes it read its
@@ -423,7 +423,7 @@ class JobBoard:
         self.wait_for([worker], PIPE_CALL, raise_errors=False)
 
     def doorbell(self, worker: int) -> Callable[[Callable[[], None]], None]:
-        """:meth:`serve_pipe` of ``worker``, for its ``start_fast_loop``; holds the board weakly."""
+        """:meth:`serve_pipe` of ``worker``, for its ``start_job_loop``; holds the board weakly."""
         board = weakref.ref(self)
 
         def ring(write: Callable[[], None]) -> None:
@@ -435,7 +435,7 @@ class JobBoard:
         return ring
 
     def release(self, timeout: Optional[float] = None) -> None:
-        """Brings every worker back from the native loop; terminates stuck ones.
+        """Brings every worker back from the job loop; terminates stuck ones.
 
         Each worker gets a CLOSE job once its current job has finished, so one
         stuck worker delays nobody else; those still in the loop at ``timeout``
@@ -444,7 +444,7 @@ class JobBoard:
         total = shutdown.CLOSE_POLITE_TIMEOUT if timeout is None else timeout
         deadline = time.monotonic() + total
         self.ledger.on_death = None  # closing: a worker that dies now stays dead
-        waiting = {i for i, env in enumerate(self.envs) if env.in_fast_loop}
+        waiting = {i for i, env in enumerate(self.envs) if env.in_job_loop}
         closing: Set[int] = set()  # CLOSE posted, not yet finished
         try:
             for i in sorted(waiting):
@@ -454,7 +454,7 @@ class JobBoard:
                                     "closing")
                 except Exception:  # noqa: BLE001 -- dead or stuck: terminated below
                     pass
-            waiting = {i for i in waiting if self.envs[i].in_fast_loop}
+            waiting = {i for i in waiting if self.envs[i].in_job_loop}
             while waiting:
                 idle = sorted(i for i in waiting - closing
                               if not self.controller.outstanding(i))
@@ -473,17 +473,17 @@ class JobBoard:
                     if i in closing:
                         closing.discard(i)
                         waiting.discard(i)
-                        self.envs[i].stop_fast_loop()
-                waiting = {i for i in waiting if self.envs[i].in_fast_loop}
+                        self.envs[i].stop_job_loop()
+                waiting = {i for i in waiting if self.envs[i].in_job_loop}
         except Exception as exc:  # noqa: BLE001 -- close() must not raise
-            logging.warning("could not bring workers %s back from the native loop (%s); "
+            logging.warning("could not bring workers %s back from the job loop (%s); "
                             "they will be terminated", sorted(waiting), exc)
         stuck = [self.envs[i] for i in sorted(waiting)]
         if stuck:
-            logging.warning("envs %s did not leave the native loop within %.3g s; "
+            logging.warning("envs %s did not leave the job loop within %.3g s; "
                             "terminating them", sorted(waiting), total)
             for env in stuck:
-                env.stop_fast_loop()
+                env.stop_job_loop()
             # Stuck in a job: asking politely on the pipe is pointless.
             close_all(stuck, polite_timeout=0.0)
 

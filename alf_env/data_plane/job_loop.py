@@ -1,6 +1,6 @@
 """The worker side of the native fast path: the job loop.
 
-After ``MessageType.FAST_LOOP`` a worker waits on its job slot (a futex wait
+After ``MessageType.JOB_LOOP`` a worker waits on its job slot (a futex wait
 that releases the GIL) instead of its pipe and runs one job at a time. It
 never writes to the pipe while the parent waits for a job without reading
 the pipe, so no message, however large, blocks both sides. See
@@ -23,8 +23,8 @@ if TYPE_CHECKING:
 Connection = multiprocessing.connection.Connection
 
 
-class FastLoopSpec(NamedTuple):
-    """What a worker needs to join the shared region (sent with FAST_LOOP).
+class JobLoopSpec(NamedTuple):
+    """What a worker needs to join the shared region (sent with JOB_LOOP).
 
     Attributes:
         block: the ``SharedBlock`` (pickled with its fd).
@@ -42,8 +42,8 @@ class FastLoopSpec(NamedTuple):
     workers_spread: bool = False
 
     def run(self, conn: Connection, proxy: WorkerEnvProxy, env_id: Optional[int]) -> bool:
-        """The worker's ``FAST_LOOP`` entry point; returns whether it keeps serving the pipe."""
-        return run_fast_loop(conn, proxy, env_id, self)
+        """The worker's ``JOB_LOOP`` entry point; returns whether it keeps serving the pipe."""
+        return run_job_loop(conn, proxy, env_id, self)
 
 
 
@@ -57,10 +57,10 @@ def start_job_loops(board: "JobBoard", block: SharedBlock, spin_us: int,
         handlers: one job handler factory per worker, in worker order.
     """
     for w, handler in enumerate(handlers):
-        join_job_loop(board, FastLoopSpec(block, w, spin_us, handler, workers_spread))
+        join_job_loop(board, JobLoopSpec(block, w, spin_us, handler, workers_spread))
 
 
-def join_job_loop(board: "JobBoard", spec: FastLoopSpec) -> None:
+def join_job_loop(board: "JobBoard", spec: JobLoopSpec) -> None:
     """Sends worker ``spec.worker_index`` of ``board`` into the job loop of its slot
     (also a worker started again in the place of a dead one, whose port starts
     from the slot's last finished job and skips the job abandoned with it)."""
@@ -68,7 +68,7 @@ def join_job_loop(board: "JobBoard", spec: FastLoopSpec) -> None:
     worker = board.envs[w]
     assert worker.pid is not None  # started
     board.controller.set_worker_pid(w, worker.pid)
-    worker.start_fast_loop(spec, board.doorbell(w))
+    worker.start_job_loop(spec, board.doorbell(w))
 
 # How long one wait for a job may last before the loop looks around again
 # (the parent-death watchdog runs in its own thread; this only bounds how
@@ -76,17 +76,17 @@ def join_job_loop(board: "JobBoard", spec: FastLoopSpec) -> None:
 _JOB_WAIT_SLICE = 1.0
 
 
-def run_fast_loop(conn: Connection, proxy: WorkerEnvProxy, env_id: Optional[int],
-                  spec: FastLoopSpec) -> bool:
+def run_job_loop(conn: Connection, proxy: WorkerEnvProxy, env_id: Optional[int],
+                  spec: JobLoopSpec) -> bool:
     """Serves jobs from the native slot; returns whether to keep serving the pipe."""
     try:
         port = spec.block.worker_port(spec.worker_index, spec.spin_us, spec.workers_spread)
         handler = spec.make_handler(proxy.env, spec.block, conn, env_id, proxy.step_clock)
     except Exception as exc:  # noqa: BLE001 -- reported; the pipe stays served
         conn.send((MessageType.EXCEPTION,
-                   RemoteException(exc, env_id, "entering the native loop")))
+                   RemoteException(exc, env_id, "entering the job loop")))
         return True
-    # Attached: tell the parent (the answer to its FAST_LOOP request).
+    # Attached: tell the parent (the answer to its JOB_LOOP request).
     conn.send((MessageType.RESULT, None))
     # Enum members and methods as locals, STEP tested first and run inline:
     # this loop is the hot path.

@@ -1,7 +1,7 @@
 """Spec accessors answered from specs cached once: :class:`MembersSpecs`.
 
 An environment that batches member environments with identical specs
-(``BatchEnvironmentWrapper``, ``EnvGroup``, ``RayParallelAlfEnvironment``)
+(``BatchEnvironmentWrapper``, ``AlfEnvBatch``, ``RayParallelAlfEnvironment``)
 asks one member for its specs when it is made and answers the five spec
 accessors from them; :func:`check_same_specs` names the first member whose
 specs differ (also for ``ParallelAlfEnvironment`` and

@@ -2,7 +2,7 @@
 :mod:`alf_env.control_plane`."""
 
 from alf_env.control_plane.channel import resolve_all
-from alf_env.control_plane.group import close_all
+from alf_env.control_plane.launch import close_all
 from alf_env.control_plane.process_environment import ProcessEnvironment
 from alf_env.control_plane.protocol import START_METHODS, MessageType
 from alf_env.control_plane.remote import RemoteException

@@ -6,7 +6,7 @@ import time
 import pytest
 
 from alf_env.control_plane.channel import wait_answers
-from alf_env.control_plane.group import close_all
+from alf_env.control_plane.launch import close_all
 from alf_env.environments.process_environment import ProcessEnvironment
 from alf_env.errors import EnvironmentProcessError, EnvTimeoutError
 from tests.support.faults import wait_all_gone

@@ -22,7 +22,7 @@ import pytest
 import torch
 
 from alf_env.control_plane import shutdown
-from alf_env.control_plane.group import close_all, start_environments
+from alf_env.control_plane.launch import close_all, start_environments
 from alf_env.environments.fast_parallel_environment import FastParallelEnvironment
 from alf_env.environments.parallel_environment import ParallelAlfEnvironment
 from alf_env.environments.process_environment import ProcessEnvironment

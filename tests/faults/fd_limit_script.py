@@ -25,7 +25,7 @@ def main(front_end: str, limit: int, num_workers: int, unchecked: bool) -> None:
     _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (limit, hard))
     if unchecked:
-        from alf_env.control_plane import group
+        from alf_env.control_plane import launch as group
         group.FDS_PER_WORKER = group.FDS_PER_FAST_WORKER = group.FDS_TO_SPARE = 0
     print("started", time.monotonic(), flush=True)
     if front_end == "vector":

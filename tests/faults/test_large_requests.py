@@ -1,6 +1,6 @@
 """Requests and answers far larger than a pipe's buffer, through every front end.
 
-A worker in a native loop reads its pipe only when told to (the doorbell), so
+A worker in a job loop reads its pipe only when told to (the doorbell), so
 a request written before the worker reads could fill the pipe and wait for
 ever; likewise a request written while the worker is still writing an answer
 nobody reads. Each front end runs ``tests/faults/large_request_script.py`` as
@@ -20,7 +20,7 @@ from tests.support.child_runs import ChildRun, run_module
 CHILD_TIMEOUT = 120.0  # a child still running then hangs: killed, and the test fails
 
 # 100 MB costs seconds per front end on a loaded machine: two front ends take
-# it (one native loop, one plain pipe), the others stop at 10 MB.
+# it (one job loop, one plain pipe), the others stop at 10 MB.
 SIZES_MB = {"process": ["1", "10", "100"], "parallel": ["1", "10"], "fast": ["1", "10"],
             "vector": ["1", "10", "100"], "sb3": ["1", "10"]}
 

@@ -3,8 +3,8 @@
 :class:`AlfRowsHandler` is the :class:`~alf_env.data_plane.handlers.JobHandler`
 (and its :class:`~alf_env.data_plane.handlers.HandlerFactory`) that a
 ``FastParallelEnvironment`` worker runs in the job loop: a STEP job reads the
-worker's action rows, steps its env (or each member of a :class:`MemberGroup`,
-the interface ``EnvGroup`` implements; the parent says at construction whether
+worker's action rows, steps its env (or each member of a :class:`MemberEnvs`,
+the interface ``AlfEnvBatch`` implements; the parent says at construction whether
 its workers host groups) and writes the time steps into its rows; a RESET job
 resets and writes. :class:`_Rows` moves nests in and out of one worker's rows,
 checking each leaf against the spec (shape, and a dtype that converts under
@@ -82,9 +82,9 @@ class _Rows:
         return self._casts[key]
 
 
-class MemberGroup(Protocol):
+class MemberEnvs(Protocol):
     """An env of several member envs that a worker steps one by one, each in its
-    own rows (``EnvGroup`` of ``front_ends/alf/env_group.py`` implements it).
+    own rows (``AlfEnvBatch`` of ``front_ends/alf/env_batch.py`` implements it).
     """
 
     @property
@@ -116,11 +116,11 @@ class AlfRowsHandler:
         rows: ``(begin, end)``: the rows this worker owns in every field.
         action_fields: block field names of the flattened action spec.
         time_step_fields: block field names of the flattened time step spec.
-        grouped: the worker's env is a :class:`MemberGroup` (``EnvGroup``),
+        grouped: the worker's env is a :class:`MemberEnvs` (``AlfEnvBatch``),
             whose members each own ``(end - begin) / len(members)`` rows.
     """
 
-    #: Once bound: counts the step times (and a MemberGroup's ``reset_ended``).
+    #: Once bound: counts the step times (and a MemberEnvs's ``reset_ended``).
     after_step: Optional[Callable[[], None]] = None
 
     def __init__(self, rows: Tuple[int, int], action_fields: Tuple[str, ...],
@@ -162,7 +162,7 @@ class AlfRowsHandler:
             self.step = self._step_flat  # type: ignore[method-assign]  # chosen per env
         if self.grouped:
             # Each member reads and writes its own rows: no slicing, no batching.
-            group: MemberGroup = env
+            group: MemberEnvs = env
             self._group = group
             # The group resets its members that ended once the step is reported.
             self.after_step = self._after_members_step

@@ -7,7 +7,7 @@ out of the pipes: a ``SharedBlock`` holds, for every leaf of the flattened
 action and time step specs, the rows of every env (:class:`SlotRows` is the
 trainer's side of it), and the pipe keeps what has no fixed size (spec queries,
 ``seed``, ``render``, any ``call``, errors). By default a worker hosts an
-:class:`~alf_env.front_ends.alf.env_group.EnvGroup` of consecutive envs. What
+:class:`~alf_env.front_ends.alf.env_batch.AlfEnvBatch` of consecutive envs. What
 it shares with the pipe path (the workers, their specs and restarts, the guard
 of every call, the slots) are objects of :mod:`alf_env.front_ends.alf.workers`
 and :class:`~alf_env.front_ends.alf.parallel_environment.SlotScheduler`. The
@@ -38,11 +38,11 @@ from alf_env.control_plane.step_timings import (
 )
 from alf_env.control_plane.torch_threads import advise_torch_threads
 from alf_env.data_plane.job_board import PIPE_CALL, JobBoard
-from alf_env.data_plane.job_loop import FastLoopSpec, join_job_loop, start_job_loops
+from alf_env.data_plane.job_loop import JobLoopSpec, join_job_loop, start_job_loops
 from alf_env.data_structures import StepType, TimeStep
 from alf_env.errors import EnvTimeoutError, WorkerDiedError
 from alf_env.front_ends.alf.alf_rows import AlfRowsHandler
-from alf_env.front_ends.alf.env_group import EnvGroup, MemberProxy
+from alf_env.front_ends.alf.env_batch import AlfEnvBatch, MemberProxy
 from alf_env.front_ends.alf.parallel_environment import SlotScheduler
 from alf_env.front_ends.alf.workers import AlfWorkers, BatchSpecs, CallGuard, WorkersEnvironment
 from alf_env.nest import compile_nest
@@ -124,7 +124,7 @@ class FastParallelEnvironment(WorkersEnvironment):
             # start_serially=False: the workers start at once, and each builds
             # its members at once too (as one process per env would).
             constructors = [
-                functools.partial(EnvGroup, constructors[begin:begin + g], begin,
+                functools.partial(AlfEnvBatch, constructors[begin:begin + g], begin,
                                   build_concurrently=not start_serially)
                 for begin in range(0, self._num_envs, g)]
         self._workers = AlfWorkers(
@@ -141,13 +141,13 @@ class FastParallelEnvironment(WorkersEnvironment):
         self._has_spares = self._slots.has_spares
         # An env that reports LAST is given a RESET job at once (see the module
         # doc of parallel_environment.py); not with spares (their own mechanism),
-        # batched envs or groups (an EnvGroup resets its members itself),
+        # batched envs or groups (an AlfEnvBatch resets its members itself),
         # blocking mode, or zero_copy (the reset would overwrite the views).
         self._background_resets = not (num_spare_envs_for_reload or workers.env_batched
                                        or blocking or zero_copy)
         self._check_action = ActionChecker(workers.specs.action, self.batch_size)
         # What a restarted worker needs to join its slot (see _rejoin).
-        self._job_loop_specs: List[FastLoopSpec] = []
+        self._job_loop_specs: List[JobLoopSpec] = []
         try:
             self._rows = SlotRows(workers.specs, len(workers.envs), workers.env_batch_size,
                                   self._slots.slot_env, zero_copy)
@@ -170,7 +170,7 @@ class FastParallelEnvironment(WorkersEnvironment):
                     for i in range(len(workers.envs))]
         start_job_loops(self._board, rows.block, spin_us, workers.spread, handlers)
         if workers.restarts.enabled:
-            self._job_loop_specs = [FastLoopSpec(rows.block, w, spin_us, handler,
+            self._job_loop_specs = [JobLoopSpec(rows.block, w, spin_us, handler,
                                                  workers.spread)
                                     for w, handler in enumerate(handlers)]
             self._board.set_death_hook(self._restart_dead_worker)
@@ -387,7 +387,7 @@ class FastParallelEnvironment(WorkersEnvironment):
         return StepTimings(env_figures(readings), wait, spread, handoff)
 
     def _close(self) -> None:
-        """``close()``'s hook: brings the workers back from the native loop, closes
+        """``close()``'s hook: brings the workers back from the job loop, closes
         them, and releases the shared block (``close()`` is idempotent and bounded
         in time)."""
         self._guard.close()

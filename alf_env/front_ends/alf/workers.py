@@ -31,8 +31,8 @@ from alf_env.control_plane.affinity import (
     plan_worker_cpus,
 )
 from alf_env.control_plane.channel import resolve_all
-from alf_env.control_plane.group import close_all, start_environments
 from alf_env.control_plane.guards import NotCopyable, OneThread
+from alf_env.control_plane.launch import close_all, start_environments
 from alf_env.control_plane.process_environment import ProcessEnvironment
 from alf_env.control_plane.restart import RestartBudget, RestartPolicy, describe_death
 from alf_env.control_plane.shutdown import close_when_collected

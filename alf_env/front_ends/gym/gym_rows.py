@@ -2,7 +2,7 @@
 
 A worker process hosts a :class:`GymEnvBatch` (``envs_per_worker`` gymnasium
 envs, built from their ``env_fns`` by ``ProcessEnvironment``) and, once in the
-native loop, a :class:`GymRowsHandler` (a
+job loop, a :class:`GymRowsHandler` (a
 :class:`~alf_env.data_plane.handlers.JobHandler`) that runs STEP and RESET jobs:
 
 * it reads each env's action from the shared action rows, steps the env,

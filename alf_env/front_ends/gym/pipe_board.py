@@ -22,7 +22,7 @@ from absl import logging
 
 from alf_env.control_plane import shutdown
 from alf_env.control_plane.channel import Promise, wait_answers
-from alf_env.control_plane.group import close_all
+from alf_env.control_plane.launch import close_all
 from alf_env.control_plane.process_environment import ProcessEnvironment
 from alf_env.data_plane.job_board import DeathHook, JobLedger
 from alf_env.data_plane.shared_block import JobType
@@ -40,7 +40,7 @@ class PipeBoard:
     """Posts STEP and RESET jobs to workers as pipe requests and collects the answers.
 
     Args:
-        envs: the workers (not in a native loop).
+        envs: the workers (not in a job loop).
         actions_of: ``actions_of(worker)``: the actions of the worker's envs,
             in order, for a STEP job.
         on_result: called with each finished job's answer (what it raises

@@ -15,7 +15,7 @@ map to different shared-memory fields) or is not wanted
   pipe payload), and actions of no fixed size are split with ``iterate``.
 
 Everything else is the shared-memory path's: the workers host the same
-group (:class:`PipeEnvGroup` is an
+group (:class:`PipeEnvBatch` is an
 :class:`~alf_env.front_ends.gym.gym_rows.GymEnvBatch` with the same autoreset rule,
 :class:`~alf_env.front_ends.gym.gym_rows.Autoreset`), and the same engine and API
 drive them through the board, so states, timeouts, errors naming the env, the
@@ -37,13 +37,13 @@ from alf_env.front_ends.gym.gym_rows import Autoreset, GymEnvBatch, name_env
 from alf_env.front_ends.gym.info_codec import Payload
 from alf_env.front_ends.gym.space_layout import Rows, SpaceLayout
 
-__all__ = ["PipeEnvGroup", "PipeLayout", "PipeRows"]
+__all__ = ["PipeEnvBatch", "PipeLayout", "PipeRows"]
 
 #: One env's answer: ``(obs, reward, terminated, truncated, info)``.
 EnvResult = Tuple[Any, Any, Any, Any, Dict[str, Any]]
 
 
-class PipeEnvGroup(GymEnvBatch):
+class PipeEnvBatch(GymEnvBatch):
     """The envs of one ``FastVectorEnv`` worker, with the pipe path's step and reset.
 
     Every worker hosts one: which path serves the envs is known only once

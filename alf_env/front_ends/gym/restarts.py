@@ -19,7 +19,7 @@ from typing import Any, Callable, List, Optional, Sequence, Tuple
 import gymnasium as gym
 
 from alf_env.control_plane.affinity import pin_workers
-from alf_env.control_plane.group import close_all
+from alf_env.control_plane.launch import close_all
 from alf_env.control_plane.process_environment import ProcessEnvironment
 from alf_env.control_plane.restart import RestartBudget, describe_death
 from alf_env.data_plane.job_board import PIPE_CALL
@@ -77,7 +77,7 @@ class WorkerRestarter:
         begin, end = self._bounds[worker]
         self._budget.spend(worker, list(range(begin, end)), describe_death(error))
         old = self._workers[worker]
-        old.stop_fast_loop()
+        old.stop_job_loop()
         close_all([old], polite_timeout=0.0)
         new = self._make_worker(worker)
         try:

@@ -1,7 +1,7 @@
 """Starting a ``FastVectorEnv``: the plan of its workers, the workers and its shared rows.
 
 **Processes.** Worker ``w`` is a ``ProcessEnvironment(fast=True)`` hosting a
-:class:`~alf_env.front_ends.gym.pipe_path.PipeEnvGroup` of consecutive envs
+:class:`~alf_env.front_ends.gym.pipe_path.PipeEnvBatch` of consecutive envs
 (:func:`plan_workers`). By default there are as many workers as CPUs this
 process may use (``num_workers``), the envs spread over them as evenly as
 possible (EnvPool's ``num_threads``); ``envs_per_worker=1`` gives one process
@@ -56,17 +56,17 @@ from gymnasium.vector.utils import batch_differing_spaces, batch_space
 
 from alf_env.control_plane.affinity import normal_scheduling, usable_cpu_count
 from alf_env.control_plane.channel import resolve_all
-from alf_env.control_plane.group import start_environments
+from alf_env.control_plane.launch import start_environments
 from alf_env.control_plane.process_environment import ProcessEnvironment
 from alf_env.control_plane.protocol import START_METHODS
 from alf_env.data_plane.job_board import Board, JobBoard
-from alf_env.data_plane.job_loop import FastLoopSpec, join_job_loop, start_job_loops
+from alf_env.data_plane.job_loop import JobLoopSpec, join_job_loop, start_job_loops
 from alf_env.data_plane.shared_block import SharedBlock
 from alf_env.front_ends.gym.action_items import action_layout
 from alf_env.front_ends.gym.gym_rows import EnvRows, GymRowsHandler, block_fields
 from alf_env.front_ends.gym.info_layout import InfoLayout, Signature, signature_of
 from alf_env.front_ends.gym.pipe_board import PipeBoard
-from alf_env.front_ends.gym.pipe_path import PipeEnvGroup, PipeLayout, PipeRows
+from alf_env.front_ends.gym.pipe_path import PipeEnvBatch, PipeLayout, PipeRows
 from alf_env.front_ends.gym.results import ResultAssembler
 from alf_env.front_ends.gym.space_layout import RowLayout, SpaceLayout
 
@@ -312,7 +312,7 @@ def make_worker(env_fns: Sequence[Callable[[], gym.Env]], bounds: Sequence[Tuple
     """Worker ``w`` (not started), hosting the envs of the rows ``bounds[w]``."""
     begin, end = bounds[w]
     return ProcessEnvironment(
-        functools.partial(PipeEnvGroup, env_fns[begin:end], autoreset_mode),
+        functools.partial(PipeEnvBatch, env_fns[begin:end], autoreset_mode),
         env_id=begin, hosted_envs=end - begin, fast=True, num_envs=bounds[-1][1],
         torch_num_threads_per_env=None, start_method=context,
         name=f"alf_env-vector-{w}", daemon=daemon)
@@ -386,7 +386,7 @@ def attach_workers(workers: Sequence[ProcessEnvironment], spaces: Spaces,
     def rejoin(w: int, worker: ProcessEnvironment) -> None:
         assert worker.pid is not None  # started
         normal_scheduling([worker.pid])  # as FastVectorEnv does for its first workers
-        join_job_loop(board, FastLoopSpec(block, w, spin_us, handlers[w], workers_spread))
+        join_job_loop(board, JobLoopSpec(block, w, spin_us, handlers[w], workers_spread))
     return Transport(True, block, board, action, rows.act, results, rejoin)
 
 

@@ -13,12 +13,15 @@ loses nothing. The errors: ``docs/migration.rst`` ("From gymnasium
 AsyncVectorEnv") and ``docs/contract.rst`` ("Errors").
 """
 
-import enum
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, TypeVar, Union
 
 import numpy as np
 import numpy.typing as npt
 from gymnasium.error import AlreadyPendingCallError, ClosedEnvironmentError, NoAsyncCallError
+
+# The pending call, with gymnasium's own enum: one name for one concept, and a
+# user's comparison with gymnasium's members holds.
+from gymnasium.vector.async_vector_env import AsyncState
 
 from alf_env.control_plane.channel import Promise, resolve_all
 from alf_env.errors import EnvTimeoutError, WorkerDiedError
@@ -34,14 +37,6 @@ Seeds = Union[None, int, Sequence[Optional[int]]]
 
 _Env = TypeVar("_Env", bound="VectorApi")
 _T = TypeVar("_T")
-
-
-class AsyncState(enum.Enum):
-    """Which gymnasium-style call is pending (values as in gymnasium's AsyncState)."""
-    DEFAULT = "default"
-    WAITING_RESET = "reset"
-    WAITING_STEP = "step"
-    WAITING_CALL = "call"
 
 
 class CallState:

@@ -27,8 +27,8 @@ from alf_env.control_plane.affinity import (
     plan_worker_cpus,
 )
 from alf_env.control_plane.channel import Promise
-from alf_env.control_plane.group import close_all
 from alf_env.control_plane.guards import NotCopyable, OneThread, guard_methods
+from alf_env.control_plane.launch import close_all
 from alf_env.control_plane.process_environment import ProcessEnvironment
 from alf_env.control_plane.restart import RestartBudget, RestartPolicy
 from alf_env.control_plane.shutdown import close_when_collected

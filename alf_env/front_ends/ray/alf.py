@@ -1,7 +1,7 @@
 """``RayParallelAlfEnvironment``: the ``ParallelAlfEnvironment`` contract on Ray actors.
 
 A thin layer on the engine of :class:`~alf_env.front_ends.ray.vector_env.RayVectorEnv`
-(:class:`~alf_env.front_ends.ray.engine.ActorGroup`): actor ``j`` hosts its
+(:class:`~alf_env.front_ends.ray.engine.EnvActors`): actor ``j`` hosts its
 share of the env constructors in a local
 :class:`~alf_env.environments.fast_parallel_environment.FastParallelEnvironment`
 and returns numpy time steps; this front end checks and splits the action,
@@ -25,8 +25,8 @@ from alf_env.environments.alf_environment import AlfEnvironment
 from alf_env.environments.members_specs import MembersSpecs
 from alf_env.errors import EnvTimeoutError
 from alf_env.front_ends.ray.engine import (
-    ActorGroup,
     ActorOptions,
+    EnvActors,
     Job,
     options_per_actor,
     raise_first_failure,
@@ -73,7 +73,7 @@ class RayParallelAlfEnvironment(MembersSpecs, AlfEnvironment):
                                                  for i in share], dict(env_kwargs or {}))
                      for share in self._shares]
         options = options_per_actor(actor_options, len(self._shares))
-        self._group = ActorGroup(factories, self._shares, actor_options=options,
+        self._group = EnvActors(factories, self._shares, actor_options=options,
                                  restart_policy=restart_policy, on_restart=self._restart,
                                  start_timeout=start_timeout)
         described = self._group.start()

@@ -1,9 +1,9 @@
-"""``ActorGroup``: the Ray actors of one distributed env, their jobs and their deaths.
+"""``EnvActors``: the Ray actors of one distributed env, their jobs and their deaths.
 
 Both front ends (:mod:`~alf_env.front_ends.ray.vector_env` and
 :mod:`~alf_env.front_ends.ray.alf`) run on it. Actor ``j`` hosts the envs
 ``shares[j]``; at most one job (a method call of the hosted env) per actor is
-in flight, as an ``ObjectRef``. :meth:`ActorGroup.collect` waits for the
+in flight, as an ``ObjectRef``. :meth:`EnvActors.collect` waits for the
 first jobs to finish with ``ray.wait``, so a wait is bounded by its
 ``timeout``, and an actor or node that dies is seen as soon as Ray reports it
 (a ``RayActorError``) and raises :class:`~alf_env.front_ends.ray.restart.ActorDiedError`,
@@ -43,7 +43,7 @@ class Job:
     restarted: bool = False  # posted to a recreated actor, to report the restart
 
 
-class ActorGroup:
+class EnvActors:
     """The actors hosting the envs of one distributed env.
 
     Args:

@@ -16,7 +16,7 @@ actors to finish, with ``info["env_id"]``, while the others keep stepping.
 
 The state machine, the errors and the seeding are FastVectorEnv's (both
 hold a :class:`~alf_env.front_ends.gym.state.CallState`); actor deaths and
-restarts are handled by :class:`~alf_env.front_ends.ray.engine.ActorGroup`.
+restarts are handled by :class:`~alf_env.front_ends.ray.engine.EnvActors`.
 """
 
 import functools
@@ -36,8 +36,8 @@ from alf_env.front_ends.gym.state import AsyncState, CallState, Seeds, Step, Vec
 from alf_env.front_ends.ray.actor import Failure
 from alf_env.front_ends.ray.batching import concat_arrays, concat_batches, merge_infos, split_batch
 from alf_env.front_ends.ray.engine import (
-    ActorGroup,
     ActorOptions,
+    EnvActors,
     Job,
     options_per_actor,
     raise_first_failure,
@@ -101,12 +101,12 @@ class RayVectorEnv(VectorApi, gym.vector.VectorEnv):
         self._last_obs: List[Any] = [None] * self.num_actors
         self._reset_actors: List[int] = []
         # Typed as once built: None only if building it below fails (see __del__).
-        self._group: ActorGroup = None  # type: ignore[assignment]
+        self._group: EnvActors = None  # type: ignore[assignment]
         kwargs = dict(vector_kwargs or {}, autoreset_mode=self.autoreset_mode, copy=False)
         factories = [functools.partial(GymHost, env_fns[s.start:s.stop], kwargs)
                      for s in self.shares]
         options = options_per_actor(actor_options, self.num_actors)
-        self._group = ActorGroup(factories, self.shares, actor_options=options,
+        self._group = EnvActors(factories, self.shares, actor_options=options,
                                  restart_policy=restart_policy,
                                  on_restart=self._restart_with_reset,
                                  start_timeout=start_timeout)

@@ -13,7 +13,7 @@ from alf_env.control_plane.step_timings import StepClock
 from alf_env.data_plane.shared_block import SharedBlock
 from alf_env.environments.alf_gym_wrapper import AlfGymWrapper
 from alf_env.front_ends.alf.alf_rows import AlfRowsHandler
-from alf_env.front_ends.alf.env_group import EnvGroup
+from alf_env.front_ends.alf.env_batch import AlfEnvBatch
 from tests.support.gym_envs import FaultyEnv, NumericInfoEnv
 from tests.support.timings import check_clock_counts
 
@@ -37,7 +37,7 @@ def _handler(env, num_rows):
             names[prefix].append(f"{prefix}.{path}")
     block = SharedBlock(fields, num_rows=num_rows, num_workers=1)
     handler = AlfRowsHandler((0, num_rows), tuple(names["action"]), tuple(names["time_step"]),
-                             grouped=isinstance(env, EnvGroup))(env, block, None, 0)
+                             grouped=isinstance(env, AlfEnvBatch))(env, block, None, 0)
     views = ([block.views[n] for n in names["action"]],
              [block.views[n] for n in names["time_step"]])
     return handler, views, block
@@ -76,7 +76,7 @@ def _drive(handler, twin, action_views, out_views, batch, num_steps):
         _assert_leaves_equal(_rows(out_views, batched), _expected(expected), step)
         ends += int(expected.is_last().sum())
         handler.after_step()  # the worker loop runs it once the job is reported
-        if isinstance(twin, EnvGroup):
+        if isinstance(twin, AlfEnvBatch):
             twin.reset_ended()  # what a group's after_step does too
     return ends
 
@@ -87,7 +87,7 @@ def _drive(handler, twin, action_views, out_views, batch, num_steps):
 ])
 def test_group_rows_hold_what_the_members_step_returns(member_classes, monkeypatch):
     ctors = [functools.partial(_numeric, cls=cls) for cls in member_classes]
-    group, twin = EnvGroup(ctors, 10), EnvGroup(ctors, 10)
+    group, twin = AlfEnvBatch(ctors, 10), AlfEnvBatch(ctors, 10)
     handler, (action_views, out_views), block = _handler(group, 3)
     built = []  # members that built a TimeStep in a step (not a reset)
     original_step = AlfGymWrapper._step
@@ -132,7 +132,7 @@ def test_a_single_env_takes_the_flat_step_and_step_for_its_resets():
 def test_a_flat_step_that_raises_names_its_env():
     ctors = [functools.partial(lambda env_id: AlfGymWrapper(
         FaultyEnv("raise" if env_id == 11 else "", at_step=4), env_id=env_id))] * 2
-    group = EnvGroup(ctors, 10)
+    group = AlfEnvBatch(ctors, 10)
     handler, (action_views, _), block = _handler(group, 2)
     try:
         handler.reset(0)
@@ -149,7 +149,7 @@ def test_a_flat_step_that_raises_names_its_env():
 @pytest.mark.parametrize("member_classes", [(AlfGymWrapper,) * 3,
                                             (AlfGymWrapper, _Subclass, AlfGymWrapper)])
 def test_every_member_steps_before_any_row_is_written(member_classes, monkeypatch):
-    group = EnvGroup([functools.partial(_numeric, cls=cls) for cls in member_classes], 10)
+    group = AlfEnvBatch([functools.partial(_numeric, cls=cls) for cls in member_classes], 10)
     handler, (action_views, _), block = _handler(group, 3)
     order = []
     step_member, step_member_flat = group.step_member, group.step_member_flat
@@ -199,7 +199,7 @@ def test_every_step_of_every_env_is_timed_into_the_workers_clock(member_classes)
     elif len(member_classes) == 1:
         env = _numeric(4, member_classes[0])
     else:
-        env = EnvGroup([functools.partial(_numeric, cls=cls) for cls in member_classes], 10)
+        env = AlfEnvBatch([functools.partial(_numeric, cls=cls) for cls in member_classes], 10)
     num_envs = 1 if member_classes is None else len(member_classes)
     fields, names = [], {"action": [], "time_step": []}
     for prefix, spec in (("action", env.action_spec()), ("time_step", env.time_step_spec())):
@@ -209,7 +209,7 @@ def test_every_step_of_every_env_is_timed_into_the_workers_clock(member_classes)
     block = SharedBlock(fields, num_rows=num_envs, num_workers=1)
     clock = StepClock()
     handler = AlfRowsHandler((0, num_envs), tuple(names["action"]), tuple(names["time_step"]),
-                             grouped=isinstance(env, EnvGroup))(env, block, None, 0, clock)
+                             grouped=isinstance(env, AlfEnvBatch))(env, block, None, 0, clock)
     try:
         handler.reset(0)
         for _ in range(12):  # past episode ends: the step after LAST is timed too

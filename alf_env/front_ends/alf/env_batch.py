@@ -1,7 +1,7 @@
 """Several ALF envs in one worker process of ``FastParallelEnvironment``.
 
 With ``num_workers`` smaller than the number of envs, each worker hosts an
-:class:`EnvGroup`: consecutive envs that the worker steps one after the
+:class:`AlfEnvBatch`: consecutive envs that the worker steps one after the
 other, seen by the parent as one batched env whose rows are the members'
 rows, in order (EnvPool's threads, as processes). What the parent returns is
 unchanged, value for value: row ``i`` is env ``i``.
@@ -18,7 +18,7 @@ thread) or one env per worker. gymnasium's ``make`` and MuJoCo's model loading
 build fine in threads.
 
 A member that returns ``LAST`` is reset as soon as the worker has reported
-the step (:meth:`EnvGroup.reset_ended`, run by the worker loop after the job
+the step (:meth:`AlfEnvBatch.reset_ended`, run by the worker loop after the job
 finished), so the reset overlaps the trainer's work; its ``FIRST`` time step
 is what the member returns at the group's next step (ALF's auto-reset: the
 step after ``LAST`` ignores its action and resets). A ``reset()`` of the
@@ -45,7 +45,7 @@ from alf_env.control_plane.worker import close_each, construct_env
 from alf_env.data_structures import StepType, TimeStep
 from alf_env.environments.alf_environment import AlfEnvironment
 from alf_env.environments.members_specs import SPEC_METHODS, MembersSpecs, check_same_specs
-from alf_env.front_ends.alf.alf_rows import MemberGroup
+from alf_env.front_ends.alf.alf_rows import MemberEnvs
 
 
 def build_members(env_constructors: Sequence[Callable[..., Any]], first_id: int,
@@ -86,11 +86,11 @@ def build_members(env_constructors: Sequence[Callable[..., Any]], first_id: int,
     return [f.result() for f in futures]
 
 
-class EnvGroup(MembersSpecs, AlfEnvironment, MemberGroup):
+class AlfEnvBatch(MembersSpecs, AlfEnvironment, MemberEnvs):
     """The envs of one worker, batched in order (see the module docstring).
 
-    The :class:`~alf_env.front_ends.alf.alf_rows.MemberGroup` that the job
-    handler steps member by member in the native loop.
+    The :class:`~alf_env.front_ends.alf.alf_rows.MemberEnvs` that the job
+    handler steps member by member in the job loop.
 
     Args:
         env_constructors: one per member; each gets ``env_id=`` (the first
@@ -282,7 +282,7 @@ class EnvGroup(MembersSpecs, AlfEnvironment, MemberGroup):
 
 
 class MemberProxy:
-    """One member env of a worker's :class:`EnvGroup`, as ``FastParallelEnvironment.envs``
+    """One member env of a worker's :class:`AlfEnvBatch`, as ``FastParallelEnvironment.envs``
     lists it: ``call`` and attribute access forwarded through the group's worker.
 
     Args:

@@ -1,4 +1,4 @@
-"""Several envs per worker in FastParallelEnvironment (alf_env.front_ends.alf.env_group):
+"""Several envs per worker in FastParallelEnvironment (alf_env.front_ends.alf.env_batch):
 the same time steps as one env per worker and as the pipe path, per-env handles,
 errors that name the env, and member resets that overlap the trainer."""
 
@@ -17,7 +17,7 @@ from alf_env.environments.fast_parallel_environment import FastParallelEnvironme
 from alf_env.environments.parallel_environment import ParallelAlfEnvironment
 from alf_env.environments.random_alf_environment import RandomAlfEnvironment
 from alf_env.errors import WorkerDiedError
-from alf_env.front_ends.alf.env_group import EnvGroup, MemberProxy, build_members
+from alf_env.front_ends.alf.env_batch import AlfEnvBatch, MemberProxy, build_members
 from tests.support.alf_envs import CountingEnv
 from tests.support.alf_runs import assert_same_sequences, cartpole, random_env, run
 
@@ -159,7 +159,7 @@ def test_a_member_resets_while_the_trainer_works():
 
 
 def test_a_failed_member_reset_is_raised_by_the_next_step():
-    group = EnvGroup([functools.partial(CountingEnv, min_length=2, max_length=2),
+    group = AlfEnvBatch([functools.partial(CountingEnv, min_length=2, max_length=2),
                       functools.partial(CountingEnv, min_length=2, max_length=2,
                                         fault="raise")],
                      10)
@@ -192,7 +192,7 @@ def test_members_with_other_specs_are_named_and_closed():
 
     with pytest.raises(ValueError, match=r"env group member 2: observation_spec is .*, but "
                                          r"env group member 0 has .*identical specs"):
-        EnvGroup([CountingEnv, CountingEnv, OtherSpec], 0)
+        AlfEnvBatch([CountingEnv, CountingEnv, OtherSpec], 0)
     assert len(closed) == 1
 
 

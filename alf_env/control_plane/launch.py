@@ -27,7 +27,7 @@ from alf_env.errors import FdLimitError
 
 # Descriptors the trainer keeps per worker: its end of the pipe and the two
 # pipes of multiprocessing's Popen (the sentinel and the child's watch of
-# its parent); a worker in a native loop adds a pidfd.
+# its parent); a worker in a job loop adds a pidfd.
 FDS_PER_WORKER = 3
 FDS_PER_FAST_WORKER = 4
 # Descriptors open only while the workers start (a Popen's pipes, sending the
@@ -71,7 +71,7 @@ def check_fd_limit(envs: Sequence[ProcessEnvironment]) -> None:
 
     Counts the descriptors open now (``/proc/self/fd``; no check without it),
     those each worker keeps (:data:`FDS_PER_WORKER`, or
-    :data:`FDS_PER_FAST_WORKER` in a native loop) and :data:`FDS_TO_SPARE`.
+    :data:`FDS_PER_FAST_WORKER` in a job loop) and :data:`FDS_TO_SPARE`.
     """
     open_now = _open_fds()
     if open_now is None:
