@@ -26,7 +26,7 @@ def test_a_request_that_does_not_unpickle_in_the_worker_fails_alone():
         assert env.call("add", 1, 2)() == 3
 
 
-def test_a_request_that_does_not_unpickle_in_a_native_loop_fails_alone():
+def test_a_request_that_does_not_unpickle_in_a_job_loop_fails_alone():
     # The same request to workers serving the shared-memory loop (a CALL job).
     env = FastVectorEnv([functools.partial(NumericInfoEnv, "fixed")] * 2)
     try:

@@ -130,7 +130,7 @@ class FastParallelEnvironment(WorkersEnvironment):
         self._workers = AlfWorkers(
             self, constructors, first_env_ids=range(0, len(constructors) * g + 1, g),
             num_spares=num_spare_envs_for_reload, start_serially=start_serially,
-            flatten=flatten, native_loop=True,
+            flatten=flatten, job_loop=True,
             torch_num_threads_per_env=torch_num_threads_per_env, start_method=start_method,
             timeout=timeout, worker_cpus=worker_cpus, restart_policy=restart_policy)
         workers = self._workers

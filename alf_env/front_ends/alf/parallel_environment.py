@@ -188,7 +188,7 @@ class ParallelAlfEnvironment(WorkersEnvironment):
         self._workers = AlfWorkers(
             self, env_constructors, first_env_ids=range(num_envs + 1),
             num_spares=num_spare_envs_for_reload, start_serially=start_serially,
-            flatten=flatten, native_loop=False,
+            flatten=flatten, job_loop=False,
             torch_num_threads_per_env=torch_num_threads_per_env, start_method=start_method,
             timeout=timeout, worker_cpus=worker_cpus, restart_policy=restart_policy)
         workers = self._workers

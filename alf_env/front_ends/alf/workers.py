@@ -172,7 +172,7 @@ class AlfWorkers:
         num_spares: how many workers are spares (``num_spare_envs_for_reload``).
         start_serially: start the workers one after another.
         flatten: actions and time steps cross the pipes as flat lists.
-        native_loop: the workers will run the native job loop (shared memory).
+        job_loop: the workers will run the job loop (shared memory).
         torch_num_threads_per_env: ``torch.set_num_threads`` in each worker.
         start_method: ``"fork"``, ``"spawn"`` or ``"forkserver"``.
         timeout: seconds each wait on the workers may take (``None``: no limit).
@@ -188,7 +188,7 @@ class AlfWorkers:
 
     def __init__(self, owner: object, env_constructors: Sequence[Callable[..., Any]], *,
                  first_env_ids: Sequence[int], num_spares: int, start_serially: bool,
-                 flatten: bool, native_loop: bool, torch_num_threads_per_env: Optional[int],
+                 flatten: bool, job_loop: bool, torch_num_threads_per_env: Optional[int],
                  start_method: str, timeout: Optional[float], worker_cpus: WorkerCpus,
                  restart_policy: Optional[RestartPolicy]) -> None:
         num_workers = len(env_constructors)
@@ -204,7 +204,7 @@ class AlfWorkers:
                 f"num_spare_envs_for_reload: expected 0 <= value < {num_workers} (the "
                 f"number of env_constructors), got {num_spares}")
         cpu_plan = plan_worker_cpus(worker_cpus, num_workers,
-                                    lockstep=native_loop and not num_spares)
+                                    lockstep=job_loop and not num_spares)
         #: Whether the workers are spread over the CPUs (their waits spin longer).
         self.spread = cpu_plan is not None
         self._pinned_cpus = pinned_cpus(worker_cpus, cpu_plan)  # also a restarted worker's
@@ -215,7 +215,7 @@ class AlfWorkers:
         # What makes worker i, again for a restart.
         self._make_worker = functools.partial(
             _make_worker, list(env_constructors), list(first_env_ids), flatten=flatten,
-            native_loop=native_loop, torch_num_threads_per_env=torch_num_threads_per_env,
+            job_loop=job_loop, torch_num_threads_per_env=torch_num_threads_per_env,
             start_method=start_method)
         #: The workers; a restart replaces one in place (the same list).
         self.envs: List[ProcessEnvironment] = [self._make_worker(i) for i in range(num_workers)]
@@ -423,13 +423,13 @@ class WorkersEnvironment(NotCopyable, AlfEnvironment):
 
 
 def _make_worker(constructors: Sequence[Callable[..., Any]], env_ids: Sequence[int],
-                 i: int, *, flatten: bool, native_loop: bool,
+                 i: int, *, flatten: bool, job_loop: bool,
                  torch_num_threads_per_env: Optional[int],
                  start_method: str) -> ProcessEnvironment:
     """Worker ``i`` (not started); ``env_ids[i]``: the id of its first env, and
     ``env_ids[-1]`` the number of envs."""
     return ProcessEnvironment(constructors[i], env_id=env_ids[i], flatten=flatten,
-                              fast=native_loop, hosted_envs=env_ids[i + 1] - env_ids[i],
+                              fast=job_loop, hosted_envs=env_ids[i + 1] - env_ids[i],
                               num_envs=env_ids[-1],  # ids below this
                               torch_num_threads_per_env=torch_num_threads_per_env,
                               start_method=start_method)

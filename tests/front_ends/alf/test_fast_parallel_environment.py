@@ -1,5 +1,5 @@
 """FastParallelEnvironment beyond the shared contract suite: equivalence with the
-pipe path on real envs, copy semantics, native-loop faults and a stress run."""
+pipe path on real envs, copy semantics, job-loop faults and a stress run."""
 
 import functools
 import os
