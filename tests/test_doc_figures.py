@@ -58,9 +58,14 @@ def quoted_figures(text: str) -> Tuple[List[Figure], List[Figure]]:
     return ratios, rates
 
 
+def paired_ratios(numerator: List[float], denominator: List[float]) -> List[float]:
+    """The ratios of launch *i* of one backend to launch *i* of the other."""
+    return [a / b for a, b in zip(numerator, denominator)]
+
+
 def paired_median(numerator: List[float], denominator: List[float]) -> float:
-    """The median of the ratios of launch *i* of one backend to launch *i* of the other."""
-    return statistics.median(a / b for a, b in zip(numerator, denominator))
+    """The median of :func:`paired_ratios`."""
+    return statistics.median(paired_ratios(numerator, denominator))
 
 
 def _series(node: object) -> Iterator[Dict[str, List[float]]]:
@@ -110,7 +115,7 @@ def run_values(run: object) -> Tuple[Set[float], Set[float]]:
                 if a is not b:
                     ratios.add(statistics.median(a) / statistics.median(b))
                     if len(a) == len(b):
-                        paired = [x / y for x, y in zip(a, b)]
+                        paired = paired_ratios(a, b)
                         ratios.update((statistics.median(paired), min(paired), max(paired)))
     return ratios, rates
 
