@@ -1,10 +1,12 @@
 """A training loop run as a child by test_pool_park.py: a torch MLP's forward pass
 at two threads, then a FastVectorEnv step; then steps alone. Prints, as JSON, the
 trainer's threads after every forward pass and every step, and how many steps of
-each phase parked torch's OpenMP pool (the steps alone after 20 untimed ones)."""
+each phase parked torch's OpenMP pool (the steps alone counted once the pool
+has gone to sleep)."""
 
 import json
 import os
+import time
 
 import gymnasium as gym
 import numpy as np
@@ -36,8 +38,16 @@ if __name__ == "__main__":
         env.step(np.zeros(2, np.int64))
         seen.append(sorted(os.listdir("/proc/self/task")))
     with_policy = pool.parked_steps
-    for _ in range(20):  # the pool spins on for a few ms after the last parked step
+    # The pool spins on for milliseconds after the last parked step (longer in
+    # wall time on a loaded machine), and a step in that time rightly parks it:
+    # count from when its threads' CPU time has stood still for 50 ms.
+    still_since, cpu_ns = time.monotonic(), pool._park.pool_cpu_ns()
+    deadline = still_since + 10.0
+    while time.monotonic() - still_since < 0.05 and time.monotonic() < deadline:
         env.step(np.zeros(2, np.int64))
+        now_ns = pool._park.pool_cpu_ns()
+        if now_ns != cpu_ns:
+            still_since, cpu_ns = time.monotonic(), now_ns
     before = pool.parked_steps
     for _ in range(100):
         env.step(np.zeros(2, np.int64))
