@@ -28,6 +28,7 @@ import numpy.typing as npt
 import torch
 
 from alf_env import nest
+from alf_env.dtypes import to_numpy
 from alf_env.tensor_specs import BoundedTensorSpec, TensorSpec
 
 __all__ = [
@@ -161,9 +162,7 @@ def _uses_torch(observation: Any, use_tensor: Optional[bool]) -> bool:
 
 def _to_np(x: Any, dtype: npt.DTypeLike) -> np.ndarray:
     """``x`` (array, tensor or number) as a numpy array of ``dtype``."""
-    if torch.is_tensor(x):
-        x = x.detach().cpu().numpy()
-    return np.asarray(x, dtype=dtype)
+    return np.asarray(to_numpy(x), dtype=dtype)
 
 
 # Numbers for which ``np.asarray(x, dtype)`` is always a new 0-d array, so
@@ -278,8 +277,7 @@ def generate_time_step(batched: bool,
 
 
 def _is_batched(reward: Any, reward_spec: TensorSpec) -> bool:
-    return np.ndim(reward) > len(reward_spec.shape) if not torch.is_tensor(
-        reward) else reward.dim() > len(reward_spec.shape)
+    return np.ndim(reward) > len(reward_spec.shape)  # np.ndim reads a tensor's ndim
 
 
 def restart(observation: Any,
@@ -328,10 +326,8 @@ def termination(observation: Any,
                 env_info: Any = None,
                 use_tensor: Optional[bool] = None) -> TimeStep:
     """A ``LAST`` step of a terminated episode: discount 0."""
-    return generate_time_step(_is_batched(reward, reward_spec), observation,
-                              StepType.LAST, 0.0, prev_action=prev_action,
-                              reward=reward, reward_spec=reward_spec, env_id=env_id,
-                              env_info=env_info, use_tensor=use_tensor)
+    return truncation(observation, prev_action, reward, reward_spec, 0.0, env_id, env_info,
+                      use_tensor)
 
 
 def truncation(observation: Any,

@@ -19,6 +19,7 @@ __all__ = [
     "numpy_dtype_to_torch",
     "as_torch_dtype",
     "TORCH_TO_NUMPY",
+    "to_numpy",
 ]
 
 DTypeLike = Union[torch.dtype, np.dtype, type, str]
@@ -42,6 +43,13 @@ for _name, _np_type in (("uint16", np.uint16), ("uint32", np.uint32),
     if hasattr(torch, _name):
         TORCH_TO_NUMPY[getattr(torch, _name)] = np.dtype(_np_type)
 _NUMPY_TO_TORCH = {v: k for k, v in TORCH_TO_NUMPY.items()}
+
+
+def to_numpy(value: Any) -> Any:
+    """``value`` as a numpy array if it is a torch tensor, else as is."""
+    if torch.is_tensor(value):
+        return value.detach().cpu().numpy()
+    return value
 
 
 def torch_dtype_to_numpy(dtype: DTypeLike) -> np.dtype:

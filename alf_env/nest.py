@@ -223,34 +223,22 @@ def flatten_with_path(nest: Any) -> List[Tuple[str, Any]]:
 class NestStructureError(RuntimeError, ValueError):
     """Two nests differ in structure (a leaf against a container, lengths, keys).
 
-    Both ``RuntimeError`` (ALF's nest functions raise that) and ``ValueError``
-    (what this module raised before), so callers of either kind catch it.
+    A ``RuntimeError`` and a ``ValueError``: see the module docstring.
     """
 
 
 class NestTypeError(NestStructureError, TypeError):
-    """Two nests have different container types (e.g. a list against a tuple).
-
-    A :class:`NestStructureError` (so also ``RuntimeError`` and ``ValueError``)
-    and a ``TypeError`` (what this module raised before for this case).
-    """
-
-
-def _describe_path(path: str) -> str:
-    return f"path '{path}'" if path else "the root"
-
-
-def _type_name(value: Any) -> str:
-    return type(value).__name__
+    """Two nests have different container types (e.g. a list against a tuple);
+    also a ``TypeError`` (see the module docstring)."""
 
 
 def _describe(value: Any) -> str:
     """A short description of a node, for error messages."""
     if isinstance(value, collections.abc.Mapping):
-        return f"{_type_name(value)} with keys {sorted_keys(value)}"
+        return f"{type(value).__name__} with keys {sorted_keys(value)}"
     if is_nested(value):
-        return f"{_type_name(value)} of length {len(value)}"
-    return f"leaf of type {_type_name(value)}"
+        return f"{type(value).__name__} of length {len(value)}"
+    return f"leaf of type {type(value).__name__}"
 
 
 class Mismatch(Exception):
@@ -273,7 +261,7 @@ class Mismatch(Exception):
         path = ""
         for key in reversed(self.reversed_path):
             path = join_path(path, key)
-        where = _describe_path(path)
+        where = f"path '{path}'" if path else "the root"
         a, b = self.expected, self.got
         if self.keys:
             a_keys, b_keys = sorted_keys(a), sorted_keys(b)
@@ -545,26 +533,17 @@ def map_structure_with_path(fn: Callable[..., Any], *nests: Any,
         *nests: one or more nests with the same structure.
         check_types: see :func:`assert_same_structure`.
 
-    Returns:
-        A nest with the structure of ``nests[0]`` holding ``fn``'s results.
-
-    Raises:
-        NestStructureError: if the nests' structures differ (a
-            ``RuntimeError`` and a ``ValueError``; :class:`NestTypeError`,
-            also a ``TypeError``, for different container types).
+    Returns and raises as :func:`map_structure`.
     """
     if not nests:
         raise ValueError("map_structure_with_path needs at least one nest, got none.")
     first = nests[0]
     for other in nests[1:]:
         assert_same_structure(first, other, check_types)
-    paths_and_leaves = flatten_with_path(first)
-    paths = [p for p, _ in paths_and_leaves]
+    others = [flatten(n) for n in nests[1:]]
     # The leaves of ``first`` come from the same walk as its paths.
-    flats = [[leaf for _, leaf in paths_and_leaves]]
-    flats += [flatten(n) for n in nests[1:]]
-    return pack_sequence_as(
-        first, [fn(p, *leaves) for p, leaves in zip(paths, zip(*flats))])
+    return pack_sequence_as(first, [fn(path, leaf, *rest) for (path, leaf), *rest
+                                    in zip(flatten_with_path(first), *others)])
 
 
 # ALF's name of map_structure_with_path (same paths, e.g. "observation.0").

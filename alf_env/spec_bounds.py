@@ -11,6 +11,8 @@ from typing import Any, Tuple
 import numpy as np
 import torch
 
+from alf_env.dtypes import to_numpy
+
 # Upper limit (exclusive) of the seed drawn from torch's RNG for
 # ``BoundedTensorSpec.sample()``.
 TORCH_SEED_LIMIT = 2**62
@@ -34,8 +36,7 @@ def bound_array(value: Any, name: str, shape: torch.Size,
     bounds a row), as in ALF: ``replace(shape=...)`` then keeps bounds that
     still broadcast to the new shape. It must broadcast to ``shape``.
     """
-    if torch.is_tensor(value):
-        value = value.detach().cpu().numpy()
+    value = to_numpy(value)
     raw = np.asarray(value)
     if raw.dtype == object:
         raise TypeError(f"{name} must be numeric, got {value!r}")

@@ -23,6 +23,7 @@ from alf_env.dtypes import (
     DTypeLike,
     as_torch_dtype,
     numpy_dtype_to_torch,
+    to_numpy,
     torch_dtype_to_numpy,
     torch_dtype_to_str,
 )
@@ -64,8 +65,8 @@ def _as_shape(shape: ShapeLike) -> torch.Size:
 class SpecBoundsError(ValueError, AssertionError):
     """A ``BoundedTensorSpec`` got ``minimum > maximum``.
 
-    Both ``ValueError`` (what alf_env raised before) and ``AssertionError``
-    (what ALF's ``BoundedTensorSpec`` raises), so callers of either kind catch it.
+    Both ``ValueError`` and ``AssertionError`` (what ALF's ``BoundedTensorSpec``
+    raises), so callers of either kind catch it.
     """
 
 
@@ -183,12 +184,7 @@ class TensorSpec:
         return torch.ones(_full_shape(self._shape, outer_dims), dtype=self._dtype)
 
     def constant(self, value: Any, outer_dims: OuterDims = None) -> torch.Tensor:
-        """A tensor of shape ``outer_dims + shape`` filled with ``value``.
-
-        Args:
-            value: a scalar, or an array broadcastable to ``shape``.
-            outer_dims: optional leading dims.
-        """
+        """:meth:`numpy_constant` as a tensor."""
         return torch.from_numpy(self.numpy_constant(value, outer_dims))
 
     def numpy_zeros(self, outer_dims: OuterDims = None) -> np.ndarray:
@@ -202,8 +198,7 @@ class TensorSpec:
             value: a scalar, or an array broadcastable to ``shape``.
             outer_dims: optional leading dims.
         """
-        if torch.is_tensor(value):
-            value = value.detach().cpu().numpy()
+        value = to_numpy(value)
         out = np.empty(_full_shape(self._shape, outer_dims), dtype=self.numpy_dtype)
         out[...] = value
         return out
@@ -214,12 +209,8 @@ class TensorSpec:
 
     def replace(self, shape: Optional[ShapeLike] = None,
                 dtype: Optional[DTypeLike] = None) -> "TensorSpec":
-        """A new ``TensorSpec`` with ``shape`` and/or ``dtype`` replaced (as ALF's).
-
-        Args:
-            shape: the new shape (``None`` keeps this spec's).
-            dtype: the new dtype (``None`` keeps this spec's).
-        """
+        """A new ``TensorSpec`` with ``shape`` and/or ``dtype`` replaced (as ALF's);
+        an argument left ``None`` keeps this spec's."""
         return TensorSpec(self._shape if shape is None else shape,
                           self._dtype if dtype is None else dtype)
 
@@ -228,10 +219,6 @@ class TensorSpec:
         if type(self) is not type(other):
             return NotImplemented if not isinstance(other, TensorSpec) else False
         return self._shape == other._shape and self._dtype == other._dtype
-
-    def __ne__(self, other: object) -> bool:
-        eq = self.__eq__(other)
-        return eq if eq is NotImplemented else not eq
 
     def __hash__(self) -> int:
         return hash((type(self).__name__, tuple(self._shape), self._dtype))
@@ -297,11 +284,9 @@ class BoundedTensorSpec(TensorSpec):
     @classmethod
     def from_spec(cls, spec: TensorSpec) -> "BoundedTensorSpec":
         """Returns a bounded copy of ``spec`` (default bounds if it has none)."""
-        if not isinstance(spec, TensorSpec):
-            raise TypeError(f"from_spec expects a TensorSpec, got {type(spec).__name__}")
-        if isinstance(spec, BoundedTensorSpec):
-            return BoundedTensorSpec(spec.shape, spec.dtype, spec.minimum, spec.maximum)
-        return BoundedTensorSpec(spec.shape, spec.dtype)
+        bounds = (spec.minimum, spec.maximum) if isinstance(spec, BoundedTensorSpec) else ()
+        plain = TensorSpec.from_spec(spec)  # raises the TypeError of a non-spec
+        return BoundedTensorSpec(plain.shape, plain.dtype, *bounds)
 
     @classmethod
     def is_bounded(cls) -> bool:
@@ -321,13 +306,8 @@ class BoundedTensorSpec(TensorSpec):
     def replace(self, shape: Optional[ShapeLike] = None,
                 dtype: Optional[DTypeLike] = None, minimum: Any = None,
                 maximum: Any = None) -> "BoundedTensorSpec":
-        """A new ``BoundedTensorSpec`` with some fields replaced (as ALF's).
-
-        Args:
-            shape: the new shape (``None`` keeps this spec's).
-            dtype: the new dtype (``None`` keeps this spec's).
-            minimum: the new lower bound(s) (``None`` keeps this spec's).
-            maximum: the new upper bound(s) (``None`` keeps this spec's).
+        """A new ``BoundedTensorSpec`` with some fields replaced (as ALF's); an
+        argument left ``None`` keeps this spec's.
 
         Kept bounds keep their own shapes (as ALF's), so a ``(4,)`` bound of
         a ``(3, 4)`` spec fits a new shape ``(8, 4)``.

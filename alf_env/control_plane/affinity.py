@@ -46,10 +46,8 @@ def usable_cpus() -> List[int]:
 
 
 def usable_cpu_count() -> int:
-    """How many CPUs this process may run on (its affinity mask), at least 1.
-
-    Where there is no affinity mask (not Linux): the machine's CPU count.
-    """
+    """How many CPUs this process may run on (its affinity mask; not on Linux:
+    the machine's CPU count), at least 1."""
     try:
         return max(len(os.sched_getaffinity(0)), 1)
     except AttributeError:  # not Linux
@@ -78,20 +76,19 @@ def plan_worker_cpus(worker_cpus: WorkerCpus, num_workers: int,
     if worker_cpus is None:
         return None
     allowed = usable_cpus()
+    expected = f"worker_cpus: expected None, {AUTO!r}, {SPREAD!r} or a sequence of CPU ids, got"
     if isinstance(worker_cpus, str):
         if worker_cpus == AUTO:
             if not (lockstep and num_workers >= len(allowed) >= 2):
                 return None
         elif worker_cpus != SPREAD:
-            raise ValueError(f"worker_cpus: expected None, {AUTO!r}, {SPREAD!r} or a sequence "
-                             f"of CPU ids, got the string {worker_cpus!r}")
+            raise ValueError(f"{expected} the string {worker_cpus!r}")
         cpus = allowed
     else:
         try:
             cpus = list(worker_cpus)
         except TypeError:
-            raise ValueError(f"worker_cpus: expected None, {AUTO!r}, {SPREAD!r} or a sequence "
-                             f"of CPU ids, got {worker_cpus!r}") from None
+            raise ValueError(f"{expected} {worker_cpus!r}") from None
         if not cpus:
             raise ValueError("worker_cpus: expected at least one CPU id, got an empty "
                              "sequence; pass None to let the OS place the workers")
@@ -107,12 +104,8 @@ def plan_worker_cpus(worker_cpus: WorkerCpus, num_workers: int,
 
 def pinned_cpus(worker_cpus: WorkerCpus, plan: Optional[Sequence[int]]
                 ) -> Optional[Sequence[int]]:
-    """The CPUs to pin the workers to (``None``: the OS places them).
-
-    ``plan`` is :func:`plan_worker_cpus`'s answer for ``worker_cpus``; under
-    ``"auto"`` the board pins to it while the machine is otherwise idle
-    (:func:`pinned_when_quiet`).
-    """
+    """The CPUs to pin the workers to for good, given :func:`plan_worker_cpus`'s
+    ``plan`` (``None``: the OS places them; ``"auto"``: :func:`pinned_when_quiet`)."""
     return None if isinstance(worker_cpus, str) and worker_cpus == AUTO else plan
 
 
@@ -141,13 +134,8 @@ def pin_workers(pids: Sequence[int], plan: Optional[Sequence[int]]) -> None:
 
 def batch_scheduling() -> bool:
     """Puts the calling process (a worker) under ``SCHED_BATCH`` (see the module
-    docstring).
-
-    Returns:
-        whether the policy was set (``False`` where the OS has no
-        ``SCHED_BATCH`` or refuses it: the worker then runs as it was, and
-        says so in the log; this never raises).
-    """
+    docstring); returns whether it did (never raises: where the OS has no
+    ``SCHED_BATCH`` or refuses it, the worker runs as it was and logs so)."""
     policy = getattr(os, "SCHED_BATCH", None)
     if policy is None:
         return False
@@ -161,16 +149,9 @@ def batch_scheduling() -> bool:
 
 
 def normal_scheduling(pids: Sequence[int]) -> None:
-    """Puts workers back under the normal policy (``SCHED_OTHER``).
-
-    The shared-memory front ends do this after start: a worker woken for a
-    job may then preempt a process that has used its core for long (another
-    program, the trainer's spinning OpenMP threads), where under
-    ``SCHED_BATCH`` it would wait for that time slice to end; their posts are
-    one futex wake per worker, so they never needed ``SCHED_BATCH``'s
-    protection of the poster. Never raises: a worker that has exited, or an
-    OS that refuses, keeps what it has.
-    """
+    """Puts workers back under the normal policy (``SCHED_OTHER``; why: the
+    module docstring). Never raises: a worker that has exited, or an OS that
+    refuses, keeps what it has."""
     policy = getattr(os, "SCHED_OTHER", None)
     if policy is None:
         return

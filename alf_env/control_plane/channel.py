@@ -13,7 +13,7 @@ import select
 import time
 import weakref
 from multiprocessing.reduction import ForkingPickler
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
 
 from absl import logging
 
@@ -78,21 +78,14 @@ class Promise:
         return self._transform(value) if self._transform else value
 
 
-class _Undecodable:
+class _Undecodable(NamedTuple):
     """The answer of a request whose reply did not unpickle in the trainer."""
 
-    def __init__(self, env_id: Optional[int], error: Exception) -> None:
-        self._env_id = env_id
-        self._error = error
+    error: EnvironmentProcessError
 
     def to_exception(self) -> Exception:
-        """The error to raise from the request's promise (cause: the unpickling error)."""
-        error = EnvironmentProcessError(
-            f"env {self._env_id}: the worker's answer could not be unpickled in the "
-            f"trainer: {type(self._error).__name__}: {self._error}; return values "
-            f"whose classes the trainer can import", self._env_id)
-        error.__cause__ = self._error
-        return error
+        """The error to raise from the request's promise."""
+        return self.error
 
 
 class WorkerChannel:
@@ -156,17 +149,9 @@ class WorkerChannel:
             raise RuntimeError(f"env {self.env_id}: wait_start() needs a started "
                                f"env (state is {self.state.value})")
         try:
-            msg_type, payload = self.recv(timeout, during="start")
-            if msg_type is MessageType.READY:
-                self.state = EnvState.RUNNING
-                return
-            if msg_type is MessageType.EXCEPTION and getattr(payload, "fatal", False):
-                raise self.died("start", payload.traceback_text)
-            if msg_type is MessageType.EXCEPTION:
-                raise payload.to_exception()
-            raise EnvironmentProcessError(
-                f"env {self.env_id}: expected READY from the worker, got {msg_type}",
-                self.env_id)
+            self._wait_readable(timeout, "start")
+            self._value(self._read_message("start"), MessageType.READY, "READY", "start")
+            self.state = EnvState.RUNNING
         except BaseException:
             self.close()
             raise
@@ -176,11 +161,8 @@ class WorkerChannel:
         stop_all([self], polite_timeout)
 
     def begin_close(self) -> Optional[Stopping]:
-        """First step of ``stop_all``: marks the channel closed, tells the worker.
-
-        Returns:
-            what ``stop_all`` waits for, or ``None`` if there is no worker.
-        """
+        """First step of ``stop_all``: marks the channel closed, tells the worker;
+        returns what ``stop_all`` waits for (``None``: there is no worker)."""
         if self.state is EnvState.CLOSED:
             return None
         in_job_loop = self._doorbell is not None
@@ -217,8 +199,7 @@ class WorkerChannel:
 
     def disown(self) -> None:
         """In a forked child: closed without a word to the parent's worker, which
-        multiprocessing forgets (its exit hook would terminate it).
-        """
+        multiprocessing forgets (its exit hook would terminate it)."""
         if self.state in (EnvState.NEW, EnvState.CLOSED):
             return
         self.state = EnvState.CLOSED
@@ -234,8 +215,16 @@ class WorkerChannel:
 
     def start_job_loop(self, spec: JobLoopEntry,
                         doorbell: Callable[[Callable[[], None]], None]) -> None:
-        """Sends JOB_LOOP; later requests ring ``doorbell`` (see
-        ``ProcessEnvironment.start_job_loop``)."""
+        """Sends JOB_LOOP; later requests ring ``doorbell``.
+
+        Args:
+            spec: the loop the worker runs (``data_plane.job_loop.JobLoopSpec``).
+            doorbell: called with each later pipe request's ``write``: it makes the
+                worker read its pipe (a CALL job), calls ``write()``, then waits until
+                the worker has read it. Raising before ``write`` means nothing was posted.
+        Raises:
+            ValueError: this env was not created with ``fast=True``.
+        """
         if not self.fast:
             raise ValueError(f"env {self.env_id}: start_job_loop() needs an env "
                              f"created with fast=True")
@@ -253,15 +242,13 @@ class WorkerChannel:
 
     def pending_report(self) -> Promise:
         """A promise of a message the worker sends unasked (a fast-path error): the
-        answer after every request sent so far.
-        """
+        answer after every request sent so far."""
         self.check_usable()
         return self._promise()
 
     def mark_died(self, during: str) -> Exception:
         """Records that the worker died (seen by another channel); returns the error
-        (``EnvironmentClosedError`` if the env was closed meanwhile).
-        """
+        (``EnvironmentClosedError`` if the env was closed meanwhile)."""
         if self.state is EnvState.CLOSED:
             return EnvironmentClosedError(
                 f"env {self.env_id} is closed; create a new environment")
@@ -354,16 +341,20 @@ class WorkerChannel:
                                    f"fulfilled; a promise can be called once")
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
             self.receive_one(remaining, during="a call")
-        msg_type, payload = promise.answer
-        promise.answer = None
-        if msg_type is MessageType.RESULT:
+        answer, promise.answer = promise.answer, None
+        return self._value(answer, MessageType.RESULT, "RESULT or EXCEPTION", "a call")
+
+    def _value(self, answer: Tuple[MessageType, Any], expected: MessageType, what: str,
+               during: str) -> Any:
+        """The payload of an ``expected`` message; raises what an EXCEPTION carries."""
+        msg_type, payload = answer
+        if msg_type is expected:
             return payload
         if msg_type is MessageType.EXCEPTION:  # fatal: the worker's last words, it exits
-            raise (self.died("a call", payload.traceback_text)
+            raise (self.died(during, payload.traceback_text)
                    if getattr(payload, "fatal", False) else payload.to_exception())
         raise EnvironmentProcessError(
-            f"env {self.env_id}: expected RESULT or EXCEPTION from the worker, "
-            f"got {msg_type}", self.env_id)
+            f"env {self.env_id}: expected {what} from the worker, got {msg_type}", self.env_id)
 
     # One thread at a time (ProcessEnvironment's class doc); a blocking call
     # holds the guard from its request to its answer.
@@ -381,10 +372,8 @@ class WorkerChannel:
 
     def receive_ready(self, during: str) -> None:
         """Like :meth:`receive_one` when the pipe is known to be readable (polled).
-
         A message is read and filed whole, or the env falls out of step: a cut-short
-        read would send every later answer to the wrong promise.
-        """
+        read would send every later answer to the wrong promise."""
         received = self.received_seq
         try:
             self._keep(self._read_message(during))
@@ -400,24 +389,22 @@ class WorkerChannel:
         except (EOFError, OSError):
             raise self.died(during) from None
         if msg_type is None:  # the pipe is in step: only this request fails
-            return MessageType.EXCEPTION, _Undecodable(self.env_id, payload)
+            error = EnvironmentProcessError(
+                f"env {self.env_id}: the worker's answer could not be unpickled in the "
+                f"trainer: {type(payload).__name__}: {payload}; return values "
+                f"whose classes the trainer can import", self.env_id)
+            error.__cause__ = payload
+            return MessageType.EXCEPTION, _Undecodable(error)
         return msg_type, payload
 
     def _keep(self, answer: Tuple[MessageType, Any]) -> None:
         """Files the next answer on its promise (drops it if the promise is gone).
-
-        ``received_seq`` moves last: until it has, the answer counts as not filed.
-        """
+        ``received_seq`` moves last: until it has, the answer counts as not filed."""
         ref = self._waiting.pop(self.received_seq, None)
         promise = None if ref is None else ref()
         if promise is not None:
             promise.answer = answer
         self.received_seq += 1
-
-    def recv(self, timeout: Optional[float], during: str) -> Tuple[MessageType, Any]:
-        """Receives one message, watching the worker's sentinel meanwhile."""
-        self._wait_readable(timeout, during)
-        return self._read_message(during)
 
     def _wait_readable(self, timeout: Optional[float], during: str) -> None:
         """Waits until the pipe is readable; raises if the worker died first."""
@@ -463,10 +450,7 @@ def resolve_all(promises: Sequence[Callable[..., Any]], timeout: Optional[float]
         timeout: seconds for all of them together (``None``: no limit).
         during: what is awaited, for error messages (e.g. ``"step"``).
     """
-    deadline = None if timeout is None else time.monotonic() + timeout
-    last_seq = _owed(promises)
-    if last_seq:
-        _receive_until(last_seq, deadline, timeout, during)
+    _receive_until(_owed(promises), timeout, during)
     values, first_error = [], None
     for promise in promises:
         try:
@@ -501,8 +485,7 @@ def wait_answers(promises: Sequence[Promise], k: Optional[int] = None,
         return len(order) >= k
 
     if not enough():
-        deadline = None if timeout is None else time.monotonic() + timeout
-        _receive_until(_owed(pending.values()), deadline, timeout, during, enough)
+        _receive_until(_owed(pending.values()), timeout, during, enough)
     return order
 
 
@@ -511,9 +494,7 @@ def _owed(promises: Iterable[Any]) -> Dict[WorkerChannel, int]:
     last_seq: Dict[WorkerChannel, int] = {}
     for promise in promises:
         if isinstance(promise, Promise) and not promise.channel.has_answer(promise.seq):
-            channel = promise.channel
-            channel.check_usable()
-            last_seq[channel] = max(promise.seq, last_seq.get(channel, -1))
+            last_seq[promise.channel] = max(promise.seq, last_seq.get(promise.channel, -1))
     return last_seq
 
 
@@ -527,18 +508,11 @@ def receive_answers(channels: Sequence[WorkerChannel], timeout: Optional[float] 
     Raises:
         EnvTimeoutError, WorkerDiedError: as :func:`resolve_all`.
     """
-    last_seq = {}
-    for channel in channels:
-        if channel.received_seq < channel.next_seq:
-            channel.check_usable()
-            last_seq[channel] = channel.next_seq - 1
-    if last_seq:
-        deadline = None if timeout is None else time.monotonic() + timeout
-        _receive_until(last_seq, deadline, timeout, during)
+    _receive_until({channel: channel.next_seq - 1 for channel in channels
+                    if channel.received_seq < channel.next_seq}, timeout, during)
 
 
-def _receive_until(last_seq: Dict[WorkerChannel, int], deadline: Optional[float],
-                   timeout: Optional[float], during: str,
+def _receive_until(last_seq: Dict[WorkerChannel, int], timeout: Optional[float], during: str,
                    enough: Optional[Callable[[WorkerChannel], bool]] = None) -> None:
     """Receives answers until each worker in ``last_seq`` has sent answer ``last_seq[env]``.
 
@@ -546,9 +520,11 @@ def _receive_until(last_seq: Dict[WorkerChannel, int], deadline: Optional[float]
     dying is read first). ``enough(env)``, called after each answer from ``env``,
     may end the wait early.
     """
+    deadline = None if timeout is None else time.monotonic() + timeout
     poller = select.poll()
     by_fd: Dict[int, Tuple[WorkerChannel, bool]] = {}  # fd -> (env, is its pipe)
     for env in last_seq:
+        env.check_usable()
         for fd, is_pipe in zip(env.fds(), (True, False)):
             poller.register(fd, select.POLLIN)
             by_fd[fd] = (env, is_pipe)

@@ -2,18 +2,10 @@
 
 An environment that owns worker processes and pipes (``ProcessEnvironment`` and
 every front end built on it) is used by one thread at a time and cannot be
-copied. Both misuses used to fail late and badly: two threads stepping one
-env deadlocked or read each other's answers (after the env had taken both
-steps), and a failed ``copy.deepcopy`` left a half-made copy whose pipe
-objects closed the original's descriptors when collected. These guards
-refuse them up front, before anything reaches a worker:
-
-* :class:`OneThread` (:func:`one_thread_at_a_time`, :func:`guard_methods`):
-  a second thread that enters while another thread is inside raises
-  :class:`~alf_env.errors.ConcurrentUseError` (the first thread may enter
-  again); no lock is waited for, so misuse cannot deadlock.
-* :class:`NotCopyable`: ``copy.copy``, ``copy.deepcopy`` and ``pickle``
-  raise ``TypeError`` naming the class, before any attribute is copied.
+copied: two threads stepping one env deadlocked or read each other's answers,
+and a failed ``copy.deepcopy`` left a half-made copy whose pipe objects closed
+the original's descriptors when collected. :class:`OneThread` and
+:class:`NotCopyable` refuse both up front, before anything reaches a worker.
 """
 
 import functools
@@ -24,7 +16,9 @@ from alf_env.errors import ConcurrentUseError
 
 
 class OneThread:
-    """Refuses a second thread while one thread uses an object (never waits).
+    """Refuses a second thread while one thread uses an object: it raises
+    :class:`~alf_env.errors.ConcurrentUseError`, and never waits, so misuse
+    cannot deadlock.
 
     The thread inside may enter again (e.g. a request whose doorbell reads a
     report of the same worker); every :meth:`enter` is paired with a
@@ -65,14 +59,9 @@ class OneThread:
 
 
 class NotCopyable:
-    """Makes ``copy.copy``, ``copy.deepcopy`` and ``pickle`` of an env raise ``TypeError``.
-
-    A copy would share the worker processes and pipes of the original (a
-    shallow copy) or fail half way through them, leaving pipe objects that
-    close the original's descriptors when collected (a deep copy). The
-    ``TypeError`` is raised before anything is copied, so the original keeps
-    working.
-    """
+    """Makes ``copy.copy``, ``copy.deepcopy`` and ``pickle`` of an env raise
+    ``TypeError`` before anything is copied (a shallow copy would share the
+    original's workers and pipes), so the original keeps working."""
 
     __slots__ = ()
 

@@ -18,7 +18,7 @@ import errno
 import os
 import resource
 import select
-from typing import Dict, Optional, Sequence, Tuple
+from typing import Optional, Sequence
 
 from alf_env.control_plane.process_environment import ProcessEnvironment
 from alf_env.control_plane.protocol import EnvState
@@ -36,12 +36,9 @@ FDS_TO_SPARE = 8
 
 
 def start_environments(envs: Sequence[ProcessEnvironment], start_serially: bool) -> None:
-    """Starts ``envs`` one after another, or all at once and then waits for them.
-
-    When they start at once, all of them are watched together, so a
-    constructor that raises or a worker that dies is reported at once, not
-    after the envs before it have started. On any failure every env is closed
-    before the error propagates, so no worker is left behind.
+    """Starts ``envs`` one after another, or all at once and then waits for them
+    (:func:`wait_start_all`). On any failure every env is closed before the
+    error propagates, so no worker is left behind.
 
     Raises:
         FdLimitError: the workers need more file descriptors than
@@ -60,9 +57,7 @@ def start_environments(envs: Sequence[ProcessEnvironment], start_serially: bool)
     except BaseException as exc:
         close_all(envs)
         if isinstance(exc, OSError) and exc.errno == errno.EMFILE:
-            needed, limit, _ = _fd_needs(envs, _open_fds() or 0)
-            raise FdLimitError(_fd_message(len(envs), needed, limit, "ran out of them "
-                                           "while starting"), needed, limit) from None
+            raise _fd_limit_error(envs, ran_out=True) or exc from None
         raise
 
 
@@ -73,39 +68,39 @@ def check_fd_limit(envs: Sequence[ProcessEnvironment]) -> None:
     those each worker keeps (:data:`FDS_PER_WORKER`, or
     :data:`FDS_PER_FAST_WORKER` in a job loop) and :data:`FDS_TO_SPARE`.
     """
-    open_now = _open_fds()
-    if open_now is None:
-        return
-    needed, limit, detail = _fd_needs(envs, open_now)
-    if limit != resource.RLIM_INFINITY and needed > limit:
-        raise FdLimitError(_fd_message(len(envs), needed, limit, detail), needed, limit)
+    error = _fd_limit_error(envs, ran_out=False)
+    if error is not None:
+        raise error
 
 
-def _open_fds() -> Optional[int]:
+def _fd_limit_error(envs: Sequence[ProcessEnvironment], ran_out: bool
+                    ) -> Optional[FdLimitError]:
+    """The error of :func:`check_fd_limit`, or of ``envs`` that ``ran_out`` of
+    descriptors while starting; ``None`` if there is none."""
     try:
-        return len(os.listdir("/proc/self/fd")) - 1  # less listdir's own
+        open_now = len(os.listdir("/proc/self/fd")) - 1  # less listdir's own
     except OSError:
-        return None
-
-
-def _fd_needs(envs: Sequence[ProcessEnvironment], open_now: int) -> Tuple[int, int, str]:
-    """(descriptors needed, the soft limit, how the need is counted)."""
+        if not ran_out:
+            return None
+        open_now = 0
     fast = sum(1 for env in envs if env.channel.fast)
     needed = (open_now + FDS_PER_WORKER * (len(envs) - fast) + FDS_PER_FAST_WORKER * fast
               + FDS_TO_SPARE)
-    each = FDS_PER_FAST_WORKER if fast else FDS_PER_WORKER
-    detail = f"{open_now} open now + {each} per worker + {FDS_TO_SPARE} while they start"
-    return needed, resource.getrlimit(resource.RLIMIT_NOFILE)[0], detail
-
-
-def _fd_message(num_workers: int, needed: int, limit: int, detail: str) -> str:
-    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    limit, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if ran_out:
+        detail = "ran out of them while starting"
+    elif limit == resource.RLIM_INFINITY or needed <= limit:
+        return None
+    else:
+        each = FDS_PER_FAST_WORKER if fast else FDS_PER_WORKER
+        detail = f"{open_now} open now + {each} per worker + {FDS_TO_SPARE} while they start"
     hard_text = "unlimited" if hard == resource.RLIM_INFINITY else str(hard)
-    return (f"{num_workers} worker processes need about {needed} open file descriptors "
-            f"in this process ({detail}), but its limit on open files (RLIMIT_NOFILE) "
-            f"is {limit}: raise it (e.g. `ulimit -n {max(needed * 2, 1024)}` in the "
-            f"shell, or resource.setrlimit(resource.RLIMIT_NOFILE, (n, hard)) with n up "
-            f"to the hard limit, {hard_text}) or use fewer workers (num_workers)")
+    return FdLimitError(
+        f"{len(envs)} worker processes need about {needed} open file descriptors "
+        f"in this process ({detail}), but its limit on open files (RLIMIT_NOFILE) "
+        f"is {limit}: raise it (e.g. `ulimit -n {max(needed * 2, 1024)}` in the "
+        f"shell, or resource.setrlimit(resource.RLIMIT_NOFILE, (n, hard)) with n up "
+        f"to the hard limit, {hard_text}) or use fewer workers (num_workers)", needed, limit)
 
 
 def wait_start_all(envs: Sequence[ProcessEnvironment]) -> None:
@@ -117,24 +112,18 @@ def wait_start_all(envs: Sequence[ProcessEnvironment]) -> None:
     pending = {id(env): env for env in envs if env.channel.state is EnvState.STARTING}
     while pending:
         poller = select.poll()
-        by_fd: Dict[int, ProcessEnvironment] = {}
-        for env in pending.values():
-            for fd in env.channel.fds():
-                poller.register(fd, select.POLLIN)
-                by_fd[fd] = env
+        by_fd = {fd: env for env in pending.values() for fd in env.channel.fds()}
+        for fd in by_fd:
+            poller.register(fd, select.POLLIN)
         for fd, _ in poller.poll():
-            env = by_fd[fd]
-            if id(env) in pending:
-                del pending[id(env)]
-                env.wait_start()
+            if id(by_fd[fd]) in pending:
+                pending.pop(id(by_fd[fd])).wait_start()
 
 
 def close_all(envs: Sequence[ProcessEnvironment],
               polite_timeout: Optional[float] = None) -> None:
-    """Closes ``envs`` all at once (see :func:`stop_all`).
-
-    A worker's exit can take a while (e.g. tearing down torch), so closing n
-    workers this way costs about one exit, not n.
+    """Closes ``envs`` all at once (see :func:`stop_all`): a worker's exit can take
+    a while (e.g. tearing down torch), and n workers cost about one exit, not n.
 
     Args:
         envs: the workers (closing never raises because of them).

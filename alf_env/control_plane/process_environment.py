@@ -10,13 +10,13 @@ import functools
 import multiprocessing
 import multiprocessing.connection
 import os
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import cloudpickle
 
 from alf_env import nest
 from alf_env.control_plane.channel import Promise, WorkerChannel
-from alf_env.control_plane.guards import NotCopyable, OneThread, guard_methods, one_thread_at_a_time
+from alf_env.control_plane.guards import NotCopyable, OneThread, guard_methods
 from alf_env.control_plane.protocol import START_METHODS, SYNC_PROGRESS_CALL, EnvState, MessageType
 from alf_env.control_plane.remote import RemoteMethod
 from alf_env.control_plane.shutdown import install_hooks
@@ -76,7 +76,6 @@ class ProcessEnvironment(NotCopyable):
         self._env_constructor = env_constructor
         self._env_id = env_id
         self._flatten = flatten
-        self._num_envs = num_envs
         self._torch_num_threads = torch_num_threads_per_env
         self._start_method = start_method
         self._daemon = bool(daemon)
@@ -182,18 +181,12 @@ class ProcessEnvironment(NotCopyable):
         stepping (``ValueError`` naming the field; the env is not touched). Values
         outside a ``BoundedTensorSpec``'s bounds are passed on, never clipped.
         """
-        if self._flatten:
-            promise = self._channel.request(MessageType.CALL, ("step", (nest.flatten(action),), {}),
-                                    transform=self._pack_time_step)
-        else:
-            promise = self.call("step", action)
-        return promise() if blocking else promise
+        return self._time_step("step", (nest.flatten(action) if self._flatten else action,),
+                               blocking)
 
     def reset(self, blocking: bool = True) -> Any:
         """Resets the env; returns the first time step, or a promise of it."""
-        promise = self._channel.request(MessageType.CALL, ("reset", (), {}),
-                                transform=self._pack_time_step if self._flatten else None)
-        return promise() if blocking else promise
+        return self._time_step("reset", (), blocking)
 
     def render(self, mode: str = "rgb_array") -> Any:
         """Renders the env in the worker and returns the frame."""
@@ -217,28 +210,27 @@ class ProcessEnvironment(NotCopyable):
         return promise() if blocking else promise
 
     def observation_spec(self) -> Any:
-        return self._cached_spec("observation_spec")
+        return self._cached("observation_spec")
 
     def action_spec(self) -> Any:
-        return self._cached_spec("action_spec")
+        return self._cached("action_spec")
 
     def reward_spec(self) -> Any:
-        return self._cached_spec("reward_spec")
+        return self._cached("reward_spec")
 
     def time_step_spec(self) -> Any:
-        return self._cached_spec("time_step_spec")
+        return self._cached("time_step_spec")
 
     def env_info_spec(self) -> Any:
-        return self._cached_spec("env_info_spec")
+        return self._cached("env_info_spec")
 
     @property
     def batched(self) -> bool:
-        batched: bool = self._cached_attr("batched")
-        return batched
+        return bool(self._cached("batched", attribute=True))
 
     @property
     def batch_size(self) -> Optional[int]:
-        batch_size: Optional[int] = self._cached_attr("batch_size")
+        batch_size: Optional[int] = self._cached("batch_size", attribute=True)
         return batch_size
 
     @property
@@ -274,20 +266,12 @@ class ProcessEnvironment(NotCopyable):
         shutdown use (:class:`~alf_env.control_plane.channel.WorkerChannel`)."""
         return self._channel
 
-    # -- job loop (FastParallelEnvironment) --------------------------------
+    # -- job loop (FastParallelEnvironment): see WorkerChannel --------------
 
     def start_job_loop(self, spec: JobLoopEntry,
                         doorbell: Callable[[Callable[[], None]], None]) -> None:
-        """Moves the worker into the native shared-memory loop.
-
-        Args:
-            spec: the loop the worker runs (``data_plane.job_loop.JobLoopSpec``).
-            doorbell: called with each later pipe request's ``write``: it makes the
-                worker read its pipe (a CALL job), calls ``write()``, then waits until
-                the worker has read it. Raising before ``write`` means nothing was posted.
-        Raises:
-            ValueError: this env was not created with ``fast=True``.
-        """
+        """Moves the worker into the native shared-memory loop
+        (:meth:`WorkerChannel.start_job_loop`)."""
         self._channel.start_job_loop(spec, doorbell)
 
     @property
@@ -296,17 +280,15 @@ class ProcessEnvironment(NotCopyable):
         return self._channel.in_job_loop
 
     def stop_job_loop(self) -> None:
-        """Forgets the doorbell once the worker has left the job loop."""
+        """:meth:`WorkerChannel.stop_job_loop`."""
         self._channel.stop_job_loop()
 
     def pending_report(self) -> Promise:
-        """A promise of a message the worker sends unasked (a fast-path error): the
-        answer after every request sent so far."""
+        """:meth:`WorkerChannel.pending_report`."""
         return self._channel.pending_report()
 
     def mark_died(self, during: str) -> Exception:
-        """Records that the worker died (seen by another channel); returns the error
-        (``EnvironmentClosedError`` if the env was closed meanwhile)."""
+        """:meth:`WorkerChannel.mark_died`."""
         return self._channel.mark_died(during)
 
     def __getattr__(self, name: str) -> Any:
@@ -332,18 +314,22 @@ class ProcessEnvironment(NotCopyable):
 
     # -- internals -----------------------------------------------------------
 
-    def _cached_spec(self, name: str) -> Any:
-        if name not in self._spec_cache:
-            self._spec_cache[name] = self.call(name)()
-        return self._spec_cache[name]
+    def _cached(self, name: str, attribute: bool = False) -> Any:
+        """The env's spec ``name()`` (or ``attribute``), asked of the worker once."""
+        guard = self._one_thread
+        guard.enter("reading an attribute" if attribute else "reading a spec")
+        try:
+            if name not in self._spec_cache:
+                self._spec_cache[name] = (self.access if attribute else self.call)(name)()
+            return self._spec_cache[name]
+        finally:
+            guard.leave()
 
-    def _cached_attr(self, name: str) -> Any:
-        if name not in self._spec_cache:
-            self._spec_cache[name] = self.access(name)()
-        return self._spec_cache[name]
-
-    _cached_spec = one_thread_at_a_time(_cached_spec, "reading a spec")
-    _cached_attr = one_thread_at_a_time(_cached_attr, "reading an attribute")
+    def _time_step(self, name: str, args: Tuple[Any, ...], blocking: bool) -> Any:
+        """Calls ``step`` or ``reset``; its time step, or a promise of it."""
+        promise = self._channel.request(MessageType.CALL, (name, args, {}), transform=(
+            self._pack_time_step if self._flatten else None))
+        return promise() if blocking else promise
 
     def _pack_time_step(self, flat: List[Any]) -> Any:
         return nest.pack_sequence_as(self.time_step_spec(), flat)

@@ -11,7 +11,7 @@ import select
 import struct
 from multiprocessing.connection import Connection
 from multiprocessing.reduction import ForkingPickler
-from typing import Any, Callable, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Optional, Tuple, Union
 
 START_METHODS = ("fork", "spawn", "forkserver")
 
@@ -38,21 +38,7 @@ _MAX_FRAME = 0x7fffffff  # longer messages get Connection's 12-byte header
 
 def send_message(conn: Connection, data: Bytes, sentinel: int, owed: Callable[[], bool],
                  receive: Callable[[], None]) -> bool:
-    """Sends one pickled message whole; while an answer is ``owed()``, as
-    :func:`send_receiving`.
-    """
-    if not owed():
-        conn.send_bytes(data)
-        return True
-    # Connection's framing: a 4-byte big-endian length (or -1 and 8 bytes), then the data.
-    size = len(data)
-    header = struct.pack("!i", size) if size <= _MAX_FRAME else struct.pack("!iQ", -1, size)
-    return send_receiving(conn, (header, data), sentinel, owed, receive)
-
-
-def send_receiving(conn: Connection, parts: Sequence[Bytes], sentinel: int,
-                   owed: Callable[[], bool], receive: Callable[[], None]) -> bool:
-    """Writes ``parts`` on ``conn`` without ever blocking on a full pipe.
+    """Sends one pickled message whole, without ever blocking on a full pipe.
 
     While ``owed()``, the other side may be blocked writing to us: each time
     ``conn`` turns readable, ``receive()`` reads one message, freeing it to read ours.
@@ -62,11 +48,17 @@ def send_receiving(conn: Connection, parts: Sequence[Bytes], sentinel: int,
     Raises:
         BrokenPipeError, ConnectionResetError: the other end is closed.
     """
+    if not owed():
+        conn.send_bytes(data)
+        return True
+    # Connection's framing: a 4-byte big-endian length (or -1 and 8 bytes), then the data.
+    size = len(data)
+    header = struct.pack("!i", size) if size <= _MAX_FRAME else struct.pack("!iQ", -1, size)
     fd = conn.fileno()
     poller = select.poll()
     poller.register(sentinel, select.POLLIN)
     poller.register(fd, select.POLLOUT)
-    for part in parts:
+    for part in (header, data):
         view = memoryview(part)
         while view:
             written = _write_some(fd, view)

@@ -1,23 +1,15 @@
 """Lockstep workers pinned one per CPU while no other process uses the CPUs.
 
-Placed by the OS, two workers that step in lockstep beside a spinning trainer
-are three runnable tasks on two cores, and the kernel's balancer may leave
-both workers on one core for a while: two equal envs in one trainer ran at
-240 and 350 µs a step for their whole life, and a run's seconds swung by a
-quarter. Pinned one per CPU (``worker_cpus="spread"``), the same pair agreed
-to 0.5%, and a HalfCheetah policy loop ran 1.28x ``SyncVectorEnv`` against
-1.14x. But a pinned worker cannot leave a core that another process keeps
-busy: beside one busy process it ran 0.84x against 1.80x.
-
-So under ``worker_cpus="auto"`` the trainer looks at the machine once a
-second (:class:`QuietPinning`, from :meth:`JobBoard.returned
-<alf_env.data_plane.job_board.JobBoard.returned>`): if processes other than
-itself and its workers used less than :data:`OTHERS_MAX_CPUS` of a CPU since
-the last look, the workers are pinned one per CPU; otherwise they are given
-back every CPU and the OS places them. The choice comes from what the machine
-shows, never from timing the settings against each other, and a wrong one
-lasts a second. docs/benchmarks.md, "Settings and the rows behind them", has
-the paired rows.
+Why pinning helps lockstep workers, and why only on a quiet machine:
+:mod:`alf_env.control_plane.affinity`; the paired rows: docs/benchmarks.md,
+"Settings and the rows behind them". Under ``worker_cpus="auto"`` the trainer
+looks at the machine once a second (:class:`QuietPinning`, from
+:meth:`JobBoard.returned <alf_env.data_plane.job_board.JobBoard.returned>`):
+if processes other than itself and its workers used less than
+:data:`OTHERS_MAX_CPUS` of a CPU since the last look, the workers are pinned
+one per CPU; otherwise they are given back every CPU and the OS places them.
+The choice comes from what the machine shows, never from timing the settings
+against each other, and a wrong one lasts a second.
 """
 
 import os
@@ -102,7 +94,13 @@ class QuietPinning:
             return
         sample = self._last
         others = ((sample[1] - last[1]) - (sample[2] - last[2])) / (sample[0] - last[0])
-        self._place(pids, others < OTHERS_MAX_CPUS)
+        pin = others < OTHERS_MAX_CPUS
+        for pid, cpu in zip(pids, self._plan):
+            try:
+                os.sched_setaffinity(pid, {cpu} if pin else self._cpus)
+            except OSError:  # ended since: its restart is placed at the next look
+                pass
+        self.pinned = pin
 
     def _sample(self, now: float) -> List[int]:
         """Records the machine's and our processes' CPU time now (``None`` if a
@@ -116,12 +114,3 @@ class QuietPinning:
         else:
             self._last = [now, busy, sum(x for x in ours if x is not None)]
         return pids
-
-    def _place(self, pids: Sequence[int], pin: bool) -> None:
-        """Pins (or unpins) every worker; a worker that has ended is skipped."""
-        for pid, cpu in zip(pids, self._plan):
-            try:
-                os.sched_setaffinity(pid, {cpu} if pin else self._cpus)
-            except OSError:  # ended since: its restart is placed at the next look
-                pass
-        self.pinned = pin

@@ -51,8 +51,14 @@ class RemoteException:
         self.during = during
         self.fatal = fatal
         # Never re-raised whole in the trainer: a SystemExit would end it and
-        # a KeyboardInterrupt look like Ctrl-C.
-        self.exception = _picklable_or_none(exc) if isinstance(exc, Exception) else None
+        # a KeyboardInterrupt look like Ctrl-C. Kept only if it survives a pickle round trip.
+        self.exception: Optional[BaseException] = None
+        if isinstance(exc, Exception):
+            try:
+                restored = pickle.loads(pickle.dumps(exc))
+            except Exception:  # noqa: BLE001 -- any failure means "not picklable"
+                restored = None
+            self.exception = exc if type(restored) is type(exc) else None
 
     def to_exception(self) -> BaseException:
         """Builds the exception to raise in the parent.
@@ -87,11 +93,3 @@ class RemoteMethod:
     def __init__(self, name: str) -> None:
         self.name = name
 
-
-def _picklable_or_none(exc: BaseException) -> Optional[BaseException]:
-    """Returns ``exc`` if it survives a pickle round trip, else ``None``."""
-    try:
-        restored = pickle.loads(pickle.dumps(exc))
-    except Exception:  # noqa: BLE001 -- any failure means "not picklable"
-        return None
-    return exc if type(restored) is type(exc) else None

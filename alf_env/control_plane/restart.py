@@ -85,7 +85,7 @@ class RestartBudget:
     @property
     def start_timeout(self) -> float:
         """Seconds a new worker may take to start (the policy's)."""
-        return 120.0 if self.policy is None else self.policy.start_timeout
+        return (self.policy or RestartPolicy()).start_timeout
 
     def allows(self, worker: int) -> bool:
         """Whether ``worker`` may be restarted once more."""

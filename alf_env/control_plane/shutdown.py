@@ -1,44 +1,21 @@
 """Shutdown: the registry of live workers, the exit hooks, and the bounded stop of many.
 
-Every started, unclosed worker is in one registry, and one ``atexit`` hook
-(installed at the first ``start()``) stops them however the script ends (end
-of the script without ``close()``, an exception, ``sys.exit()``, Ctrl-C):
-:func:`shutdown` first brings the workers of the shared-memory front ends back
-from their job loop (:func:`register_board`), then
-:func:`stop_all` sends CLOSE to every worker at once, waits for all of them
-together under one deadline (``EXIT_POLITE_TIMEOUT``), SIGTERMs the ones still
-running, then SIGKILLs, and reaps every one. No thread, thread pool or import
-is needed. ``ProcessEnvironment.close()`` and
-:func:`~alf_env.control_plane.launch.close_all` use the same :func:`stop_all`
-(with ``CLOSE_POLITE_TIMEOUT``); it is bounded (``CLOSE_*`` below) and logs
-what the env's own ``close()`` raised.
-
-The registry holds workers and boards weakly: an env dropped without
-``close()`` (``del env``, or a front end that goes out of scope) is garbage
-collected like any object, and its workers are ended then, as
-``AsyncVectorEnv`` ends its own. A worker's finalizer (:func:`register_worker`)
-and a front end's (:func:`close_when_collected`, all its workers at once)
-terminate the processes without a polite wait, so collection stays bounded
-(``CLOSE_TERMINATE_TIMEOUT + CLOSE_KILL_TIMEOUT``); they act only in the process
-that started the workers, and not at exit, where :func:`shutdown` closes every
-worker still referenced. At the first ``start()`` in the main
-thread a SIGTERM handler is installed, unless the program has its own:
-SIGTERM then raises ``SystemExit(143)`` (``128 + SIGTERM``, what a shell
-reports for a process ended by SIGTERM), so ``finally`` blocks and ``atexit``
-hooks run and the workers are closed like at a normal exit. Workers restore
-the default SIGTERM action (see :mod:`alf_env.control_plane.watchdog`).
-
-A process forked from the trainer (``os.fork()``, e.g. by a data loader or
-a checkpoint writer) inherits the exit hook, the registry and the front ends,
-but the workers stay the trainer's: right after the fork the child's registry
-is emptied and every worker in it is closed *in the child only*
-(``WorkerChannel.disown``: no CLOSE, no signal, no job posted, and
-multiprocessing forgets the process, whose own exit hook would terminate it).
-So the child's exit, its exit hook and its finalizers (``del env``,
-``close()``) leave the trainer's workers alone, and its pipe requests to them
-raise ``EnvironmentClosedError`` (it must not step a shared-memory front end:
-its jobs would reach them through the shared memory); envs the child starts
-itself are its own.
+Every started, unclosed worker is in one registry, held weakly (as are the
+job boards); one ``atexit`` hook (installed at the first ``start()``) runs
+:func:`shutdown`, which brings the shared-memory front ends' workers back
+from their job loop (:func:`register_board`), then :func:`stop_all`s them.
+:func:`stop_all` sends CLOSE to every worker at once, waits for all together
+under one deadline, SIGTERMs, then SIGKILLs the ones still running and reaps
+every one, with no thread; ``close()`` and ``close_all`` use it too. An env
+collected unclosed has its workers terminated by a finalizer
+(:func:`register_worker`, :func:`close_when_collected`) in the process that
+started them, never at exit. At the first ``start()`` in the main thread, a
+SIGTERM handler is installed unless the program has its own: SIGTERM raises
+``SystemExit(SIGTERM_EXIT_CODE)``, so ``finally`` blocks and the hook run.
+A process forked from the trainer forgets the trainer's workers right after
+the fork (``WorkerChannel.disown``: no CLOSE, no signal), so its exit leaves
+them alone and its pipe requests raise ``EnvironmentClosedError``. The why of
+each step: docs/reliability.md, "How a training script ends".
 
 The timeouts below are read when a stop runs: set them on this module.
 """
@@ -77,8 +54,8 @@ EXIT_KILL_TIMEOUT = 0.25
 SIGTERM_EXIT_CODE = 128 + signal.SIGTERM
 
 class Worker(Protocol):
-    """What the registry holds and :func:`stop_all` ends: one worker's process
-    and pipe (a ``control_plane.channel.WorkerChannel``, whose module imports this one)."""
+    """What the registry holds and :func:`stop_all` ends (a
+    ``control_plane.channel.WorkerChannel``, whose module imports this one)."""
 
     env_id: Optional[int]
     process: Any  # multiprocessing's BaseProcess
@@ -114,12 +91,7 @@ class Releasable(Protocol):
 
 class _Registry:
     """The started, unclosed workers of this process and the boards that drive
-    some of them (see the module doc).
-
-    Both are held weakly: the registry keeps nothing alive, so a front end
-    that nobody references is collected (and its workers ended by its
-    finalizer, see :func:`close_when_collected`); ``close()`` removes a worker.
-    """
+    some of them, held weakly so that the registry keeps nothing alive."""
 
     def __init__(self) -> None:
         self.envs: "weakref.WeakValueDictionary[int, Worker]" = weakref.WeakValueDictionary()
@@ -147,24 +119,15 @@ os.register_at_fork(after_in_child=_forget_parent_workers)
 
 
 def register_board(board: Releasable) -> None:
-    """Lets :func:`shutdown` bring a board's workers back from the job loop.
-
-    Args:
-        board: a ``data_plane.job_board.JobBoard``; held weakly.
-    """
+    """Lets :func:`shutdown` bring the workers of ``board`` (a
+    ``data_plane.job_board.JobBoard``, held weakly) back from the job loop."""
     _registry.boards.add(board)
 
 
 def register_worker(worker: Worker) -> "weakref.finalize[..., None]":
-    """Puts a started worker in the registry, and ends its process if ``worker``
-    is garbage collected unclosed.
-
-    Args:
-        worker: the worker (its ``process`` and ``conn`` set); held weakly.
-
-    Returns:
-        the finalizer; :func:`unregister_worker` detaches it.
-    """
+    """Puts a started worker in the registry (weakly), and ends its process if
+    ``worker`` is garbage collected unclosed; returns the finalizer, which
+    :func:`unregister_worker` detaches."""
     _registry.envs[id(worker)] = worker
     return _finalizer(worker, _end_process, worker.process, worker.conn)
 
@@ -179,19 +142,14 @@ def unregister_worker(worker: Worker,
 
 def close_when_collected(owner: Any, envs: Sequence[HasWorker]
                          ) -> "weakref.finalize[..., None]":
-    """Ends the workers ``envs`` all at once when ``owner`` (a front end) is
-    garbage collected without being closed.
+    """Terminates the workers ``envs`` all at once (:func:`stop_all` without a
+    polite wait) when ``owner`` (a front end) is garbage collected unclosed.
 
     The finalizer holds the workers, not ``owner``: nothing of ``owner`` may
     refer back to it through them (the job board's references to its front
-    end are weak). It terminates them (:func:`stop_all` without a polite
-    wait): bounded, and what ``AsyncVectorEnv`` does when it is collected.
-
-    A list is kept as it is, not copied: a front end that replaces a dead
-    worker in its list (``RestartPolicy``) has the new one ended too.
-
-    Returns:
-        the finalizer; detach it when ``owner`` is closed.
+    end are weak). A list is kept as it is, not copied: a front end that
+    replaces a dead worker in its list (``RestartPolicy``) has the new one
+    ended too. Returns the finalizer; detach it when ``owner`` is closed.
     """
     return _finalizer(owner, _stop_owned, envs if isinstance(envs, list) else list(envs))
 
@@ -212,6 +170,7 @@ def _finalizer(owner: Any, stop: Callable[..., None],
 
 
 def _in_process(pid: int, stop: Callable[..., None], args: Tuple[Any, ...]) -> None:
+    """``stop(*args)`` if this is process ``pid`` (the finalizer's body)."""
     if os.getpid() == pid:
         stop(*args)
 
@@ -263,13 +222,11 @@ def _on_sigterm(signum: int, frame: Optional[FrameType]) -> None:
 
 
 def shutdown(polite_timeout: Optional[float] = None) -> None:
-    """Stops every worker of this process still running, all at once.
+    """Stops every worker of this process still running, all at once (see the
+    module doc).
 
     What the exit hook (and so SIGTERM) runs; safe to call at any time (later
-    uses of the closed envs raise ``EnvironmentClosedError``). Workers in a
-    job loop are brought back first (each board all at once), then every
-    worker gets CLOSE and all are waited for together; stragglers are
-    terminated, then killed, and every worker is reaped.
+    uses of the closed envs raise ``EnvironmentClosedError``).
 
     Args:
         polite_timeout: seconds for all of that together before SIGTERM
@@ -285,13 +242,6 @@ def shutdown(polite_timeout: Optional[float] = None) -> None:
         stop_all(list(_registry.envs.values()), max(0.0, deadline - time.monotonic()))
     finally:
         _registry.exiting = False
-
-
-def _escalation_timeouts() -> Tuple[float, float]:
-    """Seconds to wait after SIGTERM, then after SIGKILL (shorter at exit)."""
-    if _registry.exiting:
-        return EXIT_TERMINATE_TIMEOUT, EXIT_KILL_TIMEOUT
-    return CLOSE_TERMINATE_TIMEOUT, CLOSE_KILL_TIMEOUT
 
 
 class Stopping:
@@ -374,12 +324,9 @@ def stop_all(envs: Sequence[Worker], polite_timeout: Optional[float] = None
              ) -> None:
     """Closes ``envs`` all at once, with one deadline; never raises because of them.
 
-    Every running worker is sent CLOSE first (a worker in a job loop, or
-    one not yet started, is terminated instead: it would not read it), then
-    all are waited for together for ``polite_timeout`` s; those still running
-    get SIGTERM, then SIGKILL, each followed by one wait for all. Every
-    worker is reaped. So ``n`` workers take about as long as the slowest one,
-    and at most ``polite_timeout + CLOSE_TERMINATE_TIMEOUT +
+    A worker in a job loop, or one not yet started, is terminated instead of
+    sent CLOSE (it would not read it). ``n`` workers take about as long as the
+    slowest one, and at most ``polite_timeout + CLOSE_TERMINATE_TIMEOUT +
     CLOSE_KILL_TIMEOUT`` (the ``EXIT_*`` bounds at exit). Interrupted (e.g. by
     Ctrl-C), it kills the workers still running at once, reaps them and
     re-raises.
@@ -417,7 +364,10 @@ def stop_all(envs: Sequence[Worker], polite_timeout: Optional[float] = None
                     "terminating it", s.env_id, s.process.pid, polite_timeout)
             s.polite = False  # its death is expected now
             s.process.terminate()
-        terminate_wait, kill_wait = _escalation_timeouts()
+        # Seconds to wait after SIGTERM, then after SIGKILL (shorter at exit).
+        terminate_wait, kill_wait = ((EXIT_TERMINATE_TIMEOUT, EXIT_KILL_TIMEOUT)
+                                     if _registry.exiting else
+                                     (CLOSE_TERMINATE_TIMEOUT, CLOSE_KILL_TIMEOUT))
         _wait_for_exits(late, time.monotonic() + terminate_wait)
         late = [s for s in late if not s.exited]
         for s in late:

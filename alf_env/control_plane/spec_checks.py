@@ -1,30 +1,28 @@
 """Checking actions and time steps against an ALF env's specs.
 
-Both batched front ends and ``ProcessEnvironment`` check what crosses a
-process boundary, so that a mistake is reported where it is made, naming the
-field and the expected and actual shape and dtype:
+What crosses a process boundary is checked where the mistake is made, and an
+error names the field and the expected and actual shape and dtype:
 
-* **Actions** (what a user passes in) must match the action spec's nest
-  structure and shapes, and their dtypes must cast to the spec's under
-  numpy's ``"safe"`` rule (:class:`ActionChecker`). Values are *not* checked
-  against the bounds of a ``BoundedTensorSpec``: an action outside them is
-  passed to the env unchanged, never clipped.
-* **Time steps** (what an env returns) must match ``time_step_spec()`` in
-  structure and shapes, and their dtypes must convert to the spec's under
-  numpy's ``"same_kind"`` rule (:class:`TimeStepChecker`); a leaf of another
-  dtype of the same kind is converted, so the pipe path returns exactly what
-  the shared-memory path (which writes into rows of the spec's dtype) returns.
+* **Actions** must match the action spec's nest structure and shapes, and
+  their dtypes must cast to the spec's under numpy's ``"safe"`` rule
+  (:class:`ActionChecker`). Values are *not* checked against the bounds of a
+  ``BoundedTensorSpec``: an action outside them is passed on, never clipped.
+* **Time steps** must match ``time_step_spec()`` in structure and shapes, and
+  their dtypes must convert to the spec's under numpy's ``"same_kind"`` rule
+  (:class:`TimeStepChecker`); a leaf of another dtype of the same kind is
+  converted, so the pipe path returns exactly what the shared-memory path
+  (which writes into rows of the spec's dtype) returns.
 
-``ParallelAlfEnvironment`` and ``FastParallelEnvironment`` check actions in the
-parent (nothing is sent when one is malformed). On the pipe path the worker
-checks what its env returns (:class:`WorkerSpecGuard`) and, for a
-``ProcessEnvironment`` used on its own, the actions it receives; the
-shared-memory path checks time steps as it writes them into the rows
-(:mod:`alf_env.front_ends.alf.alf_rows`).
+The batched ALF front ends check actions in the parent (nothing is sent when
+one is malformed); on the pipe path the worker checks what its env returns
+and, for a ``ProcessEnvironment`` used on its own, the actions it receives
+(:class:`WorkerSpecGuard`); the shared-memory path checks time steps as it
+writes them into the rows (:mod:`alf_env.front_ends.alf.alf_rows`).
 """
 
+import functools
 import sys
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, List, Literal, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -41,8 +39,10 @@ _WEAK_KINDS = {bool: "biufc", int: "iufc", float: "fc"}
 Shape = Tuple[int, ...]
 
 
-def _field(prefix: str, path: str) -> str:
-    return f"{prefix}.{path}" if path else prefix
+@functools.lru_cache(maxsize=None)
+def _can_cast(source: np.dtype, target: np.dtype, casting: Literal["safe", "same_kind"]) -> bool:
+    """``np.can_cast``, cached (it is slow)."""
+    return bool(np.can_cast(source, target, casting=casting))
 
 
 def _shape_and_dtype(leaf: Any) -> Tuple[Shape, np.dtype]:
@@ -96,12 +96,10 @@ class ActionChecker:
         self._spec = action_spec
         self._nested = nest.is_nested(action_spec)
         outer = () if batch_size is None else (int(batch_size),)
-        self._leaves = []
-        for path, spec in nest.flatten_with_path(action_spec):
-            self._leaves.append((_field("action", path), spec.numpy_dtype,
-                                 outer + tuple(spec.shape), tuple(spec.shape)))
+        self._leaves = [(f"action.{path}" if path else "action", spec.numpy_dtype,
+                         outer + tuple(spec.shape), tuple(spec.shape))
+                        for path, spec in nest.flatten_with_path(action_spec)]
         self._batch_size = batch_size
-        self._casts: Dict[Tuple[np.dtype, np.dtype], bool] = {}
 
     def flat(self, action: Any) -> List[np.ndarray]:
         """Returns the flattened action as C-contiguous arrays of the spec dtypes.
@@ -121,11 +119,8 @@ class ActionChecker:
         return nest.pack_sequence_as(self._spec, self.flat(action))
 
     def check(self, action: Any, flattened: bool = False) -> None:
-        """Checks ``action`` without converting it (what the env gets is unchanged).
-
-        Args:
-            action: the action nest, or its list of leaves if ``flattened``.
-            flattened: ``action`` is already ``nest.flatten``-ed.
+        """Checks ``action`` (its list of leaves if ``flattened``) without
+        converting it: what the env gets is unchanged.
 
         Raises:
             ValueError: as :meth:`flat`.
@@ -178,16 +173,8 @@ class ActionChecker:
                     got_shape: Shape, got_dtype: np.dtype) -> None:
         if got_shape != shape and tuple(got_shape) != shape:
             self._raise_shape(field, dtype, shape, spec_shape, tuple(got_shape))
-        if got_dtype != dtype and not self._safe(got_dtype, dtype):
+        if got_dtype != dtype and not _can_cast(got_dtype, dtype, "safe"):
             self._raise_dtype(field, dtype, got_dtype)
-
-    def _safe(self, source: np.dtype, target: np.dtype) -> bool:
-        """numpy's "safe" casting rule, cached (np.can_cast is slow)."""
-        key = (source, target)
-        allowed = self._casts.get(key)
-        if allowed is None:
-            allowed = self._casts[key] = bool(np.can_cast(source, target, casting="safe"))
-        return allowed
 
     def _raise_shape(self, field: str, dtype: np.dtype, shape: Shape, spec_shape: Shape,
                      got: Shape) -> None:
@@ -218,7 +205,6 @@ class TimeStepChecker:
         self._leaves = [(path, outer + tuple(spec.shape), spec.numpy_dtype, spec.dtype)
                         for path, spec in nest.flatten_with_path(time_step_spec)]
         self._paths = [path for path, *_ in self._leaves]
-        self._casts: Dict[Tuple[np.dtype, np.dtype], bool] = {}
 
     def __call__(self, time_step: Any) -> Any:
         """Returns ``time_step``, its leaves converted to the spec dtypes if needed.
@@ -240,16 +226,14 @@ class TimeStepChecker:
         if len(leaves) != len(self._leaves):
             raise time_step_count_error(self._env_id, len(leaves), self._paths)
         converted = leaves
-        i = -1
-        for leaf, (path, shape, dtype, torch_dtype) in zip(leaves, self._leaves):
-            i += 1
+        for i, (leaf, (path, shape, dtype, torch_dtype)) in enumerate(zip(leaves, self._leaves)):
             got_shape, got_dtype = _shape_and_dtype(leaf)
             if got_shape != shape and tuple(got_shape) != shape:
                 raise time_step_leaf_error(self._env_id, path, got_shape, got_dtype,
                                            shape, dtype)
             if got_dtype is dtype or got_dtype == dtype:
                 continue
-            if not self._converts(got_dtype, dtype):
+            if not _can_cast(got_dtype, dtype, "same_kind"):
                 raise time_step_leaf_error(self._env_id, path, got_shape, got_dtype,
                                            shape, dtype)
             if converted is leaves:
@@ -257,12 +241,6 @@ class TimeStepChecker:
             converted[i] = (leaf.to(torch_dtype) if type(leaf).__module__ == "torch"
                             else np.asarray(leaf).astype(dtype))
         return converted
-
-    def _converts(self, source: np.dtype, target: np.dtype) -> bool:
-        key = (source, target)
-        if key not in self._casts:
-            self._casts[key] = bool(np.can_cast(source, target, casting="same_kind"))
-        return self._casts[key]
 
 
 class WorkerSpecGuard:

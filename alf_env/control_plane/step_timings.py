@@ -1,41 +1,23 @@
 """Where each step's time goes: the figures of ``timings()`` on the local front ends.
 
-``FastVectorEnv``, ``FastSubprocVecEnv``, ``FastParallelEnvironment`` and
-``ParallelAlfEnvironment`` each have a ``timings()`` that returns one
-:class:`StepTimings`: for the steps since the last call,
-
-* per env, its own ``step`` time inside its worker (:attr:`StepTimings.envs`),
-  which says which env is slow;
-* per lockstep batch (a step of every env, posted together and waited for
-  together): the trainer's wait, the straggler spread (the last worker done
-  minus the first) and the hand-off overhead (the wait minus the slowest
-  worker's work: posting, waking, reporting back), which say whether the
-  workers wait on each other or on the hand-off.
-
-Where the figures are gathered, so that leaving them on costs next to nothing:
-
-* The per-env figures are kept by a :class:`StepClock` in each worker's own
-  memory (every step counted, one in ``SAMPLE_EVERY`` timed on the row
-  handlers' paths; no shared memory, so nothing the trainer reads races with
-  the worker's writes) and fetched by one pipe call per worker when
-  ``timings()`` is called (the reserved call name :data:`STEP_TIMINGS_CALL`).
-  Nothing extra travels on the pipe per step.
-* The per-batch figures are kept by the native ``Controller`` (csrc/controller.h):
-  each worker stores the CLOCK_MONOTONIC ns at which it took and finished its
-  job in its job slot (the cache line it writes anyway), and the Controller
-  adds each lockstep batch to process-local histograms when its wait returns.
-  ``timings()`` reads them with one call (``Controller.take_timings``); the
-  trainer's Python does nothing per step. ``ParallelAlfEnvironment`` has no job
-  slots: it measures the wait around its own waits and cannot see the spread
-  and the hand-off (their ``count`` is 0).
+``timings()`` returns one :class:`StepTimings` for the steps since its last
+call: per env, its own ``step`` time inside its worker, and per lockstep batch
+the trainer's wait, the straggler spread and the hand-off overhead (what each
+means: docs/simulators.rst, "Where each step's time goes"). The per-env
+figures are kept by a :class:`StepClock` in each worker's own memory (no
+shared memory, so nothing the trainer reads races with the worker's writes)
+and fetched by one pipe call per worker (:data:`STEP_TIMINGS_CALL`); nothing
+extra travels on the pipe per step. The per-batch figures are kept by the
+native ``Controller`` from the times each worker stores in its job slot
+(``Controller.take_timings``); ``ParallelAlfEnvironment`` has no job slots:
+it measures its own waits (:class:`BatchClock`) and cannot see the spread and
+the hand-off (their ``count`` is 0).
 
 Durations go into log-bucketed histograms (:func:`bucket_of`: each power of two
 of ns split into 8 equal buckets, the same buckets as the native
 ``timing_bucket``), so p50 and p99 cost a fixed amount of memory however many
-steps are counted, and are exact to within one bucket (under 12.5 %).
-
-This module needs nothing native: the workers (control plane) and the front
-ends both use it.
+steps are counted, and are exact to within one bucket (under 12.5 %). This
+module needs nothing native: the workers and the front ends both use it.
 """
 
 import dataclasses
@@ -47,19 +29,9 @@ import numpy as np
 import numpy.typing as npt
 
 __all__ = [
-    "NUM_BUCKETS",
-    "BatchClock",
-    "STEP_TIMINGS_CALL",
-    "DurationStats",
-    "StepClock",
-    "StepTimings",
-    "batch_figures",
-    "bucket_bounds",
-    "bucket_of",
-    "buckets_of",
-    "env_figures",
-    "no_figure",
-    "percentile",
+    "NUM_BUCKETS", "BatchClock", "STEP_TIMINGS_CALL", "DurationStats", "StepClock",
+    "StepTimings", "batch_figures", "bucket_bounds", "bucket_of", "buckets_of",
+    "env_figures", "no_figure", "percentile",
 ]
 
 #: Buckets of a timing histogram (the native ``_penv.TIMING_BUCKETS``): 8 exact
@@ -107,8 +79,6 @@ def percentile(buckets: Dict[int, int], q: float) -> float:
     total = sum(buckets.values())
     if total == 0:
         return float("nan")
-    # The 0-based (fractional) rank numpy's linear method takes: q/100 * (n - 1);
-    # within a bucket its samples are taken as spread evenly over its width.
     rank = q / 100.0 * (total - 1)
     seen = 0
     low = high = 0
@@ -157,17 +127,13 @@ class DurationStats:
 
 @dataclasses.dataclass(frozen=True)
 class StepTimings:
-    """Where the steps since the last ``timings()`` spent their time.
+    """Where the steps since the last ``timings()`` spent their time (each
+    figure's meaning: docs/simulators.rst, "Where each step's time goes").
 
     Attributes:
         envs: per env (index = env id), its own ``step`` time inside its worker.
-        wait: per lockstep batch, the trainer's wait: from posting the step to
-            every worker to seeing the last one done.
-        spread: per lockstep batch, the straggler spread: the last worker done
-            minus the first (the time the early workers idle for the slowest).
-        handoff: per lockstep batch, the hand-off overhead: the wait minus the
-            slowest worker's work (posting, waking the workers, reporting back,
-            and any time the workers waited for a CPU before taking the job).
+        wait, spread, handoff: per lockstep batch, the trainer's wait, the
+            straggler spread and the hand-off overhead.
         note: what this front end cannot measure (empty when it measures all).
     """
 
@@ -185,19 +151,17 @@ class StepTimings:
     def table(self) -> str:
         """The figures as a fixed-width text table (what ``str()`` gives)."""
         lines = [f"{'':<22}{'count':>8}{'mean us':>11}{'p50 us':>11}{'p99 us':>11}"]
-
-        def row(name: str, stats: DurationStats) -> str:
-            if stats.count == 0 or math.isnan(stats.mean_us):
-                return f"{name:<22}{stats.count:>8}{'-':>11}{'-':>11}{'-':>11}"
-            return (f"{name:<22}{stats.count:>8}{stats.mean_us:>11.1f}"
-                    f"{stats.p50_us:>11.1f}{stats.p99_us:>11.1f}")
         slowest = self.slowest_env()
-        for i, stats in enumerate(self.envs):
-            lines.append(row(f"env {i} step" + (" (slowest)" if i == slowest else ""),
-                             stats))
-        lines.append(row("batch wait", self.wait))
-        lines.append(row("batch straggler spread", self.spread))
-        lines.append(row("batch hand-off", self.handoff))
+        rows = [(f"env {i} step" + (" (slowest)" if i == slowest else ""), stats)
+                for i, stats in enumerate(self.envs)]
+        rows += [("batch wait", self.wait), ("batch straggler spread", self.spread),
+                 ("batch hand-off", self.handoff)]
+        for name, stats in rows:
+            if stats.count == 0 or math.isnan(stats.mean_us):
+                lines.append(f"{name:<22}{stats.count:>8}{'-':>11}{'-':>11}{'-':>11}")
+            else:
+                lines.append(f"{name:<22}{stats.count:>8}{stats.mean_us:>11.1f}"
+                             f"{stats.p50_us:>11.1f}{stats.p99_us:>11.1f}")
         if self.note:
             lines.append(self.note)
         return "\n".join(lines)
@@ -209,13 +173,11 @@ class StepTimings:
 class StepClock:
     """Counts a worker's env steps: per env, the steps, and the durations of a sample.
 
-    Kept in the worker's memory (see the module docstring); :meth:`take`
-    hands the counts home and starts again. The row handlers count each step
-    with :meth:`tick` and time one in :attr:`SAMPLE_EVERY` (the first one
-    included): on a 2-CPU machine whatever a worker does after it reports a
-    step competes with the trainer for a CPU, and timing every step of
-    CartPole cost 3% of it, one in 8 about 1% (``benchmarks/timings_cost.py``,
-    docs/simulators.rst). A timed step stores each env's duration in
+    Kept in the worker's memory; :meth:`take` hands the counts home and starts
+    again. The row handlers count each step with :meth:`tick` and time one in
+    :attr:`SAMPLE_EVERY` (the first one included): what a worker does after it
+    reports a step competes with the trainer for a CPU (the cost of each
+    rate: docs/simulators.rst). A timed step stores each env's duration in
     :attr:`lap`; :meth:`commit` (the job loop's ``after_step``) appends them to
     a list, and every :attr:`FOLD_AT` durations of an env are folded into its
     histogram at once with numpy. :meth:`record` counts and times one env's

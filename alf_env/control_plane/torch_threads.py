@@ -1,16 +1,11 @@
 """The trainer's torch threads against the cores its env workers step on.
 
-torch's OpenMP threads spin for milliseconds after every op, on the cores that
-a lockstep step's workers need. A step parks them
-(:class:`~alf_env.data_plane.pool_park.PoolPark`): they sleep inside a
-parallel region for the step, neither ended nor created, because a pool
-released before the step and created again by the next op put its new thread
-on the trainer's own core and held steps 30x longer (docs/benchmarks.md, "The
-trainer's torch threads"). What parking cannot fix, torch's threads
-outnumbering the cores while another process keeps one busy, only the user
-can: :func:`advise_torch_threads` says so once, at start, and
+A lockstep step parks torch's spinning OpenMP threads
+(:class:`~alf_env.data_plane.pool_park.PoolPark`). What parking cannot fix,
+torch's threads outnumbering the cores while another process keeps one busy,
+only the user can: :func:`advise_torch_threads` says so once, at start, and
 :func:`warn_pool_waiting` once more, loudly, when the pool's threads are seen
-waiting for a CPU.
+waiting for a CPU (docs/benchmarks.md, "The trainer's torch threads").
 """
 
 import sys
@@ -25,13 +20,9 @@ _warned = False  # and the warning
 
 
 def torch_threads_advice(num_workers: int) -> Optional[str]:
-    """The advice to give, or ``None`` when torch's threads leave the workers' cores free.
-
-    torch is not imported here: a trainer that has not imported it runs no op.
-
-    Args:
-        num_workers: the env's worker processes.
-    """
+    """The advice to give beside ``num_workers`` worker processes, or ``None``
+    when torch's threads leave the workers' cores free (or torch is not
+    imported: then the trainer runs no op)."""
     torch = sys.modules.get("torch")
     if torch is None:
         return None
@@ -63,12 +54,8 @@ def advise_torch_threads(num_workers: int) -> None:
 
 
 def pool_waiting_warning(threads: int, share: float) -> str:
-    """The warning :func:`warn_pool_waiting` logs.
-
-    Args:
-        threads: torch's threads (the pool's and the caller's).
-        share: the share of a second the pool's threads waited for a CPU.
-    """
+    """The warning :func:`warn_pool_waiting` logs: torch's ``threads`` (the
+    pool's and the caller's) waited for a CPU ``share`` of a second."""
     better = max(1, int(threads * (1.0 - share)))
     return (f"alf_env: torch's OpenMP threads waited for a CPU {share:.0%} of the last "
             f"second of this training loop: it gets fewer CPUs than torch's {threads} "

@@ -23,14 +23,9 @@ import time
 from types import FrameType
 from typing import Any, List, Optional
 
-# How often a worker without pidfd support checks whether its parent is alive.
-_PARENT_POLL_INTERVAL = 0.2
-
-# Held back while a worker process starts (see signals_deferred).
-_DEFERRED_SIGNALS = {signal.SIGINT, signal.SIGTERM}
-
-# prctl(2): the signal a process gets when its parent dies.
-_PR_SET_PDEATHSIG = 1
+_PARENT_POLL_INTERVAL = 0.2  # seconds, for a worker without pidfd support
+_DEFERRED_SIGNALS = {signal.SIGINT, signal.SIGTERM}  # see signals_deferred
+_PR_SET_PDEATHSIG = 1  # prctl(2): the signal a process gets when its parent dies
 
 # parent_death_plan() for a worker forked by the fork server: its parent's pid
 # is not known here (only that the fork server ends with the trainer).
@@ -62,13 +57,10 @@ def parent_death_plan(start_method: str) -> Optional[int]:
 def die_with_parent(parent: Optional[int]) -> None:
     """Asks the kernel to SIGKILL this worker when its parent dies (Linux).
 
-    Set first thing in the worker: a stopped worker (SIGSTOP) cannot run its
-    watchdog thread, so without it a SIGKILLed trainer left it behind for
-    ever. The parent may have died before the request took effect: then
-    ``getppid()`` is no longer ``parent`` and the worker exits at once.
-
-    Args:
-        parent: what :func:`parent_death_plan` gave in the trainer.
+    Set first thing in the worker, with ``parent`` from :func:`parent_death_plan`:
+    a stopped worker (SIGSTOP) cannot run its watchdog thread. A parent that
+    died before the request took effect is no longer ``getppid()``: the worker
+    exits at once.
     """
     if parent is None:
         return
@@ -124,12 +116,9 @@ def _watch_parent(parent_pid: int) -> None:
 
 
 def start_parent_watchdog(parent_pid: int) -> None:
-    """Starts a daemon thread that ends this process when its parent dies.
-
-    Used by every alf_env worker, so that killing the trainer (even with
-    SIGKILL) never leaves workers behind. Under ``forkserver`` the OS parent
-    is the fork server, so the trainer's pid is passed explicitly.
-    """
+    """Starts a daemon thread that ends this process when ``parent_pid`` dies
+    (the trainer's, passed explicitly: under ``forkserver`` the OS parent is
+    the fork server)."""
     threading.Thread(target=_watch_parent, args=(parent_pid,),
                      name="alf_env-parent-watchdog", daemon=True).start()
 
@@ -137,11 +126,9 @@ def start_parent_watchdog(parent_pid: int) -> None:
 def worker_signals() -> None:
     """Sets up a worker's signals: SIGINT ignored, SIGTERM ends it at once.
 
-    A worker is started with SIGINT ignored and SIGINT and SIGTERM blocked
-    (see :class:`signals_deferred`): a Ctrl-C meant for the trainer is
-    dropped here; the trainer's SIGTERM handler (inherited under ``fork``)
-    gives way to the default action before a SIGTERM that arrived meanwhile
-    is delivered, so terminating a worker that just started ends it.
+    The default SIGTERM action replaces the trainer's handler (inherited under
+    ``fork``) before the signals :class:`signals_deferred` blocked are
+    unblocked, so terminating a worker that just started ends it.
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)

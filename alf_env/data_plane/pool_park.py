@@ -25,8 +25,6 @@ RUNTIME = "libgomp"
 #: run a torch op (a policy's forward pass, 100 µs and more), whose pool
 #: threads then spin; a loop of steps alone spends a few µs there.
 MIN_GAP_S = 50e-6
-
-
 #: Seconds between two looks at how long the pool's threads waited for a CPU.
 WATCH_PERIOD_S = 1.0
 #: Share of those seconds past which the pool's threads are short of CPUs. A
@@ -49,13 +47,11 @@ def run_delay_ns(tid: int) -> Optional[int]:
 class PoolWaitWatch:
     """Tells, once a second, whether the parked pool's threads waited for a CPU.
 
-    torch's threads spin at every op's barrier for each other. When other
-    processes leave the trainer fewer cores than torch has threads (the
-    kernel shares the CPUs between sessions, not threads), they wait for
-    each other's core instead, and the whole loop slows down many times,
-    whatever runs the envs. Only the user can fix that (fewer torch
-    threads); this watch finds it from the threads' own scheduler
-    statistics, so that the trainer can say so when it happens.
+    When other processes leave the trainer fewer cores than torch has threads,
+    torch's threads wait for each other's core at every op's barrier, and the
+    whole loop slows down many times; this watch finds it from the threads'
+    own scheduler statistics, so that the trainer can say so (see
+    :mod:`~alf_env.control_plane.torch_threads`).
     """
 
     def __init__(self, read_delay: Callable[[int], Optional[int]] = run_delay_ns) -> None:
@@ -114,14 +110,13 @@ class PoolPark:
     spinning for milliseconds on the workers' cores.
 
     Once a second it also looks whether the pool's threads waited for a CPU
-    (:class:`PoolWaitWatch`), and warns once if they did.
-
-    The pool's CPU time comes from its threads' own clocks once a park has
-    named them; before that, from all the process's threads but the caller
-    (which the kernel brings up to date only at a scheduler tick for a thread
-    running elsewhere, so the first park may come a few steps late). The
-    runtime is looked up (without loading anything) at the first such step
-    after torch is imported; a process without libgomp never parks.
+    (:class:`PoolWaitWatch`), and warns once if they did. The pool's CPU time
+    comes from its threads' own clocks once a park has named them; before
+    that, from all the process's threads but the caller (which the kernel
+    brings up to date only at a scheduler tick for a thread running
+    elsewhere, so the first park may come a few steps late). The runtime is
+    looked up (without loading anything) at the first such step after torch
+    is imported; a process without libgomp never parks.
 
     Attributes:
         parked_steps: how many steps parked the pool.

@@ -27,17 +27,8 @@ from alf_env._penv import (
     WorkerPort,
 )
 
-__all__ = [
-    "SharedBlock",
-    "FieldSpec",
-    "Controller",
-    "WorkerPort",
-    "JobType",
-    "JobStatus",
-    "WaitStatus",
-    "SPIN_ADAPTIVE",
-    "copy_leaves",
-]
+__all__ = ["SharedBlock", "FieldSpec", "Controller", "WorkerPort", "JobType", "JobStatus",
+           "WaitStatus", "SPIN_ADAPTIVE", "copy_leaves"]
 
 #: ``spin_us`` value selecting the adaptive spin policy (the default).
 SPIN_ADAPTIVE: int = _penv.SPIN_ADAPTIVE
@@ -92,10 +83,6 @@ def _normalize_fields(fields: Iterable[Sequence[Any]]) -> Tuple[FieldSpec, ...]:
     return tuple(result)
 
 
-def _row_bytes(shape: Tuple[int, ...], dtype: np.dtype) -> int:
-    return int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-
-
 def _c_strides(shape: Tuple[int, ...], itemsize: int) -> Tuple[int, ...]:
     strides = []
     step = itemsize
@@ -127,15 +114,6 @@ class SharedBlock:
                  num_workers: int) -> None:
         self._setup(_normalize_fields(fields), num_rows, num_workers, region=None)
 
-    @classmethod
-    def _attach(cls, fd: int, fields: Tuple[FieldSpec, ...], num_rows: int,
-                num_workers: int, size: int) -> "SharedBlock":
-        """Maps the block whose memfd is ``fd`` (which the caller still owns)."""
-        block = cls.__new__(cls)
-        block._setup(fields, num_rows, num_workers,
-                     region=SharedRegion.attach(fd, size))
-        return block
-
     def _setup(self, fields: Tuple[FieldSpec, ...], num_rows: int,
                num_workers: int, region: Optional[SharedRegion]) -> None:
         if int(num_rows) < 0:
@@ -145,7 +123,7 @@ class SharedBlock:
         self.num_workers = int(num_workers)
         self.layout: Layout = _penv.compute_layout(
             self.num_workers, self.num_rows,
-            [_row_bytes(shape, dtype) for _, shape, dtype in fields])
+            [int(np.prod(shape, dtype=np.int64)) * dtype.itemsize for _, shape, dtype in fields])
         if region is None:
             region = SharedRegion(self.layout.total_size)
         elif region.size != self.layout.total_size:
@@ -155,13 +133,11 @@ class SharedBlock:
                 f"num_rows and num_workers")
         self._region: Optional[SharedRegion] = region
         buffer = memoryview(region)
-        views = {}
-        for (name, shape, dtype), field in zip(fields, self.layout.fields):
-            view = np.ndarray(
-                shape=(self.num_rows, *shape), dtype=dtype, buffer=buffer,
-                offset=field.offset,
-                strides=(field.row_stride, *_c_strides(shape, dtype.itemsize)))
-            views[name] = view
+        views = {
+            name: np.ndarray(shape=(self.num_rows, *shape), dtype=dtype, buffer=buffer,
+                             offset=field.offset,
+                             strides=(field.row_stride, *_c_strides(shape, dtype.itemsize)))
+            for (name, shape, dtype), field in zip(fields, self.layout.fields)}
         self._views: Optional[Mapping[str, np.ndarray]] = MappingProxyType(views)
 
     # ------------------------------------------------------------- access --
@@ -227,11 +203,8 @@ class SharedBlock:
 
     def worker_port(self, index: int, spin_us: int = SPIN_ADAPTIVE,
                     workers_spread: bool = False) -> WorkerPort:
-        """Returns the worker-side port of job slot ``index``.
-
-        Args:
-            spin_us, workers_spread: as for :meth:`controller`.
-        """
+        """Returns the worker-side port of job slot ``index`` (``spin_us`` and
+        ``workers_spread`` as for :meth:`controller`)."""
         return WorkerPort(self.region, self.num_workers, index, spin_us, workers_spread)
 
     # ----------------------------------------------------------- lifetime --
@@ -271,6 +244,8 @@ def _rebuild_shared_block(dup_fd: Any, fields: Tuple[FieldSpec, ...],
     """Unpickles a :class:`SharedBlock`: attaches to the received memfd."""
     fd = dup_fd.detach()
     try:
-        return SharedBlock._attach(fd, fields, num_rows, num_workers, size)
+        block = SharedBlock.__new__(SharedBlock)
+        block._setup(fields, num_rows, num_workers, region=SharedRegion.attach(fd, size))
+        return block
     finally:
         os.close(fd)  # attach() keeps its own duplicate

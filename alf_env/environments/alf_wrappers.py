@@ -15,7 +15,7 @@ import numpy as np
 from alf_env import nest
 from alf_env.data_structures import TimeStep
 from alf_env.environments.alf_environment import AlfEnvironment, forward_attribute
-from alf_env.environments.members_specs import SPEC_METHODS, MembersSpecs
+from alf_env.environments.members_specs import SPEC_METHODS, BatchedEnvironment, BatchSpecs
 
 __all__ = ["AlfEnvironmentBaseWrapper", "BatchEnvironmentWrapper"]
 
@@ -99,7 +99,7 @@ class AlfEnvironmentBaseWrapper(AlfEnvironment):
         self._env.close()
 
 
-class BatchEnvironmentWrapper(MembersSpecs, AlfEnvironment):
+class BatchEnvironmentWrapper(BatchedEnvironment):
     """Batches n unbatched environments with identical specs.
 
     Row ``i`` of every output comes from ``envs[i]`` and its ``env_id`` is
@@ -118,7 +118,6 @@ class BatchEnvironmentWrapper(MembersSpecs, AlfEnvironment):
                 tensor-based, or a member's spec differs from ``envs[0]``'s
                 (the message names the member and the spec).
         """
-        super().__init__()
         self._envs: List[AlfEnvironment] = list(envs)
         if not self._envs:
             raise ValueError("envs: expected at least one environment, got none")
@@ -129,30 +128,20 @@ class BatchEnvironmentWrapper(MembersSpecs, AlfEnvironment):
             if getattr(env, "is_tensor_based", False):
                 raise ValueError(f"envs[{i}] returns torch tensors; expected numpy "
                                  f"array based environments")
-        first = self._envs[0]
-        self._cache_specs(first)
+        specs = BatchSpecs.of(self._envs[0], len(self._envs))
         for i, env in enumerate(self._envs[1:], start=1):
-            for name in SPEC_METHODS:
-                difference = _spec_difference(getattr(self, name)(), getattr(env, name)())
+            for name, spec, other in zip(SPEC_METHODS, specs, BatchSpecs.of(env, 1)):
+                difference = _spec_difference(spec, other)
                 if difference:
                     raise ValueError(
                         f"envs[{i}].{name}() differs from envs[0].{name}(): {difference}")
+        super().__init__(specs)
         self._env_ids = np.arange(len(self._envs), dtype=np.int32)
 
     @property
     def envs(self) -> List[AlfEnvironment]:
         """The member environments."""
         return self._envs
-
-    @property
-    def batched(self) -> bool:
-        """Always ``True``."""
-        return True
-
-    @property
-    def batch_size(self) -> int:
-        """The number of member environments."""
-        return len(self._envs)
 
     def seed(self, seed: int) -> None:
         """Seeds member ``i`` with ``seed * n + i`` (n = number of members)."""

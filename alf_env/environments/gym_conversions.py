@@ -27,11 +27,11 @@ import collections.abc
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
-import torch
 from gymnasium import spaces
 
 from alf_env import nest
 from alf_env.data_structures import StepType, scalar_array
+from alf_env.dtypes import to_numpy as to_numpy  # re-exported for alf_gym_wrapper
 from alf_env.nest import join_path
 from alf_env.tensor_specs import BoundedTensorSpec, TensorSpec
 
@@ -49,13 +49,6 @@ def field_name(prefix: str, path: str) -> str:
     return f"{prefix}.{path}" if path else prefix
 
 
-def to_numpy(value: Any) -> Any:
-    """``value`` as a numpy array if it is a torch tensor, else as is."""
-    if torch.is_tensor(value):
-        return value.detach().cpu().numpy()
-    return value
-
-
 Converter = Callable[[Any], Any]
 
 
@@ -68,6 +61,21 @@ class _Fallback(Exception):
 # ``__missing__`` and index, iterate and measure like the builtins.
 _FAST_MAPPINGS = (dict, collections.OrderedDict)
 _FAST_SEQUENCES = (tuple, list)
+
+
+def _sorted_keys(spec: Dict[Any, Any]) -> Optional[List[Any]]:
+    """``sorted(spec)``, or ``None`` for unorderable keys (the general path sorts
+    those by ``str``, so they are not compiled)."""
+    try:
+        return sorted(spec)
+    except TypeError:
+        return None
+
+
+def _compile_all(compile_one: Callable[[Any], Any], specs: List[Any]) -> Optional[List[Any]]:
+    """``compile_one`` of each spec, or ``None`` if one of them is not compilable."""
+    compiled = [compile_one(s) for s in specs]
+    return None if any(c is None for c in compiled) else compiled
 
 
 def compile_structure(spec: Any, leaf: Callable[[TensorSpec], Converter]
@@ -86,13 +94,10 @@ def compile_structure(spec: Any, leaf: Callable[[TensorSpec], Converter]
     """
     spec_type = type(spec)
     if spec_type is dict:
-        try:
-            keys = sorted(spec)
-        except TypeError:
-            return None  # unorderable keys: the general path sorts by str
-        compiled = [compile_structure(spec[k], leaf) for k in keys]
-        children = [child for child in compiled if child is not None]
-        if len(children) != len(compiled):
+        keys = _sorted_keys(spec)
+        children = None if keys is None else _compile_all(
+            lambda k: compile_structure(spec[k], leaf), keys)
+        if keys is None or children is None:
             return None
         pairs = list(zip(keys, children))
         spec_order = list(spec)
@@ -112,9 +117,8 @@ def compile_structure(spec: Any, leaf: Callable[[TensorSpec], Converter]
 
         return convert_dict
     if spec_type is tuple or spec_type is list:
-        compiled = [compile_structure(s, leaf) for s in spec]
-        children = [child for child in compiled if child is not None]
-        if len(children) != len(compiled):
+        children = _compile_all(lambda s: compile_structure(s, leaf), list(spec))
+        if children is None:
             return None
         size = len(children)
 
@@ -176,23 +180,18 @@ def compile_zeros(spec: Any) -> Optional[Callable[[], Any]]:
     """Compiles ``nest.map_structure(lambda s: s.numpy_zeros(()), spec)``."""
     spec_type = type(spec)
     if spec_type is dict:
-        try:
-            keys = sorted(spec)
-        except TypeError:
+        # Each key's zeros, in the spec's key order (that of the packed value).
+        zeros = None if _sorted_keys(spec) is None else _compile_all(
+            lambda k: compile_zeros(spec[k]), list(spec))
+        if zeros is None:
             return None
-        compiled_zeros = [compile_zeros(spec[k]) for k in keys]
-        zeros = [child for child in compiled_zeros if child is not None]
-        if len(zeros) != len(compiled_zeros):
-            return None
-        by_spec_order = [zeros[keys.index(k)] for k in spec]
-        spec_order = list(spec)
-        return lambda: dict(zip(spec_order, [child() for child in by_spec_order]))
+        spec_order, by_key = list(spec), zeros
+        return lambda: dict(zip(spec_order, [child() for child in by_key]))
     if spec_type is tuple or spec_type is list:
-        compiled_zeros = [compile_zeros(s) for s in spec]
-        zeros = [child for child in compiled_zeros if child is not None]
-        if len(zeros) != len(compiled_zeros):
+        items = _compile_all(compile_zeros, list(spec))
+        if items is None:
             return None
-        return lambda: spec_type([child() for child in zeros])
+        return lambda: spec_type([child() for child in items])
     if type(spec) in (TensorSpec, BoundedTensorSpec):
         # numpy_zeros(()) is np.zeros(() + shape, dtype) for these classes.
         shape, dtype = tuple(spec.shape), spec.numpy_dtype
@@ -312,15 +311,9 @@ def compile_info(spec: Any) -> Optional[Converter]:
             return array.astype(dtype)
 
         return fetch_leaf
-    if type(spec) is not dict:
-        return None
-    try:
-        keys = sorted(spec)
-    except TypeError:
-        return None
-    compiled = [compile_info(spec[k]) for k in keys]
-    children = [child for child in compiled if child is not None]
-    if len(children) != len(compiled):
+    keys = _sorted_keys(spec) if type(spec) is dict else None
+    children = None if keys is None else _compile_all(lambda k: compile_info(spec[k]), keys)
+    if keys is None or children is None:
         return None
     if not keys:
         return _no_info  # an empty spec selects nothing from any info
@@ -350,11 +343,8 @@ def compile_raw_info(spec: Any) -> Optional[Callable[[Any], Optional[List[Any]]]
     which it converts to and from exactly) or a Python bool (bool specs),
     which the rows store exactly as ``_env_info`` converts them; ``None`` (per
     info) otherwise, and ``None`` for other specs."""
-    if type(spec) is not dict or not spec:
-        return None
-    try:
-        keys = sorted(spec)
-    except TypeError:
+    keys = _sorted_keys(spec) if type(spec) is dict and spec else None
+    if keys is None:
         return None
     allowed: List[Tuple[Any, Tuple[type, ...]]] = []
     for key in keys:

@@ -1,19 +1,21 @@
-"""Spec accessors answered from specs cached once: :class:`MembersSpecs`.
+"""The specs of a batch of member envs: :class:`BatchSpecs`, owned by a :class:`BatchedEnvironment`.
 
-An environment that batches member environments with identical specs
-(``BatchEnvironmentWrapper``, ``AlfEnvBatch``, ``RayParallelAlfEnvironment``)
-asks one member for its specs when it is made and answers the five spec
-accessors from them; :func:`check_same_specs` names the first member whose
-specs differ (also for ``ParallelAlfEnvironment`` and
-``FastParallelEnvironment``, which keep their workers' specs in an
-``AlfWorkers``: ``front_ends/alf/workers.py``).
+An environment that batches members with identical specs
+(``BatchEnvironmentWrapper``, ``AlfEnvBatch``, ``RayParallelAlfEnvironment``,
+and ``ParallelAlfEnvironment`` / ``FastParallelEnvironment`` through
+``WorkersEnvironment``) asks one member for its specs once, when it is made,
+and passes them with its batch size to :class:`BatchedEnvironment`, which
+answers the spec accessors, ``batched`` and ``batch_size`` from them;
+:func:`check_same_specs` names the first member whose specs differ.
 """
 
-from typing import Any, Sequence, Tuple
+from typing import Any, NamedTuple, Sequence
 
 from alf_env.data_structures import TimeStep
+from alf_env.environments.alf_environment import AlfEnvironment
 
-__all__ = ["SPEC_METHODS", "SAME_SPECS", "MembersSpecs", "spec_values", "check_same_specs"]
+__all__ = ["SPEC_METHODS", "SAME_SPECS", "BatchSpecs", "BatchedEnvironment",
+           "check_same_specs"]
 
 # The spec accessors of an AlfEnvironment, in the order they are asked.
 SPEC_METHODS = ("observation_spec", "action_spec", "reward_spec", "env_info_spec",
@@ -25,64 +27,67 @@ SAME_SPECS = ("observation_spec", "action_spec", "reward_spec", "env_info_spec",
               "batched", "batch_size")
 
 
-class MembersSpecs:
-    """The spec accessors of an env that batches members with identical specs.
+class BatchSpecs(NamedTuple):
+    """The specs every member of one batch has (:data:`SPEC_METHODS` order), and
+    the number of rows they are answered for (a member's or the batch's)."""
+    observation: Any
+    action: Any
+    reward: Any
+    env_info: Any
+    time_step: TimeStep
+    batch_size: int
 
-    The specs are kept in ``_observation_spec``, ``_action_spec``,
-    ``_reward_spec``, ``_env_info_spec`` and ``_time_step_spec``:
-    :meth:`_cache_specs` asks a member for them, or a subclass sets them itself.
+    @classmethod
+    def of(cls, member: Any, batch_size: int) -> "BatchSpecs":
+        """``member``'s specs (an env or a ``ProcessEnvironment``), for ``batch_size`` rows."""
+        return cls(member.observation_spec(), member.action_spec(), member.reward_spec(),
+                   member.env_info_spec(), member.time_step_spec(), batch_size)
+
+
+class BatchedEnvironment(AlfEnvironment):
+    """A batched ``AlfEnvironment`` whose specs and batch size are one :class:`BatchSpecs`.
+
+    The spec accessors answer for one row, ``batched`` is ``True`` and
+    ``batch_size`` is ``specs.batch_size``. A subclass passes the specs once
+    its members are made and steps, seeds and closes them itself.
+
+    Args:
+        specs: the members' specs, with the batch's batch size.
     """
 
-    _observation_spec: Any
-    _action_spec: Any
-    _reward_spec: Any
-    _env_info_spec: Any
-    _time_step_spec: TimeStep
-
-    def _cache_specs(self, member: Any) -> None:
-        """Asks ``member`` for its specs (in :data:`SPEC_METHODS` order) and keeps them.
-
-        Args:
-            member: an env (or a ``ProcessEnvironment``) with the five spec
-                accessors.
-        """
-        self._keep_specs(spec_values(member))
-
-    def _keep_specs(self, values: Sequence[Any]) -> None:
-        """Keeps the five specs, given in :data:`SPEC_METHODS` order
-        (:func:`spec_values` of a member, e.g. one in another process)."""
-        (self._observation_spec, self._action_spec, self._reward_spec,
-         self._env_info_spec, self._time_step_spec) = values
+    def __init__(self, specs: BatchSpecs) -> None:
+        super().__init__()
+        self.__specs = specs
 
     def observation_spec(self) -> Any:
         """The members' observation spec."""
-        return self._observation_spec
+        return self.__specs.observation
 
     def action_spec(self) -> Any:
-        """The members' action spec."""
-        return self._action_spec
+        """The members' action spec (of one row)."""
+        return self.__specs.action
 
     def reward_spec(self) -> Any:
         """The members' reward spec."""
-        return self._reward_spec
+        return self.__specs.reward
 
     def env_info_spec(self) -> Any:
         """The members' env info spec."""
-        return self._env_info_spec
+        return self.__specs.env_info
 
     def time_step_spec(self) -> TimeStep:
-        """The members' time step spec."""
-        return self._time_step_spec
+        """The members' time step spec (of one row)."""
+        return self.__specs.time_step
 
+    @property
+    def batched(self) -> bool:
+        """``True``: inputs and outputs have a leading batch dimension."""
+        return True
 
-def spec_values(member: Any) -> Tuple[Any, ...]:
-    """The five specs of ``member``, in :data:`SPEC_METHODS` order.
-
-    Args:
-        member: an env (or a ``ProcessEnvironment``) with the five spec
-            accessors.
-    """
-    return tuple(getattr(member, name)() for name in SPEC_METHODS)
+    @property
+    def batch_size(self) -> int:
+        """The rows of a time step (``specs.batch_size``)."""
+        return self.__specs.batch_size
 
 
 def check_same_specs(members: Sequence[Any], names: Sequence[str] = SAME_SPECS,

@@ -14,6 +14,7 @@ import torch
 
 from alf_env import nest
 from alf_env.data_structures import StepType, TimeStep, generate_time_step
+from alf_env.dtypes import to_numpy
 from alf_env.environments.alf_environment import AlfEnvironment
 from alf_env.tensor_specs import BoundedTensorSpec, TensorSpec
 
@@ -179,9 +180,7 @@ class RandomAlfEnvironment(AlfEnvironment):
                 f"action does not match the action spec: {err}") from None
 
         def convert(path: str, spec: TensorSpec, leaf: Any) -> np.ndarray:
-            if torch.is_tensor(leaf):
-                leaf = leaf.detach().cpu().numpy()
-            array = np.asarray(leaf)
+            array = np.asarray(to_numpy(leaf))
             expected = self._outer + tuple(spec.shape)
             if array.shape != expected:
                 if self._outer and (array.shape == tuple(spec.shape)
@@ -204,10 +203,8 @@ class RandomAlfEnvironment(AlfEnvironment):
     def _reward(self, step_type: np.int32, action: Any, observation: Any) -> np.ndarray:
         if self._reward_fn is None:
             return np.zeros(self._outer, dtype=np.float32)
-        reward = self._reward_fn(step_type, action, observation)
-        if torch.is_tensor(reward):
-            reward = reward.detach().cpu().numpy()
-        reward = np.asarray(reward, dtype=np.float32)
+        reward = np.asarray(to_numpy(self._reward_fn(step_type, action, observation)),
+                            dtype=np.float32)
         if reward.shape != self._outer:
             raise ValueError(f"reward_fn: expected a reward of shape {self._outer}, "
                              f"got shape {reward.shape}")

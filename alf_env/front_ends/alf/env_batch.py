@@ -44,7 +44,12 @@ from alf_env.control_plane.remote import RemoteMethod, mark_raised_by
 from alf_env.control_plane.worker import close_each, construct_env
 from alf_env.data_structures import StepType, TimeStep
 from alf_env.environments.alf_environment import AlfEnvironment
-from alf_env.environments.members_specs import SPEC_METHODS, MembersSpecs, check_same_specs
+from alf_env.environments.members_specs import (
+    SPEC_METHODS,
+    BatchedEnvironment,
+    BatchSpecs,
+    check_same_specs,
+)
 from alf_env.front_ends.alf.alf_rows import MemberEnvs
 
 
@@ -86,7 +91,7 @@ def build_members(env_constructors: Sequence[Callable[..., Any]], first_id: int,
     return [f.result() for f in futures]
 
 
-class AlfEnvBatch(MembersSpecs, AlfEnvironment, MemberEnvs):
+class AlfEnvBatch(BatchedEnvironment, MemberEnvs):
     """The envs of one worker, batched in order (see the module docstring).
 
     The :class:`~alf_env.front_ends.alf.alf_rows.MemberEnvs` that the job
@@ -106,7 +111,6 @@ class AlfEnvBatch(MembersSpecs, AlfEnvironment, MemberEnvs):
 
     def __init__(self, env_constructors: Sequence[Callable[..., Any]],
                  env_id: Optional[int] = None, *, build_concurrently: bool = False) -> None:
-        super().__init__()
         first_id = env_id or 0
         self._first_id = first_id
         self._members: List[AlfEnvironment] = build_members(env_constructors, first_id,
@@ -119,7 +123,7 @@ class AlfEnvBatch(MembersSpecs, AlfEnvironment, MemberEnvs):
         first = self._members[0]
         self._member_batched = bool(first.batched)
         self._member_rows = first.batch_size if self._member_batched else 1
-        self._cache_specs(first)
+        super().__init__(BatchSpecs.of(first, len(self._members) * self._member_rows))
         self._combine = np.concatenate if self._member_batched else np.stack
         # member -> its FIRST time step, from a reset run after its LAST step.
         self._pending_first: Dict[int, TimeStep] = {}
@@ -134,14 +138,6 @@ class AlfEnvBatch(MembersSpecs, AlfEnvironment, MemberEnvs):
     def members(self) -> List[AlfEnvironment]:
         """The member envs, in row order."""
         return self._members
-
-    @property
-    def batched(self) -> bool:
-        return True
-
-    @property
-    def batch_size(self) -> int:
-        return len(self._members) * self._member_rows
 
     # -- stepping ---------------------------------------------------------------
 

@@ -16,12 +16,12 @@ front end's ``step`` and ``reset`` read from top to bottom in its own file:
   of the ALF API they answer the same way (specs, batch size, seeding's
   checks, ``render``, ``sync_progress``, ...) from the workers, guard and slots
   each passes it;
-* :class:`BatchSpecs` and :func:`check_seeds`.
+* :func:`check_seeds`.
 """
 
 import abc
 import functools
-from typing import Any, Callable, List, NamedTuple, Optional, Protocol, Sequence, TypeVar
+from typing import Any, Callable, List, Optional, Protocol, Sequence, TypeVar
 
 from alf_env.control_plane.affinity import (
     WorkerCpus,
@@ -36,9 +36,7 @@ from alf_env.control_plane.launch import close_all, start_environments
 from alf_env.control_plane.process_environment import ProcessEnvironment
 from alf_env.control_plane.restart import RestartBudget, RestartPolicy, describe_death
 from alf_env.control_plane.shutdown import close_when_collected
-from alf_env.data_structures import TimeStep
-from alf_env.environments.alf_environment import AlfEnvironment
-from alf_env.environments.members_specs import check_same_specs, spec_values
+from alf_env.environments.members_specs import BatchedEnvironment, BatchSpecs, check_same_specs
 from alf_env.errors import (
     EnvironmentClosedError,
     EnvironmentProcessError,
@@ -50,15 +48,6 @@ __all__ = ["AlfWorkers", "BatchSpecs", "CallGuard", "Slots", "WorkersEnvironment
            "check_seeds"]
 
 _T = TypeVar("_T")
-
-
-class BatchSpecs(NamedTuple):
-    """The specs every env of one batch has (in ``SPEC_METHODS`` order)."""
-    observation: Any
-    action: Any
-    reward: Any
-    env_info: Any
-    time_step: TimeStep
 
 
 class CallGuard:
@@ -236,8 +225,8 @@ class AlfWorkers:
                     "num_spare_envs_for_reload: spares replace one env at the end of "
                     "its episode, which needs unbatched envs; got batched envs of "
                     f"batch size {batch_size}; use 0 spares")
-            #: The specs of every worker's env.
-            self.specs = BatchSpecs(*spec_values(first))
+            #: The specs of every worker's env (and its rows).
+            self.specs = BatchSpecs.of(first, batch_size)
         except BaseException:
             self.close()
             raise
@@ -309,7 +298,7 @@ class Slots(Protocol):
     slot_env: List[int]
 
 
-class WorkersEnvironment(NotCopyable, AlfEnvironment):
+class WorkersEnvironment(NotCopyable, BatchedEnvironment):
     """A batched ``AlfEnvironment`` over the worker processes of an :class:`AlfWorkers`.
 
     The part of the ALF API that ``ParallelAlfEnvironment`` and
@@ -330,40 +319,11 @@ class WorkersEnvironment(NotCopyable, AlfEnvironment):
 
     def __init__(self, workers: AlfWorkers, guard: CallGuard, slots: Slots,
                  num_envs: int) -> None:
-        super().__init__()
+        # The rows of a time step: the slots times each env's own batch size.
+        super().__init__(workers.specs._replace(
+            batch_size=slots.num_slots * workers.env_batch_size))
         self.__workers, self.__guard, self.__slots = workers, guard, slots
         self.__num_envs = num_envs
-        self.__batch_size = slots.num_slots * workers.env_batch_size
-
-    def observation_spec(self) -> Any:
-        """The envs' observation spec."""
-        return self.__workers.specs.observation
-
-    def action_spec(self) -> Any:
-        """The envs' action spec (of one row)."""
-        return self.__workers.specs.action
-
-    def reward_spec(self) -> Any:
-        """The envs' reward spec."""
-        return self.__workers.specs.reward
-
-    def env_info_spec(self) -> Any:
-        """The envs' env info spec."""
-        return self.__workers.specs.env_info
-
-    def time_step_spec(self) -> TimeStep:
-        """The envs' time step spec (of one row)."""
-        return self.__workers.specs.time_step
-
-    @property
-    def batched(self) -> bool:
-        """``True``: time steps have a leading batch dimension."""
-        return True
-
-    @property
-    def batch_size(self) -> int:
-        """The rows of a time step: the slots times each env's own batch size."""
-        return self.__batch_size
 
     @property
     def is_tensor_based(self) -> bool:

@@ -59,15 +59,6 @@ ARRAY, NUMPY_SCALAR, PY_SCALAR, LIST, TUPLE = range(5)
 DEFAULT = 0
 
 
-def _code(container: int, dtype: np.dtype) -> int:
-    return 1 + container * len(ITEM_DTYPES) + _DTYPE_INDEX[dtype.str]
-
-
-def _decode_code(code: int) -> Tuple[int, np.dtype]:
-    container, index = divmod(code - 1, len(ITEM_DTYPES))
-    return container, ITEM_DTYPES[index]
-
-
 def _not_iterable(values: Any, n: int) -> TypeError:
     # gymnasium's iterate() words it so; tests match both with one pattern.
     return TypeError(f"Unable to iterate over the following elements: {values} (expected "
@@ -133,7 +124,8 @@ class ItemRows:
         key = kind.tobytes()
         known = self._kinds_seen.get(key)
         if known is None:
-            container, dtype = _decode_code(int(kind[0]))
+            container, index = divmod(int(kind[0]) - 1, len(ITEM_DTYPES))  # see ItemNode._kind
+            dtype = ITEM_DTYPES[index]
             shape = tuple(int(d) for d in kind[2:2 + int(kind[1])])
             known = self._kinds_seen[key] = (container, self.typed(dtype), shape,
                                              int(np.prod(shape, dtype=np.int64)))
@@ -329,7 +321,7 @@ class ItemNode(Node):
             default_container = NUMPY_SCALAR if not self.shape else ARRAY
             if not (container == default_container and dtype == self.dtype
                     and tuple(shape) == self.shape):
-                kind[0] = _code(container, dtype)
+                kind[0] = 1 + container * len(ITEM_DTYPES) + _DTYPE_INDEX[dtype.str]
                 kind[1] = len(shape)
                 kind[2:2 + len(shape)] = shape
         return kind

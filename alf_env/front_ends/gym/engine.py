@@ -88,17 +88,16 @@ class JobEngine:
     # -- stepping ---------------------------------------------------------------------
 
     def send(self, actions: Any, env_ids: Optional[npt.ArrayLike],
-             received: Optional[Tuple[Rows, List[int]]] = None) -> None:
+             received: Optional[Tuple[np.ndarray, Rows, List[int]]] = None) -> None:
         """Checks ids and actions, writes the actions, posts STEP to their workers
-        (``env_ids=None``: every env; ``received``: the ``(rows, workers)`` of the
-        ids of the last recv(), checked then, so only their idleness is checked)."""
+        (``env_ids=None``: every env, or ``received``: :attr:`last_received`,
+        checked then, so only their idleness is checked)."""
         rows: Rows
-        if env_ids is None:
-            ids, rows, workers = self._all_ids, self._all_rows, self._all_workers
-        elif received is not None:
-            ids = np.asarray(env_ids)  # the ids of the last recv(): an array already
-            rows, workers = received
+        if received is not None:
+            ids, rows, workers = received
             self._check_idle(workers)
+        elif env_ids is None:
+            ids, rows, workers = self._all_ids, self._all_rows, self._all_workers
         else:
             ids = rows = self.check_ids(env_ids)
             workers = sorted(set(self._row_worker[ids].tolist()))

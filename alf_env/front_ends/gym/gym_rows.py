@@ -1,41 +1,38 @@
 """The worker side of :class:`alf_env.vector.FastVectorEnv`.
 
-A worker process hosts a :class:`GymEnvBatch` (``envs_per_worker`` gymnasium
-envs, built from their ``env_fns`` by ``ProcessEnvironment``) and, once in the
-job loop, a :class:`GymRowsHandler` (a
+A worker process hosts a :class:`GymEnvBatch` (its gymnasium envs) and, once
+in the job loop, a :class:`GymRowsHandler` (a
 :class:`~alf_env.data_plane.handlers.JobHandler`) that runs STEP and RESET jobs:
 
 * it reads each env's action from the shared action rows, steps the env,
   auto-resets it as the autoreset mode says (exactly like ``SyncVectorEnv``),
   and writes observation, reward, terminated and truncated into the env's rows;
 * the fixed-size part of each env's info dict goes into the env's info area
-  (:class:`~alf_env.front_ends.gym.info_codec.InfoEncoder`), the id of its layout into the
-  env's ``info_layout`` row;
-* whatever has no fixed size - info values that do not fit a layout, the
-  observation leaves of spaces such as Graph and Sequence - and the
-  signatures of layouts learned during the job go into one *report* per job:
-  ``({local env index: (info payload or None, pipe leaves or None)},
-  [(layout id, signature), ...])`` sent on the pipe as an unsolicited
+  (:class:`~alf_env.front_ends.gym.info_codec.InfoEncoder`), the id of its
+  layout into the env's ``info_layout`` row;
+* whatever has no fixed size (info values that do not fit a layout, the
+  observation leaves of spaces such as Graph and Sequence) and the signatures
+  of layouts learned during the job go into one *report* per job
+  (:data:`Report`, with the new layouts) sent on the pipe as an unsolicited
   ``RESULT``; the env's ``report`` flag row says it has an entry. A job whose
   envs return empty infos, or infos of layouts already learned with no pipe
   values, sends nothing on the pipe.
 
 Reports up to ``INLINE_REPORT_BYTES`` are sent before the job is reported
 finished. A larger one could fill the pipe's buffer while the parent still
-waits for the job, so it is handed to a sender thread and the job finishes
-at once; the parent reads the report right after it sees the job finish,
-before it sends this worker anything else, so pipe order is kept.
-
-Reset arguments that are not the default (seeds, options, ``reset_mask``)
-reach the worker on the pipe first (``GymEnvBatch.stage_reset``), and the RESET
-job's argument says to use them (``RESET_STAGED``).
+waits for the job, so a sender thread sends it and the job finishes at once;
+the parent reads the report right after it sees the job finish, before it
+sends this worker anything else, so pipe order is kept. Reset arguments that
+are not the default reach the worker on the pipe first
+(``GymEnvBatch.stage_reset``), and the RESET job's argument says to use them
+(``RESET_STAGED``).
 """
 
 import copy
 import multiprocessing.connection
 import threading
 from multiprocessing.reduction import ForkingPickler
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 import gymnasium as gym
 import numpy as np
@@ -61,6 +58,9 @@ INLINE_REPORT_BYTES = 32 * 1024
 #: A job's report, by local env: its info payload and its observation's pipe leaves
 #: (what ``ResultAssembler.collect_reports`` reads in the parent).
 Report = Dict[int, Tuple[Payload, Optional[List[Any]]]]
+
+#: One env's answer: ``(obs, reward, terminated, truncated, info)``.
+EnvResult = Tuple[Any, Any, Any, Any, Dict[str, Any]]
 
 #: One env's call of ``call_envs``: ``(args, kwargs)``.
 EnvCall = Tuple[Tuple[Any, ...], Dict[str, Any]]
@@ -108,32 +108,33 @@ class EnvRows:
         self.info = views[INFO_FIELD] if INFO_FIELD in views else None
 
 
-class StagedReset:
-    """What the next ``RESET_STAGED`` job does, per local env.
-
-    Attributes:
-        seeds: a seed (or ``None``) per local env.
-        options: the options passed to every reset env's ``reset``.
-        mask: which local envs to reset.
-    """
-
-    def __init__(self, seeds: Sequence[Optional[int]], options: Optional[Dict[str, Any]],
-                 mask: Iterable[bool]) -> None:
-        self.seeds = list(seeds)
-        self.options = options
-        self.mask = [bool(m) for m in mask]
+class StagedReset(NamedTuple):
+    """What the next ``RESET_STAGED`` job does, per local env."""
+    #: A seed (or ``None``) per local env.
+    seeds: Sequence[Optional[int]]
+    #: The options passed to every reset env's ``reset``.
+    options: Optional[Dict[str, Any]]
+    #: Which local envs to reset.
+    mask: Union[Sequence[bool], np.ndarray]
 
 
 class GymEnvBatch:
     """The object a worker serves: its envs, and the pipe-side operations on them.
 
+    Which path serves the envs is known only once their spaces are
+    (``describe``): the shared-memory path runs a :class:`GymRowsHandler` on
+    these envs, the pipe path (:mod:`~alf_env.front_ends.gym.pipe_path`) calls
+    :meth:`step` and :meth:`reset` over the pipe.
+
     Args:
         env_fns: constructors of this worker's envs.
         env_id: index of the first env (given by ``ProcessEnvironment``).
+        autoreset_mode: a ``gymnasium.vector.AutoresetMode`` (the pipe path's).
     """
 
-    def __init__(self, env_fns: Sequence[Callable[[], gym.Env]],
-                 env_id: Optional[int] = None) -> None:
+    def __init__(self, env_fns: Sequence[Callable[[], gym.Env]], env_id: Optional[int] = None,
+                 autoreset_mode: gym.vector.AutoresetMode = gym.vector.AutoresetMode.NEXT_STEP
+                 ) -> None:
         self.first_env = env_id or 0
         self.envs: List[gym.Env] = []
         try:
@@ -148,6 +149,9 @@ class GymEnvBatch:
         #: Each env's step times (the worker answers ``timings()`` from it;
         #: control_plane/step_timings.py), kept by whichever path steps the envs.
         self.step_clock = StepClock(len(self.envs))
+        self.autoreset = Autoreset(autoreset_mode, len(self.envs))
+        self._observation: Optional[SpaceLayout] = None
+        self._scratch: List[np.ndarray] = []
 
     def describe(self) -> List[Tuple[gym.Space[Any], gym.Space[Any]]]:
         """``(observation_space, action_space)`` of each env."""
@@ -191,19 +195,76 @@ class GymEnvBatch:
         """Stores the arguments of the next ``RESET_STAGED`` job."""
         self.staged = staged
 
-    def take_reset(self, arg: int) -> StagedReset:
-        """What a RESET job with argument ``arg`` does: the staged reset
-        (``RESET_STAGED``, used up), else every env with no seed and no options."""
-        if arg == RESET_STAGED:
-            staged, self.staged = self.staged, None
-            assert staged is not None  # stage_reset() came first
-            return staged
+    def check_observations(self, layout: SpaceLayout) -> None:
+        """From now on (the pipe path), checks each observation against ``layout``
+        (shape and dtype, as the shared-memory path writes them), so that one
+        that does not fit is refused here, naming its env, as there."""
+        self._observation = layout
+        self._scratch = layout.views({name: np.zeros((1, *shape), dtype)
+                                      for name, shape, dtype in layout.fields})
+
+    def step(self, actions: Sequence[Any]) -> List[EnvResult]:
+        """The pipe path's STEP: steps env ``k`` with ``actions[k]`` under the
+        autoreset rule; their results."""
+        results = []
+        now, record = self.step_clock.now, self.step_clock.record
+        for k, (env, action) in enumerate(zip(self.envs, actions)):
+            try:
+                start = now()
+                result = self.autoreset.step(k, env, action)
+                record(k, now() - start)
+            except Exception as exc:
+                name_env(exc, self.first_env + k, "step")
+                raise
+            results.append(result)
+            if self._observation is not None:
+                check_observation(self._observation, self._scratch, 0, result[0],
+                                  self.first_env + k)
+        return results
+
+    def reset(self, arg: int, autoreset: Optional["Autoreset"] = None
+              ) -> List[Optional[EnvResult]]:
+        """Runs a RESET job with argument ``arg``: the staged reset (``RESET_STAGED``,
+        used up), else every env with no seed and no options. Per env, its
+        result, or ``None`` for an env that ``reset_mask`` left alone.
+
+        Args:
+            autoreset: the rule whose state the resets clear (default: the pipe path's).
+        """
+        autoreset = autoreset or self.autoreset
         n = len(self.envs)
-        return StagedReset([None] * n, None, [True] * n)
+        staged = StagedReset([None] * n, None, [True] * n)
+        if arg == RESET_STAGED:
+            assert self.staged is not None  # stage_reset() came first
+            staged, self.staged = self.staged, None
+        results: List[Optional[EnvResult]] = []
+        for k, env in enumerate(self.envs):
+            if not staged.mask[k]:
+                results.append(None)
+                continue
+            try:
+                obs, info = autoreset.reset(k, env, staged.seeds[k], staged.options)
+            except Exception as exc:
+                name_env(exc, self.first_env + k, "reset")
+                raise
+            if self._observation is not None:
+                check_observation(self._observation, self._scratch, 0, obs, self.first_env + k)
+            results.append((obs, 0.0, False, False, info))
+        return results
 
     def close(self) -> None:
         """Closes every env (all of them, even if one raises; the first error wins)."""
         close_each(self.envs)
+
+
+def check_observation(layout: SpaceLayout, views: Sequence[np.ndarray], row: int, obs: Any,
+                      env: int) -> List[Any]:
+    """``layout.write_row(views, row, obs)``, its ``ValueError`` naming ``env``."""
+    try:
+        return layout.write_row(views, row, obs)
+    except ValueError as exc:
+        raise ValueError(f"env {env} returned an observation that does not fit its "
+                         f"observation space {layout.space}: {exc}") from None
 
 
 class Autoreset:
@@ -211,10 +272,6 @@ class Autoreset:
 
     Shared by :class:`GymRowsHandler` (shared memory) and the pipe path of
     ``FastVectorEnv``, so that both step and reset an env exactly alike.
-
-    Args:
-        mode: a ``gymnasium.vector.AutoresetMode``.
-        num_envs: envs of the worker.
 
     Attributes:
         step: ``step(k, env, action) -> (obs, reward, terminated, truncated,
@@ -231,7 +288,7 @@ class Autoreset:
 
     def reset(self, k: int, env: gym.Env, seed: Optional[int],
               options: Optional[Dict[str, Any]]) -> Tuple[Any, Dict[str, Any]]:
-        """Resets local env ``k``; returns ``(obs, info)``."""
+        """Resets local env ``k``: ``(obs, info)``."""
         obs, info = env.reset(seed=seed, options=options)
         self.needs_reset[k] = False
         return obs, info
@@ -372,19 +429,15 @@ class GymRowsHandler:
 
     def reset(self, arg: int) -> None:
         """Resets the envs (all, or what ``stage_reset`` said) and writes their rows."""
-        envs = self._group.envs
-        staged = self._group.take_reset(arg)
         report: Report = {}
         begin = self.rows[0]
-        for k, env in enumerate(envs):
-            row = begin + k
-            if not staged.mask[k]:
-                self._rows.report[row] = False
+        for k, result in enumerate(self._group.reset(arg, self._autoreset)):
+            if result is None:  # left alone by reset_mask
+                self._rows.report[begin + k] = False
                 self._marks[k] = None
                 continue
             try:
-                obs, info = self._autoreset.reset(k, env, staged.seeds[k], staged.options)
-                self._write(k, row, obs, 0.0, False, False, info, report)
+                self._write(k, begin + k, *result, report)
             except Exception as exc:
                 name_env(exc, self._group.first_env + k, "reset")
                 raise
@@ -398,13 +451,9 @@ class GymRowsHandler:
         if (self._exact_rows is not None and self._write_exact(
                 self._exact_rows[k], k, row, obs, reward, terminated, truncated, info)):
             return
-        try:
-            pipe_leaves = self.observation.write_row(self._rows.obs, row, obs)
-        except ValueError as exc:
-            raise ValueError(f"env {self._group.first_env + k} returned an observation "
-                             f"that does not fit its observation space "
-                             f"{self.observation.space}: {exc}") from None
         rows = self._rows
+        pipe_leaves = check_observation(self.observation, rows.obs, row, obs,
+                                        self._group.first_env + k)
         rows.reward[row] = reward
         rows.terminated[row] = terminated
         rows.truncated[row] = truncated

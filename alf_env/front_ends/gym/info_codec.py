@@ -7,19 +7,12 @@ part of it through a per-env byte area of the shared block instead.
 
 Design
 ------
-A *signature* describes one info dict: its keys in order, each with a
-*kind*: the value's exact Python type, numpy dtype and shape when the value
-has a fixed size, or ``PIPE`` when it has not
-(:mod:`~alf_env.front_ends.gym.info_layout` defines both, and layouts)::
+A *signature* describes one info dict, key by key: fixed-size values (numbers,
+numeric arrays) by their exact type, dtype and shape, anything else as a pipe
+value (:mod:`~alf_env.front_ends.gym.info_layout` defines both, and layouts)::
 
     (("x_position", (float, "<f8", ())), ("lives", (int, "<i8", ())),
      ("final_obs", PIPE))
-
-Fixed-size values are Python ``int`` / ``float`` / ``bool``, numpy numbers
-(``np.float32(1)``, ...) and numeric or boolean ``np.ndarray``s. Everything
-else (str, None, nested dicts, object arrays, numpy bools, any key that is
-not a str, and the key ``final_obs``, which gymnasium batches as an object
-array) is a pipe value.
 
 A *layout* is a signature placed in the env's info area: a numpy structured
 dtype with one field per fixed-size key. Each worker learns layouts from what
@@ -70,15 +63,6 @@ MAX_LAYOUTS = 64
 Payload = Union[None, Dict[Any, Any], List[Any]]
 
 
-class _EnvCache:
-    """The layout of one env's last info (the worker's fast check)."""
-    __slots__ = ("layout", "lid")
-
-    def __init__(self) -> None:
-        self.layout: Optional[InfoLayout] = None
-        self.lid = 0
-
-
 class InfoEncoder:
     """The worker side: packs each env's info into its row of the info area.
 
@@ -94,7 +78,8 @@ class InfoEncoder:
         self.capacity = capacity
         self._by_signature: Dict[Signature, int] = {}
         self._layouts = [InfoLayout((), 0)]  # layout id 0: the info cannot be packed
-        self._cache = [_EnvCache() for _ in range(num_envs)]
+        # Per env, the layout of its last packed info and its id (the fast check).
+        self._cache: List[Tuple[Optional[InfoLayout], int]] = [(None, 0)] * num_envs
         self._records: Dict[int, np.ndarray] = {}
         self._warned = False
         for signature in declared:  # layout ids 1, 2, ... (the parent numbers them alike)
@@ -124,14 +109,13 @@ class InfoEncoder:
         the layout of its last packed info and no pipe values (the common
         step, which the caller may then store itself); ``None`` otherwise
         (ask :meth:`encode`)."""
-        cache = self._cache[k]
-        layout = cache.layout
+        layout, lid = self._cache[k]
         if layout is None or layout.pipe:
             return None
         values = tuple(info.values())
         if not layout.matches(tuple(info), values):
             return None
-        return cache.lid, layout, layout.record_values(values)
+        return lid, layout, layout.record_values(values)
 
     def record_rows(self, lid: int, info_view: Optional[np.ndarray]) -> np.ndarray:
         """Every row of ``info_view`` (the block's ``info`` field) seen as a record
@@ -145,44 +129,34 @@ class InfoEncoder:
 
     def encode(self, k: int, info: Dict[Any, Any], info_view: Optional[np.ndarray], row: int,
                new_layouts: List[Tuple[int, Signature]]) -> Tuple[int, Payload]:
-        """Packs env ``k``'s ``info`` into ``info_view[row]``.
-
-        Args:
-            k: the env's index in the worker.
-            info: what the env returned.
-            info_view: the block's ``info`` field (``(num_rows, capacity)`` uint8).
-            row: the env's row.
-            new_layouts: a layout learned now is appended here, to go home.
-
-        Returns:
-            ``(layout id, payload)``: the id to write in the env's
-            ``info_layout`` row and what goes on the pipe for it.
-        """
+        """Packs the ``info`` of the worker's env ``k`` into row ``row`` of
+        ``info_view`` (the block's ``info`` field); a layout learned now is
+        appended to ``new_layouts``, to go home. Returns ``(layout id,
+        payload)``: the id for the env's ``info_layout`` row and what goes on the pipe."""
         if not info:
             return 0, None
         if self.capacity <= 0:
             return 0, info
-        cache = self._cache[k]
         keys = tuple(info)
         values = list(info.values())
-        layout = cache.layout
+        layout, lid = self._cache[k]
         if layout is None or not layout.matches(keys, values):
             signature = signature_of(info)
             known = signature in self._by_signature
             lid = self._learn(signature)
             if not lid:
-                cache.layout, cache.lid = None, 0
+                self._cache[k] = (None, 0)
                 return 0, info
             layout = self._layouts[lid]
-            cache.layout, cache.lid = layout, lid
+            self._cache[k] = (layout, lid)
             if not known:
                 new_layouts.append((lid, signature))
-        records = self.record_rows(cache.lid, info_view)
+        records = self.record_rows(lid, info_view)
         try:
             records[row] = layout.record_values(values)
         except (OverflowError, ValueError, TypeError):
             return 0, info  # e.g. an int beyond int64: this step's info on the pipe
-        return cache.lid, layout.pipe_values(values)
+        return lid, layout.pipe_values(values)
 
 
 class InfoDecoder:
@@ -263,24 +237,21 @@ class InfoDecoder:
 
     def _shared_layout(self, rows: Union[slice, np.ndarray], lids: np.ndarray) -> int:
         """What the envs of ``rows`` have: the global id of the one pure layout
-        they all share, 0 if none has an info, -1 otherwise."""
-        if not lids.any():
-            return 0
-        gids = self._table[self._row_worker[rows], lids]
-        gid = int(gids[0])
-        return gid if gid and self._pure[gid] and (gids == gid).all() else -1
-
-    def _remembered_layout(self, rows: Union[slice, np.ndarray], lids: np.ndarray) -> int:
-        """:meth:`_shared_layout`, remembered for a slice of rows (e.g. the whole
-        batch) and what its ``info_layout`` rows say."""
-        if not isinstance(rows, slice):
-            return self._shared_layout(rows, lids)
-        seen = (rows.start, rows.stop, rows.step, lids.tobytes())
-        gid = self._whole_batch.get(seen)
-        if gid is None:
-            gid = self._shared_layout(rows, lids)
-            if gid >= 0:
-                self._whole_batch[seen] = gid
+        they all share, 0 if none has an info, -1 otherwise (remembered for a
+        slice of rows, e.g. the whole batch, and what its ``info_layout`` rows say)."""
+        seen = None
+        if isinstance(rows, slice):
+            seen = (rows.start, rows.stop, rows.step, lids.tobytes())
+            known = self._whole_batch.get(seen)
+            if known is not None:
+                return known
+        gid = 0
+        if lids.any():
+            gids = self._table[self._row_worker[rows], lids]
+            gid = int(gids[0])
+            gid = gid if gid and self._pure[gid] and (gids == gid).all() else -1
+        if seen is not None and gid >= 0:
+            self._whole_batch[seen] = gid
         return gid
 
     def _batch_shared(self, gid: int, rows: Union[slice, np.ndarray],
@@ -338,7 +309,7 @@ class InfoDecoder:
         """
         if not payloads and include is None:
             # The common steps: no env has an info, or all share one pure layout.
-            gid = self._remembered_layout(rows, self._lid[rows])
+            gid = self._shared_layout(rows, self._lid[rows])
             if gid == 0:
                 return [{} for _ in row_list]
             if gid > 0:
@@ -367,20 +338,14 @@ class InfoDecoder:
     def batch(self, rows: Union[slice, np.ndarray], row_list: List[int],
               payloads: Dict[int, Payload],
               include: Optional[Sequence[int]] = None) -> Dict[str, Any]:
-        """The batched info of ``rows`` (position ``i``: row ``row_list[i]``).
-
-        Args:
-            rows: the rows, as a slice or an index array.
-            row_list: the same rows as ints.
-            payloads: pipe payload of each row that has one.
-            include: only these rows have an info (default: all).
-        """
+        """The batched info of ``rows`` (position ``i``: row ``row_list[i]``);
+        the arguments are :meth:`each`'s."""
         n = len(row_list)
         infos: Dict[str, Any] = {}
         lids = self._lid[rows]
         if not payloads and include is None:
             # The common steps: no env has an info, or all share one pure layout.
-            gid = self._remembered_layout(rows, lids)
+            gid = self._shared_layout(rows, lids)
             if gid == 0:
                 return infos
             if gid > 0:

@@ -58,9 +58,7 @@ class InfoLayout:
     """A signature placed in an env's info area.
 
     Attributes:
-        signature: the signature.
-        keys: the keys, in order.
-        kinds: the kind of each key.
+        keys: the keys, in order (a tuple).
         dtype: structured dtype of the info area (``itemsize`` = the area's
             size) with a field ``f<i>`` for each fixed-size key ``i``.
         shm: ``[(position, key, field name, kind)]`` of the fixed-size keys.
@@ -70,9 +68,7 @@ class InfoLayout:
     """
 
     def __init__(self, signature: Signature, capacity: int) -> None:
-        self.signature = signature
-        self.keys = [key for key, _ in signature]
-        self.kinds = [kind for _, kind in signature]
+        self.keys = tuple(key for key, _ in signature)
         self.shm: List[Tuple[int, Any, str, Tuple[type, str, Tuple[int, ...]]]] = []
         self.pipe: List[int] = []
         names, formats, offsets, offset = [], [], [], 0
@@ -99,14 +95,13 @@ class InfoLayout:
         self._all_shm = self._shm_positions == list(range(len(self.keys)))
         self._array_checks = [(i, np.dtype(kind[1]), kind[2]) for i, _, _, kind in self.shm
                               if kind[0] is np.ndarray]
-        self._types = tuple(kind[0] if kind != PIPE else None for kind in self.kinds)
-        self._keys = tuple(self.keys)
+        self._types = tuple(kind[0] if kind != PIPE else None for _, kind in signature)
         # Scalars only (no arrays, no pipe values): the types say it all.
         self._scalars_only = not self.pipe and not self._array_checks
 
     def matches(self, keys: Tuple[Any, ...], values: Sequence[Any]) -> bool:
         """Whether an info with these keys and values has this layout's signature."""
-        if keys != self._keys:
+        if keys != self.keys:
             return False
         if self._scalars_only:
             return tuple(map(type, values)) == self._types
@@ -135,7 +130,7 @@ class InfoLayout:
     def decode(self, record: Any, pipe_values: Optional[List[Any]]) -> Dict[Any, Any]:
         """One env's info from its record (an ``np.void``) and its pipe values."""
         if self._scalars_only:
-            return dict(zip(self._keys, map(_as_type, self._types, record.item())))
+            return dict(zip(self.keys, map(_as_type, self._types, record.item())))
         values: List[Any] = [None] * len(self.keys)
         for i, _, name, kind in self.shm:
             t = kind[0]
@@ -147,12 +142,11 @@ class InfoLayout:
                 values[i] = value
         return dict(zip(self.keys, values))
 
-
     def decode_rows(self, records: np.ndarray) -> List[Dict[Any, Any]]:
         """The infos of envs whose records (``records``, a structured array) are
         all of this layout and that have no pipe values, one new dict each."""
         if self._scalars_only:  # one tolist() reads them all
-            keys, types = self._keys, self._types
+            keys, types = self.keys, self._types
             return [dict(zip(keys, map(_as_type, types, values)))
                     for values in records.tolist()]
         return [self.decode(record, None) for record in records]

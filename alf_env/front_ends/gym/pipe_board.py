@@ -1,18 +1,12 @@
 """The job board of ``FastVectorEnv``'s pipe path: jobs as pipe requests.
 
 :class:`PipeBoard` is a :class:`~alf_env.data_plane.job_board.Board`, as
-:class:`~alf_env.data_plane.job_board.JobBoard` is: the interface that
-:class:`~alf_env.front_ends.gym.engine.JobEngine` drives, so both paths share
-every rule of the engine and of the API (states, timeouts, errors, the
-asynchronous mode). Here a job is one pipe request per worker
-(``ProcessEnvironment.call``): a STEP job sends the worker its envs'
-actions, a RESET job the reset's argument; the worker answers with every
-env's results, pickled, and the board hands them to its ``on_result`` hook as
-soon as it reads them. Waiting watches every worker's pipe and process
-together (:func:`~alf_env.control_plane.channel.wait_answers`): a dead worker
-raises ``WorkerDiedError`` at once, a timeout loses nothing, and
-:meth:`PipeBoard.wait_first` returns workers in the order their answers
-arrived (EnvPool's ``recv``).
+:class:`~alf_env.data_plane.job_board.JobBoard` is, so both paths share every
+rule of :class:`~alf_env.front_ends.gym.engine.JobEngine` and of the API. Here
+a job is one pipe request per worker (``ProcessEnvironment.call``); waiting
+watches every worker's pipe and process together
+(:func:`~alf_env.control_plane.channel.wait_answers`): a dead worker raises
+``WorkerDiedError`` at once, a timeout loses nothing.
 """
 
 import time
@@ -27,7 +21,7 @@ from alf_env.control_plane.process_environment import ProcessEnvironment
 from alf_env.data_plane.job_board import DeathHook, JobLedger
 from alf_env.data_plane.shared_block import JobType
 from alf_env.errors import EnvTimeoutError, WorkerDiedError
-from alf_env.front_ends.gym.pipe_path import EnvResult
+from alf_env.front_ends.gym.gym_rows import EnvResult
 
 __all__ = ["PipeBoard"]
 
@@ -97,14 +91,7 @@ class PipeBoard:
 
     def wait_for(self, workers: Iterable[int], during: str,
                  timeout: Optional[float] = None, raise_errors: bool = True) -> None:
-        """Waits until each of ``workers`` answered; raises what one raised.
-
-        Raises:
-            EnvTimeoutError: ``timeout`` passed first (nothing is lost).
-            WorkerDiedError: a worker died before answering.
-            Exception: what a worker's job raised (the first in ``workers``),
-                unless ``raise_errors`` is false (then see :meth:`pop_errors`).
-        """
+        """Waits until each of ``workers`` answered; raises as ``Board.wait_for``."""
         workers = list(workers)
         busy = [w for w in workers if w in self._promises]
         while busy:
@@ -121,14 +108,8 @@ class PipeBoard:
 
     def wait_first(self, candidates: Set[int], k: int, during: str,
                    timeout: Optional[float] = None) -> List[int]:
-        """The first ``k`` of ``candidates`` to answer, in the order of their answers.
-
-        Workers that finished earlier come first. Errors of their jobs are
-        not raised: ask :meth:`pop_errors`.
-
-        Raises:
-            EnvTimeoutError, WorkerDiedError: as :meth:`wait_for`.
-        """
+        """The first ``k`` of ``candidates`` to answer, in the order of their answers
+        (those that finished earlier first); as ``Board.wait_first``."""
         ready = self.ledger.finished_among(candidates)
         while len(ready) < k:
             busy = sorted(w for w in candidates if w in self._promises)

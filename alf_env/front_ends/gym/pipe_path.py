@@ -1,12 +1,12 @@
 """``FastVectorEnv``'s pipe path: the envs step through pipe requests, results pickled.
 
 Used where shared memory cannot serve (an action space with a sub-space of
-no fixed size: Graph, Sequence, custom spaces; envs whose observation spaces
-map to different shared-memory fields) or is not wanted
+no fixed size: Graph, Sequence, custom spaces) or is not wanted
 (``shared_memory=False``). Like ``AsyncVectorEnv(shared_memory=False)``:
 
 * each STEP or RESET is one pipe request per worker (the
-  :class:`~alf_env.front_ends.gym.pipe_board.PipeBoard`), answered with every
+  :class:`~alf_env.front_ends.gym.pipe_board.PipeBoard`) to its
+  :class:`~alf_env.front_ends.gym.gym_rows.GymEnvBatch`, answered with every
   env's ``(obs, reward, terminated, truncated, info)``, pickled;
 * observations are batched by gymnasium's own
   ``gymnasium.vector.utils.concatenate`` into ``create_empty_array``
@@ -14,18 +14,15 @@ map to different shared-memory fields) or is not wanted
   (:class:`~alf_env.front_ends.gym.info_codec.InfoDecoder` with every info a
   pipe payload), and actions of no fixed size are split with ``iterate``.
 
-Everything else is the shared-memory path's: the workers host the same
-group (:class:`PipeEnvBatch` is an
-:class:`~alf_env.front_ends.gym.gym_rows.GymEnvBatch` with the same autoreset rule,
-:class:`~alf_env.front_ends.gym.gym_rows.Autoreset`), and the same engine and API
-drive them through the board, so states, timeouts, errors naming the env, the
-autoreset modes, the asynchronous (EnvPool) mode, ``call`` / ``get_attr`` /
-``set_attr`` and ``close`` behave the same. Fixed-size actions are still
-checked against ``single_action_space`` (``SpaceLayout.encode_batch``)
-before anything is sent.
+Everything else is the shared-memory path's: the same envs, autoreset rule
+(:class:`~alf_env.front_ends.gym.gym_rows.Autoreset`), engine and API, so
+states, timeouts, errors naming the env, the asynchronous (EnvPool) mode,
+``call`` / ``get_attr`` / ``set_attr`` and ``close`` behave the same.
+Fixed-size actions are still checked against ``single_action_space``
+(``SpaceLayout.encode_batch``) before anything is sent.
 """
 
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import gymnasium as gym
 import numpy as np
@@ -33,87 +30,11 @@ from gymnasium.error import CustomSpaceError
 from gymnasium.vector.utils import batch_space, concatenate, create_empty_array, iterate
 
 from alf_env.data_plane.shared_block import JobType
-from alf_env.front_ends.gym.gym_rows import Autoreset, GymEnvBatch, name_env
+from alf_env.front_ends.gym.gym_rows import EnvResult
 from alf_env.front_ends.gym.info_codec import Payload
 from alf_env.front_ends.gym.space_layout import Rows, SpaceLayout
 
-__all__ = ["PipeEnvBatch", "PipeLayout", "PipeRows"]
-
-#: One env's answer: ``(obs, reward, terminated, truncated, info)``.
-EnvResult = Tuple[Any, Any, Any, Any, Dict[str, Any]]
-
-
-class PipeEnvBatch(GymEnvBatch):
-    """The envs of one ``FastVectorEnv`` worker, with the pipe path's step and reset.
-
-    Every worker hosts one: which path serves the envs is known only once
-    their spaces are (``describe``). The shared-memory path runs its own job
-    handler on the same envs; the pipe path calls :meth:`step` and
-    :meth:`reset` over the pipe.
-
-    Args:
-        env_fns: constructors of this worker's envs.
-        autoreset_mode: a ``gymnasium.vector.AutoresetMode``.
-        env_id: index of the first env (given by ``ProcessEnvironment``).
-    """
-
-    def __init__(self, env_fns: Sequence[Callable[[], gym.Env]],
-                 autoreset_mode: gym.vector.AutoresetMode, env_id: Optional[int] = None) -> None:
-        super().__init__(env_fns, env_id)
-        self._autoreset = Autoreset(autoreset_mode, len(self.envs))
-        self._observation: Optional[SpaceLayout] = None
-        self._scratch: List[np.ndarray] = []
-
-    def check_observations(self, layout: SpaceLayout) -> None:
-        """From now on, checks each observation against ``layout`` (shape and
-        dtype, as the shared-memory path writes them), so that one that does
-        not fit is refused here, naming its env, as there."""
-        self._observation = layout
-        self._scratch = _private_rows(layout, 1)
-
-    def step(self, actions: Sequence[Any]) -> List[EnvResult]:
-        """Steps env ``k`` with ``actions[k]`` under the autoreset rule; their results."""
-        results = []
-        now, record = self.step_clock.now, self.step_clock.record
-        for k, (env, action) in enumerate(zip(self.envs, actions)):
-            try:
-                start = now()
-                result = self._autoreset.step(k, env, action)
-                record(k, now() - start)
-            except Exception as exc:
-                name_env(exc, self.first_env + k, "step")
-                raise
-            self._check(k, result[0])
-            results.append(result)
-        return results
-
-    def reset(self, arg: int) -> List[Optional[EnvResult]]:
-        """Runs a RESET job (``arg`` as on the shared-memory path); per env, its
-        result, or ``None`` for an env that ``reset_mask`` left alone."""
-        staged = self.take_reset(arg)
-        results: List[Optional[EnvResult]] = []
-        for k, env in enumerate(self.envs):
-            if not staged.mask[k]:
-                results.append(None)
-                continue
-            try:
-                obs, info = self._autoreset.reset(k, env, staged.seeds[k], staged.options)
-            except Exception as exc:
-                name_env(exc, self.first_env + k, "reset")
-                raise
-            self._check(k, obs)
-            results.append((obs, 0.0, False, False, info))
-        return results
-
-    def _check(self, k: int, obs: Any) -> None:
-        if self._observation is None:
-            return
-        try:
-            self._observation.write_row(self._scratch, 0, obs)
-        except ValueError as exc:
-            raise ValueError(f"env {self.first_env + k} returned an observation that does "
-                             f"not fit its observation space {self._observation.space}: "
-                             f"{exc}") from None
+__all__ = ["PipeLayout", "PipeRows"]
 
 
 class PipeLayout:
@@ -202,31 +123,15 @@ class PipeLayout:
         return concatenate(self.space, items, self._buffer)
 
 
-def _private_rows(layout: Union[SpaceLayout, PipeLayout], num_envs: int) -> List[np.ndarray]:
-    """Rows of ``layout`` in this process's memory (a SpaceLayout's fields)."""
-    if isinstance(layout, PipeLayout):
-        return layout.rows()
-    return layout.views({name: np.zeros((num_envs, *shape), dtype)
-                         for name, shape, dtype in layout.fields})
-
-
 class PipeRows:
     """The parent's rows on the pipe path: the actions to send, and what the
     answers said, per env, until the engine reads them (as it reads shared rows).
 
-    Args:
-        observation: the observations' layout (a :class:`PipeLayout`).
-        action: the actions' layout (a ``SpaceLayout`` when the action space
-            has a fixed size: actions are checked as on the shared-memory
-            path; else a :class:`PipeLayout`).
-        bounds: the env rows ``(begin, end)`` of each worker.
-
-    Attributes:
-        obs, act: the rows of the two layouts.
-        reward, terminated, truncated, report, info_layout: ``(num_envs,)``
-            arrays (``report`` and ``info_layout`` stay zero: no info area).
-        payloads: ``{row: info}`` of the last answers (every info of this
-            path is a pipe payload).
+    Its attributes are :class:`~alf_env.front_ends.gym.results.ResultRows`'
+    (``report`` and ``info_layout`` stay zero: no info area), ``act`` (the rows
+    of ``action``: a ``SpaceLayout`` when the action space has a fixed size,
+    so actions are checked as on the shared-memory path) and ``payloads``:
+    ``{row: info}`` of the last answers (every info of this path is a pipe payload).
     """
 
     def __init__(self, observation: PipeLayout, action: Union[SpaceLayout, PipeLayout],
@@ -237,7 +142,9 @@ class PipeRows:
         self._bounds = bounds
         self.payloads: Dict[int, Payload] = {}
         self.obs = observation.rows()
-        self.act = _private_rows(action, num_envs)
+        self.act = (action.rows() if isinstance(action, PipeLayout) else
+                    action.views({name: np.zeros((num_envs, *shape), dtype)
+                                  for name, shape, dtype in action.fields}))
         self.reward = np.zeros(num_envs, np.float64)
         self.terminated = np.zeros(num_envs, np.bool_)
         self.truncated = np.zeros(num_envs, np.bool_)

@@ -3,33 +3,18 @@
 A robot simulator (ROS and Gazebo, Unity, an emulator) is one heavy env that
 wants a process of its own: it may crash, hold a GPU context, or clash with
 the trainer's libraries. :class:`GymProxy` builds the env in a worker process
-and is itself a ``gymnasium.Env`` (``unwrapped`` is the proxy), so anything
-that takes an env takes it: ``gymnasium.utils.env_checker.check_env``,
-``gymnasium.vector.SyncVectorEnv``, stable-baselines3's ``DummyVecEnv``.
+and is itself a ``gymnasium.Env``, so anything that takes an env takes it.
 
-**Control plane.** The proxy composes a
-:class:`~alf_env.control_plane.process_environment.ProcessEnvironment`: the
-worker, its enum-typed pipe protocol, the promises, the shutdown registry
-(workers closed at exit), the death detection (``WorkerDiedError`` naming
-the signal or exit code) and the worker's exceptions sent home with their
-traceback and env id (``RemoteException``). The worker serves a
-:class:`ProxyHost`, which holds the env and answers the proxy's requests.
-
-**Observations in shared memory.** For a ``Box`` observation space the
-proxy makes a one-row :class:`~alf_env.data_plane.shared_block.SharedBlock`
-(a memfd: nothing in ``/dev/shm``) of the space's shape and dtype; the host
-copies an observation that fits it exactly (an ``ndarray`` of that shape and
-dtype, checked and copied by the native ``copy_leaves``) into the row and
-sends only a marker on the pipe, and the proxy returns a copy of the row.
-Anything else (another space, an observation of another dtype or shape, a
-subclass of ``ndarray``) is pickled through the pipe, so every value arrives
-exactly as the env returned it. A 480x640x3 uint8 camera frame costs a memcpy
-each way instead of a 0.9 MB pickle (``benchmarks/proxy_frame.py``).
-
-**Restarts.** With ``restart_policy`` a worker that dies during ``step`` or
-``reset`` is replaced by a new one built by the same constructor (counted by
-:class:`~alf_env.control_plane.restart.RestartBudget`); see
-docs/simulators.rst.
+The proxy composes a
+:class:`~alf_env.control_plane.process_environment.ProcessEnvironment` (the
+worker, its pipe protocol, shutdown, death detection, remote exceptions); the
+worker serves a :class:`ProxyHost`, which holds the env. A ``Box``
+observation that fits the proxy's one-row
+:class:`~alf_env.data_plane.shared_block.SharedBlock` exactly crosses as a
+memcpy instead of a pickle (a 480x640x3 uint8 frame is 0.9 MB;
+``benchmarks/proxy_frame.py``); anything else is pickled, so every value
+arrives exactly as the env returned it. What it returns, forwards, raises and
+how it restarts: docs/simulators.rst.
 """
 
 import enum
@@ -37,7 +22,7 @@ import functools
 import inspect
 import pickle
 import weakref
-from typing import Any, Callable, Dict, List, Literal, NamedTuple, Optional, Tuple, Union
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple, Union
 
 import gymnasium as gym
 import numpy as np
@@ -48,7 +33,6 @@ from gymnasium.envs.registration import EnvSpec
 from alf_env.control_plane.channel import Promise
 from alf_env.control_plane.guards import NotCopyable, OneThread, one_thread_at_a_time
 from alf_env.control_plane.process_environment import ProcessEnvironment
-from alf_env.control_plane.protocol import START_METHODS
 from alf_env.control_plane.remote import RemoteMethod
 from alf_env.control_plane.restart import (
     RESTARTED_INFO_KEY,
@@ -102,10 +86,10 @@ def _build_host(env_fn: Callable[[], Any]) -> "ProxyHost":
 class ProxyHost:
     """What a proxy's worker serves: the env, and the shared row of its observations.
 
-    The worker (``control_plane.worker``) calls its methods by name. ``step``,
-    ``reset`` and ``render`` are the env's, with the observation replaced by
-    :data:`IN_BLOCK` when it was written into the shared row; any other name is
-    read from the env with ``get_wrapper_attr`` (so ``ACCESS`` of an env's
+    The worker (``control_plane.worker``) calls its methods by name. ``step``
+    and ``reset`` are the env's, with the observation replaced by
+    :data:`IN_BLOCK` when it was written into the shared row; any other name
+    (``render`` too) is read from the env with ``get_wrapper_attr`` (so ``ACCESS`` of an env's
     method answers ``RemoteMethod``, and ``CALL`` of it calls the env's).
     Its own attributes are prefixed ``_alf_env_`` so that they never hide
     one of the env's.
@@ -143,34 +127,22 @@ class ProxyHost:
         """``env.unwrapped.<name>`` (``_np_random``, which gymnasium's checker reads)."""
         return getattr(self._alf_env_env.unwrapped, name)
 
-    def _observation_out(self, obs: Any) -> Any:
-        """:data:`IN_BLOCK` if ``obs`` was written into the shared row, else ``obs``."""
+    def _observation_out(self, result: Any, size: int) -> Any:
+        """``result`` (a step's or reset's tuple of ``size``) with :data:`IN_BLOCK` for
+        its observation if that was written into the shared row."""
         row = self._alf_env_row
-        if row is not None and type(obs) is np.ndarray and copy_leaves(row, (obs,)):
-            return IN_BLOCK
-        return obs
+        if (row is not None and type(result) is tuple and len(result) == size
+                and type(result[0]) is np.ndarray and copy_leaves(row, (result[0],))):
+            return (IN_BLOCK,) + result[1:]
+        return result
 
     def step(self, action: Any) -> Any:
         """The env's step; a fitting observation goes into the shared row."""
-        result = self._alf_env_env.step(action)
-        if type(result) is tuple and len(result) == 5:
-            obs = self._observation_out(result[0])
-            if obs is IN_BLOCK:
-                return (IN_BLOCK,) + result[1:]
-        return result
+        return self._observation_out(self._alf_env_env.step(action), 5)
 
     def reset(self, seed: Optional[int] = None, options: Optional[Dict[str, Any]] = None) -> Any:
         """The env's reset; a fitting observation goes into the shared row."""
-        result = self._alf_env_env.reset(seed=seed, options=options)
-        if type(result) is tuple and len(result) == 2:
-            obs = self._observation_out(result[0])
-            if obs is IN_BLOCK:
-                return (IN_BLOCK, result[1])
-        return result
-
-    def render(self) -> Any:
-        """The env's ``render()``."""
-        return self._alf_env_env.render()
+        return self._observation_out(self._alf_env_env.reset(seed=seed, options=options), 2)
 
     def get_wrapper_attr(self, name: str) -> Any:
         """The env's ``get_wrapper_attr(name)``; a method is answered by ``RemoteMethod``."""
@@ -227,12 +199,11 @@ class _Pending:
 
     __slots__ = ("kind", "promise", "death", "reset_args", "done", "value", "error")
 
-    def __init__(self, kind: str, promise: Optional[Promise], death: Optional[WorkerDiedError],
-                 reset_args: Tuple[Any, Any] = (None, None)) -> None:
+    def __init__(self, kind: str, reset_args: Tuple[Any, ...]) -> None:
         self.kind = kind                  # "step" or "reset"
-        self.promise = promise            # the channel's Promise (None: not sent)
-        self.death = death                # the death that kept it from being sent
         self.reset_args = reset_args      # (seed, options) of a reset
+        self.promise: Optional[Promise] = None  # the channel's Promise (None: not sent)
+        self.death: Optional[WorkerDiedError] = None  # what kept it from being sent
         self.done = False
         self.value: Any = None
         self.error: Optional[BaseException] = None
@@ -251,13 +222,8 @@ class StepPromise:
         self._pending = pending
 
     def __call__(self, timeout: Optional[float] = None) -> Any:
-        """Waits for the step.
-
-        Args:
-            timeout: seconds to wait at most (``None``: the proxy's ``timeout``).
-        Raises:
-            EnvTimeoutError: ``timeout`` passed first (call again to keep waiting).
-        """
+        """Waits for the step at most ``timeout`` seconds (``None``: the proxy's
+        ``timeout``); past it ``EnvTimeoutError`` (call again to keep waiting)."""
         return self._proxy._finish(self._pending, timeout)
 
 
@@ -265,17 +231,12 @@ class GymProxy(NotCopyable, gym.Env):
     """One env in a worker process of its own, as a plain ``gymnasium.Env``.
 
     ``step``, ``reset``, ``render`` and ``close`` return what the env returns
-    in-process, value and type (a Python float reward stays a float, an info
-    dict arrives whole). ``observation_space``, ``action_space``, ``metadata``,
-    ``render_mode`` and ``spec`` are read once when the worker starts. Any
-    other attribute is read from the worker's env with gymnasium's
-    ``get_wrapper_attr`` (a method comes back as a callable that runs in the
-    worker; a missing one raises ``AttributeError`` naming it);
-    ``get_wrapper_attr``, ``set_wrapper_attr`` and ``has_wrapper_attr`` act
-    on the worker's env; ``np_random`` and ``np_random_seed`` are the worker
-    env's. ``setattr`` sets an attribute of the proxy itself (as on a
-    gymnasium wrapper): use ``set_wrapper_attr`` to set one in the worker.
-    ``unwrapped`` is the proxy.
+    in-process, value and type. ``observation_space``, ``action_space``,
+    ``metadata``, ``render_mode`` and ``spec`` are read once when the worker
+    starts; any other attribute is the worker env's (a method comes back as a
+    callable that runs in the worker); ``setattr`` sets an attribute of the
+    proxy itself, as on a gymnasium wrapper; ``unwrapped`` is the proxy. The
+    full list: docs/simulators.rst ("What is forwarded").
 
     Not thread-safe (a second thread raises ``ConcurrentUseError``) and not
     copyable (``pickle`` and ``copy.deepcopy`` raise ``TypeError``). ``close``
@@ -317,9 +278,6 @@ class GymProxy(NotCopyable, gym.Env):
                             f"{type(env_fn).__name__}")
         from alf_env.front_ends.gym.startup import resolve_context
         context = resolve_context(context)
-        if context not in START_METHODS:
-            raise ValueError(f"context: expected None or one of {START_METHODS}, got "
-                             f"{context!r}")
         if timeout is not None and not timeout > 0:
             raise ValueError(f"timeout: expected None or a positive number of seconds, "
                              f"got {timeout!r}")
@@ -339,11 +297,8 @@ class GymProxy(NotCopyable, gym.Env):
         try:
             self._pe.wait_start()
             description: Description = self._pe.call("_alf_env_describe")(timeout)
-            self.observation_space = description.observation_space
-            self.action_space = description.action_space
-            self.metadata = description.metadata
-            self.render_mode = description.render_mode
-            self.spec = description.spec
+            for name, value in description._asdict().items():  # the proxy's copies
+                setattr(self, name, value)
             obs_space = self.observation_space
             if shared_memory and isinstance(obs_space, spaces.Box):
                 self._block = SharedBlock([(_OBS_FIELD, obs_space.shape, obs_space.dtype)],
@@ -410,7 +365,7 @@ class GymProxy(NotCopyable, gym.Env):
             ``(observation, reward, terminated, truncated, info)`` as the env
             returned them, or a promise of them.
         """
-        pending = self._send("step", (action,), {})
+        pending = self._send("step", action)
         if not blocking:
             return StepPromise(self, pending)
         return self._finish(pending, None)
@@ -418,14 +373,13 @@ class GymProxy(NotCopyable, gym.Env):
     def reset(self, *, seed: Optional[int] = None,
               options: Optional[Dict[str, Any]] = None) -> Tuple[Any, Dict[str, Any]]:
         """Resets the env in the worker; returns ``(observation, info)`` as the env did."""
-        pending = self._send("reset", (seed, options), {})
+        pending = self._send("reset", seed, options)
         value: Tuple[Any, Dict[str, Any]] = self._finish(pending, None)
         return value
 
     def render(self) -> Any:
         """The env's ``render()`` in the worker (a frame is pickled back)."""
-        self._settle()
-        return self._channel().call("render")(self._timeout)
+        return self._call_remote("render")
 
     def close(self) -> None:
         """Closes the env and ends the worker: idempotent, bounded, never raises."""
@@ -439,13 +393,6 @@ class GymProxy(NotCopyable, gym.Env):
         self._row = None
         if self._block is not None:
             self._block.close()
-
-    def __enter__(self) -> "GymProxy":
-        return self
-
-    def __exit__(self, *exc_info: Any) -> Literal[False]:
-        self.close()
-        return False  # exceptions propagate
 
     @property
     def np_random(self) -> np.random.Generator:
@@ -466,9 +413,8 @@ class GymProxy(NotCopyable, gym.Env):
     @property
     def _np_random(self) -> Optional[np.random.Generator]:  # type: ignore[override]
         """The worker's ``env.unwrapped._np_random`` (a copy), which gymnasium's checker reads."""
-        self._settle()
-        rng: Optional[np.random.Generator] = self._channel().call(
-            "_alf_env_unwrapped", "_np_random")(self._timeout)
+        rng: Optional[np.random.Generator] = self._call_remote("_alf_env_unwrapped",
+                                                               "_np_random")
         return rng
 
     def get_wrapper_attr(self, name: str) -> Any:
@@ -482,9 +428,7 @@ class GymProxy(NotCopyable, gym.Env):
         (``observation_space``, ``action_space``, ``metadata``, ``render_mode``,
         ``spec``) are set too.
         """
-        self._settle()
-        done: bool = self._channel().call("set_wrapper_attr", name, value,
-                                          force=force)(self._timeout)
+        done: bool = self._call_remote("set_wrapper_attr", name, value, force=force)
         if done and name in Description._fields:
             setattr(self, name, value)
         return done
@@ -493,8 +437,7 @@ class GymProxy(NotCopyable, gym.Env):
         """Whether the proxy or the worker's env has attribute ``name``."""
         if name in self.__dict__ or hasattr(type(self), name):
             return True
-        self._settle()
-        has: bool = self._channel().call("has_wrapper_attr", name)(self._timeout)
+        has: bool = self._call_remote("has_wrapper_attr", name)
         return has
 
     def __getattr__(self, name: str) -> Any:
@@ -524,8 +467,7 @@ class GymProxy(NotCopyable, gym.Env):
 
     def _read(self, name: str) -> Any:
         """The worker env's attribute ``name``; a method as a callable that runs there."""
-        self._settle()
-        value = self._channel().call("get_wrapper_attr", name)(self._timeout)
+        value = self._call_remote("get_wrapper_attr", name)
         if isinstance(value, RemoteMethod):
             return functools.partial(self._call_remote, value.name)
         return value
@@ -535,17 +477,15 @@ class GymProxy(NotCopyable, gym.Env):
         self._settle()
         return self._channel().call(name, *args, **kwargs)(self._timeout)
 
-    def _send(self, kind: str, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> _Pending:
+    def _send(self, kind: str, *args: Any) -> _Pending:
         """Sends a step or a reset; the answer is decoded by :meth:`_finish`."""
         self._settle()
         pe = self._channel()
-        reset_args = args if kind == "reset" else (None, None)
+        pending = _Pending(kind, args if kind == "reset" else (None, None))
         try:
-            promise = pe.call(kind, *args, **kwargs)
+            pending.promise = pe.call(kind, *args)
         except WorkerDiedError as death:
-            pending = _Pending(kind, None, death, reset_args)
-        else:
-            pending = _Pending(kind, promise, None, reset_args)
+            pending.death = death
         self._pending = pending
         return pending
 

@@ -1,15 +1,10 @@
 """Restarting a dead worker of a ``FastVectorEnv`` (``restart_policy``).
 
 :meth:`WorkerRestarter.restart` is the board's death hook
-(:data:`~alf_env.data_plane.job_board.DeathHook`, held weakly by the board,
-which the restarter's ``rejoin`` holds): only the death branch of a
-wait calls it, so a step costs nothing more with a policy than without. It
-starts a new worker with the same env constructors, checks its spaces against
-the old ones, resets its envs over the pipe (no seed), writes what a restarted
-env returns into its rows (:meth:`ResultAssembler.write_restarted
-<alf_env.front_ends.gym.results.ResultAssembler.write_restarted>`) and puts
-the new worker in the old one's place (the same job slot and rows), while the
-surviving workers' jobs run on. The count, the limit and the log line are
+(:data:`~alf_env.data_plane.job_board.DeathHook`): only the death branch of a
+wait calls it, so a step costs nothing more with a policy than without. The
+new worker takes the old one's job slot and rows while the surviving workers'
+jobs run on. The count, the limit and the log line are
 :class:`~alf_env.control_plane.restart.RestartBudget`'s; what a restarted env
 returns: ``docs/contract.rst`` ("Restarts").
 """
@@ -32,17 +27,11 @@ __all__ = ["WorkerRestarter"]
 class WorkerRestarter:
     """Replaces the dead workers of one ``FastVectorEnv`` under its budget.
 
-    Args:
-        budget: the restarts allowed per worker.
-        workers: the env's list of workers, shared with its board, engine and
-            results (a new worker replaces the dead one in it).
-        bounds: the env rows ``(begin, end)`` of each worker.
-        make_worker: ``make_worker(w)``: a new, unstarted worker ``w``.
-        each_env: ``(observation_space, action_space)`` of each env.
-        rejoin: ``rejoin(w, worker)`` makes the new worker serve its rows
-            (``Transport.rejoin``).
-        results: where the restarted envs' results are written.
-        cpus: the CPU each worker is pinned to (``None``: not pinned).
+    ``workers`` is the env's list of workers, shared with its board, engine and
+    results (a new worker replaces the dead one in it); ``make_worker(w)``
+    makes a new, unstarted worker ``w``; ``each_env`` holds the spaces of each
+    env; ``rejoin`` is ``Transport.rejoin``; ``cpus`` are the CPUs the workers
+    are pinned to (``None``: not pinned).
     """
 
     def __init__(self, budget: RestartBudget, workers: List[ProcessEnvironment],
@@ -86,7 +75,12 @@ class WorkerRestarter:
             new.wait_start(timeout)
             if self._cpus is not None and new.pid is not None:
                 pin_workers([new.pid], [self._cpus[worker]])
-            self._check_spaces(begin, new.call("describe")(timeout))
+            for env, (obs, act) in enumerate(new.call("describe")(timeout), start=begin):
+                old_obs, old_act = self._each_env[env]
+                if obs != old_obs or act != old_act:
+                    raise RuntimeError(
+                        f"env {env} was restarted with other spaces: observation space "
+                        f"{obs} and action space {act}, expected {old_obs} and {old_act}")
             answers: List[Any] = new.call("reset", RESET_DEFAULT)(timeout)
             for row, (obs, _, _, _, info) in enumerate(answers, start=begin):
                 self._results.write_restarted(row, obs, info)
@@ -96,13 +90,3 @@ class WorkerRestarter:
             close_all([new], polite_timeout=0.0)
             raise error from exc
         return True
-
-    def _check_spaces(self, begin: int,
-                      spaces: Sequence[Tuple[gym.Space[Any], gym.Space[Any]]]) -> None:
-        """Raises ``RuntimeError`` (naming the env) if a rebuilt env's spaces differ."""
-        for k, (obs, act) in enumerate(spaces):
-            old_obs, old_act = self._each_env[begin + k]
-            if obs != old_obs or act != old_act:
-                raise RuntimeError(
-                    f"env {begin + k} was restarted with other spaces: observation space "
-                    f"{obs} and action space {act}, expected {old_obs} and {old_act}")

@@ -86,8 +86,8 @@ class ResultAssembler:
         self._payloads: Dict[int, Payload] = {} if payloads is None else payloads
         self._pipe_leaves: Dict[int, List[Any]] = {}
         self._needs_reset = np.zeros(num_envs, dtype=np.bool_)
-        # False: each env's own info dict, in a list (InfoDecoder.each), not batched.
-        self._batch_infos = batch_infos
+        # batch_infos=False: each env's own info dict, in a list, not batched.
+        self._infos_of = self._info_decoder.batch if batch_infos else self._info_decoder.each
 
     # -- reading the pipe reports ---------------------------------------------------
 
@@ -142,13 +142,7 @@ class ResultAssembler:
                                   self._pipe_rows(rows), self._copy)
         # Some envs were reset (reset_mask): only theirs, at their own positions.
         include = None if len(info_rows) == self._num_envs else info_rows
-        infos: Any
-        if self._batch_infos:
-            infos = self._info_decoder.batch(self._all_rows, rows, self._payloads_of(rows),
-                                             include=include)
-        else:
-            infos = self._info_decoder.each(self._all_rows, rows, self._payloads_of(rows),
-                                            include=include)
+        infos = self._infos_of(self._all_rows, rows, self._payloads_of(rows), include)
         return obs, infos
 
     def step_results(self) -> Step:

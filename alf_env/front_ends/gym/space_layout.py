@@ -59,6 +59,8 @@ Rows = Union[slice, np.ndarray]
 #: Builds the node of an array sub-space from ``(path, shape, dtype)``.
 LeafFactory = Callable[[str, Tuple[int, ...], np.dtype], "Node"]
 
+#: The spaces of one array field (a Discrete's shape is ``()``).
+ARRAY_SPACES = (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)
 #: dtype of the code points of a Text value (UTF-32, little endian).
 TEXT_CODE_DTYPE = np.dtype("<u4")
 _TEXT_ENCODING = "utf-32-le"
@@ -179,17 +181,13 @@ class _TextNode(Node):
         self.fields = [("codes", (self.max_length,), TEXT_CODE_DTYPE),
                        ("length", (), INDEX_DTYPE)]
 
-    def _codes(self, value: Any) -> np.ndarray:
-        if not isinstance(value, str):
-            raise ValueError(f"{self.path}: expected a str of at most {self.max_length} "
-                             f"characters, got {type(value).__name__}")
-        if len(value) > self.max_length:
-            raise ValueError(f"{self.path}: expected a str of at most {self.max_length} "
-                             f"characters, got {len(value)} characters")
-        return np.frombuffer(value.encode(_TEXT_ENCODING), TEXT_CODE_DTYPE)
-
     def _padded(self, value: Any) -> np.ndarray:
-        codes = self._codes(value)
+        if not isinstance(value, str) or len(value) > self.max_length:
+            got = (f"{len(value)} characters" if isinstance(value, str)
+                   else type(value).__name__)
+            raise ValueError(f"{self.path}: expected a str of at most {self.max_length} "
+                             f"characters, got {got}")
+        codes = np.frombuffer(value.encode(_TEXT_ENCODING), TEXT_CODE_DTYPE)
         padded = np.zeros(self.max_length, TEXT_CODE_DTYPE)
         padded[:len(codes)] = codes
         return padded
@@ -359,10 +357,8 @@ def _has_pipe(node: Node) -> bool:
 
 def _build(space: spaces.Space[Any], path: str, leaf: LeafFactory) -> Node:
     """The node tree of ``space`` (fields not numbered yet)."""
-    if isinstance(space, spaces.Discrete):
-        return leaf(path, (), space.dtype)
-    if isinstance(space, (spaces.Box, spaces.MultiDiscrete, spaces.MultiBinary)):
-        return leaf(path, space.shape, space.dtype)
+    if isinstance(space, ARRAY_SPACES):
+        return leaf(path, space.shape or (), space.dtype)
     if isinstance(space, spaces.Text):
         return _TextNode(path, space)
     if isinstance(space, spaces.Tuple):
@@ -403,10 +399,8 @@ class RowLayout(Protocol):
     What ``FastVectorEnv``'s engine calls to check and write a batch of actions
     (:meth:`encode_batch`, then :meth:`write_rows`) and its results to read a batch
     of observations (:meth:`read_rows`). :class:`SpaceLayout` keeps the values in
-    shared-memory fields; the pipe path's
+    shared-memory fields (its methods say what each does); the pipe path's
     :class:`~alf_env.front_ends.gym.pipe_path.PipeLayout` keeps one object per env.
-    ``views`` are the layout's rows (one entry per field) and ``rows`` a slice or
-    an index array of them.
     """
 
     #: The per-env space.
@@ -417,24 +411,14 @@ class RowLayout(Protocol):
         """How many sub-values of a value travel on the pipe beside the rows."""
 
     def write_row(self, views: Sequence[np.ndarray], row: int, value: Any) -> List[Any]:
-        """Writes one env's ``value`` into ``row``; returns its pipe leaves.
-
-        Raises:
-            ValueError: ``value`` does not fit the space (nothing written).
-        """
+        """Writes one env's ``value`` into ``row``; returns its pipe leaves."""
 
     def read_row(self, views: Sequence[np.ndarray], row: int,
                  pipe_leaves: Sequence[Any] = ()) -> Any:
         """The value of ``row`` (its pipe leaves from ``pipe_leaves``)."""
 
     def encode_batch(self, values: Any, n: int, casting: str = "safe") -> List[Any]:
-        """Checks a batched value of ``n`` envs; returns it encoded, one entry per
-        field, for :meth:`write_rows` of the same layout.
-
-        Raises:
-            ValueError, TypeError: ``values`` is not a batch of ``n`` values of
-                the space (naming the path).
-        """
+        """Checks a batched value of ``n`` envs; returns it encoded for :meth:`write_rows`."""
 
     def write_rows(self, views: Sequence[np.ndarray], rows: Rows,
                    arrays: Sequence[Any]) -> None:
@@ -443,8 +427,7 @@ class RowLayout(Protocol):
     def read_rows(self, views: Sequence[np.ndarray], rows: Rows, row_list: List[int],
                   pipe_rows: Optional[Sequence[Sequence[Any]]] = None,
                   copy: bool = True) -> Any:
-        """The batched value of ``rows`` (``row_list``: the same rows as ints),
-        structured as gymnasium's ``concatenate`` makes it."""
+        """The batched value of ``rows``, structured as gymnasium's ``concatenate`` makes it."""
 
 
 class SpaceLayout:

@@ -1,46 +1,24 @@
 """Starting a ``FastVectorEnv``: the plan of its workers, the workers and its shared rows.
 
 **Processes.** Worker ``w`` is a ``ProcessEnvironment(fast=True)`` hosting a
-:class:`~alf_env.front_ends.gym.pipe_path.PipeEnvBatch` of consecutive envs
+:class:`~alf_env.front_ends.gym.gym_rows.GymEnvBatch` of consecutive envs
 (:func:`plan_workers`). By default there are as many workers as CPUs this
 process may use (``num_workers``), the envs spread over them as evenly as
 possible (EnvPool's ``num_threads``); ``envs_per_worker=1`` gives one process
 per env. Once every worker is up and the spaces are checked, each enters the
 native job loop with a :class:`~alf_env.front_ends.gym.gym_rows.GymRowsHandler`;
 the pipe is then reached through CALL jobs (the doorbell of
-:class:`~alf_env.data_plane.job_board.JobBoard`).
+:class:`~alf_env.data_plane.job_board.JobBoard`). The pipe path
+(:mod:`~alf_env.front_ends.gym.pipe_path`) serves the envs instead when
+shared memory cannot or is not wanted; observations of no fixed size need no
+pipe path: they travel beside the rows (pipe leaves).
 
-**The pipe path** (:mod:`~alf_env.front_ends.gym.pipe_path`) serves the envs
-instead when shared memory cannot (an action space with a sub-space of no
-fixed size) or is not wanted (``shared_memory=False``): the workers stay on
-the pipe and step through pipe requests
-(:class:`~alf_env.front_ends.gym.pipe_board.PipeBoard`). Observations of no
-fixed size need no pipe path: they travel beside the rows (pipe leaves).
-
-**Observation spaces** (``observation_mode``, as gymnasium's vector envs):
-``"same"`` (every env's space equals env 0's), ``"different"`` (spaces of
-a common shape and dtype, batched by ``batch_differing_spaces``) or a pair
-``(observation_space, single_observation_space)`` (:func:`observation_spaces`).
-
-**Shared memory** (one ``SharedBlock``, one row per env) holds every
-fixed-size datum of the hot path:
-
-* the action fields and the observation fields (see
-  :mod:`alf_env.front_ends.gym.space_layout`: Box, Discrete, MultiDiscrete, MultiBinary,
-  Text, Tuple, Dict and OneOf map to fields);
-* ``reward`` (float64, like gymnasium), ``terminated``, ``truncated``;
-* ``report``: "this env has an entry in its worker's pipe report";
-* ``info`` (``info_bytes`` per env) and ``info_layout``: the fixed-size
-  values of the env's info dict (numbers, numeric arrays) and the id of
-  their layout, learned from what the envs return (see
-  :mod:`alf_env.front_ends.gym.info_codec`): an env whose info keeps its keys and types
-  costs no pipe message.
-
-This module holds the checks of the constructor's arguments
-(:func:`check_arguments`, :func:`resolve_context`, :func:`plan_workers`,
-:func:`check_max_concurrency`, :func:`declared_infos`, :func:`observation_spaces`) and
-the start-up steps ``FastVectorEnv.__init__`` runs: :func:`start_workers`,
-:func:`describe_workers` and :func:`attach_workers`.
+**Shared memory** (one ``SharedBlock``, one row per env, :func:`block_fields
+<alf_env.front_ends.gym.gym_rows.block_fields>`) holds every fixed-size datum
+of the hot path: the observation and action fields
+(:mod:`~alf_env.front_ends.gym.space_layout`), reward, terminated, truncated,
+and the fixed-size values of each env's info dict
+(:mod:`~alf_env.front_ends.gym.info_codec`).
 """
 
 import functools
@@ -63,10 +41,10 @@ from alf_env.data_plane.job_board import Board, JobBoard
 from alf_env.data_plane.job_loop import JobLoopSpec, join_job_loop, start_job_loops
 from alf_env.data_plane.shared_block import SharedBlock
 from alf_env.front_ends.gym.action_items import action_layout
-from alf_env.front_ends.gym.gym_rows import EnvRows, GymRowsHandler, block_fields
+from alf_env.front_ends.gym.gym_rows import EnvRows, GymEnvBatch, GymRowsHandler, block_fields
 from alf_env.front_ends.gym.info_layout import InfoLayout, Signature, signature_of
 from alf_env.front_ends.gym.pipe_board import PipeBoard
-from alf_env.front_ends.gym.pipe_path import PipeEnvBatch, PipeLayout, PipeRows
+from alf_env.front_ends.gym.pipe_path import PipeLayout, PipeRows
 from alf_env.front_ends.gym.results import ResultAssembler
 from alf_env.front_ends.gym.space_layout import RowLayout, SpaceLayout
 
@@ -81,13 +59,18 @@ ObservationMode = Union[str, Tuple[gym.Space[Any], gym.Space[Any]]]
 
 def resolve_context(context: Optional[str]) -> str:
     """The start method: ``context``, or for ``None`` multiprocessing's default
-    (as ``AsyncVectorEnv(context=None)`` takes it)."""
-    if context is None:
-        return multiprocessing.get_context().get_start_method()
-    return context
+    (as ``AsyncVectorEnv(context=None)`` takes it).
+
+    Raises:
+        ValueError: ``context`` is no start method.
+    """
+    resolved = multiprocessing.get_context().get_start_method() if context is None else context
+    if resolved not in START_METHODS:
+        raise ValueError(f"context: expected None or one of {START_METHODS}, got {context!r}")
+    return resolved
 
 
-def check_arguments(env_fns: Sequence[Callable[[], gym.Env]], batch_size: int, context: str,
+def check_arguments(env_fns: Sequence[Callable[[], gym.Env]], batch_size: int,
                     autoreset_mode: AutoresetMode, worker: Optional[Callable[..., None]] = None,
                     observation_mode: ObservationMode = "same") -> None:
     """Raises ValueError/TypeError for arguments FastVectorEnv cannot work with."""
@@ -96,31 +79,7 @@ def check_arguments(env_fns: Sequence[Callable[[], gym.Env]], batch_size: int, c
                         "FastVectorEnv, whose workers run alf_env's own loop; wrap the env "
                         "instead (a gymnasium.Wrapper changes what step and reset do) or "
                         "use gymnasium.vector.AsyncVectorEnv")
-    _check_observation_mode(observation_mode)
-    n, b = len(env_fns), batch_size
-    if n == 0:
-        raise ValueError("env_fns: expected at least one env constructor, got none")
-    for i, fn in enumerate(env_fns):
-        if not callable(fn):
-            raise TypeError(f"env_fns[{i}]: expected a callable returning a "
-                            f"gymnasium.Env, got {type(fn).__name__}")
-    if context not in START_METHODS:
-        raise ValueError(f"context: expected one of {START_METHODS}, got {context!r}")
-    if not 1 <= b <= n:
-        raise ValueError(f"batch_size: expected 1 <= batch_size <= {n} (the number "
-                         f"of envs), got {b}")
-    if b < n and autoreset_mode is AutoresetMode.DISABLED:
-        raise ValueError("autoreset_mode: the asynchronous mode (batch_size < num_envs) "
-                         "resets envs on its own; use NEXT_STEP or SAME_STEP, not DISABLED")
-    if b < n and isinstance(observation_mode, str) and observation_mode == "different":
-        raise ValueError("observation_mode='different': the asynchronous mode (batch_size "
-                         "< num_envs) returns other envs at each recv(), so no batched "
-                         "space describes its observations; give the pair "
-                         "(observation_space, single_observation_space) instead")
-
-
-def _check_observation_mode(mode: object) -> None:
-    """gymnasium's checks of ``observation_mode``, with its messages."""
+    mode = observation_mode  # gymnasium's checks, with its messages
     if isinstance(mode, tuple) and len(mode) == 2:
         if not isinstance(mode[0], gym.Space) or not isinstance(mode[1], gym.Space):
             raise TypeError(f"Expected both elements of observation_mode to be Spaces, got "
@@ -128,6 +87,24 @@ def _check_observation_mode(mode: object) -> None:
     elif not (isinstance(mode, str) and mode in ("same", "different")):
         raise ValueError(f"Invalid `observation_mode`, expected: 'same' or 'different' or "
                          f"tuple of single and batch observation space, actual got {mode}")
+    n, b = len(env_fns), batch_size
+    if n == 0:
+        raise ValueError("env_fns: expected at least one env constructor, got none")
+    for i, fn in enumerate(env_fns):
+        if not callable(fn):
+            raise TypeError(f"env_fns[{i}]: expected a callable returning a "
+                            f"gymnasium.Env, got {type(fn).__name__}")
+    if not 1 <= b <= n:
+        raise ValueError(f"batch_size: expected 1 <= batch_size <= {n} (the number "
+                         f"of envs), got {b}")
+    if b < n and autoreset_mode is AutoresetMode.DISABLED:
+        raise ValueError("autoreset_mode: the asynchronous mode (batch_size < num_envs) "
+                         "resets envs on its own; use NEXT_STEP or SAME_STEP, not DISABLED")
+    if b < n and isinstance(mode, str) and mode == "different":
+        raise ValueError("observation_mode='different': the asynchronous mode (batch_size "
+                         "< num_envs) returns other envs at each recv(), so no batched "
+                         "space describes its observations; give the pair "
+                         "(observation_space, single_observation_space) instead")
 
 
 def observation_spaces(mode: ObservationMode, spaces: Sequence[gym.Space[Any]],
@@ -312,7 +289,7 @@ def make_worker(env_fns: Sequence[Callable[[], gym.Env]], bounds: Sequence[Tuple
     """Worker ``w`` (not started), hosting the envs of the rows ``bounds[w]``."""
     begin, end = bounds[w]
     return ProcessEnvironment(
-        functools.partial(PipeEnvBatch, env_fns[begin:end], autoreset_mode),
+        functools.partial(GymEnvBatch, env_fns[begin:end], autoreset_mode=autoreset_mode),
         env_id=begin, hosted_envs=end - begin, fast=True, num_envs=bounds[-1][1],
         torch_num_threads_per_env=None, start_method=context,
         name=f"alf_env-vector-{w}", daemon=daemon)

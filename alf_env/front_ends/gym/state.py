@@ -130,27 +130,34 @@ class CallState:
 
     # -- the argument checks --------------------------------------------------------
 
-    def seed_list(self, seed: Seeds) -> List[Optional[int]]:
-        """One seed per env: ``seed + i`` for an int, ``None`` for ``None``."""
-        if seed is None:
-            return [None] * self.num_envs
-        if isinstance(seed, (int, np.integer)):
-            return [int(seed) + i for i in range(self.num_envs)]
-        seeds = list(seed)
-        if len(seeds) != self.num_envs:
-            raise ValueError(f"seed: expected an int or a list of num_envs={self.num_envs} "
-                             f"seeds, got a list of {len(seeds)}")
-        return seeds
-
-    def check_reset_mask(self, mask: Any) -> np.ndarray:
-        """gymnasium's checks of ``options["reset_mask"]``, with its types and words."""
+    def reset_arguments(self, seed: Seeds, options: Optional[Dict[str, Any]]
+                        ) -> Tuple[List[Optional[int]], Optional[Dict[str, Any]],
+                                   Optional[np.ndarray]]:
+        """``reset_async``'s arguments, checked: one seed per env (``seed + i`` for an
+        int), a copy of ``options`` without ``"reset_mask"`` (the caller's dict
+        stays intact), the mask (``None``: all; gymnasium's checks, types and words)."""
+        self.check_running()
+        n = self.num_envs
+        if seed is None or isinstance(seed, (int, np.integer)):
+            seeds: List[Optional[int]] = [None if seed is None else int(seed) + i
+                                          for i in range(n)]
+        else:
+            seeds = list(seed)
+            if len(seeds) != n:
+                raise ValueError(f"seed: expected an int or a list of num_envs={n} seeds, "
+                                 f"got a list of {len(seeds)}")
+        self.check_idle("reset_async")
+        options = None if options is None else dict(options)
+        if options is None or "reset_mask" not in options:
+            return seeds, options, None
+        mask = options.pop("reset_mask")
         if self.is_async:
             raise ValueError("options['reset_mask']: the asynchronous mode resets every "
                              "env; reset_mask needs batch_size == num_envs")
         if not isinstance(mask, np.ndarray):
             raise TypeError(f"`options['reset_mask']` must be a numpy array, got {type(mask)}")
-        if mask.shape != (self.num_envs,):
-            raise ValueError(f"`options['reset_mask']` must have shape `({self.num_envs},)`, "
+        if mask.shape != (n,):
+            raise ValueError(f"`options['reset_mask']` must have shape `({n},)`, "
                              f"got {mask.shape}")
         if mask.dtype != np.bool_:
             raise TypeError(f"`options['reset_mask']` must have `dtype=np.bool_`, got "
@@ -158,20 +165,6 @@ class CallState:
         if not mask.any():
             raise ValueError(f"`options['reset_mask']` must contain a boolean array with at "
                              f"least one True value, got reset_mask={mask}")
-        return mask
-
-    def reset_arguments(self, seed: Seeds, options: Optional[Dict[str, Any]]
-                        ) -> Tuple[List[Optional[int]], Optional[Dict[str, Any]],
-                                   Optional[np.ndarray]]:
-        """``reset_async``'s arguments, checked: seeds, a copy of ``options`` without
-        ``"reset_mask"`` (the caller's dict stays intact), the mask (``None``: all)."""
-        self.check_running()
-        seeds = self.seed_list(seed)
-        self.check_idle("reset_async")
-        options = None if options is None else dict(options)
-        mask = None
-        if options is not None and "reset_mask" in options:
-            mask = self.check_reset_mask(options.pop("reset_mask"))
         return seeds, options, mask
 
     def attr_values(self, name: str, values: Any) -> List[Any]:
@@ -199,7 +192,10 @@ class VectorApi:
     The class using it implements the methods that raise ``NotImplementedError``
     here and inherits their docstrings. Any call raises ``ClosedEnvironmentError``
     after ``close()`` and ``WorkerDiedError`` once a worker died; one that starts
-    something raises ``AlreadyPendingCallError`` while a call is pending. Full
+    something raises ``AlreadyPendingCallError`` while a call is pending. Each
+    ``*_wait(timeout)`` waits at most ``timeout`` seconds, raises
+    ``NoAsyncCallError`` when its ``*_async`` is not pending and
+    ``EnvTimeoutError`` when ``timeout`` passes (call again to keep waiting). Full
     semantics: ``docs/contract.rst`` ("gymnasium front end", "Errors").
     """
 
@@ -253,27 +249,12 @@ class VectorApi:
         raise NotImplementedError
 
     def reset_wait(self, timeout: Optional[float] = None) -> Tuple[Any, Dict[str, Any]]:
-        """Waits at most ``timeout`` seconds for the resets of :meth:`reset_async`.
-
-        Returns:
-            ``(observations, infos)``, batched.
-
-        Raises:
-            NoAsyncCallError: no reset is pending.
-            EnvTimeoutError: ``timeout`` passed (call again to keep waiting).
-        """
+        """Waits for the resets of :meth:`reset_async`: ``(observations, infos)``, batched."""
         raise NotImplementedError
 
     def step_wait(self, timeout: Optional[float] = None) -> Step:
-        """Waits at most ``timeout`` seconds for the steps of ``step_async``.
-
-        Returns:
-            ``(observations, rewards, terminated, truncated, infos)``, batched.
-
-        Raises:
-            NoAsyncCallError: no step is pending.
-            EnvTimeoutError: ``timeout`` passed (call again to keep waiting).
-        """
+        """Waits for the steps of ``step_async``: ``(observations, rewards,
+        terminated, truncated, infos)``, batched."""
         raise NotImplementedError
 
     def call_async(self, name: str, /, *args: Any, **kwargs: Any) -> None:
@@ -281,15 +262,7 @@ class VectorApi:
         raise NotImplementedError
 
     def call_wait(self, timeout: Optional[float] = None) -> Tuple[Any, ...]:
-        """Waits at most ``timeout`` seconds for the pending :meth:`call_async`.
-
-        Returns:
-            One result per env, a tuple.
-
-        Raises:
-            NoAsyncCallError: no call is pending.
-            EnvTimeoutError: ``timeout`` passed (call again to keep waiting).
-        """
+        """Waits for the pending :meth:`call_async`: one result per env, a tuple."""
         raise NotImplementedError
 
     def async_reset(self) -> None:

@@ -131,7 +131,7 @@ class FastVectorEnv(NotCopyable, VectorApi, gym.vector.VectorEnv):
         batch_size = len(env_fns) if batch_size is None else int(batch_size)
         autoreset_mode = AutoresetMode(autoreset_mode)
         context = resolve_context(context)
-        check_arguments(env_fns, batch_size, context, autoreset_mode, worker, observation_mode)
+        check_arguments(env_fns, batch_size, autoreset_mode, worker, observation_mode)
         max_concurrency = check_max_concurrency(max_concurrency)
         if not batch_infos and batch_size < len(env_fns):
             raise ValueError(f"batch_infos=False: expected the synchronous mode, got "
@@ -178,8 +178,7 @@ class FastVectorEnv(NotCopyable, VectorApi, gym.vector.VectorEnv):
             # Dropped unclosed, the env is collected (nothing refers back to
             # it) and this ends its workers; close() detaches it.
             self._finalizer = close_when_collected(self, self._workers)
-            pin_workers([w.pid for w in self._workers if w.pid is not None],
-                        pinned_cpus(worker_cpus, cpu_plan))
+            pin_workers(self.worker_pids(), pinned_cpus(worker_cpus, cpu_plan))
             spaces = describe_workers(self._workers, observation_mode, batch_size,
                                       autoreset_mode)
             self.single_observation_space = spaces.single_observation_space
@@ -248,14 +247,9 @@ class FastVectorEnv(NotCopyable, VectorApi, gym.vector.VectorEnv):
         return self._results.gather_all(self._reset_rows)
 
     def step(self, actions: Any) -> Step:
-        """Steps the envs (asynchronous mode: those of the last ``recv``).
-
-        Args:
-            actions: one per env, as for :meth:`step_async` (which lists the errors).
-
-        Returns:
-            ``(observations, rewards, terminated, truncated, infos)``, batched.
-        """
+        """Steps the envs (asynchronous mode: those of the last ``recv``) with
+        ``actions``, as :meth:`step_async` (which lists the errors); returns
+        ``(observations, rewards, terminated, truncated, infos)``, batched."""
         if self.is_async or self._engine.in_flight or self._calls.pending is not \
                 AsyncState.DEFAULT:
             self.step_async(actions)  # raises what the state machine says
@@ -279,19 +273,14 @@ class FastVectorEnv(NotCopyable, VectorApi, gym.vector.VectorEnv):
                 the expected and actual shape and dtype); nothing was sent.
         """
         self._calls.check_ready("step_async")
-        received = None
-        if self.is_async:
-            if self._engine.last_received is None:
-                raise self._calls.no_recv_yet()
-            ids, rows, workers = self._engine.last_received
-            received = (rows, workers)
-        else:
-            if self._engine.in_flight:
-                raise AlreadyPendingCallError(
-                    f"step_async: workers {sorted(self._engine.in_flight)} still run jobs of "
-                    f"send()/async_reset(); recv() them first", "step")
-            ids = None
-        self._engine.send(actions, ids, received)
+        received = self._engine.last_received
+        if self.is_async and received is None:
+            raise self._calls.no_recv_yet()
+        if not self.is_async and self._engine.in_flight:
+            raise AlreadyPendingCallError(
+                f"step_async: workers {sorted(self._engine.in_flight)} still run jobs of "
+                f"send()/async_reset(); recv() them first", "step")
+        self._engine.send(actions, None, received if self.is_async else None)
         self._calls.pending = AsyncState.WAITING_STEP
 
     def step_wait(self, timeout: Optional[float] = None) -> Step:
@@ -327,11 +316,8 @@ class FastVectorEnv(NotCopyable, VectorApi, gym.vector.VectorEnv):
         return tuple(value for group in groups for value in group)
 
     def set_attr(self, name: str, values: Any) -> None:
-        """Sets attribute ``name`` of every env.
-
-        Args:
-            values: one value per env (a list or tuple), or one value for all.
-        """
+        """Sets attribute ``name`` of every env to ``values``: one value per env
+        (a list or tuple), or one value for all."""
         values = self._calls.attr_values(name, values)
         self._engine.settle()
         self._calls.resolve([w.call("set_each", name, list(values[begin:end]))
@@ -378,20 +364,15 @@ class FastVectorEnv(NotCopyable, VectorApi, gym.vector.VectorEnv):
         return [w.pid for w in self._workers if w.pid is not None]
 
     def timings(self) -> StepTimings:
-        """Where the steps since the last call spent their time; starts counting again.
+        """Where the steps since the last call spent their time (a
+        :class:`~alf_env.control_plane.step_timings.StepTimings`; ``print`` it for a
+        table); starts counting again.
 
         Per env, its own ``step`` time inside its worker (which env is slow);
-        per lockstep step (every env stepped together: ``step()``, or
-        ``step_async`` + ``step_wait``, whose wait then also holds the
-        trainer's work in between), the trainer's wait, the straggler spread
-        and the hand-off overhead, from the workers' job slots. The pipe path
-        (``shared_memory=False``) has no job slots: per-env figures only.
+        per lockstep step, from the workers' job slots (the pipe path has none),
+        the trainer's wait, the straggler spread and the hand-off overhead.
         Costs one pipe call per worker now, nothing per step
         (docs/simulators.rst, "Where each step's time goes").
-
-        Returns:
-            a :class:`~alf_env.control_plane.step_timings.StepTimings`
-            (``print`` it for a table).
         """
         self._calls.check_running()
         self._calls.check_idle("timings")

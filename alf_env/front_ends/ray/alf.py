@@ -12,7 +12,6 @@ answers the step that saw the death with its envs' ``FIRST`` time steps.
 """
 
 import functools
-import inspect
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import numpy as np
@@ -20,10 +19,11 @@ import torch
 
 from alf_env import nest
 from alf_env.control_plane.spec_checks import ActionChecker
+from alf_env.control_plane.worker import construct_env
 from alf_env.data_structures import TimeStep
-from alf_env.environments.alf_environment import AlfEnvironment
-from alf_env.environments.members_specs import MembersSpecs
+from alf_env.environments.members_specs import BatchedEnvironment, BatchSpecs
 from alf_env.errors import EnvTimeoutError
+from alf_env.front_ends.alf.workers import check_seeds
 from alf_env.front_ends.ray.engine import (
     ActorOptions,
     EnvActors,
@@ -38,7 +38,7 @@ from alf_env.front_ends.ray.shares import plan_shares
 __all__ = ["RayParallelAlfEnvironment"]
 
 
-class RayParallelAlfEnvironment(MembersSpecs, AlfEnvironment):
+class RayParallelAlfEnvironment(BatchedEnvironment):
     """Batched ALF environment whose envs run on ``num_actors`` Ray actors.
 
     Args:
@@ -65,7 +65,6 @@ class RayParallelAlfEnvironment(MembersSpecs, AlfEnvironment):
                  timeout: Optional[float] = None,
                  env_kwargs: Optional[Dict[str, Any]] = None,
                  start_timeout: float = 300.0) -> None:
-        super().__init__()
         ctors = list(env_constructors)
         self._shares = plan_shares(len(ctors), num_actors, len(ctors), None)
         self._timeout = timeout
@@ -76,29 +75,17 @@ class RayParallelAlfEnvironment(MembersSpecs, AlfEnvironment):
         self._group = EnvActors(factories, self._shares, actor_options=options,
                                  restart_policy=restart_policy, on_restart=self._restart,
                                  start_timeout=start_timeout)
-        described = self._group.start()
-        self._keep_specs(described[0][:-1])  # AlfHost.describe: the specs, then the rows
-        sizes = [rows for *_, rows in described]  # each actor's batch size
+        described: List[BatchSpecs] = self._group.start()  # AlfHost.describe of each
+        sizes = [specs.batch_size for specs in described]
         self._offsets = np.cumsum([0] + sizes[:-1]).tolist()
         self._bounds = [(o, o + s) for o, s in zip(self._offsets, sizes)]
-        self._batch_size = int(sum(sizes))
-        self._check_action = ActionChecker(self._action_spec, self._batch_size)
-
-    @property
-    def batched(self) -> bool:
-        return True
-
-    @property
-    def batch_size(self) -> int:
-        return self._batch_size
+        super().__init__(described[0]._replace(batch_size=int(sum(sizes))))
+        self._check_action = ActionChecker(self.action_spec(), self.batch_size)
 
     def seed(self, seeds: Sequence[int]) -> None:
         """Seeds env ``i`` with ``seeds[i]`` (one seed per env)."""
         self._check_usable()
-        seeds = list(seeds)
-        n = self._shares[-1].stop
-        if len(seeds) != n:
-            raise ValueError(f"seeds: expected {n} seeds (one per env), got {len(seeds)}")
+        seeds = check_seeds(seeds, self._shares[-1].stop, num_spares=0)
         self._group.call_all("seed", [(seeds[s.start:s.stop],) for s in self._shares],
                              self._timeout, "seed")
 
@@ -169,9 +156,6 @@ class RayParallelAlfEnvironment(MembersSpecs, AlfEnvironment):
 
 
 def _with_env_id(ctor: Callable[..., Any], global_id: int, **_: Any) -> Any:
-    """Calls ``ctor`` with the front end's env id if it takes an ``env_id``."""
-    try:
-        takes_id = "env_id" in inspect.signature(ctor).parameters
-    except (TypeError, ValueError):
-        takes_id = False
-    return ctor(env_id=global_id) if takes_id else ctor()
+    """Calls ``ctor`` with the front end's env id if it takes an ``env_id`` (as the
+    workers of ``ParallelAlfEnvironment`` do); the actor's own id is dropped."""
+    return construct_env(ctor, global_id)

@@ -66,11 +66,6 @@ def concat_batches(space: spaces.Space[Any], parts: Sequence[Any]) -> Any:
     return tuple(itertools.chain.from_iterable(parts))
 
 
-def concat_arrays(parts: Sequence[np.ndarray]) -> np.ndarray:
-    """Joins 1-d per-env arrays (rewards, flags) into a new array."""
-    return np.concatenate(parts, axis=0)
-
-
 def merge_infos(parts: Sequence[Tuple[Dict[str, Any], int]], n: int) -> Dict[str, Any]:
     """Merges batched info dicts of consecutive slices into one batch of ``n`` envs.
 

@@ -11,7 +11,7 @@ import gymnasium as gym
 import numpy as np
 
 from alf_env import nest
-from alf_env.environments.members_specs import spec_values
+from alf_env.environments.members_specs import BatchSpecs
 from alf_env.front_ends.gym.state import Step
 from alf_env.front_ends.gym.vector_env import FastVectorEnv
 from alf_env.lazy_import import import_from
@@ -64,10 +64,9 @@ class AlfHost:
         from alf_env.front_ends.alf.fast_parallel_environment import FastParallelEnvironment
         self.env = FastParallelEnvironment(ctors, **env_kwargs)
 
-    def describe(self) -> Tuple[Any, ...]:
-        """The env's five specs (:data:`~alf_env.environments.members_specs.SPEC_METHODS`
-        order), then its batch size."""
-        return spec_values(self.env) + (self.env.batch_size,)
+    def describe(self) -> BatchSpecs:
+        """The env's specs and batch size."""
+        return BatchSpecs.of(self.env, self.env.batch_size)
 
     def reset(self) -> Any:
         return _to_numpy(self.env.reset())

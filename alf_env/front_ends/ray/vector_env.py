@@ -34,7 +34,7 @@ from alf_env.front_ends.gym.results import ENV_ID_DTYPE
 from alf_env.front_ends.gym.space_layout import SpaceLayout
 from alf_env.front_ends.gym.state import AsyncState, CallState, Seeds, Step, VectorApi
 from alf_env.front_ends.ray.actor import Failure
-from alf_env.front_ends.ray.batching import concat_arrays, concat_batches, merge_infos, split_batch
+from alf_env.front_ends.ray.batching import concat_batches, merge_infos, split_batch
 from alf_env.front_ends.ray.engine import (
     ActorOptions,
     EnvActors,
@@ -270,10 +270,8 @@ class RayVectorEnv(VectorApi, gym.vector.VectorEnv):
             raise AssertionError(
                 f"envs {ended} ended (terminated or truncated) and autoreset_mode is "
                 f"DISABLED: reset them first, e.g. reset(options={{'reset_mask': mask}})")
-        bounds, lo = [], 0
-        for j in actors:
-            bounds.append((lo, lo + len(self.shares[j])))
-            lo += len(self.shares[j])
+        ends = np.cumsum([len(self.shares[j]) for j in actors]).tolist()
+        bounds = list(zip([0] + ends[:-1], ends))
         parts = split_batch(self.single_action_space, actions, bounds, "action")
         for j, part in zip(actors, parts):
             if j in self._group.fresh:  # recreated by a call: report it now
@@ -320,8 +318,8 @@ class RayVectorEnv(VectorApi, gym.vector.VectorEnv):
             offset += k
             s = self.shares[j]
             self._needs_reset[s] = np.logical_or(te, tr)
-        return (concat_batches(self.single_observation_space, obs), concat_arrays(rewards),
-                concat_arrays(terminated), concat_arrays(truncated), merge_infos(parts, n))
+        return (concat_batches(self.single_observation_space, obs), np.concatenate(rewards),
+                np.concatenate(terminated), np.concatenate(truncated), merge_infos(parts, n))
 
     def _collect(self, actors: Sequence[int], count: int, timeout: Optional[float],
                  during: str, keep_on_failure: bool = False) -> List[Tuple[int, Job, Any]]:

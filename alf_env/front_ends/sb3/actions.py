@@ -16,6 +16,7 @@ import numpy as np
 from gymnasium import spaces
 
 from alf_env.front_ends.gym.action_items import action_layout
+from alf_env.front_ends.gym.space_layout import ARRAY_SPACES
 
 __all__ = ["ActionRouter"]
 
@@ -29,7 +30,7 @@ class ActionRouter:
         # The checks of the vector env's rows (the same code), to find the
         # envs whose actions they refuse before anything is sent.
         self._layout = action_layout(space)
-        self._array = _is_array(space)
+        self._array = isinstance(space, ARRAY_SPACES)
         self._blank = _blank(space)
 
     def split(self, actions: Any) -> Tuple[Any, Dict[int, Any]]:
@@ -56,31 +57,25 @@ class ActionRouter:
                             f"got {type(actions).__name__}") from None
         if len(items) != n:
             raise ValueError(f"actions: expected one action per env ({n}), got {len(items)}")
-        whole = actions if self._array and isinstance(actions, np.ndarray) else None
-        if whole is None:
-            try:
-                whole = _batched(space, items)
-            except (KeyError, IndexError, TypeError, ValueError):
-                whole = None  # some env's action does not have the space's structure
-        if whole is not None and self._fits(whole, n):
+        whole = self._carried(items, actions if self._array and isinstance(actions, np.ndarray)
+                              else None)
+        if whole is not None:
             return whole, {}
-        passed = {i: item for i, item in enumerate(items) if not self._fits_one(item)}
+        passed = {i: item for i, item in enumerate(items) if self._carried([item]) is None}
         kept = [self._blank if i in passed else item for i, item in enumerate(items)]
         return _batched(space, kept), passed
 
-    def _fits_one(self, item: Any) -> bool:
-        """Whether the rows carry this env's action exactly."""
+    def _carried(self, items: List[Any], batch: Any = None) -> Any:
+        """``batch`` (default: ``items`` in gymnasium's layout) if the rows carry
+        these actions exactly; ``None`` if not, or if some item does not have the
+        space's structure."""
         try:
-            return self._fits(_batched(self.space, [item]), 1)
+            if batch is None:
+                batch = _batched(self.space, items)
+            self._layout.encode_batch(batch, len(items), "same_kind")
         except (KeyError, IndexError, TypeError, ValueError):
-            return False
-
-    def _fits(self, batch: Any, n: int) -> bool:
-        try:
-            self._layout.encode_batch(batch, n, "same_kind")
-        except (TypeError, ValueError):
-            return False
-        return True
+            return None
+        return batch
 
 
 def _batched(space: spaces.Space[Any], items: List[Any]) -> Any:
@@ -111,12 +106,6 @@ def _blank(space: spaces.Space[Any]) -> Any:
         return {key: _blank(sub) for key, sub in space.spaces.items()}
     if isinstance(space, spaces.Tuple):
         return tuple(_blank(sub) for sub in space.spaces)
-    if _is_array(space):
+    if isinstance(space, ARRAY_SPACES):
         return np.zeros(space.shape, space.dtype)
     return space.sample()
-
-
-def _is_array(space: spaces.Space[Any]) -> bool:
-    """Whether the space is one array (its actions: one array leaf)."""
-    return isinstance(space, (spaces.Box, spaces.Discrete, spaces.MultiDiscrete,
-                              spaces.MultiBinary))

@@ -126,13 +126,8 @@ class FastSubprocVecEnv(NotCopyable, VecEnv):
         return self._vector_env
 
     def timings(self) -> StepTimings:
-        """Where the steps since the last call spent their time; starts counting
-        again: ``FastVectorEnv.timings()`` of the vector env underneath (one
-        lockstep batch per ``step``).
-
-        Returns:
-            a :class:`~alf_env.control_plane.step_timings.StepTimings`.
-        """
+        """``FastVectorEnv.timings()`` of the vector env underneath (one lockstep
+        batch per ``step``): where the steps since the last call spent their time."""
         return self._vector_env.timings()
 
     def worker_pids(self) -> List[int]:

@@ -79,7 +79,7 @@ class Port:
 class Sb3Env:
     """What a worker hosts for each SB3 env: the env and its :class:`Port`.
 
-    It forwards everything to the env but a step (which takes the port's staged
+    It forwards everything to the env (``__getattr__``) but a step (which takes the port's staged
     action, if any), a reset (see :meth:`reset`) and :data:`PORT_ATTR`, so the
     env is neither wrapped nor given attributes: its ``spec`` and wrappers stay
     as SB3's vec envs show them.
@@ -111,17 +111,8 @@ class Sb3Env:
         obs, info = self.env.reset(**kwargs)
         return obs, {RESET_INFO: info}
 
-    def render(self) -> Any:
-        return self.env.render()
-
-    def close(self) -> None:
-        self.env.close()
-
     def get_wrapper_attr(self, name: str) -> Any:
         return self.port if name == PORT_ATTR else self.env.get_wrapper_attr(name)
-
-    def set_wrapper_attr(self, name: str, value: Any, **kwargs: Any) -> Any:
-        return self.env.set_wrapper_attr(name, value, **kwargs)
 
     def __getattr__(self, name: str) -> Any:
         if name in ("env", "port"):  # not set yet (e.g. during unpickling)
