@@ -471,6 +471,14 @@ class AlfGymWrapper(AlfEnvironment):
             self._env_id_array = (self._env_id, array)
         return array
 
+    def _discount_leaf(self) -> np.ndarray:
+        """The shared 0-d float32 array of ``discount`` (made again if it was replaced)."""
+        source, array = self._discount_array
+        if source is not self._discount:
+            array = scalar_array(self._discount, np.float32)
+            self._discount_array = (self._discount, array)
+        return array
+
     def _reset(self) -> TimeStep:
         self._current_leaves = None  # reset() sets _current_time_step
         seed, self._pending_seed = self._pending_seed, None
@@ -512,18 +520,9 @@ class AlfGymWrapper(AlfEnvironment):
         self._info = info
         self._done = ended = bool(terminated or truncated)
         observation = self._observation(observation)
-        if terminated:
-            discount = ZERO_DISCOUNT_ARRAY
-        else:
-            source, discount = self._discount_array
-            if source is not self._discount:
-                discount = scalar_array(self._discount, np.float32)
-                self._discount_array = (self._discount, discount)
-        source, env_id = self._env_id_array
-        if source is not self._env_id:
-            env_id = self._env_id_leaf()
-        return (LAST_ARRAY if ended else MID_ARRAY, reward, discount, observation, env_id,
-                info, bool(terminated))
+        discount = ZERO_DISCOUNT_ARRAY if terminated else self._discount_leaf()
+        return (LAST_ARRAY if ended else MID_ARRAY, reward, discount, observation,
+                self._env_id_leaf(), info, bool(terminated))
 
     def _step(self, action: Any) -> TimeStep:
         self._current_leaves = None  # step() sets _current_time_step

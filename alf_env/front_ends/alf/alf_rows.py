@@ -24,9 +24,14 @@ import numpy as np
 from alf_env import nest
 from alf_env.control_plane.spec_checks import time_step_count_error, time_step_leaf_error
 from alf_env.control_plane.step_timings import StepClock
-from alf_env.control_plane.worker import flat_stepper_of
 from alf_env.data_plane.shared_block import SharedBlock, copy_leaves
 from alf_env.nest import compile_nest
+
+
+def flat_stepper_of(env: Any) -> Any:
+    """``env.flat_stepper()`` (see ``AlfGymWrapper``), or ``None`` if it has none."""
+    make = getattr(type(env), "flat_stepper", None)
+    return make(env) if callable(make) else None
 
 
 class _Rows:
