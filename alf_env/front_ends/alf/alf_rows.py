@@ -219,24 +219,31 @@ class AlfRowsHandler:
         group = self._group
         group.begin_job()
         now, lap = self._clock.reader(), self._clock.lap
-        results: List[Tuple[bool, Any]] = []  # (flat leaves?, leaves or time step)
+        step_flat = group.step_member_flat
+        results: List[Any] = []  # a flat step's leaves (a list), or a TimeStep
         for j, (actions, _, _, flat_step) in enumerate(self._members):
             if flat_step is not None:
-                action_leaves = actions.read_leaves()
+                views = actions.views
+                # Copies (as read_leaves), a single leaf without a loop.
+                action_leaves = ([np.array(views[0])] if len(views) == 1
+                                 else actions.read_leaves())
                 start = now()
-                leaves = group.step_member_flat(j, flat_step, action_leaves)
+                leaves = step_flat(j, flat_step, action_leaves)
                 if leaves is not None:
                     lap[j] = now() - start
-                    results.append((True, leaves))
+                    results.append(leaves)
                     continue
             action = actions.read()
             start = now()
             time_step = group.step_member(j, action)
             lap[j] = now() - start
-            results.append((False, time_step))
-        for (flat, result), (_, outputs, env_id, _) in zip(results, self._members):
-            if flat:
-                outputs.write_leaves(result, env_id, True)
+            results.append(time_step)
+        for result, (_, outputs, env_id, _) in zip(results, self._members):
+            if type(result) is list:
+                # write_leaves' common case inline: exact leaves in one native call.
+                views = outputs.views
+                if len(result) != len(views) or copy_leaves(views, result, True) != len(views):
+                    outputs.write_leaves(result, env_id, True)
             else:
                 outputs.write(result, env_id)
 
