@@ -25,19 +25,22 @@ from alf_env import nest
 from alf_env.control_plane.spec_checks import time_step_count_error, time_step_leaf_error
 from alf_env.control_plane.step_timings import StepClock
 from alf_env.data_plane.shared_block import SharedBlock, copy_leaves
+from alf_env.environments.alf_environment import AlfEnvironment
+from alf_env.environments.alf_gym_wrapper import FlatStep
 from alf_env.nest import compile_nest
 
 
-def flat_stepper_of(env: Any) -> Any:
+def flat_stepper_of(env: AlfEnvironment) -> Optional[FlatStep]:
     """``env.flat_stepper()`` (see ``AlfGymWrapper``), or ``None`` if it has none."""
     make = getattr(type(env), "flat_stepper", None)
-    return make(env) if callable(make) else None
+    flat_step: Optional[FlatStep] = make(env) if callable(make) else None
+    return flat_step
 
 
 class _Rows:
     """This worker's rows of a list of fields, and how to move nests in/out."""
 
-    def __init__(self, block: Any, names: Tuple[str, ...], rows: Tuple[int, int],
+    def __init__(self, block: SharedBlock, names: Tuple[str, ...], rows: Tuple[int, int],
                  paths: List[str], batched: bool, spec: Any) -> None:
         begin, end = rows
         views = [block.views[name][begin:end] for name in names]
@@ -93,7 +96,7 @@ class MemberEnvs(Protocol):
     """
 
     @property
-    def members(self) -> Sequence[Any]:
+    def members(self) -> Sequence[AlfEnvironment]:
         """The member envs, in row order."""
 
     def begin_job(self) -> None:
@@ -102,7 +105,7 @@ class MemberEnvs(Protocol):
     def step_member(self, j: int, action: Any) -> Any:
         """Steps member ``j``; returns its time step."""
 
-    def step_member_flat(self, j: int, flat_step: Callable[[List[np.ndarray]], Any],
+    def step_member_flat(self, j: int, flat_step: FlatStep,
                          action_leaves: List[np.ndarray]) -> Optional[List[Any]]:
         """Steps member ``j`` with its flat step; its time step's leaves, or
         ``None`` when that step was no plain one (then :meth:`step_member`)."""
@@ -161,7 +164,7 @@ class AlfRowsHandler:
                           time_step_spec))
 
         self._actions, self._outputs = rows_of(self.rows, batched)
-        self._flat_step: Optional[Callable[[List[Any]], Any]] = (
+        self._flat_step: Optional[FlatStep] = (
             None if batched else flat_stepper_of(env))
         if self._flat_step is not None:
             self.step = self._step_flat  # type: ignore[method-assign]  # chosen per env
