@@ -23,7 +23,12 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional
 import gymnasium as gym
 
 from alf_env.bench.core import ACTION_SEED, NUM_ACTIONS, Actions, Runner, Skip
-from alf_env.bench.references import ceiling_runner, envpool_runner, single_runner
+from alf_env.bench.references import (
+    bare_loop_runner,
+    ceiling_runner,
+    envpool_runner,
+    single_runner,
+)
 from alf_env.bench.workloads import make_env
 from alf_env.control_plane.affinity import usable_cpu_count
 from alf_env.lazy_import import import_from
@@ -33,10 +38,10 @@ ENVS_PER_WORKER = 4
 #: Ray actors of the ``ray_vector`` backend.
 RAY_ACTORS = 2
 #: The reference rows (not batched envs of alf_env or its alternatives).
-REFERENCES = ("single", "ceiling", "envpool")
+REFERENCES = ("single", "ceiling", "bare_loop", "envpool")
 #: The reference rows that measure the machine rather than a vector env one could
 #: pick (EnvPool is a choice, for the envs it has a C++ version of).
-YARDSTICKS = ("single", "ceiling")
+YARDSTICKS = ("single", "ceiling", "bare_loop")
 
 
 def _import(module: str, name: str, what: str) -> Any:
@@ -371,6 +376,9 @@ BACKENDS: Dict[str, Backend] = {
     "single": Backend(single_runner, "plain loop (1 env)", "one env, plain loop"),
     "ceiling": Backend(ceiling_runner, "ceiling", "ceiling: one env per usable CPU, separate "
                                                   "processes, plain loops, summed"),
+    "bare_loop": Backend(bare_loop_runner, "bare lockstep loop",
+                         "bare lockstep loop: one worker per usable CPU, nothing but the "
+                         "envs' steps and the native hand-off"),
     "envpool": Backend(envpool_runner, "EnvPool", "EnvPool (C++ envs, one thread per CPU)"),
 }
 assert all(name in BACKENDS for name in REFERENCES)

@@ -269,11 +269,13 @@ def cases_of(args: argparse.Namespace) -> List[Tuple[str, int]]:
     """The (workload, num_envs) cases to run, in order."""
     def counts(workload: str) -> Sequence[int]:
         if args.num_envs:
-            return args.num_envs
+            given: Sequence[int] = args.num_envs
+            return given
         if args.env is not None:
             return [ENV_NUM_ENVS]
         if args.quick:
-            return QUICK["num_envs"].get(workload, [8])
+            quick: Sequence[int] = QUICK["num_envs"].get(workload, [8])
+            return quick
         entry = bench_workloads.WORKLOADS.get(workload)
         return entry.num_envs if entry else [8]
 

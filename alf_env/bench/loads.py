@@ -45,7 +45,7 @@ class BusyLoad:
             raise ValueError(f"--load: expected a number of processes >= 0, got {count}")
         self.count = count
         self.apart = apart
-        self._procs: List[subprocess.Popen] = []
+        self._procs: List["subprocess.Popen[bytes]"] = []
 
     def start(self) -> "BusyLoad":
         """Starts the processes (their output discarded)."""

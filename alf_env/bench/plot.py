@@ -14,7 +14,7 @@ legends name the backends as users know them (``FastVectorEnv``, ``SyncVectorEnv
 
 import os
 import platform
-from typing import Any, Dict, List, Sequence
+from typing import Any, Dict, List, Sequence, Set
 
 import numpy as np
 
@@ -97,8 +97,8 @@ def _log_axis(ax: Any) -> None:
     ax.grid(True, which="major", alpha=0.3)
 
 
-def _counts(cases: Sequence[List[CaseResult]]) -> Dict[str, set]:
-    counts_of: Dict[str, set] = {}
+def _counts(cases: Sequence[List[CaseResult]]) -> Dict[str, Set[int]]:
+    counts_of: Dict[str, Set[int]] = {}
     for results in cases:
         counts_of.setdefault(results[0].workload, set()).add(results[0].num_envs)
     return counts_of

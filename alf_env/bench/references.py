@@ -1,9 +1,19 @@
-"""The reference rows: one env in a loop, the machine's ceiling, and EnvPool.
+"""The reference rows: one env in a loop, the machine's ceiling, the bare lockstep
+loop, and EnvPool.
 
 - ``single``: one env stepped in a plain loop in this process.
 - ``ceiling``: N independent processes, N = usable CPUs, each stepping one env
   of the workload in a plain loop; their env-steps/s summed. No batched env of
   Python envs can beat it on this machine.
+- ``bare_loop``: the bound of the lockstep design that ``FastVectorEnv`` and
+  ``FastParallelEnvironment`` share. N = usable CPUs worker processes (placed
+  by the OS) own ``num_envs / N`` envs each; at each step the trainer posts a
+  STEP job to every worker through the native job slots, with torch's threads
+  parked as a front end's step parks them, and waits for all of them; each
+  worker steps its envs with the workload's actions and reports done. Nothing
+  else crosses: no action, observation or info, no batch is assembled. What a
+  front end costs over it is its own per-step work. Its step returns one fixed
+  batch of the workload's first observations, for ``--policy``.
 - ``envpool``: EnvPool's own (C++) version of the same env,
   ``envpool.make_gymnasium(id, num_envs=n, num_threads=usable CPUs)``.
 """
@@ -14,7 +24,7 @@ import multiprocessing
 import time
 import warnings
 from multiprocessing.connection import Connection
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -22,6 +32,15 @@ from alf_env.bench.core import ACTION_SEED, NUM_ACTIONS, Actions, Plan, Runner, 
 from alf_env.bench.workloads import get as get_workload
 from alf_env.bench.workloads import make_env
 from alf_env.control_plane.affinity import usable_cpu_count
+from alf_env.control_plane.watchdog import die_with_parent, parent_death_plan
+from alf_env.data_plane.pool_park import PoolPark
+from alf_env.data_plane.shared_block import (
+    SPIN_ADAPTIVE,
+    JobStatus,
+    JobType,
+    SharedBlock,
+    WaitStatus,
+)
 
 #: Seconds a ``ceiling`` process may take to start, warm up or report.
 CEILING_TIMEOUT = 120.0
@@ -139,6 +158,107 @@ def ceiling_runner(workload: str, num_envs: int, actions: Actions) -> Runner:
         return env_steps, env_steps / rate
 
     return Runner(step=lambda k: None, close=close, timed=timed)
+
+
+#: Seconds a ``lockstep`` job may take before the backend reports its workers stuck.
+LOCKSTEP_TIMEOUT = 60.0
+
+
+def _lockstep_worker(block: SharedBlock, index: int, parent: Optional[int], workload: str,
+                     env_ids: List[int], actions: List[np.ndarray]) -> None:
+    """A bare worker: builds its envs, then steps them all at each STEP job until
+    CLOSE (or its parent's death)."""
+    die_with_parent(parent)
+    envs = [make_env(workload, i) for i in env_ids]
+    for i, env in zip(env_ids, envs):
+        env.reset(seed=ACTION_SEED + i)
+    done = [False] * len(envs)
+    port = block.worker_port(index, SPIN_ADAPTIVE)
+    count = 0
+    try:
+        while True:
+            job, _ = port.wait_job(1.0)
+            if job == JobType.STEP:
+                for k, env in enumerate(envs):
+                    done[k] = plain_loop(env, actions, count + k, 1, done[k])
+                count += len(envs)
+                port.finish(JobStatus.OK)
+            elif job == JobType.CLOSE:
+                port.finish(JobStatus.OK)
+                return
+    finally:
+        for env in envs:
+            env.close()
+
+
+def bare_loop_runner(workload: str, num_envs: int, actions: Actions) -> Runner:
+    """The bare lockstep loop (see the module doc): one worker per usable CPU."""
+    workers = min(usable_cpu_count(), num_envs)
+    if num_envs % workers:
+        raise Skip(f"the bare loop splits the envs evenly: {num_envs} envs over "
+                   f"{workers} workers")
+    per = num_envs // workers
+    flat = actions.per_env()
+    first = make_env(workload, 0)
+    try:
+        observation, _ = first.reset(seed=ACTION_SEED)
+    finally:
+        first.close()
+    result: Tuple[np.ndarray, None, None, None, Dict[str, Any]] = (
+        np.stack([np.asarray(observation)] * num_envs), None, None, None, {})
+    block = SharedBlock([("unused", (1,), np.uint8)], num_rows=workers, num_workers=workers)
+    controller = block.controller(SPIN_ADAPTIVE)
+    ids = list(range(workers))
+    pool = PoolPark()
+    context = multiprocessing.get_context("fork")
+    procs: List[Any] = []
+    broken: List[str] = []  # what went wrong: the workers are then killed, not closed
+
+    def run(job: JobType, timeout: float = LOCKSTEP_TIMEOUT) -> None:
+        parked = pool.before_step()
+        try:
+            controller.post(ids, job, 0)
+            status, _ = controller.wait(workers, timeout)
+        finally:
+            pool.after_step(parked)
+        pool.returned()
+        if status != WaitStatus.OK:
+            broken.append(f"bare lockstep loop: a worker's {job.name} ended with {status}")
+            raise RuntimeError(broken[-1])
+
+    def close() -> None:
+        if procs and not broken and len(procs) == workers:
+            try:
+                run(JobType.CLOSE, 5.0)
+            except RuntimeError:
+                pass  # a dead or stuck worker: killed below
+        for proc in procs:
+            proc.join(5.0)
+            if proc.is_alive():
+                proc.kill()
+                proc.join()
+        procs.clear()
+        block.close()
+
+    def step(k: int) -> Any:
+        run(JobType.STEP)
+        return result
+
+    try:
+        parent = parent_death_plan("fork")
+        for w in ids:
+            proc = context.Process(
+                target=_lockstep_worker, name=f"bench-lockstep-{w}", daemon=True,
+                args=(block, w, parent, workload, list(range(w * per, (w + 1) * per)), flat))
+            proc.start()
+            procs.append(proc)
+            assert proc.pid is not None  # started
+            controller.set_worker_pid(w, proc.pid)
+        run(JobType.STEP)  # every worker has built its envs
+    except BaseException:
+        close()
+        raise
+    return Runner(step=step, close=close)
 
 
 def envpool_runner(workload: str, num_envs: int, actions: Actions) -> Runner:

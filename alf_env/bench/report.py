@@ -51,6 +51,8 @@ LEGEND = {
     "ceiling": "ceiling = one env per CPU, each in its own process in a plain loop, rates "
                "summed (the most these Python envs can do here)",
     "single": f"{display_name('single')} = one env stepped in a plain loop in this process",
+    "bare_loop": f"{display_name('bare_loop')} = one worker per CPU stepping its envs at each "
+                "posted step, nothing else (what alf_env's lockstep design allows here)",
     "envpool": "EnvPool = EnvPool's own C++ version of the env, one thread per CPU",
 }
 assert set(LEGEND) == set(REFERENCES)

@@ -344,7 +344,8 @@ def _spreads(tuned: Dict[str, Any], first: str, second: str) -> str:
 
 def _line(tuned: Dict[str, Any], name: str) -> str:
     layout = tuned["layouts"].get(name)
-    return "    " + (layout["constructor"] if layout else tuned["reference_lines"][name])
+    line: str = layout["constructor"] if layout else tuned["reference_lines"][name]
+    return "    " + line
 
 
 def _long_name(name: str) -> str:

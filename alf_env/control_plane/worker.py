@@ -67,12 +67,6 @@ def forward_progress(env: Any, progress: Any) -> bool:
     return True
 
 
-def flat_stepper_of(env: Any) -> Any:
-    """``env.flat_stepper()`` (see ``AlfGymWrapper``), or ``None`` if it has none."""
-    make = getattr(type(env), "flat_stepper", None)
-    return make(env) if callable(make) else None
-
-
 class WorkerEnvProxy:
     """What the worker calls: the env, plus packing/unpacking in flatten mode.
 

@@ -355,6 +355,9 @@ class AlfGymWrapper(AlfEnvironment):
         # is a new empty dict, which has no leaves): nothing to fetch.
         no_info = type(self._env_info_spec) is dict and not self._env_info_spec
         pack_action = compile_nest(self._action_spec)[1]
+        # A single leaf (the common case) is its own nest: no call to pack or flatten.
+        single_action = not nest.is_nested(self._action_spec)
+        single_observation = not nest.is_nested(self._observation_spec)
         gym_step, reward_of, env_info_of = self._gym_step, self._reward, self._env_info
         last = LAST_ARRAY
 
@@ -366,7 +369,7 @@ class AlfGymWrapper(AlfEnvironment):
                     self._current_leaves is None and self._current_time_step is None):
                 return None  # a reset: step() does it (see _has_time_step)
             step_type, reward, discount, observation, env_id, info, _ = gym_step(
-                pack_action(action_leaves))
+                action_leaves[0] if single_action else pack_action(action_leaves))
             if type(reward) is not float and type(reward) is not np.float64:
                 reward = reward_of(reward)  # else left as is (see the docstring)
             info_leaves = raw_info(info) if raw_info is not None else None
@@ -374,8 +377,11 @@ class AlfGymWrapper(AlfEnvironment):
                 env_info = env_info_of(info)
                 if env_info is not None and (type(env_info) is not dict or env_info):
                     info_leaves = flatten_info(env_info)
-            leaves = [step_type, reward, discount]
-            leaves += flatten_observation(observation)
+            if single_observation:
+                leaves = [step_type, reward, discount, observation]
+            else:
+                leaves = [step_type, reward, discount]
+                leaves += flatten_observation(observation)
             leaves += action_leaves
             leaves.append(env_id)
             if info_leaves is not None:
@@ -471,6 +477,14 @@ class AlfGymWrapper(AlfEnvironment):
             self._env_id_array = (self._env_id, array)
         return array
 
+    def _discount_leaf(self) -> np.ndarray:
+        """The shared 0-d float32 array of ``discount`` (made again if it was replaced)."""
+        source, array = self._discount_array
+        if source is not self._discount:
+            array = scalar_array(self._discount, np.float32)
+            self._discount_array = (self._discount, array)
+        return array
+
     def _reset(self) -> TimeStep:
         self._current_leaves = None  # reset() sets _current_time_step
         seed, self._pending_seed = self._pending_seed, None
@@ -512,13 +526,14 @@ class AlfGymWrapper(AlfEnvironment):
         self._info = info
         self._done = ended = bool(terminated or truncated)
         observation = self._observation(observation)
+        # The shared 0-d arrays of discount and env id, made again (by their
+        # accessors) only when the attribute was replaced: no call per step.
         if terminated:
             discount = ZERO_DISCOUNT_ARRAY
         else:
             source, discount = self._discount_array
             if source is not self._discount:
-                discount = scalar_array(self._discount, np.float32)
-                self._discount_array = (self._discount, discount)
+                discount = self._discount_leaf()
         source, env_id = self._env_id_array
         if source is not self._env_id:
             env_id = self._env_id_leaf()

@@ -3,6 +3,7 @@ skipped instead."""
 
 import importlib.util
 import math
+import multiprocessing
 import sys
 import types
 from typing import Any, Dict, List
@@ -95,6 +96,74 @@ def test_a_failing_ceiling_process_is_an_error_of_the_backend(monkeypatch):
     actions = Actions.make("W2", 2)  # W1 cannot make its probe any more
     with pytest.raises(RuntimeError, match=r"ceiling process \d failed: OSError: no display"):
         measure(references.ceiling_runner, "W1", 2, actions, PLAN)
+
+
+class _CountingEnv(gym.Wrapper):
+    """W1's env that counts, in memory shared with the forked workers, every
+    step and every reset after the first."""
+
+    def __init__(self, env: gym.Env, count: Any) -> None:
+        super().__init__(env)
+        self._count = count
+        self._first = True
+
+    def step(self, action):
+        with self._count.get_lock():
+            self._count.value += 1
+        return self.env.step(action)
+
+    def reset(self, **kwargs):
+        if not self._first:
+            with self._count.get_lock():
+                self._count.value += 1
+        self._first = False
+        return self.env.reset(**kwargs)
+
+
+@pytest.fixture
+def counted_w1(monkeypatch):
+    count = multiprocessing.get_context("fork").Value("q", 0)
+    make = workloads.WORKLOADS["W1"].make
+    monkeypatch.setitem(workloads.WORKLOADS, "W1", workloads.WORKLOADS["W1"]._replace(
+        make=lambda env_id=0: _CountingEnv(make(env_id), count)))
+    return count
+
+
+def test_the_bare_lockstep_loop_steps_every_env_in_its_workers_once_a_round(counted_w1):
+    num_envs = 4
+    before = {p.pid for p in psutil.Process().children()}
+    run = measure(references.bare_loop_runner, "W1", num_envs, Actions.make("W1", num_envs),
+                  PLAN)
+    assert run.env_steps == PLAN.steps * num_envs and run.rate > 0
+    # The round that waits for the workers to build their envs, the warm-up, the timed.
+    assert counted_w1.value == num_envs * (1 + PLAN.warmup + PLAN.steps)
+    assert {p.pid for p in psutil.Process().children()} == before
+
+
+def test_the_bare_lockstep_loop_gives_the_policy_a_batch_of_observations():
+    runner = references.bare_loop_runner("W1", 4, Actions.make("W1", 4))
+    try:
+        observations = runner.step(0)[0]
+    finally:
+        runner.close()
+    runner.close()  # idempotent
+    assert observations.shape == (4,) + workloads.make_env("W1", 0).observation_space.shape
+
+
+def test_a_dead_bare_lockstep_worker_is_an_error_not_a_hang():
+    before = {p.pid for p in psutil.Process().children()}
+    runner = references.bare_loop_runner("W1", 4, Actions.make("W1", 4))
+    workers = [p for p in psutil.Process().children() if p.pid not in before]
+    try:
+        assert len(workers) == min(usable_cpu_count(), 4)
+        worker = workers[0]
+        worker.kill()
+        worker.wait(5)
+        with pytest.raises(RuntimeError, match="a worker's STEP ended with"):
+            runner.step(0)
+    finally:
+        runner.close()
+    assert not [p for p in workers if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
 
 
 def test_envpool_steps_its_own_version_of_the_env():

@@ -24,15 +24,23 @@ import numpy as np
 from alf_env import nest
 from alf_env.control_plane.spec_checks import time_step_count_error, time_step_leaf_error
 from alf_env.control_plane.step_timings import StepClock
-from alf_env.control_plane.worker import flat_stepper_of
 from alf_env.data_plane.shared_block import SharedBlock, copy_leaves
+from alf_env.environments.alf_environment import AlfEnvironment
+from alf_env.environments.alf_gym_wrapper import FlatStep
 from alf_env.nest import compile_nest
+
+
+def flat_stepper_of(env: AlfEnvironment) -> Optional[FlatStep]:
+    """``env.flat_stepper()`` (see ``AlfGymWrapper``), or ``None`` if it has none."""
+    make = getattr(type(env), "flat_stepper", None)
+    flat_step: Optional[FlatStep] = make(env) if callable(make) else None
+    return flat_step
 
 
 class _Rows:
     """This worker's rows of a list of fields, and how to move nests in/out."""
 
-    def __init__(self, block: Any, names: Tuple[str, ...], rows: Tuple[int, int],
+    def __init__(self, block: SharedBlock, names: Tuple[str, ...], rows: Tuple[int, int],
                  paths: List[str], batched: bool, spec: Any) -> None:
         begin, end = rows
         views = [block.views[name][begin:end] for name in names]
@@ -88,7 +96,7 @@ class MemberEnvs(Protocol):
     """
 
     @property
-    def members(self) -> Sequence[Any]:
+    def members(self) -> Sequence[AlfEnvironment]:
         """The member envs, in row order."""
 
     def begin_job(self) -> None:
@@ -97,7 +105,7 @@ class MemberEnvs(Protocol):
     def step_member(self, j: int, action: Any) -> Any:
         """Steps member ``j``; returns its time step."""
 
-    def step_member_flat(self, j: int, flat_step: Callable[[List[np.ndarray]], Any],
+    def step_member_flat(self, j: int, flat_step: FlatStep,
                          action_leaves: List[np.ndarray]) -> Optional[List[Any]]:
         """Steps member ``j`` with its flat step; its time step's leaves, or
         ``None`` when that step was no plain one (then :meth:`step_member`)."""
@@ -156,7 +164,7 @@ class AlfRowsHandler:
                           time_step_spec))
 
         self._actions, self._outputs = rows_of(self.rows, batched)
-        self._flat_step: Optional[Callable[[List[Any]], Any]] = (
+        self._flat_step: Optional[FlatStep] = (
             None if batched else flat_stepper_of(env))
         if self._flat_step is not None:
             self.step = self._step_flat  # type: ignore[method-assign]  # chosen per env
@@ -214,24 +222,31 @@ class AlfRowsHandler:
         group = self._group
         group.begin_job()
         now, lap = self._clock.reader(), self._clock.lap
-        results: List[Tuple[bool, Any]] = []  # (flat leaves?, leaves or time step)
+        step_flat = group.step_member_flat
+        results: List[Any] = []  # a flat step's leaves (a list), or a TimeStep
         for j, (actions, _, _, flat_step) in enumerate(self._members):
             if flat_step is not None:
-                action_leaves = actions.read_leaves()
+                views = actions.views
+                # Copies (as read_leaves), a single leaf without a loop.
+                action_leaves = ([np.array(views[0])] if len(views) == 1
+                                 else actions.read_leaves())
                 start = now()
-                leaves = group.step_member_flat(j, flat_step, action_leaves)
+                leaves = step_flat(j, flat_step, action_leaves)
                 if leaves is not None:
                     lap[j] = now() - start
-                    results.append((True, leaves))
+                    results.append(leaves)
                     continue
             action = actions.read()
             start = now()
             time_step = group.step_member(j, action)
             lap[j] = now() - start
-            results.append((False, time_step))
-        for (flat, result), (_, outputs, env_id, _) in zip(results, self._members):
-            if flat:
-                outputs.write_leaves(result, env_id, True)
+            results.append(time_step)
+        for result, (_, outputs, env_id, _) in zip(results, self._members):
+            if type(result) is list:
+                # write_leaves' common case inline: exact leaves in one native call.
+                views = outputs.views
+                if len(result) != len(views) or copy_leaves(views, result, True) != len(views):
+                    outputs.write_leaves(result, env_id, True)
             else:
                 outputs.write(result, env_id)
 

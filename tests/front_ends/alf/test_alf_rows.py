@@ -12,6 +12,7 @@ from alf_env import nest
 from alf_env.control_plane.step_timings import StepClock
 from alf_env.data_plane.shared_block import SharedBlock
 from alf_env.environments.alf_gym_wrapper import AlfGymWrapper
+from alf_env.front_ends.alf import alf_rows
 from alf_env.front_ends.alf.alf_rows import AlfRowsHandler
 from alf_env.front_ends.alf.env_batch import AlfEnvBatch
 from tests.support.gym_envs import FaultyEnv, NumericInfoEnv
@@ -164,15 +165,16 @@ def test_every_member_steps_before_any_row_is_written(member_classes, monkeypatc
 
     monkeypatch.setattr(group, "step_member", logged_step)
     monkeypatch.setattr(group, "step_member_flat", logged_flat_step)
-    # Every write of a member's rows ends in write_leaves (write flattens first).
-    rows_class = type(handler._members[0][1])
-    write_leaves = rows_class.write_leaves
+    # Every write of a member's rows is one native copy into its views (the
+    # checking path copies what that one did not).
+    member_of = {id(outputs.views): j for j, (_, outputs, _, _) in enumerate(handler._members)}
+    copy_leaves = alf_rows.copy_leaves
 
-    def logged_write_leaves(self, leaves, env_id, scalars=False):
-        order.append(("write", env_id))
-        return write_leaves(self, leaves, env_id, scalars)
+    def logged_copy_leaves(views, leaves, scalars=False):
+        order.append(("write", member_of[id(views)]))
+        return copy_leaves(views, leaves, scalars)
 
-    monkeypatch.setattr(rows_class, "write_leaves", logged_write_leaves)
+    monkeypatch.setattr(alf_rows, "copy_leaves", logged_copy_leaves)
     try:
         handler.reset(0)
         action_views[0][...] = 0.5
