@@ -95,9 +95,7 @@ def _fast_parallel_job(workload: str, envs: int) -> Callable[[], None]:
     group = AlfEnvBatch([functools.partial(lambda i: AlfGymWrapper(make_env(workload, i),
                                                                    env_id=i), i)
                          for i in range(envs)], 0)
-    specs = BatchSpecs(observation=group.observation_spec(), action=group.action_spec(),
-                       reward=group.reward_spec(), env_info=group.env_info_spec(),
-                       time_step=group.time_step_spec())
+    specs = BatchSpecs.of(group, envs)
     rows = SlotRows(specs, 1, envs, [0], zero_copy=False)
     handler = AlfRowsHandler((0, envs), rows.action_names, rows.time_step_names,
                              grouped=True)(group, rows.block, None, 0)  # type: ignore[arg-type]

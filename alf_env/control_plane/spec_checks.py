@@ -40,8 +40,9 @@ Shape = Tuple[int, ...]
 
 
 @functools.lru_cache(maxsize=None)
-def _can_cast(source: np.dtype, target: np.dtype, casting: Literal["safe", "same_kind"]) -> bool:
-    """``np.can_cast``, cached (it is slow)."""
+def can_cast(source: np.dtype, target: np.dtype, casting: Literal["safe", "same_kind"]) -> bool:
+    """``np.can_cast(source, target, casting=casting)``, cached: it is slow, and the
+    actions and time steps of every step ask it per leaf."""
     return bool(np.can_cast(source, target, casting=casting))
 
 
@@ -173,7 +174,7 @@ class ActionChecker:
                     got_shape: Shape, got_dtype: np.dtype) -> None:
         if got_shape != shape and tuple(got_shape) != shape:
             self._raise_shape(field, dtype, shape, spec_shape, tuple(got_shape))
-        if got_dtype != dtype and not _can_cast(got_dtype, dtype, "safe"):
+        if got_dtype != dtype and not can_cast(got_dtype, dtype, "safe"):
             self._raise_dtype(field, dtype, got_dtype)
 
     def _raise_shape(self, field: str, dtype: np.dtype, shape: Shape, spec_shape: Shape,
@@ -233,7 +234,7 @@ class TimeStepChecker:
                                            shape, dtype)
             if got_dtype is dtype or got_dtype == dtype:
                 continue
-            if not _can_cast(got_dtype, dtype, "same_kind"):
+            if not can_cast(got_dtype, dtype, "same_kind"):
                 raise time_step_leaf_error(self._env_id, path, got_shape, got_dtype,
                                            shape, dtype)
             if converted is leaves:

@@ -17,12 +17,16 @@ out and into the rows, no ``TimeStep`` built; a step that is no plain one
 """
 
 import multiprocessing.connection
-from typing import Any, Callable, Dict, List, Optional, Protocol, Sequence, Tuple
+from typing import Any, Callable, List, Optional, Protocol, Sequence, Tuple
 
 import numpy as np
 
 from alf_env import nest
-from alf_env.control_plane.spec_checks import time_step_count_error, time_step_leaf_error
+from alf_env.control_plane.spec_checks import (
+    can_cast,
+    time_step_count_error,
+    time_step_leaf_error,
+)
 from alf_env.control_plane.step_timings import StepClock
 from alf_env.data_plane.shared_block import SharedBlock, copy_leaves
 from alf_env.environments.alf_environment import AlfEnvironment
@@ -48,7 +52,6 @@ class _Rows:
         # (`v[0, ...]` stays a writable view, also for scalar fields).
         self.views = views if batched else [v[0, ...] for v in views]
         self.paths = paths
-        self._casts: Dict[Tuple[np.dtype, np.dtype], bool] = {}
         # Flattening and packing compiled for the spec (a TimeStep field by field).
         self._flatten, self._pack = compile_nest(spec)
 
@@ -76,18 +79,12 @@ class _Rows:
         for path, view, leaf in zip(self.paths[done:], views[done:], leaves[done:]):
             array = leaf if type(leaf) is np.ndarray else np.asarray(leaf)
             if array.shape != view.shape or (
-                    array.dtype != view.dtype and not self._converts(array.dtype, view.dtype)):
+                    array.dtype != view.dtype
+                    and not can_cast(array.dtype, view.dtype, "same_kind")):
                 raise time_step_leaf_error(env_id, path, array.shape, array.dtype,
                                            view.shape, view.dtype)
             # Plain assignment: cheaper than np.copyto, and the dtype was checked.
             view[...] = array
-
-    def _converts(self, source: np.dtype, target: np.dtype) -> bool:
-        """numpy's "same_kind" rule, cached (it is slow and asked every step)."""
-        key = (source, target)
-        if key not in self._casts:
-            self._casts[key] = np.can_cast(source, target, casting="same_kind")
-        return self._casts[key]
 
 
 class MemberEnvs(Protocol):

@@ -40,7 +40,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 from gymnasium import spaces
 
-from alf_env.front_ends.gym.space_layout import Node, Rows, SpaceLayout, can_cast
+from alf_env.control_plane.spec_checks import can_cast
+from alf_env.front_ends.gym.space_layout import Node, Rows, SpaceLayout
 
 __all__ = ["ItemNode", "ItemRows", "action_layout"]
 

@@ -38,7 +38,6 @@ The array sub-spaces may be other nodes (``leaf``): actions use
 from typing import (
     Any,
     Callable,
-    Dict,
     Iterator,
     List,
     Mapping,
@@ -51,6 +50,8 @@ from typing import (
 
 import numpy as np
 from gymnasium import spaces
+
+from alf_env.control_plane.spec_checks import can_cast
 
 #: A field: ``(name, shape of one row, numpy dtype)``.
 FieldSpec = Tuple[str, Tuple[int, ...], np.dtype]
@@ -66,20 +67,6 @@ TEXT_CODE_DTYPE = np.dtype("<u4")
 _TEXT_ENCODING = "utf-32-le"
 #: dtype of Text lengths and OneOf indices.
 INDEX_DTYPE = np.dtype(np.int64)
-
-# (source, target, rule) -> np.can_cast's answer (asked per leaf per step; it is slow).
-_CAST_CACHE: Dict[Tuple[np.dtype, np.dtype, str], bool] = {}
-
-
-def can_cast(source: np.dtype, target: np.dtype, casting: str) -> bool:
-    """``np.can_cast(source, target, casting=casting)``, cached."""
-    key = (source, target, casting)
-    allowed = _CAST_CACHE.get(key)
-    if allowed is None:
-        rule: Any = casting  # a str: numpy's stubs take only the rule names' Literal
-        allowed = _CAST_CACHE[key] = bool(np.can_cast(source, target, casting=rule))
-    return allowed
-
 
 class Node:
     """One sub-space of a layout: its fields and how its values move.
