@@ -21,10 +21,13 @@ Run:  python benchmarks/worker_cost.py [--workload CartPole-v1] [--envs 4]
 import argparse
 import functools
 import json
+import multiprocessing
 import statistics
 import subprocess
 import sys
+import threading
 import time
+from multiprocessing.connection import Connection
 from typing import Any, Callable, Dict, List, Optional
 
 import numpy as np
@@ -54,6 +57,15 @@ def _bare_job(workload: str, envs: int) -> Callable[[], None]:
     return job
 
 
+def _drain(conn: Connection) -> None:
+    """Reads and drops what the other end sends, until it is closed."""
+    try:
+        while True:
+            conn.recv_bytes()
+    except (EOFError, OSError):
+        pass
+
+
 def _fast_vector_job(workload: str, envs: int) -> Callable[[], None]:
     """One STEP job of a FastVectorEnv worker hosting ``envs`` envs."""
     from gymnasium.vector import AutoresetMode
@@ -71,8 +83,12 @@ def _fast_vector_job(workload: str, envs: int) -> Callable[[], None]:
     info_bytes = 1024
     block = SharedBlock(block_fields(observation, action, info_bytes), num_rows=envs,
                         num_workers=1)
+    # The worker reports each new info layout on its pipe: a thread drains it
+    # (blocked in a read, it holds no GIL while the jobs run).
+    parent, child = multiprocessing.Pipe()
+    threading.Thread(target=_drain, args=(parent,), daemon=True).start()
     handler = GymRowsHandler((0, envs), observation, action, AutoresetMode.NEXT_STEP,
-                             info_bytes)(group, block, None, 0)  # type: ignore[arg-type]
+                             info_bytes)(group, block, child, 0)
     handler.reset(0)
     after_step = handler.after_step
     assert after_step is not None

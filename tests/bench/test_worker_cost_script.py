@@ -14,9 +14,10 @@ def worker_cost():
     return load_benchmark_script("worker_cost")
 
 
-def test_measure_times_every_job_and_pairs_the_ratios(worker_cost):
+@pytest.mark.parametrize("workload", ["CartPole-v1", "S10"])  # S10: a 4-key info each step
+def test_measure_times_every_job_and_pairs_the_ratios(worker_cost, workload):
     before = psutil.Process().children()
-    figures = worker_cost.measure("CartPole-v1", 2, blocks=3, block=4, warmup=5)
+    figures = worker_cost.measure(workload, 2, blocks=3, block=4, warmup=5)
     assert set(figures) == {"bare", "fast_vector", "fast_parallel", "fast_vector/bare",
                             "fast_parallel/bare"}
     assert all(value > 0 for value in figures.values())
