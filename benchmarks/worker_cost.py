@@ -1,18 +1,14 @@
 """What does each front end's worker cost per job over its envs' own steps?
 
-A lockstep step's wall time is mostly its workers' job: step every env, write
-the rows. This script runs, in one process, the job of one worker of
-``FastVectorEnv`` (its ``GymRowsHandler`` over a ``GymEnvBatch``) and of
-``FastParallelEnvironment`` (its ``AlfRowsHandler`` over an ``AlfEnvBatch`` of
-``AlfGymWrapper`` s, the default for several envs per worker), each bound to
-shared rows of its own, beside the bare loop of the same number of envs (each
-``env.step`` with the workload's action, a reset after an episode's end).
-No process and no hand-off are involved: what differs is the Python each
-front end's worker runs around the envs' steps. The three are run in
-alternating blocks of ``--block`` jobs, so a drift of the machine's speed,
-which moves separate runs by 30%, hits them alike. Printed: the median µs of a
-job of each and its ratio to the bare loop's (paired per block);
-``--repeats`` fresh processes, each printing its figures.
+A lockstep step's wall time is mostly its workers' job. In one process, this
+runs the STEP job of one worker of ``FastVectorEnv`` (``GymRowsHandler`` over a
+``GymEnvBatch``) and of ``FastParallelEnvironment`` (``AlfRowsHandler`` over an
+``AlfEnvBatch`` of ``AlfGymWrapper`` s), each on shared rows of its own, beside
+a bare loop of as many envs of the workload: no process and no hand-off, only
+the Python each worker runs around the envs' steps. They run in alternating
+blocks of ``--block`` jobs, so the machine's drift (30% within minutes) hits
+them alike. Printed, for each of ``--repeats`` fresh processes: the median µs
+of a job of each, and its ratio to the bare loop's (paired per block).
 
 Run:  python benchmarks/worker_cost.py [--workload CartPole-v1] [--envs 4]
       [--blocks 100] [--block 50] [--repeats 5] [--json out.json]
@@ -29,8 +25,6 @@ import threading
 import time
 from multiprocessing.connection import Connection
 from typing import Any, Callable, Dict, List, Optional
-
-import numpy as np
 
 #: The jobs timed, in the order they run in each block.
 JOBS = ("bare", "fast_vector", "fast_parallel")
@@ -54,6 +48,18 @@ def _bare_job(workload: str, envs: int) -> Callable[[], None]:
         for k, env in enumerate(made):
             done[k] = plain_loop(env, actions, count + k, 1, done[k])
         count += envs
+    return job
+
+
+def _job_of(handler: Any) -> Callable[[], None]:
+    """A bound handler's STEP job, as its worker runs it (the step, then
+    ``after_step``), after a reset."""
+    handler.reset(0)
+    after_step = handler.after_step
+
+    def job() -> None:
+        handler.step(0)
+        after_step()
     return job
 
 
@@ -87,16 +93,8 @@ def _fast_vector_job(workload: str, envs: int) -> Callable[[], None]:
     # (blocked in a read, it holds no GIL while the jobs run).
     parent, child = multiprocessing.Pipe()
     threading.Thread(target=_drain, args=(parent,), daemon=True).start()
-    handler = GymRowsHandler((0, envs), observation, action, AutoresetMode.NEXT_STEP,
-                             info_bytes)(group, block, child, 0)
-    handler.reset(0)
-    after_step = handler.after_step
-    assert after_step is not None
-
-    def job() -> None:
-        handler.step(0)
-        after_step()
-    return job
+    return _job_of(GymRowsHandler((0, envs), observation, action, AutoresetMode.NEXT_STEP,
+                                  info_bytes)(group, block, child, 0))
 
 
 def _fast_parallel_job(workload: str, envs: int) -> Callable[[], None]:
@@ -113,16 +111,8 @@ def _fast_parallel_job(workload: str, envs: int) -> Callable[[], None]:
                          for i in range(envs)], 0)
     specs = BatchSpecs.of(group, envs)
     rows = SlotRows(specs, 1, envs, [0], zero_copy=False)
-    handler = AlfRowsHandler((0, envs), rows.action_names, rows.time_step_names,
-                             grouped=True)(group, rows.block, None, 0)  # type: ignore[arg-type]
-    handler.reset(0)
-    after_step = handler.after_step
-    assert after_step is not None
-
-    def job() -> None:
-        handler.step(0)
-        after_step()
-    return job
+    return _job_of(AlfRowsHandler((0, envs), rows.action_names, rows.time_step_names,
+                                  grouped=True)(group, rows.block, None, 0))  # type: ignore[arg-type]
 
 
 def measure(workload: str, envs: int, blocks: int, block: int,
@@ -132,17 +122,16 @@ def measure(workload: str, envs: int, blocks: int, block: int,
     makers = {"bare": _bare_job, "fast_vector": _fast_vector_job,
               "fast_parallel": _fast_parallel_job}
     jobs = {name: makers[name](workload, envs) for name in JOBS}
-    clock = time.perf_counter
     for job in jobs.values():
         for _ in range(warmup):
             job()
     per_block: Dict[str, List[float]] = {name: [] for name in JOBS}
     for _ in range(blocks):
         for name, job in jobs.items():
-            begin = clock()
+            begin = time.perf_counter()
             for _ in range(block):
                 job()
-            per_block[name].append((clock() - begin) / block)
+            per_block[name].append((time.perf_counter() - begin) / block)
     out = {name: 1e6 * statistics.median(times) for name, times in per_block.items()}
     for name in JOBS[1:]:
         out[f"{name}/bare"] = statistics.median(
@@ -172,15 +161,14 @@ def main(argv: Optional[List[str]] = None) -> int:
             capture_output=True, text=True, check=False, timeout=600)
         if done.returncode != 0:
             raise RuntimeError(f"repeat {r + 1} failed:\n{done.stderr[-2000:]}")
-        runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
-        f = runs[-1]
+        runs.append(f := json.loads(done.stdout.strip().splitlines()[-1]))
         print(f"{args.workload}, {args.envs} envs, repeat {r + 1}: a job takes "
               + ", ".join(f"{name} {f[name]:.1f} us" for name in JOBS)
               + f"; over the bare loop: FastVectorEnv's worker {f['fast_vector/bare']:.2f}x, "
               f"FastParallelEnvironment's {f['fast_parallel/bare']:.2f}x", flush=True)
     for name in ("fast_vector/bare", "fast_parallel/bare"):
         ratios = [run[name] for run in runs]
-        print(f"{name}: median {float(np.median(ratios)):.2f} "
+        print(f"{name}: median {statistics.median(ratios):.2f} "
               f"({min(ratios):.2f} - {max(ratios):.2f})")
     if args.json:
         with open(args.json, "w") as out:
