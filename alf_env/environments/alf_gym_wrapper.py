@@ -477,14 +477,6 @@ class AlfGymWrapper(AlfEnvironment):
             self._env_id_array = (self._env_id, array)
         return array
 
-    def _discount_leaf(self) -> np.ndarray:
-        """The shared 0-d float32 array of ``discount`` (made again if it was replaced)."""
-        source, array = self._discount_array
-        if source is not self._discount:
-            array = scalar_array(self._discount, np.float32)
-            self._discount_array = (self._discount, array)
-        return array
-
     def _reset(self) -> TimeStep:
         self._current_leaves = None  # reset() sets _current_time_step
         seed, self._pending_seed = self._pending_seed, None
@@ -526,14 +518,13 @@ class AlfGymWrapper(AlfEnvironment):
         self._info = info
         self._done = ended = bool(terminated or truncated)
         observation = self._observation(observation)
-        # The shared 0-d arrays of discount and env id, made again (by their
-        # accessors) only when the attribute was replaced: no call per step.
         if terminated:
             discount = ZERO_DISCOUNT_ARRAY
         else:
             source, discount = self._discount_array
             if source is not self._discount:
-                discount = self._discount_leaf()
+                discount = scalar_array(self._discount, np.float32)
+                self._discount_array = (self._discount, discount)
         source, env_id = self._env_id_array
         if source is not self._env_id:
             env_id = self._env_id_leaf()
