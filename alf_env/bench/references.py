@@ -160,11 +160,11 @@ def ceiling_runner(workload: str, num_envs: int, actions: Actions) -> Runner:
     return Runner(step=lambda k: None, close=close, timed=timed)
 
 
-#: Seconds a ``lockstep`` job may take before the backend reports its workers stuck.
-LOCKSTEP_TIMEOUT = 60.0
+#: Seconds a ``bare_loop`` job may take before the backend reports its workers stuck.
+BARE_LOOP_TIMEOUT = 60.0
 
 
-def _lockstep_worker(block: SharedBlock, index: int, parent: Optional[int], workload: str,
+def _bare_loop_worker(block: SharedBlock, index: int, parent: Optional[int], workload: str,
                      env_ids: List[int], actions: List[np.ndarray]) -> None:
     """A bare worker: builds its envs, then steps them all at each STEP job until
     CLOSE (or its parent's death)."""
@@ -214,7 +214,7 @@ def bare_loop_runner(workload: str, num_envs: int, actions: Actions) -> Runner:
     procs: List[Any] = []
     broken: List[str] = []  # what went wrong: the workers are then killed, not closed
 
-    def run(job: JobType, timeout: float = LOCKSTEP_TIMEOUT) -> None:
+    def run(job: JobType, timeout: float = BARE_LOOP_TIMEOUT) -> None:
         parked = pool.before_step()
         try:
             controller.post(ids, job, 0)
@@ -233,7 +233,7 @@ def bare_loop_runner(workload: str, num_envs: int, actions: Actions) -> Runner:
             except RuntimeError:
                 pass  # a dead or stuck worker: killed below
         for proc in procs:
-            proc.join(5.0)
+            proc.join(0.0 if broken else 5.0)  # broken: the others still wait for jobs
             if proc.is_alive():
                 proc.kill()
                 proc.join()
@@ -248,7 +248,7 @@ def bare_loop_runner(workload: str, num_envs: int, actions: Actions) -> Runner:
         parent = parent_death_plan("fork")
         for w in ids:
             proc = context.Process(
-                target=_lockstep_worker, name=f"bench-lockstep-{w}", daemon=True,
+                target=_bare_loop_worker, name=f"bench-bare-loop-{w}", daemon=True,
                 args=(block, w, parent, workload, list(range(w * per, (w + 1) * per)), flat))
             proc.start()
             procs.append(proc)
