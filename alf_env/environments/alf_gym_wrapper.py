@@ -312,19 +312,23 @@ class AlfGymWrapper(AlfEnvironment):
     def flat_stepper(self) -> Optional[FlatStep]:
         """A step on flattened nests, for a worker that writes them into shared rows.
 
-        ``flat_step(action_leaves)`` steps the env with the action whose
+        ``flat_step(action_views)`` steps the env with the action whose
         leaves (``nest.flatten`` order of ``action_spec()``, arrays of the
-        spec's shapes and dtypes, owned by the env from then on) are
-        ``action_leaves``, and returns ``(leaves, is_last)``: the leaves of
+        spec's shapes and dtypes: a worker's action rows) are
+        ``action_views``, and returns ``(leaves, is_last)``: the leaves of
         the time step ``step()`` would have returned, in ``nest.flatten``
-        order of ``time_step_spec()``, and whether it is ``LAST``. It takes
-        the same step as ``step()`` (:meth:`_gym_step`) and makes no
-        ``TimeStep`` and no per-step nest walk of it. A leaf whose spec is a
-        0-d float or bool may be the env's own Python float, numpy float64
-        or Python bool (the reward, info entries): then
-        ``np.asarray(leaf, spec dtype)`` is ``step()``'s leaf, which is what
-        ``_copy_leaves(..., scalars=True)`` stores. The leaves are to be
-        copied out before the next step: some are shared constants.
+        order of ``time_step_spec()``, and whether it is ``LAST``. It reads
+        the views during the call and keeps none of them: the env gets
+        copies, or, for a single ``Discrete`` action, the Python int the
+        gymnasium env gets anyway (no copy, and that int is then the
+        ``prev_action`` leaf). It takes the same step as ``step()``
+        (:meth:`_gym_step`) and makes no ``TimeStep`` and no per-step nest
+        walk of it. A leaf whose spec is a 0-d float, bool or integer may be
+        a Python scalar or numpy float64 (the reward, info entries, that
+        int): then ``np.asarray(leaf, spec dtype)`` is ``step()``'s leaf,
+        which is what ``_copy_leaves(..., scalars=True)`` stores. The leaves
+        are to be copied out before the next step: some are shared
+        constants.
         It returns ``None``, having done nothing, when this step is not a
         plain one (the first after ``LAST`` with ``auto_reset``, or before the
         first reset): call ``step()`` for it then.
@@ -358,18 +362,28 @@ class AlfGymWrapper(AlfEnvironment):
         # A single leaf (the common case) is its own nest: no call to pack or flatten.
         single_action = not nest.is_nested(self._action_spec)
         single_observation = not nest.is_nested(self._observation_spec)
+        # A single Discrete action reaches the gymnasium env as a Python int
+        # (_to_gym_action), which the compiled conversion passes on as is: read
+        # as one from the row, it needs no copy.
+        int_action = (single_action and isinstance(self._gym_action_space, spaces.Discrete)
+                      and self._action_spec.numpy_dtype.kind in "iu")
         gym_step, reward_of, env_info_of = self._gym_step, self._reward, self._env_info
         last = LAST_ARRAY
 
-        def flat_step(action_leaves: List[np.ndarray]) -> Optional[Tuple[List[Any], bool]]:
+        def flat_step(action_views: List[np.ndarray]) -> Optional[Tuple[List[Any], bool]]:
             # AlfEnvironment.step() then _step(), with leaves for the TimeStep.
             if self._closed:
                 self._check_not_closed()
             if (self._done and self._auto_reset) or (
                     self._current_leaves is None and self._current_time_step is None):
                 return None  # a reset: step() does it (see _has_time_step)
-            step_type, reward, discount, observation, env_id, info, _ = gym_step(
-                action_leaves[0] if single_action else pack_action(action_leaves))
+            if single_action:
+                action = action_views[0].item() if int_action else np.array(action_views[0])
+                action_leaves = [action]
+            else:
+                action_leaves = [np.array(view) for view in action_views]
+                action = pack_action(action_leaves)
+            step_type, reward, discount, observation, env_id, info, _ = gym_step(action)
             if type(reward) is not float and type(reward) is not np.float64:
                 reward = reward_of(reward)  # else left as is (see the docstring)
             info_leaves = raw_info(info) if raw_info is not None else None

@@ -210,11 +210,17 @@ def compile_gym_action(space: spaces.Space[Any]) -> Converter:
     dtype = space.dtype
     if isinstance(space, spaces.Discrete):
 
+        bounds = np.iinfo(dtype)
+        low, high = int(bounds.min), int(bounds.max)
+
         def to_int(action: Any) -> Any:
             # np.asarray returns a 0-d array of the right dtype as is, and
-            # reshape(()) of it is a view: .item() gives the same number.
+            # reshape(()) of it is a view: .item() gives the same number; a
+            # Python int in the dtype's range is that number already.
             if type(action) is np.ndarray and action.dtype is dtype and action.ndim == 0:
                 return action.item()
+            if type(action) is int and low <= action <= high:
+                return action
             return np.asarray(action, dtype=dtype).reshape(()).item()
 
         return to_int

@@ -478,6 +478,25 @@ def test_fast_paths_match_general_path(space, transform):
         assert run(AlfGymWrapper, reward) == run(_GeneralWrapper, reward)
 
 
+
+@pytest.mark.parametrize("value", [0, 5, -128, 127, 128, -129, np.int64(7), np.array(3)])
+def test_compiled_discrete_action_takes_python_ints_as_numpy_would(value):
+    from alf_env.environments.gym_conversions import compile_gym_action
+
+    space = spaces.Discrete(100, start=-50, dtype=np.int8)
+
+    def outcome(convert):
+        try:
+            converted = convert(value)
+            return type(converted), converted
+        except Exception as err:  # noqa: BLE001 -- the same error is expected of both
+            return type(err)
+
+    general = _GeneralWrapper(_ScriptedEnv())
+    assert outcome(compile_gym_action(space)) == outcome(
+        lambda v: general._to_gym_action(space, v))
+
+
 @pytest.mark.parametrize("info_transform", [
     lambda info: info,
     lambda info: collections.OrderedDict(info),
@@ -664,7 +683,9 @@ def _as_stored(leaves, spec):
     stored = []
     for leaf, leaf_spec in zip(leaves, nest.flatten(spec)):
         if type(leaf) is not np.ndarray:
-            assert type(leaf) in (float, np.float64, bool) and tuple(leaf_spec.shape) == ()
+            assert type(leaf) in (float, np.float64, bool, int) and tuple(leaf_spec.shape) == ()
+            # An int only where the row is an integer (a Discrete action, read as one).
+            assert type(leaf) is not int or leaf_spec.numpy_dtype.kind in "iu"
             leaf = np.asarray(leaf, dtype=leaf_spec.numpy_dtype)
         stored.append(leaf)
     return stored
@@ -845,6 +866,30 @@ def test_flat_step_uses_replaced_discount_env_id_and_action_space():
     env.gym_env.action_space = spaces.Discrete(3)  # another object: the general conversion
     flat_step([np.array(2)])
     assert env.gym_env.actions[-1] == 2 and type(env.gym_env.actions[-1]) is int
+
+
+
+@pytest.mark.parametrize("action_space,first,second", [
+    (spaces.Discrete(3), 2, 1),
+    (spaces.Box(-1.0, 1.0, (2, ), np.float32), [0.5, -0.5], [0.25, 0.75]),
+])
+def test_flat_step_reads_the_action_rows_and_keeps_none_of_them(action_space, first, second):
+    # A worker passes views of its action rows, which the parent overwrites with
+    # the next action: what the env and the time step got must not change.
+    env = _wrap(action_space=action_space, length=10)
+    flat_step = env.flat_stepper()
+    env.reset()
+    row = np.array(first, dtype=env.action_spec().numpy_dtype)
+    leaves, _ = flat_step([row])
+    row[...] = second
+    sent = env.gym_env.actions[-1]
+    prev_action = env.current_time_step().prev_action
+    assert np.array_equal(sent, first) and np.array_equal(prev_action, first)
+    assert prev_action.dtype == env.action_spec().numpy_dtype
+    if isinstance(action_space, spaces.Discrete):
+        assert type(sent) is int and leaves[4] == first  # the int the env got, no copy
+    else:
+        assert sent is not row and np.array_equal(leaves[4], first)
 
 
 class _FloatInfoEnv(_ScriptedEnv):

@@ -56,11 +56,8 @@ class _Rows:
         self._flatten, self._pack = compile_nest(spec)
 
     def read(self) -> Any:
-        return self._pack(self.read_leaves())
-
-    def read_leaves(self) -> List[np.ndarray]:
         # Copies: the env may keep the action; the parent reuses the rows.
-        return [np.array(v) for v in self.views]
+        return self._pack([np.array(v) for v in self.views])
 
     def write(self, value: Any, env_id: Any) -> None:
         self.write_leaves(self._flatten(value), env_id)
@@ -103,7 +100,7 @@ class MemberEnvs(Protocol):
         """Steps member ``j``; returns its time step."""
 
     def step_member_flat(self, j: int, flat_step: FlatStep,
-                         action_leaves: List[np.ndarray]) -> Optional[List[Any]]:
+                         action_views: List[np.ndarray]) -> Optional[List[Any]]:
         """Steps member ``j`` with its flat step; its time step's leaves, or
         ``None`` when that step was no plain one (then :meth:`step_member`)."""
 
@@ -199,12 +196,11 @@ class AlfRowsHandler:
         self._outputs.write(self._env.reset(), self._env_id)
 
     def _step_flat(self, arg: int) -> None:
-        actions = self._actions.read_leaves()
         flat_step = self._flat_step
         assert flat_step is not None  # this step is chosen only with a flat step
         now = self._clock.reader()
         start = now()
-        result = flat_step(actions)
+        result = flat_step(self._actions.views)
         if result is None:  # not a plain step (a reset): the env's step() does it
             time_step = self._env.step(self._actions.read())
             self._clock.lap[0] = now() - start
@@ -223,12 +219,8 @@ class AlfRowsHandler:
         results: List[Any] = []  # a flat step's leaves (a list), or a TimeStep
         for j, (actions, _, _, flat_step) in enumerate(self._members):
             if flat_step is not None:
-                views = actions.views
-                # Copies (as read_leaves), a single leaf without a loop.
-                action_leaves = ([np.array(views[0])] if len(views) == 1
-                                 else actions.read_leaves())
                 start = now()
-                leaves = step_flat(j, flat_step, action_leaves)
+                leaves = step_flat(j, flat_step, actions.views)
                 if leaves is not None:
                     lap[j] = now() - start
                     results.append(leaves)

@@ -179,14 +179,14 @@ class AlfEnvBatch(BatchedEnvironment, MemberEnvs):
         return time_step
 
     def step_member_flat(self, j: int, flat_step: Callable[[List[np.ndarray]], Any],
-                         action_leaves: List[np.ndarray]) -> Optional[List[Any]]:
+                         action_views: List[np.ndarray]) -> Optional[List[Any]]:
         """Steps member ``j`` with its ``flat_stepper()``'s step; returns the time
         step's leaves, or ``None`` (nothing done) when :meth:`step_member` is to
         step it (an early reset's FIRST to return, or a step that is no plain one)."""
         if j in self._pending_first:
             return None
         try:
-            result = flat_step(action_leaves)  # not through _run: a call less per step
+            result = flat_step(action_views)  # not through _run: a call less per step
         except Exception as exc:
             self._note_member(exc, j, "step")
             raise
