@@ -15,15 +15,19 @@ in fresh processes, each backend in turn, and prints:
   every second of S seconds (no warm-up: the first seconds count). Per run:
   the slowest second over the run's median.
 
-Backends: ``fast_vector`` (``FastVectorEnv``'s defaults), ``fast_vector_spread``
-(its workers pinned one per CPU, ``worker_cpus="spread"``), ``fast_parallel``
-(``FastParallelEnvironment``'s defaults over the envs wrapped for ALF), ``gym_sync``,
-``gym_async``. ``--load N`` runs N busy processes beside every launch (``--apart``: in
-a session of their own, like another user's job); ``--policy none``
-drops the forward pass (the bare step loop). ``--tree LABEL=PATH`` (repeatable)
-runs every backend once from each source tree (``PATH`` first on the child's
-``PYTHONPATH``, with its own built ``_penv``), named ``backend@LABEL``, and
-prints each tree's paired ratio to the first: what a change to alf_env costs.
+Backends: any backend id of ``alf-env-bench`` (its ``--help`` lists them), built
+and stepped as the bench does, e.g. ``fast_vector`` (``FastVectorEnv``'s defaults),
+``fast_vector_spread`` (its workers pinned one per CPU), ``fast_parallel`` (the bench's
+``fast``: ``FastParallelEnvironment``'s defaults over the envs wrapped for ALF),
+``gym_sync``, ``gym_async``, ``sb3_subproc`` (stable-baselines3's ``SubprocVecEnv``),
+``pufferlib``, ``envpool``; not ``ceiling``, which times a loop of its own. One that
+cannot run here (not installed, no version of the workload) is printed as skipped,
+with the reason. ``--load N`` runs N busy processes beside every launch (``--apart``:
+in a session of their own, like another user's job); ``--policy none`` drops the
+forward pass (the bare step loop). ``--tree LABEL=PATH`` (repeatable) runs every
+backend once from each source tree (``PATH`` first on the child's ``PYTHONPATH``,
+with its own built ``_penv``), named ``backend@LABEL``, and prints each tree's paired
+ratio to the first: what a change to alf_env costs.
 
 Run:  python benchmarks/launch_spread.py --workload HalfCheetah-v5 --launches 20
       python benchmarks/launch_spread.py --workload HalfCheetah-v5 --long 60 --runs 5
@@ -33,103 +37,82 @@ Run:  python benchmarks/launch_spread.py --workload HalfCheetah-v5 --launches 20
 """
 
 import argparse
-import functools
 import json
 import os
 import statistics
 import subprocess
 import sys
 import time
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence
 
-BACKENDS = ("fast_vector", "fast_vector_spread", "fast_parallel", "gym_sync", "gym_async")
+from alf_env.bench.backends import BACKENDS
+from alf_env.bench.core import Actions, Skip
+from alf_env.bench.loads import BusyLoad, make_policy
+from alf_env.bench.measure import with_policy
+
+#: Names users pass for a bench id spelled otherwise.
+ALIASES = {"fast_parallel": "fast"}
+#: Backends that time a loop of their own (``Runner.timed``): no training loop to run.
+SELF_TIMED = ("ceiling",)
+CHOICES = [*ALIASES, *(b for b in BACKENDS if b not in SELF_TIMED)]
 POLICIES = ("mlp", "none")
 
 
 def child(workload: str, backend: str, num_envs: int, warmup: float, seconds: float,
           torch_threads: Optional[int], policy_name: str = "mlp") -> List[float]:
-    """Env-steps/s of each whole second of ``seconds`` after ``warmup`` s (in this process)."""
-    import gymnasium as gym
-
-    from alf_env.bench.core import Actions
-    from alf_env.bench.loads import make_policy
-    from alf_env.bench.workloads import make_env
-    from alf_env.vector import FastVectorEnv
-
+    """Env-steps/s of each whole second of ``seconds`` after ``warmup`` s (in this process),
+    in alf-env-bench's loop (its build, step and ``--policy``); raises Skip as its build does."""
     policy = make_policy(policy_name, torch_threads)
-    actions = Actions.make(workload, num_envs).numpy
-    if backend == "fast_parallel":  # the ALF front end: TimeSteps of torch tensors
-        from alf_env import FastParallelEnvironment
-        from alf_env.environments.alf_gym_wrapper import AlfGymWrapper
-
-        alf_env = FastParallelEnvironment(
-            [functools.partial(lambda i: AlfGymWrapper(make_env(workload, i), env_id=i), i)
-             for i in range(num_envs)])
-        actions = Actions.make(workload, num_envs).torch
-        env: Any = alf_env
-        reset, step = (lambda: alf_env.reset().observation,
-                       lambda action: alf_env.step(action).observation)
-    else:
-        fns = [lambda i=i: make_env(workload, i) for i in range(num_envs)]
-        make = {"fast_vector": FastVectorEnv,
-                "fast_vector_spread": functools.partial(FastVectorEnv, worker_cpus="spread"),
-                "gym_sync": gym.vector.SyncVectorEnv,
-                "gym_async": gym.vector.AsyncVectorEnv}[backend]
-        env = gym_env = make(fns)
-        reset, step = (lambda: gym_env.reset(seed=0)[0],
-                       lambda action: gym_env.step(action)[0])
+    entry = BACKENDS[ALIASES.get(backend, backend)]
+    runner = entry.build(workload, num_envs, Actions.make(workload, num_envs))
     try:
-        obs = reset()
-        count = 0
+        step = with_policy(runner.step, policy)
+        per_round = runner.env_steps_per_round or num_envs  # the half-batch backends
+        k = 0
         end = time.perf_counter() + warmup
         while time.perf_counter() < end:
-            if policy is not None:
-                policy(obs)
-            obs = step(actions[count % len(actions)])
-            count += 1
+            step(k)
+            k += 1
         rates: List[float] = []
-        start = time.perf_counter()
-        second_start, steps = start, 0
+        second_start, rounds = time.perf_counter(), 0
         while len(rates) < seconds:
-            if policy is not None:
-                policy(obs)
-            obs = step(actions[count % len(actions)])
-            count += 1
-            steps += 1
+            step(k)
+            k += 1
+            rounds += 1
             now = time.perf_counter()
             if now - second_start >= 1.0:
-                rates.append(steps * num_envs / (now - second_start))
-                second_start, steps = now, 0
+                rates.append(rounds * per_round / (now - second_start))
+                second_start, rounds = now, 0
         return rates
     finally:
-        env.close()
-
-
-def split_name(name: str, trees: Dict[str, str]) -> Tuple[str, Optional[str]]:
-    """``(backend, tree path)`` of a run name ``backend`` or ``backend@label``."""
-    backend, _, label = name.partition("@")
-    return backend, (trees[label] if label else None)
+        runner.close()
+        if entry.teardown is not None:
+            entry.teardown()
 
 
 def launch(workload: str, name: str, num_envs: int, warmup: float, seconds: float,
            torch_threads: Optional[int], policy: str = "mlp",
            trees: Optional[Dict[str, str]] = None) -> List[float]:
-    """:func:`child` in a fresh process (``name``: a backend, or ``backend@tree``)."""
-    backend, tree = split_name(name, trees or {})
+    """:func:`child` in a fresh process (``name``: a backend, or ``backend@tree``);
+    raises Skip with the child's reason."""
+    backend, _, label = name.partition("@")
     args = [sys.executable, __file__, "--child", backend, "--workload", workload,
             "--num-envs", str(num_envs), "--warmup", str(warmup), "--seconds", str(seconds),
             "--policy", policy]
     if torch_threads:
         args += ["--torch-threads", str(torch_threads)]
     env = dict(os.environ)
-    if tree is not None:
+    if label:
         env["PYTHONPATH"] = os.pathsep.join(
-            [os.path.abspath(tree)] + [p for p in [env.get("PYTHONPATH")] if p])
+            [os.path.abspath((trees or {})[label])] + [p for p in [env.get("PYTHONPATH")] if p])
     done = subprocess.run(args, capture_output=True, text=True, timeout=120 + 2 * seconds,
                           check=False, env=env)
     if done.returncode != 0:
         raise RuntimeError(f"{name} launch failed:\n{done.stderr[-2000:]}")
-    return [float(x) for x in json.loads(done.stdout.strip().splitlines()[-1])]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    if isinstance(out, dict):
+        raise Skip(out["skipped"])
+    return [float(x) for x in out]
 
 
 def spread(values: Sequence[float]) -> str:
@@ -139,38 +122,36 @@ def spread(values: Sequence[float]) -> str:
 
 def launches(workload: str, backends: Sequence[str], count: int, num_envs: int,
              warmup: float, seconds: float, torch_threads: Optional[int],
-             progress: bool = True, policy: str = "mlp",
-             trees: Optional[Dict[str, str]] = None) -> Dict[str, List[float]]:
-    """Env-steps/s of ``count`` interleaved launches of each backend."""
-    rates: Dict[str, List[float]] = {b: [] for b in backends}
+             progress: bool = True, policy: str = "mlp", trees: Optional[Dict[str, str]] = None,
+             skipped: Optional[Dict[str, str]] = None, per_second: bool = False
+             ) -> Dict[str, List[Any]]:
+    """Env-steps/s of ``count`` interleaved launches of each backend (``per_second``:
+    of each second of each). One that raises Skip is not launched again, and is left
+    out, its reason in ``skipped``: it must not end the others' measurement."""
+    skipped = {} if skipped is None else skipped
+    rates: Dict[str, List[Any]] = {b: [] for b in backends}
     for r in range(count):
-        for backend in backends:
-            per_second = launch(workload, backend, num_envs, warmup, seconds, torch_threads,
-                                policy, trees)
-            rates[backend].append(sum(per_second) / len(per_second))
+        for backend in (b for b in backends if b not in skipped):
+            try:
+                seconds_rates = launch(workload, backend, num_envs, warmup, seconds,
+                                       torch_threads, policy, trees)
+            except Skip as skip:
+                skipped[backend] = str(skip)
+                continue
+            rate = sum(seconds_rates) / len(seconds_rates)
+            rates[backend].append(seconds_rates if per_second else rate)
             if progress:
-                print(f"# launch {r + 1}/{count} {backend}: {rates[backend][-1]:,.0f}",
+                print(f"# launch {r + 1}/{count} {backend}: {rate:,.0f}",
                       file=sys.stderr, flush=True)
-    return rates
-
-
-def long_runs(workload: str, backends: Sequence[str], runs: int, seconds: float,
-              num_envs: int, torch_threads: Optional[int], policy: str = "mlp",
-              trees: Optional[Dict[str, str]] = None) -> Dict[str, List[List[float]]]:
-    """Per-second env-steps/s of ``runs`` interleaved runs of each backend."""
-    out: Dict[str, List[List[float]]] = {b: [] for b in backends}
-    for _ in range(runs):
-        for backend in backends:
-            out[backend].append(launch(workload, backend, num_envs, 0.0, seconds,
-                                       torch_threads, policy, trees))
-    return out
+    return {b: values for b, values in rates.items() if b not in skipped}
 
 
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--child", choices=BACKENDS, help=argparse.SUPPRESS)
+    parser.add_argument("--child", choices=CHOICES, help=argparse.SUPPRESS)
     parser.add_argument("--workload", default="HalfCheetah-v5")
-    parser.add_argument("--backends", default="fast_vector,gym_sync")
+    parser.add_argument("--backends", default="fast_vector,gym_sync",
+                        help="comma-separated ids of alf-env-bench's backends")
     parser.add_argument("--num-envs", type=int, default=8)
     parser.add_argument("--launches", type=int, default=0)
     parser.add_argument("--warmup", type=float, default=3.0)
@@ -188,11 +169,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--json", default=None, help="also write the figures to this file")
     args = parser.parse_args(argv)
     if args.child:
-        print(json.dumps(child(args.workload, args.child, args.num_envs, args.warmup,
-                               args.seconds, args.torch_threads, args.policy)))
+        try:
+            print(json.dumps(child(args.workload, args.child, args.num_envs, args.warmup,
+                                   args.seconds, args.torch_threads, args.policy)))
+        except Skip as skip:
+            print(json.dumps({"skipped": str(skip)}))
         return 0
-    from alf_env.bench.loads import BusyLoad
-
     trees: Dict[str, str] = {}
     for item in args.tree:
         label, sep, path = item.partition("=")
@@ -201,17 +183,23 @@ def main(argv: Optional[List[str]] = None) -> int:
                          f"holding alf_env/")
         trees[label] = path
     backends = args.backends.split(",")
+    for backend in backends:
+        if backend not in CHOICES:
+            why = ("times a loop of its own, no training loop" if backend in SELF_TIMED
+                   else "unknown")
+            parser.error(f"--backends: {backend!r}: {why}; choose from {','.join(CHOICES)}")
+    skipped: Dict[str, str] = {}
     if trees:
         backends = [f"{b}@{label}" for b in backends for label in trees]
     result: Dict[str, object] = {"workload": args.workload, "num_envs": args.num_envs,
                                  "load": args.load, "apart": args.apart,
                                  "torch_threads": args.torch_threads,
-                                 "policy": args.policy, "trees": trees}
+                                 "policy": args.policy, "trees": trees, "skipped": skipped}
     with BusyLoad(args.load, apart=args.apart).start():
         if args.launches:
             rates = launches(args.workload, backends, args.launches, args.num_envs,
                              args.warmup, args.seconds, args.torch_threads, policy=args.policy,
-                             trees=trees)
+                             trees=trees, skipped=skipped)
             result["launches"] = rates
             print(f"{args.workload}: {args.launches} launches, {args.warmup:g} s warm-up, "
                   f"{args.seconds:g} s timed (env-steps/s)")
@@ -222,8 +210,9 @@ def main(argv: Optional[List[str]] = None) -> int:
                     ratios = [a / b for a, b in zip(values, rates[other])]
                     print(f"    / {other}, paired: {spread(ratios)}")
         if args.long:
-            runs = long_runs(args.workload, backends, args.runs, args.long, args.num_envs,
-                             args.torch_threads, args.policy, trees)
+            runs = launches(args.workload, backends, args.runs, args.num_envs, 0.0, args.long,
+                            args.torch_threads, progress=False, policy=args.policy,
+                            trees=trees, skipped=skipped, per_second=True)
             result["long"] = runs
             print(f"{args.workload}: {args.runs} runs of {args.long:g} s, env-steps/s per second")
             for backend, per_run in runs.items():
@@ -232,6 +221,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                     print(f"  {backend}: slowest second / median "
                           f"{min(seconds) / median:.2f}, median {median:,.0f}: "
                           f"{[round(s / 1000, 1) for s in seconds]}")
+    for backend, reason in skipped.items():
+        print(f"  {backend}: skipped ({reason})")
     if args.json:
         with open(args.json, "w") as out:
             json.dump(result, out, indent=1)

@@ -13,7 +13,7 @@ from alf_env.bench.workloads import missing_note
 Policy = Callable[[Any], None]
 
 
-def _with_policy(step: Callable[[int], Any], policy: Optional[Policy]) -> Callable[[int], Any]:
+def with_policy(step: Callable[[int], Any], policy: Optional[Policy]) -> Callable[[int], Any]:
     """``step`` followed by ``policy`` on the observations it returned."""
     if policy is None:
         return step
@@ -57,7 +57,7 @@ def measure(build: BuildRunner, workload: str, num_envs: int, actions: Actions,
             env_steps, seconds = runner.timed(plan)
             return Measurement(env_steps=env_steps, seconds=seconds,
                                startup_seconds=time.perf_counter() - begin - seconds)
-        step = _with_policy(runner.step, policy)
+        step = with_policy(runner.step, policy)
         for k in range(plan.warmup):
             step(k)
         startup = time.perf_counter() - begin

@@ -1,6 +1,7 @@
 """benchmarks/launch_spread.py: launches of a training loop, and every second of one."""
 
 import json
+import re
 
 import psutil
 import pytest
@@ -64,3 +65,43 @@ def test_the_pinned_and_the_alf_backends_run_a_launch(spread, backend, policy):
     rates = spread.launches("CartPole-v1", [backend], 1, 2, warmup=0.1,
                             seconds=1.0, torch_threads=1, progress=False, policy=policy)
     assert len(rates[backend]) == 1 and rates[backend][0] > 0
+
+
+@pytest.mark.parametrize("backend, module", [("sb3_subproc", "stable_baselines3"),
+                                             ("envpool", "envpool")])
+def test_the_other_libraries_backends_run_a_launch_and_print_its_rate(
+        spread, capsys, backend, module):
+    pytest.importorskip(module)
+    before = psutil.Process().children()
+    assert spread.main(["--workload", "CartPole-v1", "--num-envs", "2", "--launches", "1",
+                        "--warmup", "0.1", "--seconds", "1", "--torch-threads", "1",
+                        "--backends", backend]) == 0
+    text = capsys.readouterr().out
+    rates = re.search(rf"^  {backend}: \[(\d+)\]$", text, re.MULTILINE)
+    assert rates is not None and int(rates.group(1)) > 0, text
+    assert "skipped" not in text
+    assert psutil.Process().children() == before
+
+
+def test_a_backend_that_cannot_run_here_is_printed_as_skipped_and_the_others_run(
+        spread, capsys, tmp_path):
+    out = tmp_path / "skip.json"
+    assert spread.main(["--workload", "CartPole-v1", "--num-envs", "2", "--launches", "1",
+                        "--warmup", "0", "--seconds", "1", "--long", "1", "--runs", "1",
+                        "--policy", "none", "--backends", "fast_vector_epw4,gym_sync",
+                        "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "  fast_vector_epw4: skipped (needs a multiple of 4 envs)" in text
+    assert re.search(r"^  gym_sync: \[\d+\]$", text, re.MULTILINE), text
+    assert "gym_sync: slowest second / median" in text
+    saved = json.loads(out.read_text())
+    assert saved["skipped"] == {"fast_vector_epw4": "needs a multiple of 4 envs"}
+    assert set(saved["launches"]) == set(saved["long"]) == {"gym_sync"}
+
+
+@pytest.mark.parametrize("backend, why", [("nope", "unknown"),
+                                          ("ceiling", "times a loop of its own")])
+def test_an_unknown_or_self_timed_backend_is_refused(spread, capsys, backend, why):
+    with pytest.raises(SystemExit):
+        spread.main(["--launches", "1", "--backends", f"gym_sync,{backend}"])
+    assert f"--backends: {backend!r}: {why}" in capsys.readouterr().err
