@@ -193,19 +193,25 @@ def test_the_readme_headline_figures_are_the_paired_medians_of_the_training_loop
 
 #: The runs of training_loop.json behind the columns of docs/benchmarks.md's table:
 #: CartPole, HalfCheetah, Pong; each quiet (no policy), with the policy, busy.
-TABLE_RUNS = ("CartPole-v1, no policy", "CartPole-v1", "CartPole-v1, one busy process",
-              "HalfCheetah-v5, no policy", "HalfCheetah-v5", "HalfCheetah-v5, one busy process",
-              "Pong, no policy", "Pong", "Pong, one busy process")
+TABLE_CONDITIONS = {"quiet": ("none", 0), "policy": ("mlp", 0), "busy": ("mlp", 1)}
+TABLE_RUNS = tuple(f"{workload}, {condition}"
+                   for workload in ("CartPole-v1", "HalfCheetah-v5", "Pong")
+                   for condition in TABLE_CONDITIONS)
+#: The backends of the table's rows, as the runs name them, and as the rows do.
+TABLE_BACKENDS = {"fast_vector": "`FastVectorEnv`", "fast_parallel": "`FastParallelEnvironment`",
+                  "gym_sync": "`SyncVectorEnv`", "gym_async": "`AsyncVectorEnv`",
+                  "sb3_subproc": "`SubprocVecEnv`", "envpool": "EnvPool",
+                  "pufferlib_1w": "PufferLib (1 worker)"}
 
 
-@pytest.mark.parametrize("backend, other, row", [
-    ("fast_vector", "gym_sync", "`FastVectorEnv` / `SyncVectorEnv`"),
-    ("fast_vector", "gym_async", "`FastVectorEnv` / `AsyncVectorEnv`"),
-    ("fast_parallel", "gym_sync", "`FastParallelEnvironment` / `SyncVectorEnv`"),
-])
-def test_the_benchmarks_table_is_the_training_loop_results(backend, other, row):
+@pytest.mark.parametrize("backend, other", [
+    (ours, other) for ours in ("fast_vector", "fast_parallel")
+    for other in ("gym_sync", "gym_async", "sb3_subproc", "envpool", "pufferlib_1w")
+] + [("fast_parallel", "fast_vector")])
+def test_the_benchmarks_table_is_the_training_loop_results(backend, other):
     """Each cell of a row of docs/benchmarks.md's table is the paired median of its
     run, or "not measured" where the run has no such pair."""
+    row = f"{TABLE_BACKENDS[backend]} / {TABLE_BACKENDS[other]}"
     page = (REPO_ROOT / "docs" / "benchmarks.md").read_text()
     line = next(line for line in page.splitlines() if line.startswith(f"| {row} |"))
     cells = [cell.strip() for cell in line.strip("|").split("|")][1:]
@@ -216,3 +222,13 @@ def test_the_benchmarks_table_is_the_training_loop_results(backend, other, row):
         expected.append(f"{paired_median(launches[backend], launches[other]):.2f}x"
                         if backend in launches and other in launches else "not measured")
     assert cells == expected
+
+
+def test_the_table_runs_are_the_conditions_their_columns_name():
+    """A column's run is its workload, 8 envs, and its condition: the policy
+    (``none`` quiet) and the busy processes beside it."""
+    runs = json.loads((RESULTS / "training_loop.json").read_text())
+    for run in TABLE_RUNS:
+        workload, condition = run.split(", ")
+        assert (runs[run]["workload"], runs[run]["num_envs"], runs[run]["policy"],
+                runs[run]["load"]) == (workload, 8, *TABLE_CONDITIONS[condition]), run
