@@ -7,14 +7,22 @@
 - ``throughput.png``: env-steps/s against the number of envs, for the workloads
   measured at several env counts.
 - ``ratios.png``: every backend's paired ratios to the reference rows.
+- ``training_loop_<workload>.png`` (:func:`plot_training_loop`, ``python -m
+  alf_env.bench.plot``): the runs of ``benchmarks/launch_spread.py`` behind
+  ``docs/benchmarks.md``'s table, a group of bars per condition (quiet, policy,
+  busy), each bar labelled with its median.
 
 A backend has the same colour in every figure, and no two backends share one; the
 legends name the backends as users know them (``FastVectorEnv``, ``SyncVectorEnv``).
 """
 
+import argparse
+import json
 import os
 import platform
-from typing import Any, Dict, List, Sequence, Set
+import statistics
+import sys
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Set
 
 import numpy as np
 
@@ -34,9 +42,10 @@ PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e
            "#637939", "#8c6d31", "#843c39", "#7b4173", "#5254a3", "#8ca252", "#bd9e39",
            "#ad494a", "#a55194")
 assert len(BACKENDS) <= len(PALETTE), "more backends than distinct colours"
-#: The backends most runs show take the strongest colours.
-_FIRST = ("fast_vector", "fast", "parallel", "gym_async", "gym_sync", "sb3_alf",
-          "pufferlib", "ceiling", "envpool", "sb3_subproc")
+#: The backends most runs show take the strongest colours (the training loop's
+#: seven first: matplotlib's tab10, seven hues apart).
+_FIRST = ("fast_vector", "fast", "gym_sync", "gym_async", "sb3_subproc", "envpool",
+          "pufferlib_1w", "ceiling", "parallel", "pufferlib", "sb3_alf")
 COLOURS = dict(zip([b for b in _FIRST if b in BACKENDS]
                    + [b for b in BACKENDS if b not in _FIRST], PALETTE))
 
@@ -250,3 +259,110 @@ def _compact_formatter() -> Any:
     from matplotlib.ticker import FuncFormatter
 
     return FuncFormatter(_compact)
+
+
+#: The conditions of the training loop's runs, in the order the figure groups them
+#: (a run is named ``"<workload>, <condition>"``).
+CONDITIONS = ("quiet", "policy", "busy")
+#: What each condition is, under its group.
+CONDITION_LABELS = {"quiet": "quiet (the step alone)", "policy": "with the policy",
+                    "busy": "policy, beside a busy process"}
+#: The backends of the figure, in bar order (``launch_spread.py``'s names).
+LOOP_BACKENDS = ("fast_vector", "fast_parallel", "gym_sync", "gym_async", "sb3_subproc",
+                 "envpool", "pufferlib_1w")
+#: ``launch_spread.py``'s names that are no bench id.
+_LOOP_IDS = {"fast_parallel": "fast"}
+
+
+def loop_runs(runs: Mapping[str, Any], workload: str) -> List[Optional[Dict[str, List[float]]]]:
+    """Each condition's launches (backend -> env-steps/s of each launch) of ``workload``,
+    ``None`` for a condition with no run."""
+    found = (runs.get(f"{workload}, {condition}") for condition in CONDITIONS)
+    return [None if run is None else run["launches"] for run in found]
+
+
+def training_loop_figure(runs: Mapping[str, Any], workload: str) -> Any:
+    """The figure of ``workload``'s training-loop runs (see :func:`plot_training_loop`)."""
+    conditions = loop_runs(runs, workload)
+    backends = [b for b in LOOP_BACKENDS
+                if any(c is not None and b in c for c in conditions)]
+    fig, axes = _figure(1, 9.0, 4.6)
+    ax = axes[0]
+    width = 0.84 / max(len(backends), 1)
+    drawn: Dict[str, Any] = {}
+    for g, launches in enumerate(conditions):
+        for i, backend in enumerate(backends):
+            if launches is None or backend not in launches:
+                continue
+            rates = launches[backend]
+            med = statistics.median(rates)
+            bench_id = _LOOP_IDS.get(backend, backend)
+            bar = ax.bar(g + (i - (len(backends) - 1) / 2) * width, med, width * 0.92,
+                         color=COLOURS.get(bench_id, "k"),
+                         yerr=[[med - min(rates)], [max(rates) - med]], capsize=2,
+                         error_kw={"linewidth": 0.8})
+            ax.bar_label(bar, [_compact_rate(med)], rotation=90, padding=3, fontsize=7)
+            drawn[bench_id] = bar
+    ax.set_xticks(range(len(CONDITIONS)), [CONDITION_LABELS[c] for c in CONDITIONS])
+    ax.set_ylim(0, ax.get_ylim()[1] * 1.2)  # room for the labels above the bars
+    ax.set_ylabel("env-steps/s of 8 envs (median, min-max)")
+    ax.yaxis.set_major_formatter(_compact_formatter())
+    ax.grid(True, axis="y", alpha=0.3)
+    entry = WORKLOADS.get(workload)
+    ax.set_title(entry.title if entry else workload, fontsize=11)
+    names = [_LOOP_IDS.get(b, b) for b in backends]  # in bar order
+    fig.legend([drawn[b] for b in names if b in drawn],
+               [display_name(b) for b in names if b in drawn],
+               loc="outside lower center", ncols=min(len(names), 4), fontsize=8)
+    fig.suptitle(f"{TRAINING_LOOP_TITLE} - {os.cpu_count()} CPUs, {platform.machine()}")
+    return fig
+
+
+TRAINING_LOOP_TITLE = "alf_env: a training loop's env-steps/s per backend"
+
+
+def _compact_rate(value: float) -> str:
+    """A bar's label: 32.6k, 9.46k, 1,763."""
+    if value >= 1e4:
+        return f"{value / 1e3:.1f}k"
+    return f"{value / 1e3:.2f}k" if value >= 2e3 else f"{value:,.0f}"
+
+
+def plot_training_loop(runs: Mapping[str, Any], workload: str, path: str) -> None:
+    """Writes ``workload``'s PNG of the training loop's runs.
+
+    A group of bars per condition (the step alone; with the policy's forward
+    pass; with the policy beside a busy process), a bar per backend (median
+    env-steps/s of the launches, min-max whiskers) labelled with its median,
+    the backends in :data:`LOOP_BACKENDS`' order and colour.
+
+    Args:
+        runs: a ``training_loop.json`` (run name -> ``launch_spread.py``'s JSON).
+        workload: the workload whose runs ``"<workload>, <condition>"`` to draw.
+        path: the PNG file to write.
+    """
+    training_loop_figure(runs, workload).savefig(
+        path, format="png", dpi=100, metadata={"Title": f"{TRAINING_LOOP_TITLE}: {workload}"})
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """``python -m alf_env.bench.plot RESULTS OUT_DIR``: draws every workload of a
+    ``training_loop.json`` with runs of :data:`CONDITIONS` into ``OUT_DIR``."""
+    parser = argparse.ArgumentParser(description="Draws the training loop's figures.")
+    parser.add_argument("results", help="a training_loop.json")
+    parser.add_argument("out_dir")
+    args = parser.parse_args(argv)
+    with open(args.results) as f:
+        runs = json.load(f)
+    workloads = sorted({run["workload"] for name, run in runs.items()
+                        if isinstance(run, dict) and name.endswith(
+                            tuple(f", {c}" for c in CONDITIONS))})
+    for workload in workloads:
+        path = os.path.join(args.out_dir, f"training_loop_{workload_png(workload)[9:]}")
+        plot_training_loop(runs, workload, path)
+        print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,5 +1,6 @@
 """alf_env.bench.report and .plot: the paired-ratio arithmetic, the tables, the plots."""
 
+import json
 import struct
 
 import pytest
@@ -230,3 +231,43 @@ def test_throughput_plot_keeps_workloads_with_several_env_counts(tmp_path):
     pong = [[result("fast", [5.0 * n], workload="Pong", num_envs=n)] for n in (2, 8)]
     plot.plot(cases + pong, str(path))
     assert _png_size(path)[0] > one_panel[0]  # two workloads with several counts: 2 panels
+
+
+LOOP_RUNS = {
+    "CartPole-v1, quiet": {"workload": "CartPole-v1", "launches": {
+        "gym_sync": [3000.0, 3100.0, 2900.0], "fast_vector": [1500.0, 1600.0, 1400.0],
+        "fast_parallel": [12000.0, 11000.0, 13000.0]}},
+    "CartPole-v1, busy": {"workload": "CartPole-v1", "launches": {
+        "fast_vector": [800.0, 700.0, 900.0]}},
+    "CartPole-v1, no policy": {"workload": "CartPole-v1", "launches": {  # no condition's
+        "fast_vector": [1.0, 2.0, 3.0]}},
+    "Pong, policy": {"workload": "Pong", "launches": {"envpool": [50.0, 60.0, 70.0]}},
+}
+
+
+def test_training_loop_figure_draws_each_condition_s_medians_in_bar_order():
+    fig = plot.training_loop_figure(LOOP_RUNS, "CartPole-v1")
+    ax = fig.axes[0]
+    heights = [round(p.get_height()) for p in ax.patches]
+    # Bars in LOOP_BACKENDS' order within each condition; no policy run: no bars there.
+    assert heights == [1500, 12000, 3000, 800]
+    labels = [t.get_text() for t in ax.texts]
+    assert labels == ["1,500", "12.0k", "3.00k", "800"]
+    assert [t.get_text() for t in ax.get_xticklabels()] == [
+        plot.CONDITION_LABELS[c] for c in plot.CONDITIONS]
+    legend = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert legend == ["FastVectorEnv", "FastParallelEnvironment", "SyncVectorEnv"]
+    # The backends keep distinct colours.
+    colours = {p.get_facecolor() for p in ax.patches}
+    assert len(colours) == 3
+
+
+def test_plot_module_draws_every_workload_of_a_results_file(tmp_path, capsys):
+    results = tmp_path / "training_loop.json"
+    results.write_text(json.dumps(LOOP_RUNS))
+    assert plot.main([str(results), str(tmp_path)]) == 0
+    written = sorted(p.name for p in tmp_path.glob("*.png"))
+    assert written == ["training_loop_CartPole-v1.png", "training_loop_Pong.png"]
+    width, height = _png_size(tmp_path / "training_loop_Pong.png")
+    assert width >= 800 and height >= 450
+    assert capsys.readouterr().out.split() == [str(tmp_path / name) for name in written]
