@@ -24,7 +24,15 @@ from alf_env.bench.core import CaseResult, Plan
 from alf_env.bench.loads import POLICIES, BusyLoad, make_policy
 from alf_env.bench.measure import ProgressBar, run_all
 from alf_env.bench.once_stderr import OnceStderr
-from alf_env.bench.plot import plot, plot_ratios, plot_workload, scaling_workloads, workload_png
+from alf_env.bench.plot import (
+    plot,
+    plot_ratios,
+    plot_step_cost,
+    plot_workload,
+    scaling_workloads,
+    step_cost_counts,
+    workload_png,
+)
 from alf_env.bench.report import (
     RATIOS,
     REFERENCE_COLUMNS,
@@ -63,7 +71,7 @@ ENV_NUM_ENVS = 8
 DEFAULT_OUT = "bench_out"
 TUNE_JSON = "tune.json"
 RESULTS_JSON, RESULTS_MD = "results.json", "results.md"
-PLOT_PNG, RATIO_PNG = "throughput.png", "ratios.png"
+PLOT_PNG, RATIO_PNG, STEP_COST_PNG = "throughput.png", "ratios.png", "step_cost.png"
 #: Versions recorded with the results, when installed: import name -> distribution.
 PACKAGES = {"stable_baselines3": "stable_baselines3", "mujoco": "mujoco",
             "ale_py": "ale_py", "envpool": "envpool", "ray": "ray",
@@ -334,8 +342,9 @@ def write_results(out_dir: str, cases: Sequence[List[CaseResult]], text: str,
             its image links are relative to it.
         conclusion: the verdict, recorded in the JSON.
 
-    The plots: ``ratios.png``, one ``workload_<name>.png`` per workload, and
-    ``throughput.png`` when a workload was measured at several env counts.
+    The plots: ``ratios.png``, one ``workload_<name>.png`` per workload,
+    ``throughput.png`` when a workload was measured at several env counts, and
+    ``step_cost.png`` when several sweep workloads were measured at one.
     """
     os.makedirs(out_dir, exist_ok=True)
     paths: Dict[str, Any] = {kind: os.path.join(out_dir, name) for kind, name in
@@ -343,6 +352,8 @@ def write_results(out_dir: str, cases: Sequence[List[CaseResult]], text: str,
     paths["markdown"] = markdown_path or os.path.join(out_dir, RESULTS_MD)
     if scaling_workloads(cases):
         paths["plot"] = os.path.join(out_dir, PLOT_PNG)
+    if step_cost_counts(cases):
+        paths["step_cost_plot"] = os.path.join(out_dir, STEP_COST_PNG)
     workloads = list(dict.fromkeys(rs[0].workload for rs in cases))
     paths["workload_plots"] = {w: os.path.join(out_dir, workload_png(w)) for w in workloads}
     files: Dict[str, Any] = {kind: (os.path.basename(p) if isinstance(p, str)
@@ -365,6 +376,8 @@ def write_results(out_dir: str, cases: Sequence[List[CaseResult]], text: str,
     images = [(w, paths["workload_plots"][w]) for w in workloads]
     if "plot" in paths:
         images.append(("throughput", paths["plot"]))
+    if "step_cost_plot" in paths:
+        images.append(("step cost", paths["step_cost_plot"]))
     images.append(("ratios", paths["ratio_plot"]))
     markdown_dir = os.path.dirname(os.path.abspath(paths["markdown"]))
     os.makedirs(markdown_dir, exist_ok=True)
@@ -376,13 +389,16 @@ def write_results(out_dir: str, cases: Sequence[List[CaseResult]], text: str,
         plot_workload(cases, workload, path)
     if "plot" in paths:
         plot(cases, paths["plot"])
+    if "step_cost_plot" in paths:
+        plot_step_cost(cases, paths["step_cost_plot"])
     plot_ratios(cases, paths["ratio_plot"])
     return paths
 
 
 def written(paths: Dict[str, Any]) -> str:
     """The lines that say where the files went, wrapped to the terminal report's width."""
-    plots = [*paths["workload_plots"].values(), *([paths["plot"]] if "plot" in paths else []),
+    plots = [*paths["workload_plots"].values(),
+             *(paths[kind] for kind in ("plot", "step_cost_plot") if kind in paths),
              paths["ratio_plot"]]
     return "\n".join([
         fill(f"Every backend, every figure and the paired ratios: {paths['markdown']}"),

@@ -7,6 +7,9 @@
 - ``throughput.png``: env-steps/s against the number of envs, for the workloads
   measured at several env counts.
 - ``ratios.png``: every backend's paired ratios to the reference rows.
+- ``step_cost.png``: env-steps/s against the synthetic envs' step cost (the
+  sweep ``S10`` ... ``S1000``), one line per backend, the ceiling and
+  ``SyncVectorEnv`` marked: where handing steps to workers starts to pay.
 - ``training_loop_<workload>.png`` (:func:`plot_training_loop`, ``python -m
   alf_env.bench.plot``): the runs of ``benchmarks/launch_spread.py`` behind
   ``docs/benchmarks.md``'s table, a group of bars per condition (quiet, policy,
@@ -29,7 +32,7 @@ import numpy as np
 from alf_env.bench.backends import BACKENDS, REFERENCES, display_name
 from alf_env.bench.core import CaseResult
 from alf_env.bench.report import REFERENCE_COLUMNS, paired_ratios
-from alf_env.bench.workloads import WORKLOADS
+from alf_env.bench.workloads import SWEEP_NAMES, WORKLOADS
 
 PLOT_TITLE = "alf_env throughput (env-steps/s vs. number of envs)"
 RATIO_PLOT_TITLE = "alf_env: paired ratios to the reference rows (median, min-max)"
@@ -161,6 +164,67 @@ def plot(cases: Sequence[List[CaseResult]], path: str) -> None:
         ax.set_ylabel("env-steps/s")
     _finish(fig, drawn, PLOT_TITLE, path)
 
+
+
+STEP_COST_TITLE = "alf_env: env-steps/s against the env's step cost"
+
+
+def step_cost_counts(cases: Sequence[List[CaseResult]]) -> List[int]:
+    """The env counts at which two or more sweep workloads were measured (those
+    :func:`plot_step_cost` draws a panel of)."""
+    counts: Dict[int, Set[str]] = {}
+    for results in cases:
+        if results[0].workload in SWEEP_NAMES:
+            counts.setdefault(results[0].num_envs, set()).add(results[0].workload)
+    return sorted(n for n, names in counts.items() if len(names) > 1)
+
+
+def plot_step_cost(cases: Sequence[List[CaseResult]], path: str) -> None:
+    """Writes a PNG: env-steps/s against the synthetic envs' step cost.
+
+    One panel per env count of :func:`step_cost_counts`; both axes logarithmic;
+    a line per backend (median, min-max bars), the ceiling dashed and
+    ``SyncVectorEnv`` drawn heavier, so that each backend reads against the most
+    Python envs can do and against stepping in the trainer's process.
+
+    Args:
+        cases: the results, as ``run_all`` returns them.
+        path: the PNG file to write.
+    """
+    from matplotlib.ticker import NullLocator
+
+    counts = step_cost_counts(cases)
+    microseconds = {name: int(name[1:]) for name in SWEEP_NAMES}
+    fig, axes = _figure(len(counts), 6.0, 4.2)
+    drawn: Dict[str, Any] = {}
+    for ax, count in zip(axes, counts):
+        lines: Dict[str, List[CaseResult]] = {}
+        for results in cases:
+            for r in results:
+                if r.workload in microseconds and r.num_envs == count and r.runs:
+                    lines.setdefault(r.backend, []).append(r)
+        for backend, rs in lines.items():
+            rs = sorted(rs, key=lambda r: microseconds[r.workload])
+            med = np.array([r.median for r in rs])
+            style = _style(backend)
+            if backend == "ceiling":
+                style.update(linestyle=":", marker="", linewidth=2.2)
+            elif backend == "gym_sync":
+                style.update(linewidth=2.6)
+            drawn[backend] = ax.errorbar(
+                [microseconds[r.workload] for r in rs], med,
+                yerr=[med - np.array([min(r.rates) for r in rs]),
+                      np.array([max(r.rates) for r in rs]) - med],
+                capsize=3, markersize=4, **{"linewidth": 1.5, **style})
+        ticks = sorted({microseconds[r.workload] for rs in lines.values() for r in rs})
+        ax.set_xscale("log")
+        ax.set_xticks(ticks, [f"{t} µs" for t in ticks])
+        ax.xaxis.set_minor_locator(NullLocator())
+        _log_axis(ax)
+        ax.set_xlabel("CPU time of one env step")
+        ax.set_ylabel("env-steps/s (median, min-max)")
+        ax.set_title(f"{count} envs", fontsize=11)
+    _finish(fig, drawn, STEP_COST_TITLE, path)
 
 def plot_ratios(cases: Sequence[List[CaseResult]], path: str) -> None:
     """Writes a PNG: per reference row (AsyncVectorEnv, ceiling, EnvPool), each

@@ -445,3 +445,21 @@ def test_every_backend_has_a_colour_of_its_own():
     from alf_env.bench.plot import COLOURS
     assert set(COLOURS) == set(bench.BACKENDS)
     assert len(set(COLOURS.values())) == len(COLOURS)
+
+
+def test_a_run_of_the_sweep_writes_and_links_the_step_cost_plot(tmp_path):
+    from alf_env.bench.core import CaseResult, Measurement
+
+    def case(workload: str, backend: str, rate: float) -> CaseResult:
+        return CaseResult(workload, 8, backend, "ok", "",
+                          [Measurement(env_steps=int(rate), seconds=1.0, startup_seconds=0.1)])
+
+    cases = [[case(f"S{us}", b, 1e6 / us) for b in ("fast_vector", "gym_sync", "ceiling")]
+             for us in (10, 100)]
+    paths = cli.write_results(str(tmp_path), cases, "# results", {}, [])
+    assert paths["step_cost_plot"] == str(tmp_path / "step_cost.png")
+    assert png_chunks((tmp_path / "step_cost.png").read_bytes())
+    assert "![step cost](step_cost.png)" in (tmp_path / "results.md").read_text()
+    assert "step_cost.png" in cli.written(paths)
+    one_cost = cli.write_results(str(tmp_path / "one"), cases[:1], "# results", {}, [])
+    assert "step_cost_plot" not in one_cost

@@ -271,3 +271,17 @@ def test_plot_module_draws_every_workload_of_a_results_file(tmp_path, capsys):
     width, height = _png_size(tmp_path / "training_loop_Pong.png")
     assert width >= 800 and height >= 450
     assert capsys.readouterr().out.split() == [str(tmp_path / name) for name in written]
+
+
+def test_step_cost_plot_draws_a_panel_per_env_count_of_several_sweep_workloads(tmp_path):
+    sweep = [[result(b, [rate / us, rate / us * 1.1], workload=f"S{us}", num_envs=n)
+              for b, rate in (("fast_vector", 9e5), ("gym_sync", 8e5), ("ceiling", 1e6))]
+             for us in (10, 100, 1000) for n in (4, 8)]
+    lone = [[result("fast_vector", [5.0], workload="S30", num_envs=2)]]  # one cost: no panel
+    assert plot.step_cost_counts(sweep + lone + [CASE]) == [4, 8]
+    assert plot.step_cost_counts(lone + [CASE]) == []
+    path = tmp_path / "step_cost.png"
+    plot.plot_step_cost(sweep + lone + [CASE], str(path))
+    two_panels = _png_size(path)
+    plot.plot_step_cost([rs for rs in sweep if rs[0].num_envs == 8], str(path))
+    assert _png_size(path)[0] < two_panels[0]  # one env count: one panel
