@@ -110,7 +110,7 @@ def _fast_parallel_job(workload: str, envs: int) -> Callable[[], None]:
                                                                    env_id=i), i)
                          for i in range(envs)], 0)
     specs = BatchSpecs.of(group, envs)
-    rows = SlotRows(specs, 1, envs, [0], zero_copy=False)
+    rows = SlotRows(specs, 1, [0], zero_copy=False)
     return _job_of(AlfRowsHandler((0, envs), rows.action_names, rows.time_step_names,
                                   grouped=True)(group, rows.block, None, 0))  # type: ignore[arg-type]
 

@@ -149,8 +149,8 @@ class FastParallelEnvironment(WorkersEnvironment):
         # What a restarted worker needs to join its slot (see _rejoin).
         self._job_loop_specs: List[JobLoopSpec] = []
         try:
-            self._rows = SlotRows(workers.specs, len(workers.envs), workers.env_batch_size,
-                                  self._slots.slot_env, zero_copy)
+            self._rows = SlotRows(workers.specs, len(workers.envs), self._slots.slot_env,
+                                  zero_copy)
             controller = self._rows.block.controller(spin_us, workers_spread=workers.spread)
             self._board = JobBoard(controller, workers.envs, timeout=workers.timeout,
                                    pin_when_quiet=workers.pin_when_quiet)
@@ -164,7 +164,7 @@ class FastParallelEnvironment(WorkersEnvironment):
     def _start_job_loops(self, spin_us: int) -> None:
         """Sends every worker into the job loop of its slot, each with a row handler."""
         workers, rows = self._workers, self._rows
-        b = workers.env_batch_size
+        b = workers.specs.batch_size
         handlers = [AlfRowsHandler((i * b, (i + 1) * b), rows.action_names,
                                    rows.time_step_names, grouped=self._group_size > 1)
                     for i in range(len(workers.envs))]
@@ -417,15 +417,15 @@ class SlotRows:
     views made once.
 
     Args:
-        specs: the envs' specs.
+        specs: the envs' specs; ``specs.batch_size`` rows per worker.
         num_workers: the number of workers (spares included).
-        env_batch_size: each worker's number of rows.
         slot_env: the env serving each slot.
         zero_copy: :meth:`time_step` returns views of the rows (no copies).
     """
 
-    def __init__(self, specs: BatchSpecs, num_workers: int, env_batch_size: int,
-                 slot_env: List[int], zero_copy: bool) -> None:
+    def __init__(self, specs: BatchSpecs, num_workers: int, slot_env: List[int],
+                 zero_copy: bool) -> None:
+        env_batch_size = specs.batch_size
         fields: List[Tuple[str, Tuple[int, ...], np.dtype]] = []
         action_names: List[str] = []
         time_step_names: List[str] = []

@@ -308,7 +308,7 @@ class ParallelAlfEnvironment(WorkersEnvironment):
         start = StepClock.now()
         num_slots = self._slots.num_slots
         action = self._check_action(action)
-        b = self._workers.env_batch_size
+        b = self._workers.specs.batch_size
         batched = self._workers.env_batched
 
         def send(slot: int, env: ProcessEnvironment) -> Any:

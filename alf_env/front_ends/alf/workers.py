@@ -218,14 +218,13 @@ class AlfWorkers:
             self.env_batched = bool(first.batched)
             batch_size = first.batch_size if self.env_batched else 1
             assert batch_size is not None  # a batched env has a batch size
-            #: Rows per worker: its env's batch size, 1 for an unbatched env.
-            self.env_batch_size: int = batch_size
             if num_spares and self.env_batched:
                 raise ValueError(
                     "num_spare_envs_for_reload: spares replace one env at the end of "
                     "its episode, which needs unbatched envs; got batched envs of "
                     f"batch size {batch_size}; use 0 spares")
-            #: The specs of every worker's env (and its rows).
+            #: The specs of every worker's env and its rows (``specs.batch_size``
+            #: rows per worker: its env's batch size, 1 for an unbatched env).
             self.specs = BatchSpecs.of(first, batch_size)
         except BaseException:
             self.close()
@@ -321,7 +320,7 @@ class WorkersEnvironment(NotCopyable, BatchedEnvironment):
                  num_envs: int) -> None:
         # The rows of a time step: the slots times each env's own batch size.
         super().__init__(workers.specs._replace(
-            batch_size=slots.num_slots * workers.env_batch_size))
+            batch_size=slots.num_slots * workers.specs.batch_size))
         self.__workers, self.__guard, self.__slots = workers, guard, slots
         self.__num_envs = num_envs
 
