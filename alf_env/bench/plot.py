@@ -25,7 +25,7 @@ import os
 import platform
 import statistics
 import sys
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Set
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Set
 
 import numpy as np
 
@@ -116,6 +116,28 @@ def _counts(cases: Sequence[List[CaseResult]]) -> Dict[str, Set[int]]:
     return counts_of
 
 
+
+def _lines(ax: Any, selected: Sequence[CaseResult], x_of: Callable[[CaseResult], float],
+           style_of: Callable[[str], Dict[str, Any]], dodge: bool) -> Dict[str, Any]:
+    """Draws a line per backend through the ``selected`` results that have runs,
+    at ``x_of`` each (median, min-max bars); ``dodge`` shifts the backends apart
+    on a log2 axis. Returns what it drew, by backend."""
+    by_backend: Dict[str, List[CaseResult]] = {}
+    for r in selected:
+        if r.runs:
+            by_backend.setdefault(r.backend, []).append(r)
+    drawn: Dict[str, Any] = {}
+    for i, (backend, rs) in enumerate(by_backend.items()):
+        rs = sorted(rs, key=x_of)
+        med = np.array([r.median for r in rs])
+        shift = 2.0 ** (DODGE * (i - (len(by_backend) - 1) / 2)) if dodge else 1.0
+        drawn[backend] = ax.errorbar(
+            [x_of(r) * shift for r in rs], med,
+            yerr=[med - np.array([min(r.rates) for r in rs]),
+                  np.array([max(r.rates) for r in rs]) - med],
+            capsize=3, markersize=4, **{"linewidth": 1.5, **style_of(backend)})
+    return drawn
+
 def scaling_workloads(cases: Sequence[List[CaseResult]]) -> List[str]:
     """The workloads measured at several env counts (those :func:`plot` draws)."""
     return [w for w, counts in _counts(cases).items() if len(counts) > 1]
@@ -138,21 +160,9 @@ def plot(cases: Sequence[List[CaseResult]], path: str) -> None:
     fig, axes = _figure(len(workloads), 6.0, 4.2)
     drawn: Dict[str, Any] = {}
     for ax, workload in zip(axes, workloads):
-        by_backend: Dict[str, List[CaseResult]] = {}
-        for results in cases:
-            for r in results:
-                if r.workload == workload and r.runs:
-                    by_backend.setdefault(r.backend, []).append(r)
-        for i, (backend, rs) in enumerate(by_backend.items()):
-            rs = sorted(rs, key=lambda r: r.num_envs)
-            med = np.array([r.median for r in rs])
-            low = med - np.array([min(r.rates) for r in rs])
-            high = np.array([max(r.rates) for r in rs]) - med
-            # Backends side by side around each count, so their bars do not overlap.
-            dodge = 2.0 ** (DODGE * (i - (len(by_backend) - 1) / 2))
-            drawn[backend] = ax.errorbar(
-                [r.num_envs * dodge for r in rs], med, yerr=[low, high], capsize=3,
-                markersize=4, linewidth=1.5, **_style(backend))
+        # Backends side by side around each count, so their bars do not overlap.
+        drawn.update(_lines(ax, [r for rs in cases for r in rs if r.workload == workload],
+                            lambda r: r.num_envs, _style, dodge=True))
         workload_entry = WORKLOADS.get(workload)
         ax.set_title(workload_entry.title if workload_entry else workload, fontsize=11)
         ax.set_xscale("log", base=2)
@@ -197,26 +207,19 @@ def plot_step_cost(cases: Sequence[List[CaseResult]], path: str) -> None:
     microseconds = {name: int(name[1:]) for name in SWEEP_NAMES}
     fig, axes = _figure(len(counts), 6.0, 4.2)
     drawn: Dict[str, Any] = {}
+
+    def style(backend: str) -> Dict[str, Any]:
+        marked: Dict[str, Dict[str, Any]] = {
+            "ceiling": {"linestyle": ":", "marker": "", "linewidth": 2.2},
+            "gym_sync": {"linewidth": 2.6}}
+        return {**_style(backend), **marked.get(backend, {})}
+
     for ax, count in zip(axes, counts):
-        lines: Dict[str, List[CaseResult]] = {}
-        for results in cases:
-            for r in results:
-                if r.workload in microseconds and r.num_envs == count and r.runs:
-                    lines.setdefault(r.backend, []).append(r)
-        for backend, rs in lines.items():
-            rs = sorted(rs, key=lambda r: microseconds[r.workload])
-            med = np.array([r.median for r in rs])
-            style = _style(backend)
-            if backend == "ceiling":
-                style.update(linestyle=":", marker="", linewidth=2.2)
-            elif backend == "gym_sync":
-                style.update(linewidth=2.6)
-            drawn[backend] = ax.errorbar(
-                [microseconds[r.workload] for r in rs], med,
-                yerr=[med - np.array([min(r.rates) for r in rs]),
-                      np.array([max(r.rates) for r in rs]) - med],
-                capsize=3, markersize=4, **{"linewidth": 1.5, **style})
-        ticks = sorted({microseconds[r.workload] for rs in lines.values() for r in rs})
+        selected = [r for rs in cases for r in rs
+                    if r.workload in microseconds and r.num_envs == count]
+        drawn.update(_lines(ax, selected, lambda r: microseconds[r.workload], style,
+                            dodge=False))
+        ticks = sorted({microseconds[r.workload] for r in selected if r.runs})
         ax.set_xscale("log")
         ax.set_xticks(ticks, [f"{t} µs" for t in ticks])
         ax.xaxis.set_minor_locator(NullLocator())
