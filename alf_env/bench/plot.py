@@ -304,14 +304,10 @@ def plot_workload(cases: Sequence[List[CaseResult]], workload: str, path: str) -
                                              linestyles="--", linewidth=1.6)
                 ax.annotate(display_name(r.backend), (g + 0.45, r.median), fontsize=7,
                             xytext=(2, 0), textcoords="offset points", va="center")
-    ax.set_xticks(range(len(groups)), [f"{rs[0].num_envs} envs" for rs in groups])
+    # Room for the legend above the bars.
+    _bar_axis(ax, workload, [f"{rs[0].num_envs} envs" for rs in groups], 1.35,
+              "env-steps/s (median, min-max)")
     ax.set_xlim(-0.6, len(groups) - 0.4 + 0.25)
-    ax.set_ylim(0, ax.get_ylim()[1] * 1.35)  # room for the legend above the bars
-    ax.set_ylabel("env-steps/s (median, min-max)")
-    ax.yaxis.set_major_formatter(_compact_formatter())
-    ax.grid(True, axis="y", alpha=0.3)
-    entry = WORKLOADS.get(workload)
-    ax.set_title(entry.title if entry else workload, fontsize=11)
     if drawn:
         names = [b for b in BACKENDS if b in drawn]
         ax.legend([drawn[b] for b in names], [display_name(b) for b in names],
@@ -321,6 +317,19 @@ def plot_workload(cases: Sequence[List[CaseResult]], workload: str, path: str) -
     fig.savefig(path, format="png", dpi=100,
                 metadata={"Title": f"{WORKLOAD_PLOT_TITLE}: {workload}"})
 
+
+
+def _bar_axis(ax: Any, workload: str, groups: List[str], headroom: float,
+              ylabel: str) -> None:
+    """A bar chart's axes: a tick per group, a linear axis from 0 with
+    ``headroom`` times the tallest bar's room, the workload's title."""
+    ax.set_xticks(range(len(groups)), groups)
+    ax.set_ylim(0, ax.get_ylim()[1] * headroom)
+    ax.set_ylabel(ylabel)
+    ax.yaxis.set_major_formatter(_compact_formatter())
+    ax.grid(True, axis="y", alpha=0.3)
+    entry = WORKLOADS.get(workload)
+    ax.set_title(entry.title if entry else workload, fontsize=11)
 
 def _compact_formatter() -> Any:
     from matplotlib.ticker import FuncFormatter
@@ -370,13 +379,9 @@ def training_loop_figure(runs: Mapping[str, Any], workload: str) -> Any:
                          error_kw={"linewidth": 0.8})
             ax.bar_label(bar, [_compact_rate(med)], rotation=90, padding=3, fontsize=7)
             drawn[bench_id] = bar
-    ax.set_xticks(range(len(CONDITIONS)), [CONDITION_LABELS[c] for c in CONDITIONS])
-    ax.set_ylim(0, ax.get_ylim()[1] * 1.2)  # room for the labels above the bars
-    ax.set_ylabel("env-steps/s of 8 envs (median, min-max)")
-    ax.yaxis.set_major_formatter(_compact_formatter())
-    ax.grid(True, axis="y", alpha=0.3)
-    entry = WORKLOADS.get(workload)
-    ax.set_title(entry.title if entry else workload, fontsize=11)
+    # Room for the labels above the bars.
+    _bar_axis(ax, workload, [CONDITION_LABELS[c] for c in CONDITIONS], 1.2,
+              "env-steps/s of 8 envs (median, min-max)")
     names = [_LOOP_IDS.get(b, b) for b in backends]  # in bar order
     fig.legend([drawn[b] for b in names if b in drawn],
                [display_name(b) for b in names if b in drawn],
