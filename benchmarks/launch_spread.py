@@ -45,13 +45,11 @@ import sys
 import time
 from typing import Any, Dict, List, Optional, Sequence
 
-from alf_env.bench.backends import BACKENDS
+from alf_env.bench.backends import ALIASES, BACKENDS
 from alf_env.bench.core import Actions, Skip
 from alf_env.bench.loads import BusyLoad, make_policy
 from alf_env.bench.measure import with_policy
 
-#: Names users pass for a bench id spelled otherwise.
-ALIASES = {"fast_parallel": "fast"}
 #: Backends that time a loop of their own (``Runner.timed``): no training loop to run.
 SELF_TIMED = ("ceiling",)
 CHOICES = [*ALIASES, *(b for b in BACKENDS if b not in SELF_TIMED)]

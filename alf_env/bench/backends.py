@@ -386,6 +386,11 @@ assert set(YARDSTICKS) <= set(REFERENCES)
 assert len({b.name for b in BACKENDS.values()}) == len(BACKENDS), "two backends, one name"
 
 
+#: Names ``benchmarks/launch_spread.py`` (and so ``training_loop.json``) gives
+#: backends whose bench id is spelled otherwise.
+ALIASES = {"fast_parallel": "fast"}
+
+
 def display_name(backend: str) -> str:
     """The name a user knows ``backend`` by; a name that is no id (a layout of
     ``--tune``) is returned as it is."""

@@ -29,7 +29,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Set
 
 import numpy as np
 
-from alf_env.bench.backends import BACKENDS, REFERENCES, display_name
+from alf_env.bench.backends import ALIASES, BACKENDS, REFERENCES, display_name
 from alf_env.bench.core import CaseResult
 from alf_env.bench.report import REFERENCE_COLUMNS, paired_ratios
 from alf_env.bench.workloads import SWEEP_NAMES, WORKLOADS
@@ -53,10 +53,10 @@ COLOURS = dict(zip([b for b in _FIRST if b in BACKENDS]
                    + [b for b in BACKENDS if b not in _FIRST], PALETTE))
 
 
-def workload_png(workload: str) -> str:
-    """The file name of ``workload``'s figure."""
-    return "workload_" + "".join(c if c.isalnum() or c in "-_." else "_"
-                                 for c in workload) + ".png"
+def workload_png(workload: str, prefix: str = "workload_") -> str:
+    """The file name of ``workload``'s figure (``prefix`` first)."""
+    return prefix + "".join(c if c.isalnum() or c in "-_." else "_"
+                            for c in workload) + ".png"
 
 
 def _compact(value: float, _position: Any = None) -> str:
@@ -337,6 +337,7 @@ def _compact_formatter() -> Any:
     return FuncFormatter(_compact)
 
 
+TRAINING_LOOP_TITLE = "alf_env: a training loop's env-steps/s per backend"
 #: The conditions of the training loop's runs, in the order the figure groups them
 #: (a run is named ``"<workload>, <condition>"``).
 CONDITIONS = ("quiet", "policy", "busy")
@@ -346,8 +347,6 @@ CONDITION_LABELS = {"quiet": "quiet (the step alone)", "policy": "with the polic
 #: The backends of the figure, in bar order (``launch_spread.py``'s names).
 LOOP_BACKENDS = ("fast_vector", "fast_parallel", "gym_sync", "gym_async", "sb3_subproc",
                  "envpool", "pufferlib_1w")
-#: ``launch_spread.py``'s names that are no bench id.
-_LOOP_IDS = {"fast_parallel": "fast"}
 
 
 def loop_runs(runs: Mapping[str, Any], workload: str) -> List[Optional[Dict[str, List[float]]]]:
@@ -372,7 +371,7 @@ def training_loop_figure(runs: Mapping[str, Any], workload: str) -> Any:
                 continue
             rates = launches[backend]
             med = statistics.median(rates)
-            bench_id = _LOOP_IDS.get(backend, backend)
+            bench_id = ALIASES.get(backend, backend)
             bar = ax.bar(g + (i - (len(backends) - 1) / 2) * width, med, width * 0.92,
                          color=COLOURS.get(bench_id, "k"),
                          yerr=[[med - min(rates)], [max(rates) - med]], capsize=2,
@@ -382,15 +381,12 @@ def training_loop_figure(runs: Mapping[str, Any], workload: str) -> Any:
     # Room for the labels above the bars.
     _bar_axis(ax, workload, [CONDITION_LABELS[c] for c in CONDITIONS], 1.2,
               "env-steps/s of 8 envs (median, min-max)")
-    names = [_LOOP_IDS.get(b, b) for b in backends]  # in bar order
+    names = [ALIASES.get(b, b) for b in backends]  # in bar order
     fig.legend([drawn[b] for b in names if b in drawn],
                [display_name(b) for b in names if b in drawn],
                loc="outside lower center", ncols=min(len(names), 4), fontsize=8)
     fig.suptitle(f"{TRAINING_LOOP_TITLE} - {os.cpu_count()} CPUs, {platform.machine()}")
     return fig
-
-
-TRAINING_LOOP_TITLE = "alf_env: a training loop's env-steps/s per backend"
 
 
 def _compact_rate(value: float) -> str:
@@ -430,7 +426,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                         if isinstance(run, dict) and name.endswith(
                             tuple(f", {c}" for c in CONDITIONS))})
     for workload in workloads:
-        path = os.path.join(args.out_dir, f"training_loop_{workload_png(workload)[9:]}")
+        path = os.path.join(args.out_dir, workload_png(workload, "training_loop_"))
         plot_training_loop(runs, workload, path)
         print(path)
     return 0
