@@ -11,7 +11,9 @@ after a ``LAST`` step resets the gymnasium env and returns a ``FIRST`` step.
 Observations are numpy arrays of the spec dtypes (a float64 observation
 becomes float32 with the default ``float_dtype``); actions may be numpy arrays,
 torch tensors or Python numbers, and reach the gymnasium env in its action
-space's dtype. ``get_info()`` returns the gymnasium info dict of the last
+space's dtype: arrays, and for a ``Discrete`` space a numpy scalar (as
+gymnasium's vector envs pass it, and as ``Discrete.sample()`` returns it).
+``get_info()`` returns the gymnasium info dict of the last
 ``step``, unfiltered, and ``None`` before the first step of an episode (as
 ALF's: a reset clears it).
 
@@ -28,16 +30,19 @@ Pass ``env_info_spec`` to skip the probe.
 
 Flat steps: a worker of ``FastParallelEnvironment`` writes each time step into
 shared rows leaf by leaf, so the ``TimeStep`` that ``step()`` builds would
-only be taken apart again. :meth:`AlfGymWrapper.flat_stepper` gives it a step
-that takes the flattened action and returns the flattened time step. Both
-run the one step of the gymnasium env, :meth:`AlfGymWrapper._gym_step` (the
-action to the env, the episode end, the observation, the step type, discount
-and env id); they differ only in what they make of its parts: ``step()`` a
-``TimeStep``, the flat step a list of leaves (the ``TimeStep`` is built by
+only be taken apart again. :meth:`AlfGymWrapper.flat_steps` gives it a step
+that takes the flattened action and returns the flattened time step, and a
+reset that returns the flattened ``FIRST`` time step. The step runs the one
+step of the gymnasium env that ``step()`` runs,
+:meth:`AlfGymWrapper._compile_gym_step` (the action to the env, the episode
+end, the observation, the step type, discount and env id), and the reset the
+one reset, :meth:`AlfGymWrapper._gym_reset`; they differ only in what they
+make of its parts: ``step()`` and ``reset()`` a ``TimeStep``, the flat ones a
+list of leaves (the ``TimeStep`` is built by
 :meth:`~AlfGymWrapper.current_time_step` only when asked for).
 """
 
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
 import gymnasium
 import numpy as np
@@ -78,18 +83,41 @@ from alf_env.environments.gym_space_specs import tensor_spec_from_gym_space
 from alf_env.nest import compile_nest
 from alf_env.tensor_specs import TensorSpec
 
-__all__ = ["AlfGymWrapper", "FlatStep", "tensor_spec_from_gym_space"]
+__all__ = ["AlfGymWrapper", "FlatStep", "FlatSteps", "flat_steps_of",
+           "tensor_spec_from_gym_space"]
 
-#: The flat step (:meth:`AlfGymWrapper.flat_stepper`): the flattened action in,
+#: The flat step (:meth:`AlfGymWrapper.flat_steps`): the flattened action in,
 #: ``(the flattened time step, whether it is LAST)`` out, or ``None`` when it
 #: did not step.
 FlatStep = Callable[[List[np.ndarray]], Optional[Tuple[List[Any], bool]]]
+
+
+
+class FlatSteps(NamedTuple):
+    """A plain :class:`AlfGymWrapper`'s step and reset on flattened nests
+    (:meth:`AlfGymWrapper.flat_steps`)."""
+
+    #: The flattened action in, ``(leaves, is_last)`` out, or ``None``.
+    step: FlatStep
+    #: Resets; the ``FIRST`` time step's leaves.
+    reset: Callable[[], List[Any]]
+
+
+#: The step of the gymnasium env (:meth:`AlfGymWrapper._compile_gym_step`).
+GymStep = Callable[[Any], Tuple[np.ndarray, Any, np.ndarray, Any, np.ndarray, Any, bool]]
 
 # The attributes set by AlfGymWrapper._compile (left out of pickles).
 _COMPILED_ATTRIBUTES = ("_fast_observation", "_fast_action", "_fast_zero_action",
                         "_fast_env_info", "_gym_action_space", "_fast_gym_action",
                         "_direct_time_steps", "_direct_gym_action", "_discount_array",
-                        "_env_id_array")
+                        "_env_id_array", "_gym_step")
+
+
+def flat_steps_of(env: AlfEnvironment) -> Optional[FlatSteps]:
+    """``env.flat_steps()`` (see ``AlfGymWrapper``), or ``None`` if it has none."""
+    make = getattr(type(env), "flat_steps", None)
+    flat: Optional[FlatSteps] = make(env) if callable(make) else None
+    return flat
 
 
 def _is_inherited(obj: Any, name: str) -> bool:
@@ -147,7 +175,7 @@ class AlfGymWrapper(AlfEnvironment):
         self._pending_seed: Optional[int] = None
         self._info: Any = None
         self._done = True
-        # The flattened time step of the last flat step (see flat_stepper),
+        # The flattened time step of the last flat step or reset (see flat_steps),
         # packed into _current_time_step only when someone asks for it.
         self._current_leaves: Optional[List[Any]] = None
         # (time_step_spec(), numpy dtype of each of its leaves), made when
@@ -185,6 +213,7 @@ class AlfGymWrapper(AlfEnvironment):
         # made from (re-made should those attributes ever be replaced).
         self._discount_array = (self._discount, scalar_array(self._discount, np.float32))
         self._env_id_array = (self._env_id, scalar_array(self._env_id, np.int32))
+        self._gym_step = self._compile_gym_step()
 
     def __getstate__(self) -> Dict[str, Any]:
         """The state to pickle: everything but the compiled conversions.
@@ -309,32 +338,38 @@ class AlfGymWrapper(AlfEnvironment):
     def _has_time_step(self) -> bool:
         return self._current_leaves is not None or self._current_time_step is not None
 
-    def flat_stepper(self) -> Optional[FlatStep]:
-        """A step on flattened nests, for a worker that writes them into shared rows.
+    def flat_steps(self) -> Optional["FlatSteps"]:
+        """A step and a reset on flattened nests, for a worker that writes them into
+        shared rows.
 
-        ``flat_step(action_views)`` steps the env with the action whose
+        ``step(action_views)`` steps the env with the action whose
         leaves (``nest.flatten`` order of ``action_spec()``, arrays of the
         spec's shapes and dtypes: a worker's action rows) are
         ``action_views``, and returns ``(leaves, is_last)``: the leaves of
         the time step ``step()`` would have returned, in ``nest.flatten``
         order of ``time_step_spec()``, and whether it is ``LAST``. It reads
         the views during the call and keeps none of them: the env gets
-        copies, or, for a single ``Discrete`` action, the Python int the
-        gymnasium env gets anyway (no copy, and that int is then the
+        copies, or, for a single ``Discrete`` action, the numpy scalar the
+        gymnasium env gets anyway (no copy, and that scalar is then the
         ``prev_action`` leaf). It takes the same step as ``step()``
-        (:meth:`_gym_step`) and makes no ``TimeStep`` and no per-step nest
-        walk of it. A leaf whose spec is a 0-d float, bool or integer may be
-        a Python scalar or numpy float64 (the reward, info entries, that
-        int): then ``np.asarray(leaf, spec dtype)`` is ``step()``'s leaf,
-        which is what ``_copy_leaves(..., scalars=True)`` stores. The leaves
-        are to be copied out before the next step: some are shared
-        constants.
-        It returns ``None``, having done nothing, when this step is not a
-        plain one (the first after ``LAST`` with ``auto_reset``, or before the
-        first reset): call ``step()`` for it then.
+        (:meth:`_compile_gym_step`) and makes no ``TimeStep`` and no per-step
+        nest walk of it. It returns ``None``, having done nothing, when this
+        step is not a plain one (the first after ``LAST`` with
+        ``auto_reset``, or before the first reset): call ``step()`` for it
+        then.
+
+        ``reset()`` resets the env as ``reset()`` does (:meth:`_gym_reset`)
+        and returns the ``FIRST`` time step's leaves.
+
+        A leaf whose spec is a 0-d float, bool or integer may be a Python
+        scalar or numpy scalar (the reward, info entries, that action): then
+        ``np.asarray(leaf, spec dtype)`` is the ``TimeStep``'s leaf, which is
+        what ``_copy_leaves(..., scalars=True)`` stores. The leaves are to be
+        copied out before the env steps again: some are shared constants.
+        :meth:`current_time_step` packs the last ones when asked.
 
         Returns:
-            the step, or ``None`` when this wrapper cannot step that way: a
+            the two, or ``None`` when this wrapper cannot step that way: a
             subclass (it may convert differently), or specs whose time step
             does not flatten in field order.
         """
@@ -362,11 +397,13 @@ class AlfGymWrapper(AlfEnvironment):
         # A single leaf (the common case) is its own nest: no call to pack or flatten.
         single_action = not nest.is_nested(self._action_spec)
         single_observation = not nest.is_nested(self._observation_spec)
-        # A single Discrete action reaches the gymnasium env as a Python int
-        # (_to_gym_action), which the compiled conversion passes on as is: read
-        # as one from the row, it needs no copy.
-        int_action = (single_action and isinstance(self._gym_action_space, spaces.Discrete)
-                      and self._action_spec.numpy_dtype.kind in "iu")
+        # A single Discrete action reaches the gymnasium env as a numpy scalar
+        # of the space's dtype (_to_gym_action), which the compiled conversion
+        # passes on as is: read as one from the row (when the spec's dtype is
+        # the space's), it needs no copy.
+        scalar_action = (single_action
+                         and isinstance(self._gym_action_space, spaces.Discrete)
+                         and self._action_spec.numpy_dtype == self._gym_action_space.dtype)
         gym_step, reward_of, env_info_of = self._gym_step, self._reward, self._env_info
         last = LAST_ARRAY
 
@@ -378,7 +415,8 @@ class AlfGymWrapper(AlfEnvironment):
                     self._current_leaves is None and self._current_time_step is None):
                 return None  # a reset: step() does it (see _has_time_step)
             if single_action:
-                action = action_views[0].item() if int_action else np.array(action_views[0])
+                view = action_views[0]
+                action = view[()] if scalar_action else np.array(view)
                 action_leaves = [action]
             else:
                 action_leaves = [np.array(view) for view in action_views]
@@ -403,7 +441,31 @@ class AlfGymWrapper(AlfEnvironment):
             self._current_leaves = leaves
             return leaves, step_type is last
 
-        return flat_step
+        # reset()'s prev_action (zeros) and env id, made once (read-only:
+        # shared by every FIRST time step's leaves).
+        zero_action = [spec.numpy_zeros() for spec in nest.flatten(self._action_spec)]
+        for leaf in zero_action:
+            leaf.flags.writeable = False
+        gym_reset, env_id_leaf = self._gym_reset, self._env_id_leaf
+
+        def flat_reset() -> List[Any]:
+            # AlfEnvironment.reset() then _reset(), with leaves for the TimeStep.
+            if self._closed:
+                self._check_not_closed()
+            observation, env_info = gym_reset()
+            leaves = [FIRST_ARRAY, 0.0, ONE_DISCOUNT_ARRAY]
+            if single_observation:
+                leaves.append(observation)
+            else:
+                leaves += flatten_observation(observation)
+            leaves += zero_action
+            leaves.append(env_id_leaf())
+            if env_info is not None and (type(env_info) is not dict or env_info):
+                leaves += flatten_info(env_info)
+            self._current_leaves = leaves
+            return leaves
+
+        return FlatSteps(flat_step, flat_reset)
 
     # ----- conversions --------------------------------------------------------
     def _observation(self, observation: Any) -> Any:
@@ -459,7 +521,7 @@ class AlfGymWrapper(AlfEnvironment):
         if isinstance(space, spaces.Tuple):
             return tuple(self._to_gym_action(s, a) for s, a in zip(space.spaces, action))
         if isinstance(space, spaces.Discrete):
-            return np.asarray(action, dtype=space.dtype).reshape(()).item()
+            return np.asarray(action, dtype=space.dtype).reshape(())[()]
         return np.asarray(action, dtype=space.dtype)
 
     def _env_info(self, info: Any) -> Any:
@@ -491,14 +553,22 @@ class AlfGymWrapper(AlfEnvironment):
             self._env_id_array = (self._env_id, array)
         return array
 
-    def _reset(self) -> TimeStep:
+    def _gym_reset(self) -> Tuple[Any, Any]:
+        """The reset of the gymnasium env that ``reset()`` and the flat reset share.
+
+        Returns:
+            ``(observation, env_info)``: the observation converted, and the
+            reset info's ``env_info`` entries.
+        """
         self._current_leaves = None  # reset() sets _current_time_step
         seed, self._pending_seed = self._pending_seed, None
         observation, info = self._gym_env.reset(seed=seed)
         self._info = None  # as ALF's: get_info() is the info of a step
         self._done = False
-        observation = self._observation(observation)
-        env_info = self._env_info(info)
+        return self._observation(observation), self._env_info(info)
+
+    def _reset(self) -> TimeStep:
+        observation, env_info = self._gym_reset()
         if self._direct_time_steps and self._fast_zero_action is not None:
             # What restart() builds for a numpy observation: zero reward and
             # prev_action, discount 1 (see _compile).
@@ -509,41 +579,69 @@ class AlfGymWrapper(AlfEnvironment):
         return restart(observation, self._action_spec, env_id=self._env_id,
                        env_info=env_info)
 
-    def _gym_step(self, action: Any) -> Tuple[np.ndarray, Any, np.ndarray, Any, np.ndarray,
-                                             Any, bool]:
-        """The step of the gymnasium env that ``step()`` and the flat step share.
+    def _compile_gym_step(self) -> GymStep:
+        """Compiles the step of the gymnasium env that ``step()`` and the flat step share.
 
-        Passes ``action`` (arrays of the action spec) to the gymnasium env and
-        keeps its info and whether the episode ended.
+        The step passes ``action`` (arrays of the action spec) to the
+        gymnasium env and keeps its info and whether the episode ended. It
+        is compiled (a closure over the env and the conversions, made by
+        :meth:`_compile`) because it runs once per env step in a worker: an
+        attribute of this class costs a full lookup (its ``__getattr__``
+        keeps CPython from specializing them), a closure's variables do not.
 
         Returns:
-            ``(step_type, reward, discount, observation, env_id, info,
-            terminated)``: the step type (``LAST`` if the episode ended, else
-            ``MID``), discount (0 if terminated, else ``discount``) and env id
-            as shared 0-d arrays, which a ``TimeStep`` gets copies of; the
-            reward and info as the env gave them; the observation converted.
+            ``gym_step(action)``, returning ``(step_type, reward, discount,
+            observation, env_id, info, terminated)``: the step type (``LAST``
+            if the episode ended, else ``MID``), discount (0 if terminated,
+            else ``discount``) and env id as shared 0-d arrays, which a
+            ``TimeStep`` gets copies of; the reward and info as the env gave
+            them; the observation converted.
         """
-        space = self._gym_env.action_space
-        if space is self._gym_action_space and self._direct_gym_action:
-            gym_action = self._fast_gym_action(action)  # type: ignore[misc]  # compiled
-        else:
-            gym_action = self._to_gym_action(space, action)
-        observation, reward, terminated, truncated, info = self._gym_env.step(gym_action)
-        self._info = info
-        self._done = ended = bool(terminated or truncated)
-        observation = self._observation(observation)
-        if terminated:
-            discount = ZERO_DISCOUNT_ARRAY
-        else:
-            source, discount = self._discount_array
-            if source is not self._discount:
-                discount = scalar_array(self._discount, np.float32)
-                self._discount_array = (self._discount, discount)
-        source, env_id = self._env_id_array
-        if source is not self._env_id:
-            env_id = self._env_id_leaf()
-        return (LAST_ARRAY if ended else MID_ARRAY, reward, discount, observation, env_id,
-                info, bool(terminated))
+        gym_env = self._gym_env
+        compiled_space = self._gym_action_space
+        # The compiled action conversion, while _to_gym_action is this
+        # class's and the env still reports the space it was compiled from.
+        fast_gym_action = self._fast_gym_action if self._direct_gym_action else None
+        to_gym_action = self._to_gym_action
+        # This class's _observation, unrolled: the compiled conversion, else
+        # the general one decides.
+        fast_observation = (self._fast_observation
+                            if _is_inherited(self, "_observation") else None)
+        observation_of = self._observation
+        general_observation = self._observation_general
+        last, mid, zero_discount = LAST_ARRAY, MID_ARRAY, ZERO_DISCOUNT_ARRAY
+
+        def gym_step(action: Any) -> Tuple[np.ndarray, Any, np.ndarray, Any, np.ndarray,
+                                           Any, bool]:
+            space = gym_env.action_space
+            if space is compiled_space and fast_gym_action is not None:
+                gym_action = fast_gym_action(action)
+            else:
+                gym_action = to_gym_action(space, action)
+            observation, reward, terminated, truncated, info = gym_env.step(gym_action)
+            self._info = info
+            self._done = ended = bool(terminated or truncated)
+            if fast_observation is None:
+                observation = observation_of(observation)
+            else:
+                try:
+                    observation = fast_observation(observation)
+                except Exception:  # noqa: BLE001 -- not the common case: the general path decides
+                    observation = general_observation(observation)
+            if terminated:
+                discount = zero_discount
+            else:
+                source, discount = self._discount_array
+                if source is not self._discount:
+                    discount = scalar_array(self._discount, np.float32)
+                    self._discount_array = (self._discount, discount)
+            source, env_id = self._env_id_array
+            if source is not self._env_id:
+                env_id = self._env_id_leaf()
+            return (last if ended else mid, reward, discount, observation, env_id, info,
+                    bool(terminated))
+
+        return gym_step
 
     def _step(self, action: Any) -> TimeStep:
         self._current_leaves = None  # step() sets _current_time_step

@@ -209,21 +209,20 @@ def compile_gym_action(space: spaces.Space[Any]) -> Converter:
         return lambda action: tuple(child(a) for child, a in zip(converters, action))
     dtype = space.dtype
     if isinstance(space, spaces.Discrete):
+        assert dtype is not None  # a Discrete space always has one
+        scalar_type = dtype.type
 
-        bounds = np.iinfo(dtype)
-        low, high = int(bounds.min), int(bounds.max)
-
-        def to_int(action: Any) -> Any:
+        def to_scalar(action: Any) -> Any:
             # np.asarray returns a 0-d array of the right dtype as is, and
-            # reshape(()) of it is a view: .item() gives the same number; a
-            # Python int in the dtype's range is that number already.
-            if type(action) is np.ndarray and action.dtype is dtype and action.ndim == 0:
-                return action.item()
-            if type(action) is int and low <= action <= high:
+            # reshape(()) of it is a view: [()] gives the same numpy scalar; a
+            # numpy scalar of the dtype is that scalar already.
+            if type(action) is scalar_type:
                 return action
-            return np.asarray(action, dtype=dtype).reshape(()).item()
+            if type(action) is np.ndarray and action.dtype is dtype and action.ndim == 0:
+                return action[()]
+            return np.asarray(action, dtype=dtype).reshape(())[()]
 
-        return to_int
+        return to_scalar
 
     def to_array(action: Any) -> Any:
         if type(action) is np.ndarray and action.dtype is dtype:
@@ -343,7 +342,7 @@ def _no_info(info: Any) -> Dict[Any, Any]:
 
 def compile_raw_info(spec: Any) -> Optional[Callable[[Any], Optional[List[Any]]]]:
     """The info entries as the env gave them, for ``AlfGymWrapper``'s flat
-    step (see its ``flat_stepper``), for a flat dict of 0-d float and bool
+    step (see its ``flat_steps``), for a flat dict of 0-d float and bool
     specs: each entry must be a Python float or numpy float64 or float32
     (float specs; a float32 is passed on as the Python float of its value,
     which it converts to and from exactly) or a Python bool (bool specs),

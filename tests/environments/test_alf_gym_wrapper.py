@@ -218,7 +218,7 @@ def test_every_space_kind_round_trips_observations_and_actions():
         ts = env.step(action)
         gym_action = env.gym_env.actions[-1]
         assert isinstance(gym_action, dict) and isinstance(gym_action["tup"], tuple)
-        assert isinstance(gym_action["disc"], int)
+        assert type(gym_action["disc"]) is np.int64  # the space's dtype, as a scalar
         np.testing.assert_array_equal(ts.prev_action["multi"], action["multi"])
 
 
@@ -479,8 +479,9 @@ def test_fast_paths_match_general_path(space, transform):
 
 
 
-@pytest.mark.parametrize("value", [0, 5, -128, 127, 128, -129, np.int64(7), np.array(3)])
-def test_compiled_discrete_action_takes_python_ints_as_numpy_would(value):
+@pytest.mark.parametrize("value", [0, 5, -128, 127, 128, -129, np.int64(7), np.array(3),
+                                   np.int8(5), np.array(4, np.int8), np.uint8(200), 2.0])
+def test_compiled_discrete_action_converts_as_the_general_path(value):
     from alf_env.environments.gym_conversions import compile_gym_action
 
     space = spaces.Discrete(100, start=-50, dtype=np.int8)
@@ -587,7 +588,7 @@ def test_replaced_action_space_takes_the_general_conversion():
     env.reset()
     env.gym_env.action_space = spaces.Discrete(3)
     env.step(np.int64(2))
-    assert env.gym_env.actions[-1] == 2 and type(env.gym_env.actions[-1]) is int
+    assert env.gym_env.actions[-1] == 2 and type(env.gym_env.actions[-1]) is np.int64
 
 
 def test_replaced_discount_and_env_id_are_used():
@@ -679,23 +680,27 @@ def _leaf_bytes(leaves):
 def _as_stored(leaves, spec):
     """What the rows hold of a flat step's leaves: arrays as they are; the env's
     float and bool scalars (reward, info entries) as numpy stores them into a
-    0-d row of the spec dtype."""
+    0-d row of the spec dtype; a numpy scalar (a Discrete action, read as
+    one) only of the row's own dtype."""
     stored = []
     for leaf, leaf_spec in zip(leaves, nest.flatten(spec)):
         if type(leaf) is not np.ndarray:
-            assert type(leaf) in (float, np.float64, bool, int) and tuple(leaf_spec.shape) == ()
-            # An int only where the row is an integer (a Discrete action, read as one).
-            assert type(leaf) is not int or leaf_spec.numpy_dtype.kind in "iu"
+            assert tuple(leaf_spec.shape) == ()
+            assert type(leaf) in (float, np.float64, bool) or (
+                isinstance(leaf, np.integer) and leaf.dtype == leaf_spec.numpy_dtype)
             leaf = np.asarray(leaf, dtype=leaf_spec.numpy_dtype)
         stored.append(leaf)
     return stored
 
 
-def _flat_outcome(env, flat_step, action):
-    """A worker's step: the flat step, or ``step()`` when the flat step declines."""
+def _flat_outcome(env, flat, action):
+    """A worker's step: the flat step; when it declines, the flat reset after
+    ``LAST`` (what a group's early reset runs), else ``step()``."""
     try:
-        result = flat_step([np.array(x) for x in nest.flatten(action)])
-        if result is None:
+        result = flat.step([np.array(x) for x in nest.flatten(action)])
+        if result is None and env.done:
+            leaves, last = _as_stored(flat.reset(), env.time_step_spec()), False
+        elif result is None:
             time_step = env.step(action)
             leaves, last = nest.flatten(time_step), bool(time_step.is_last())
         else:
@@ -717,19 +722,24 @@ def _step_outcome(env, action):
 
 def _twin_runs(make, num_steps, seed=0, reset=True):
     """Steps two envs from ``make()`` with the same actions, one through
-    ``step()`` and one through its flat step; returns both histories."""
+    ``step()`` and ``reset()``, one through its flat step and reset; returns
+    both histories."""
     histories = []
     for flat in (False, True):
         env = make()
-        flat_step = env.flat_stepper()
-        assert flat_step is not None
+        flat_steps = env.flat_steps()
+        assert flat_steps is not None
         env.seed(seed)
         rng = np.random.RandomState(seed)
-        history = [_outcome(lambda env=env: nest.flatten(env.reset()))] if reset else []
+        history = []
+        if reset:
+            first = (lambda env=env: _as_stored(flat_steps.reset(), env.time_step_spec())
+                     ) if flat else (lambda env=env: nest.flatten(env.reset()))
+            history.append(_outcome(lambda first=first: _leaf_bytes(first())))
         for _ in range(num_steps):
             action = nest.map_structure(lambda s, rng=rng: s.numpy_sample(rng=rng),
                                         env.action_spec())
-            history.append(_flat_outcome(env, flat_step, action) if flat
+            history.append(_flat_outcome(env, flat_steps, action) if flat
                            else _step_outcome(env, action))
             history.append(_leaf_bytes(nest.flatten(env.current_time_step()))
                            if env.current_time_step() is not None else None)
@@ -762,9 +772,32 @@ def test_flat_steps_give_what_step_gives_with_numeric_infos(pattern):
     assert flat_history == step_history
 
 
+def test_flat_reset_resets_as_reset_does():
+    env = _wrap(length=2, env_id=3, action_space=spaces.Box(-1.0, 1.0, (2, ), np.float32))
+    flat = env.flat_steps()
+    env.seed(5)
+    env.step(np.zeros(2, np.float32))
+    leaves = flat.reset()
+    assert env.done is False and env.get_info() is None
+    twin = _wrap(length=2, env_id=3, action_space=spaces.Box(-1.0, 1.0, (2, ), np.float32))
+    twin.seed(5)
+    twin.step(np.zeros(2, np.float32))  # before a reset: a reset
+    expected = nest.flatten(twin.reset())
+    packed = nest.flatten(env.current_time_step())
+    assert [(x.dtype, x.tobytes()) for x in packed] == [
+        (x.dtype, x.tobytes()) for x in expected]
+    # The shared zeros of prev_action are read-only; the packed time step's are its own.
+    zeros = leaves[4]
+    assert not zeros.flags.writeable and packed[4].flags.writeable
+    assert flat.step([np.ones(2, np.float32)]) is not None  # a plain step follows
+    env.close()
+    with pytest.raises(EnvironmentClosedError):
+        flat.reset()
+
+
 def test_flat_step_before_reset_and_after_last_declines():
     env = _wrap(length=2)
-    flat_step = env.flat_stepper()
+    flat_step = env.flat_steps().step
     probe_actions = list(env.gym_env.actions)  # the env_info probe's step
     action = [np.array(1)]
     assert flat_step(action) is None  # before the first reset: step() resets
@@ -780,7 +813,7 @@ def test_flat_step_before_reset_and_after_last_declines():
 
 def test_flat_step_without_auto_reset_steps_on():
     env = _wrap(length=1, auto_reset=False)
-    flat_step = env.flat_stepper()
+    flat_step = env.flat_steps().step
     env.reset()
     probe_actions = list(env.gym_env.actions)
     assert flat_step([np.array(1)])[1]
@@ -791,7 +824,7 @@ def test_flat_step_without_auto_reset_steps_on():
 def test_current_time_step_after_flat_steps_is_a_time_step_of_its_own():
     env = _wrap(length=5, env_id=3)
     twin = _wrap(length=5, env_id=3)
-    flat_step = env.flat_stepper()
+    flat_step = env.flat_steps().step
     for e in (env, twin):
         e.seed(1)
         e.reset()
@@ -817,7 +850,7 @@ def test_the_step_after_a_flat_last_step_packs_no_time_step(monkeypatch):
     # resets after LAST must not pack them (nor build time_step_spec()) only
     # to drop them, and current_time_step() builds the spec once.
     env = _wrap(length=2)
-    flat_step = env.flat_stepper()
+    flat_step = env.flat_steps().step
     env.reset()
     built = []
     original = AlfGymWrapper.time_step_spec
@@ -842,7 +875,7 @@ def test_the_step_after_a_flat_last_step_packs_no_time_step(monkeypatch):
 
 def test_flat_step_of_a_closed_env_raises():
     env = _wrap()
-    flat_step = env.flat_stepper()
+    flat_step = env.flat_steps().step
     env.reset()
     env.close()
     with pytest.raises(EnvironmentClosedError):
@@ -850,13 +883,13 @@ def test_flat_step_of_a_closed_env_raises():
 
 
 def test_subclasses_have_no_flat_step():
-    assert _GeneralWrapper(_ScriptedEnv()).flat_stepper() is None
-    assert _wrap().flat_stepper() is not None
+    assert _GeneralWrapper(_ScriptedEnv()).flat_steps() is None
+    assert _wrap().flat_steps() is not None
 
 
 def test_flat_step_uses_replaced_discount_env_id_and_action_space():
     env = _wrap(length=3, discount=0.5, env_id=1)
-    flat_step = env.flat_stepper()
+    flat_step = env.flat_steps().step
     env.reset()
     env._discount = np.float32(0.25)
     env._env_id = np.int32(9)
@@ -865,7 +898,7 @@ def test_flat_step_uses_replaced_discount_env_id_and_action_space():
         env.time_step_spec()).index(("env_id", env.time_step_spec().env_id))]) == 9
     env.gym_env.action_space = spaces.Discrete(3)  # another object: the general conversion
     flat_step([np.array(2)])
-    assert env.gym_env.actions[-1] == 2 and type(env.gym_env.actions[-1]) is int
+    assert env.gym_env.actions[-1] == 2 and type(env.gym_env.actions[-1]) is np.int64
 
 
 
@@ -877,7 +910,7 @@ def test_flat_step_reads_the_action_rows_and_keeps_none_of_them(action_space, fi
     # A worker passes views of its action rows, which the parent overwrites with
     # the next action: what the env and the time step got must not change.
     env = _wrap(action_space=action_space, length=10)
-    flat_step = env.flat_stepper()
+    flat_step = env.flat_steps().step
     env.reset()
     row = np.array(first, dtype=env.action_spec().numpy_dtype)
     leaves, _ = flat_step([row])
@@ -887,7 +920,8 @@ def test_flat_step_reads_the_action_rows_and_keeps_none_of_them(action_space, fi
     assert np.array_equal(sent, first) and np.array_equal(prev_action, first)
     assert prev_action.dtype == env.action_spec().numpy_dtype
     if isinstance(action_space, spaces.Discrete):
-        assert type(sent) is int and leaves[4] == first  # the int the env got, no copy
+        # The numpy scalar the env got (no copy) is the prev_action leaf.
+        assert type(sent) is np.int64 and leaves[4] is sent
     else:
         assert sent is not row and np.array_equal(leaves[4], first)
 
@@ -925,7 +959,7 @@ def test_flat_steps_keep_float_and_bool_infos_as_the_env_gave_them(declared):
     # float32 as the Python float of its value).
     env = make()
     env.reset()
-    leaves, _ = env.flat_stepper()([np.array(1)])
+    leaves, _ = env.flat_steps().step([np.array(1)])
     assert [type(x) for x in leaves[-5:]] == [bool, float, float, np.float64, float]
     assert leaves[-4] == float(np.float32(-0.3))  # r, to the float32's last bit
 
@@ -938,5 +972,5 @@ def test_flat_steps_of_an_env_info_spec_without_entries_fetch_nothing():
     assert flat_history == step_history
     env = AlfGymWrapper(NumericInfoEnv("fixed"), env_info_spec={})
     env.reset()
-    leaves, _ = env.flat_stepper()([np.zeros(2, np.float32)])
+    leaves, _ = env.flat_steps().step([np.zeros(2, np.float32)])
     assert len(leaves) == len(nest.flatten(env.time_step_spec()))  # no info leaves

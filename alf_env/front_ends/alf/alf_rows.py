@@ -10,10 +10,12 @@ resets and writes. :class:`_Rows` moves nests in and out of one worker's rows,
 checking each leaf against the spec (shape, and a dtype that converts under
 numpy's ``"same_kind"`` rule) as it writes.
 
-An env with a flat step (a plain ``AlfGymWrapper``, see its ``flat_stepper``)
+An env with a flat step (a plain ``AlfGymWrapper``, see its ``flat_steps``)
 is stepped through it: the action rows' leaves in, the time step's leaves
 out and into the rows, no ``TimeStep`` built; a step that is no plain one
 (a reset after ``LAST``) goes through the env's ``step()`` as any other env's.
+A group resets its members that ended through their flat resets, and the
+handler writes those leaves the same way.
 """
 
 import multiprocessing.connection
@@ -30,15 +32,8 @@ from alf_env.control_plane.spec_checks import (
 from alf_env.control_plane.step_timings import StepClock
 from alf_env.data_plane.shared_block import SharedBlock, copy_leaves
 from alf_env.environments.alf_environment import AlfEnvironment
-from alf_env.environments.alf_gym_wrapper import FlatStep
+from alf_env.environments.alf_gym_wrapper import FlatStep, flat_steps_of
 from alf_env.nest import compile_nest
-
-
-def flat_stepper_of(env: AlfEnvironment) -> Optional[FlatStep]:
-    """``env.flat_stepper()`` (see ``AlfGymWrapper``), or ``None`` if it has none."""
-    make = getattr(type(env), "flat_stepper", None)
-    flat_step: Optional[FlatStep] = make(env) if callable(make) else None
-    return flat_step
 
 
 class _Rows:
@@ -64,7 +59,7 @@ class _Rows:
 
     def write_leaves(self, leaves: List[Any], env_id: Any, scalars: bool = False) -> None:
         """Writes the leaves of a time step (``scalars``: some may be Python
-        floats or bools, see ``AlfGymWrapper.flat_stepper``)."""
+        floats or bools, see ``AlfGymWrapper.flat_steps``)."""
         views = self.views
         if len(leaves) != len(views):
             raise time_step_count_error(env_id, len(leaves), self.paths)
@@ -99,10 +94,10 @@ class MemberEnvs(Protocol):
     def step_member(self, j: int, action: Any) -> Any:
         """Steps member ``j``; returns its time step."""
 
-    def step_member_flat(self, j: int, flat_step: FlatStep,
-                         action_views: List[np.ndarray]) -> Optional[List[Any]]:
+    def step_member_flat(self, j: int, action_views: List[np.ndarray]) -> Optional[List[Any]]:
         """Steps member ``j`` with its flat step; its time step's leaves, or
-        ``None`` when that step was no plain one (then :meth:`step_member`)."""
+        ``None`` when it has none or that step was no plain one (then
+        :meth:`step_member`)."""
 
     def reset_member(self, j: int) -> Any:
         """Resets member ``j``; returns its time step."""
@@ -158,8 +153,8 @@ class AlfRowsHandler:
                           time_step_spec))
 
         self._actions, self._outputs = rows_of(self.rows, batched)
-        self._flat_step: Optional[FlatStep] = (
-            None if batched else flat_stepper_of(env))
+        flat = None if batched else flat_steps_of(env)
+        self._flat_step: Optional[FlatStep] = None if flat is None else flat.step
         if self._flat_step is not None:
             self.step = self._step_flat  # type: ignore[method-assign]  # chosen per env
         if self.grouped:
@@ -175,8 +170,7 @@ class AlfRowsHandler:
             member_batched = per > 1 or bool(members[0].batched)
             self._members = [
                 rows_of((begin + j * per, begin + (j + 1) * per), member_batched)
-                + ((env_id or 0) + j,
-                   None if member_batched else flat_stepper_of(members[j]))
+                + ((env_id or 0) + j,)
                 for j in range(n)]
             self._clock.resize(n)
             # Chosen per env (the job loop calls step and reset).
@@ -217,20 +211,19 @@ class AlfRowsHandler:
         now, lap = self._clock.reader(), self._clock.lap
         step_flat = group.step_member_flat
         results: List[Any] = []  # a flat step's leaves (a list), or a TimeStep
-        for j, (actions, _, _, flat_step) in enumerate(self._members):
-            if flat_step is not None:
-                start = now()
-                leaves = step_flat(j, flat_step, actions.views)
-                if leaves is not None:
-                    lap[j] = now() - start
-                    results.append(leaves)
-                    continue
+        for j, (actions, _, _) in enumerate(self._members):
+            start = now()
+            leaves = step_flat(j, actions.views)
+            if leaves is not None:
+                lap[j] = now() - start
+                results.append(leaves)
+                continue
             action = actions.read()
             start = now()
             time_step = group.step_member(j, action)
             lap[j] = now() - start
             results.append(time_step)
-        for result, (_, outputs, env_id, _) in zip(results, self._members):
+        for result, (_, outputs, env_id) in zip(results, self._members):
             if type(result) is list:
                 # write_leaves' common case inline: exact leaves in one native call.
                 views = outputs.views
@@ -247,5 +240,5 @@ class AlfRowsHandler:
     def _reset_members(self, arg: int) -> None:
         group = self._group
         group.begin_job()
-        for j, (_, outputs, env_id, _) in enumerate(self._members):
+        for j, (_, outputs, env_id) in enumerate(self._members):
             outputs.write(group.reset_member(j), env_id)

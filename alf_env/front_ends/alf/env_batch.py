@@ -34,7 +34,7 @@ forwarded to the member through its group's worker.
 import functools
 import operator
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -44,6 +44,7 @@ from alf_env.control_plane.remote import RemoteMethod, mark_raised_by
 from alf_env.control_plane.worker import close_each, construct_env
 from alf_env.data_structures import StepType, TimeStep
 from alf_env.environments.alf_environment import AlfEnvironment
+from alf_env.environments.alf_gym_wrapper import FlatSteps, flat_steps_of
 from alf_env.environments.members_specs import (
     SPEC_METHODS,
     BatchedEnvironment,
@@ -125,8 +126,12 @@ class AlfEnvBatch(BatchedEnvironment, MemberEnvs):
         self._member_rows = first.batch_size if self._member_batched else 1
         super().__init__(BatchSpecs.of(first, len(self._members) * self._member_rows))
         self._combine = np.concatenate if self._member_batched else np.stack
-        # member -> its FIRST time step, from a reset run after its LAST step.
-        self._pending_first: Dict[int, TimeStep] = {}
+        # Each member's flat step and reset (a plain AlfGymWrapper's), or None.
+        self._flat: List[Optional[FlatSteps]] = [
+            None if self._member_batched else flat_steps_of(m) for m in self._members]
+        # member -> its FIRST time step (a flat reset's leaves, or a TimeStep),
+        # from a reset run after its LAST step.
+        self._pending_first: Dict[int, Union[List[Any], TimeStep]] = {}
         self._ended: List[int] = []
         self._deferred_error: Optional[BaseException] = None
 
@@ -163,14 +168,21 @@ class AlfEnvBatch(BatchedEnvironment, MemberEnvs):
         self._raise_deferred()
         self._ended = []
 
+    def _take_first(self, j: int) -> Optional[TimeStep]:
+        """The FIRST time step of member ``j``'s early reset (taken), or ``None``."""
+        first = self._pending_first.pop(j, None)
+        if type(first) is list:  # a flat reset's leaves: the member packs them
+            return self._members[j].current_time_step()
+        return first  # type: ignore[return-value]  # a TimeStep or None
+
     def reset_member(self, j: int) -> TimeStep:
         """Resets member ``j`` (or returns the FIRST of its early reset)."""
-        first = self._pending_first.pop(j, None)
+        first = self._take_first(j)
         return first if first is not None else self._run(j, "reset", self._members[j].reset)
 
     def step_member(self, j: int, action: Any) -> TimeStep:
         """Steps member ``j`` (after an early reset: returns its FIRST)."""
-        first = self._pending_first.pop(j, None)
+        first = self._take_first(j)
         if first is not None:
             return first
         time_step: TimeStep = self._run(j, "step", self._members[j].step, action)
@@ -178,15 +190,23 @@ class AlfEnvBatch(BatchedEnvironment, MemberEnvs):
             self._ended.append(j)
         return time_step
 
-    def step_member_flat(self, j: int, flat_step: Callable[[List[np.ndarray]], Any],
-                         action_views: List[np.ndarray]) -> Optional[List[Any]]:
-        """Steps member ``j`` with its ``flat_stepper()``'s step; returns the time
-        step's leaves, or ``None`` (nothing done) when :meth:`step_member` is to
-        step it (an early reset's FIRST to return, or a step that is no plain one)."""
-        if j in self._pending_first:
+    def step_member_flat(self, j: int, action_views: List[np.ndarray]) -> Optional[List[Any]]:
+        """Steps member ``j`` with its flat step (``AlfGymWrapper.flat_steps``);
+        returns the time step's leaves (after an early flat reset: its
+        ``FIRST``'s), or ``None`` (nothing done) when :meth:`step_member` is to
+        step it (a member with no flat step, an early reset's ``TimeStep`` to
+        return, or a step that is no plain one)."""
+        first = self._pending_first.get(j)
+        if first is not None:
+            if type(first) is not list:
+                return None
+            del self._pending_first[j]
+            return first
+        flat = self._flat[j]
+        if flat is None:
             return None
         try:
-            result = flat_step(action_views)  # not through _run: a call less per step
+            result = flat.step(action_views)  # not through _run: a call less per step
         except Exception as exc:
             self._note_member(exc, j, "step")
             raise
@@ -227,10 +247,18 @@ class AlfEnvBatch(BatchedEnvironment, MemberEnvs):
         ended, self._ended = self._ended, []
         for j in ended:
             try:
-                self._pending_first[j] = self._run(j, "reset", self._members[j].reset)
+                self._pending_first[j] = self._reset_early(j)
             except Exception as exc:  # noqa: BLE001 -- raised by the next job
                 self._deferred_error = exc
                 return
+
+    def _reset_early(self, j: int) -> Union[List[Any], TimeStep]:
+        """Resets member ``j`` ahead of its next step: its flat reset's leaves
+        (written as they are), or its ``reset()``'s ``TimeStep``."""
+        flat = self._flat[j]
+        reset = self._members[j].reset if flat is None else flat.reset
+        first: Union[List[Any], TimeStep] = self._run(j, "reset", reset)
+        return first
 
     def _raise_deferred(self) -> None:
         error, self._deferred_error = self._deferred_error, None
@@ -248,7 +276,7 @@ class AlfEnvBatch(BatchedEnvironment, MemberEnvs):
         for env, seed in zip(self._members, seeds):
             env.seed(seed)
         for j in list(self._pending_first):
-            self._pending_first[j] = self._members[j].reset()
+            self._pending_first[j] = self._reset_early(j)
 
     def seed(self, seed: Any) -> None:
         """Seeds member ``j`` with ``seed * n + j`` (as ``BatchEnvironmentWrapper``)."""

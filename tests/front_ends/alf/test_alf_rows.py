@@ -167,7 +167,7 @@ def test_every_member_steps_before_any_row_is_written(member_classes, monkeypatc
     monkeypatch.setattr(group, "step_member_flat", logged_flat_step)
     # Every write of a member's rows is one native copy into its views (the
     # checking path copies what that one did not).
-    member_of = {id(outputs.views): j for j, (_, outputs, _, _) in enumerate(handler._members)}
+    member_of = {id(outputs.views): j for j, (_, outputs, _) in enumerate(handler._members)}
     copy_leaves = alf_rows.copy_leaves
 
     def logged_copy_leaves(views, leaves, scalars=False):

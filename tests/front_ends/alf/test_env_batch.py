@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 
+from alf_env import nest
 from alf_env.control_plane.affinity import usable_cpu_count
 from alf_env.environments.fast_parallel_environment import FastParallelEnvironment, plan_group_size
 from alf_env.environments.parallel_environment import ParallelAlfEnvironment
@@ -156,6 +157,71 @@ def test_a_member_resets_while_the_trainer_works():
         time_step = env.step(action)
         assert time.monotonic() - begin < reset_delay  # both resets are done already
         assert bool(time_step.is_first().all())
+
+
+def _leaf_bytes(time_step, spec):
+    """What the rows hold of a time step (or of its leaves): each leaf's bytes
+    in its spec's dtype (a flat reset's reward is the Python float 0.0)."""
+    return [np.asarray(x, s.numpy_dtype).tobytes()
+            for x, s in zip(nest.flatten(time_step), nest.flatten(spec))]
+
+
+def _ended_group(seeds):
+    """A group of two CartPole members (flat steps) stepped until member 0 returned
+    ``LAST`` and reset early; the group, and a twin env of member 0 at that point."""
+    group = AlfEnvBatch([functools.partial(cartpole, i) for i in range(2)], 0)
+    twin = cartpole(0)
+    group.seed_each(seeds)
+    twin.seed(seeds[0])
+    group.reset()
+    twin.reset()
+    views = [np.zeros((), np.int64)]
+    while True:
+        group.begin_job()
+        leaves = [group.step_member_flat(j, views) for j in range(2)]
+        assert all(x is not None for x in leaves)  # plain steps: flat
+        if twin.step(np.int64(0)).is_last():
+            break
+        group.reset_ended()
+    group.reset_ended()  # what the worker runs after the job: the early reset
+    return group, twin
+
+
+def test_a_member_that_ended_resets_early_through_its_flat_reset():
+    group, twin = _ended_group([3, 4])
+    try:
+        expected = twin.step(np.int64(0))  # the step after LAST: a reset
+        group.begin_job()
+        first = group.step_member_flat(0, [np.zeros((), np.int64)])
+        spec = twin.time_step_spec()
+        assert type(first) is list and _leaf_bytes(first, spec) == _leaf_bytes(expected, spec)
+        packed = group.members[0].current_time_step()
+        assert _leaf_bytes(packed, spec) == _leaf_bytes(expected, spec)
+        assert [np.asarray(x).dtype for x in nest.flatten(packed)] == [
+            np.asarray(x).dtype for x in nest.flatten(expected)]
+    finally:
+        group.close()
+
+
+def test_a_reset_or_seed_after_an_early_flat_reset_gives_that_first_or_resets_again():
+    group, twin = _ended_group([3, 4])
+    try:
+        spec = twin.time_step_spec()
+        assert _leaf_bytes(group.reset_member(0), spec) == _leaf_bytes(twin.reset(), spec)
+        group.reset_ended()
+    finally:
+        group.close()
+    group, twin = _ended_group([3, 4])
+    try:
+        group.seed_each([5, 6])  # the member reset early resets again, seeded
+        twin.seed(5)
+        expected = twin.reset()
+        group.begin_job()
+        spec = twin.time_step_spec()
+        assert _leaf_bytes(group.step_member_flat(0, [np.zeros((), np.int64)]), spec) == \
+            _leaf_bytes(expected, spec)
+    finally:
+        group.close()
 
 
 def test_a_failed_member_reset_is_raised_by_the_next_step():
