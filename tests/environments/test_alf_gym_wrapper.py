@@ -733,7 +733,8 @@ def _twin_runs(make, num_steps, seed=0, reset=True):
         rng = np.random.RandomState(seed)
         history = []
         if reset:
-            first = (lambda env=env: _as_stored(flat_steps.reset(), env.time_step_spec())
+            first = (lambda env=env, flat_steps=flat_steps: _as_stored(
+                flat_steps.reset(), env.time_step_spec())
                      ) if flat else (lambda env=env: nest.flatten(env.reset()))
             history.append(_outcome(lambda first=first: _leaf_bytes(first())))
         for _ in range(num_steps):
