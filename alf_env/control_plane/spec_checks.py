@@ -115,6 +115,24 @@ class ActionChecker:
         leaves = self._flat_leaves(action)
         return [self._convert(leaf, *info) for leaf, info in zip(leaves, self._leaves)]
 
+    def single_array(self, action: Any) -> Optional[np.ndarray]:
+        """The array of an action of one leaf as it is, unchecked: a CPU
+        tensor's numpy view, or a numpy array; ``None`` for anything else (a
+        nest, a list, a tensor that needs grad). For a caller that copies it
+        only when it has exactly the expected shape and dtype, and otherwise
+        calls :meth:`flat`, which checks and converts."""
+        if self._nested:
+            return None
+        if type(action) is np.ndarray:
+            return action
+        if type(action).__module__ == "torch" and hasattr(action, "detach"):
+            try:
+                array: np.ndarray = action.numpy()
+                return array
+            except (RuntimeError, TypeError):  # needs grad, or on another device
+                return None
+        return None
+
     def __call__(self, action: Any) -> Any:
         """Like :meth:`flat`, packed back into the action spec's structure."""
         return nest.pack_sequence_as(self._spec, self.flat(action))

@@ -41,6 +41,27 @@ def test_an_exact_tensor_is_viewed_not_copied():
     assert leaf[0, 0] == 5.0
 
 
+@pytest.mark.parametrize("form", list(_tensor_forms()))
+def test_single_array_is_the_actions_own_array_or_none(form):
+    # What a writer copies as it is when it has exactly the rows' shape and
+    # dtype (else it calls flat()): a view of a CPU tensor, a numpy array itself.
+    action = _tensor_forms()[form]
+    array = ActionChecker(SPEC, 4).single_array(action)
+    if form == "requires_grad":
+        assert array is None  # .numpy() refuses it: flat() detaches
+    elif isinstance(action, np.ndarray):
+        assert array is action
+    else:
+        assert type(array) is np.ndarray and np.shares_memory(array, action.numpy())
+
+
+def test_single_array_of_a_nest_or_a_list_is_none():
+    nested = ActionChecker({"a": SPEC, "b": SPEC}, 4)
+    assert nested.single_array({"a": np.zeros((4, 2), np.float32),
+                                "b": np.zeros((4, 2), np.float32)}) is None
+    assert ActionChecker(SPEC, 4).single_array([[0.0, 0.0]] * 4) is None
+
+
 @pytest.mark.parametrize("action,message", [
     (torch.zeros(3, 2), r"action: expected shape \(4, 2\) \(batch size 4 x spec shape "
                         r"\(2,\)\) and dtype float32, got shape \(3, 2\)"),

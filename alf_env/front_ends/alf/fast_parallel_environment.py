@@ -39,6 +39,7 @@ from alf_env.control_plane.step_timings import (
 from alf_env.control_plane.torch_threads import advise_torch_threads
 from alf_env.data_plane.job_board import PIPE_CALL, JobBoard
 from alf_env.data_plane.job_loop import JobLoopSpec, join_job_loop, start_job_loops
+from alf_env.data_plane.shared_block import copy_leaves
 from alf_env.data_structures import StepType, TimeStep
 from alf_env.errors import EnvTimeoutError, WorkerDiedError
 from alf_env.front_ends.alf.alf_rows import AlfRowsHandler
@@ -204,7 +205,7 @@ class FastParallelEnvironment(WorkersEnvironment):
         guard.enter("step()")
         try:
             rows = self._rows
-            rows.write_actions(self._check_action.flat(action))
+            rows.write_action(action, self._check_action)
             slots = self._slots
             if slots.fresh_slots:
                 self._step_around_fresh_slots()
@@ -472,6 +473,20 @@ class SlotRows:
         rows = np.concatenate([np.arange(e * b, (e + 1) * b) for e in slot_env])
         self._slot_rows = rows
         self._identity = bool((rows == self._env_ids).all())
+
+    def write_action(self, action: Any, check: ActionChecker) -> None:
+        """Checks ``action`` with ``check`` and writes it into the slots' rows.
+
+        An action of one leaf whose array has exactly the rows' shape and dtype
+        (the common case: the policy's tensor) is checked and written by one
+        native copy; anything else is checked and converted by ``check``
+        (``ValueError`` naming the field) and written leaf by leaf.
+        """
+        if self._identity:
+            array = check.single_array(action)
+            if array is not None and copy_leaves(self._action_heads, (array,)) == 1:
+                return
+        self.write_actions(check.flat(action))
 
     def write_actions(self, flat_action: List[np.ndarray]) -> None:
         """Writes the leaves of a checked action (one row per slot) into the slots' rows."""

@@ -261,6 +261,11 @@ def test_safe_casts_and_non_contiguous_actions_are_accepted(make_parallel):
     np.testing.assert_array_equal(ts.prev_action.numpy(), [1, 2, 3])
     ts = env.step(np.array([0, 1, 2], dtype=np.uint8))
     np.testing.assert_array_equal(ts.observation[:, 3].numpy(), [0, 1, 2])
+    # The rows' own dtype, strided: written as it is, by one native copy.
+    exact = torch.tensor([[2, 9], [0, 9], [1, 9]], dtype=torch.int64)[:, 0]
+    assert not exact.is_contiguous()
+    ts = env.step(exact)
+    np.testing.assert_array_equal(ts.prev_action.numpy(), [2, 0, 1])
 
 
 def test_closed_env_raises_and_close_is_idempotent(backend):
