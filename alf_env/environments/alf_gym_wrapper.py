@@ -42,6 +42,7 @@ list of leaves (the ``TimeStep`` is built by
 :meth:`~AlfGymWrapper.current_time_step` only when asked for).
 """
 
+import functools
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
 import gymnasium
@@ -110,7 +111,7 @@ GymStep = Callable[[Any], Tuple[np.ndarray, Any, np.ndarray, Any, np.ndarray, An
 _COMPILED_ATTRIBUTES = ("_fast_observation", "_fast_action", "_fast_zero_action",
                         "_fast_env_info", "_gym_action_space", "_fast_gym_action",
                         "_direct_time_steps", "_direct_gym_action", "_discount_array",
-                        "_env_id_array", "_gym_step")
+                        "_env_id_array", "_gym_action", "_gym_step")
 
 
 def flat_steps_of(env: AlfEnvironment) -> Optional[FlatSteps]:
@@ -132,7 +133,9 @@ class AlfGymWrapper(AlfEnvironment):
 
     The per-step conversions are compiled, when the wrapper is created, from
     its specs and from the gymnasium env's action space; do not change those
-    in place afterwards.
+    in place afterwards. The env may replace its action space with another
+    object when it resets: the wrapper reads it at each reset and converts
+    actions for that space until the next.
     """
 
     def __init__(self,
@@ -213,7 +216,24 @@ class AlfGymWrapper(AlfEnvironment):
         # made from (re-made should those attributes ever be replaced).
         self._discount_array = (self._discount, scalar_array(self._discount, np.float32))
         self._env_id_array = (self._env_id, scalar_array(self._env_id, np.int32))
+        self._choose_gym_action()
         self._gym_step = self._compile_gym_step()
+
+    def _choose_gym_action(self) -> None:
+        """Chooses how actions reach the gymnasium env until its next reset.
+
+        The env's action space is read here (at construction and at each
+        reset), not at every step: through gymnasium's wrappers each read is
+        a chain of property calls, and an env that replaces its action space
+        does so when it resets. The compiled conversion serves the space it
+        was compiled from, while ``_to_gym_action`` is this class's; any
+        other space takes ``_to_gym_action``.
+        """
+        space = self._gym_env.action_space
+        if space is self._gym_action_space and self._direct_gym_action:
+            self._gym_action: Converter = self._fast_gym_action  # type: ignore[assignment]
+        else:
+            self._gym_action = functools.partial(self._to_gym_action, space)
 
     def __getstate__(self) -> Dict[str, Any]:
         """The state to pickle: everything but the compiled conversions.
@@ -563,6 +583,7 @@ class AlfGymWrapper(AlfEnvironment):
         self._current_leaves = None  # reset() sets _current_time_step
         seed, self._pending_seed = self._pending_seed, None
         observation, info = self._gym_env.reset(seed=seed)
+        self._choose_gym_action()
         self._info = None  # as ALF's: get_info() is the info of a step
         self._done = False
         return self._observation(observation), self._env_info(info)
@@ -598,11 +619,6 @@ class AlfGymWrapper(AlfEnvironment):
             them; the observation converted.
         """
         gym_env = self._gym_env
-        compiled_space = self._gym_action_space
-        # The compiled action conversion, while _to_gym_action is this
-        # class's and the env still reports the space it was compiled from.
-        fast_gym_action = self._fast_gym_action if self._direct_gym_action else None
-        to_gym_action = self._to_gym_action
         # This class's _observation, unrolled: the compiled conversion, else
         # the general one decides.
         fast_observation = (self._fast_observation
@@ -613,12 +629,8 @@ class AlfGymWrapper(AlfEnvironment):
 
         def gym_step(action: Any) -> Tuple[np.ndarray, Any, np.ndarray, Any, np.ndarray,
                                            Any, bool]:
-            space = gym_env.action_space
-            if space is compiled_space and fast_gym_action is not None:
-                gym_action = fast_gym_action(action)
-            else:
-                gym_action = to_gym_action(space, action)
-            observation, reward, terminated, truncated, info = gym_env.step(gym_action)
+            observation, reward, terminated, truncated, info = gym_env.step(
+                self._gym_action(action))  # chosen at the last reset
             self._info = info
             self._done = ended = bool(terminated or truncated)
             if fast_observation is None:

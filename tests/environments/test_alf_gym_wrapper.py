@@ -583,12 +583,17 @@ def test_subclass_converting_observations_to_tensors_keeps_the_helpers():
         assert torch.is_tensor(ts.reward) and torch.is_tensor(ts.discount)
 
 
-def test_replaced_action_space_takes_the_general_conversion():
-    env = _wrap(action_space=spaces.Discrete(3))
-    env.reset()
-    env.gym_env.action_space = spaces.Discrete(3)
+def test_an_action_space_replaced_by_a_reset_takes_the_general_conversion():
+    env = _wrap(action_space=spaces.Discrete(3), length=2)
+    env.step(np.int64(0))  # the first reset
     env.step(np.int64(2))
-    assert env.gym_env.actions[-1] == 2 and type(env.gym_env.actions[-1]) is np.int64
+    assert type(env.gym_env.actions[-1]) is np.int64
+    assert env.step(np.int64(1)).is_last()
+    # What an env whose action space depends on its episode does in reset().
+    env.gym_env.action_space = spaces.Discrete(3, dtype=np.int32)
+    env.step(np.int64(0))  # the reset after LAST reads the new space
+    env.step(np.int64(2))
+    assert env.gym_env.actions[-1] == 2 and type(env.gym_env.actions[-1]) is np.int32
 
 
 def test_replaced_discount_and_env_id_are_used():
@@ -897,9 +902,11 @@ def test_flat_step_uses_replaced_discount_env_id_and_action_space():
     leaves, _ = flat_step([np.array(1)])
     assert float(leaves[2]) == 0.25 and int(leaves[nest.flatten_with_path(
         env.time_step_spec()).index(("env_id", env.time_step_spec().env_id))]) == 9
-    env.gym_env.action_space = spaces.Discrete(3)  # another object: the general conversion
+    # Another object, read at the next reset: the general conversion.
+    env.gym_env.action_space = spaces.Discrete(3, dtype=np.int32)
+    env.reset()
     flat_step([np.array(2)])
-    assert env.gym_env.actions[-1] == 2 and type(env.gym_env.actions[-1]) is np.int64
+    assert env.gym_env.actions[-1] == 2 and type(env.gym_env.actions[-1]) is np.int32
 
 
 
