@@ -93,7 +93,6 @@ __all__ = ["AlfGymWrapper", "FlatStep", "FlatSteps", "flat_steps_of",
 FlatStep = Callable[[List[np.ndarray]], Optional[Tuple[List[Any], bool]]]
 
 
-
 class FlatSteps(NamedTuple):
     """A plain :class:`AlfGymWrapper`'s step and reset on flattened nests
     (:meth:`AlfGymWrapper.flat_steps`)."""
@@ -609,6 +608,9 @@ class AlfGymWrapper(AlfEnvironment):
         :meth:`_compile`) because it runs once per env step in a worker: an
         attribute of this class costs a full lookup (its ``__getattr__``
         keeps CPython from specializing them), a closure's variables do not.
+        Only what may change between steps is read from the wrapper: the
+        action conversion chosen at the last reset, the discount and the env
+        id.
 
         Returns:
             ``gym_step(action)``, returning ``(step_type, reward, discount,
