@@ -116,7 +116,6 @@ def _counts(cases: Sequence[List[CaseResult]]) -> Dict[str, Set[int]]:
     return counts_of
 
 
-
 def _lines(ax: Any, selected: Sequence[CaseResult], x_of: Callable[[CaseResult], float],
            style_of: Callable[[str], Dict[str, Any]], dodge: bool) -> Dict[str, Any]:
     """Draws a line per backend through the ``selected`` results that have runs,
@@ -137,6 +136,7 @@ def _lines(ax: Any, selected: Sequence[CaseResult], x_of: Callable[[CaseResult],
                   np.array([max(r.rates) for r in rs]) - med],
             capsize=3, markersize=4, **{"linewidth": 1.5, **style_of(backend)})
     return drawn
+
 
 def scaling_workloads(cases: Sequence[List[CaseResult]]) -> List[str]:
     """The workloads measured at several env counts (those :func:`plot` draws)."""
@@ -173,7 +173,6 @@ def plot(cases: Sequence[List[CaseResult]], path: str) -> None:
         ax.set_xlabel("number of envs")
         ax.set_ylabel("env-steps/s")
     _finish(fig, drawn, PLOT_TITLE, path)
-
 
 
 STEP_COST_TITLE = "alf_env: env-steps/s against the env's step cost"
@@ -228,6 +227,7 @@ def plot_step_cost(cases: Sequence[List[CaseResult]], path: str) -> None:
         ax.set_ylabel("env-steps/s (median, min-max)")
         ax.set_title(f"{count} envs", fontsize=11)
     _finish(fig, drawn, STEP_COST_TITLE, path)
+
 
 def plot_ratios(cases: Sequence[List[CaseResult]], path: str) -> None:
     """Writes a PNG: per reference row (AsyncVectorEnv, ceiling, EnvPool), each
@@ -318,7 +318,6 @@ def plot_workload(cases: Sequence[List[CaseResult]], workload: str, path: str) -
                 metadata={"Title": f"{WORKLOAD_PLOT_TITLE}: {workload}"})
 
 
-
 def _bar_axis(ax: Any, workload: str, groups: List[str], headroom: float,
               ylabel: str) -> None:
     """A bar chart's axes: a tick per group, a linear axis from 0 with
@@ -330,6 +329,7 @@ def _bar_axis(ax: Any, workload: str, groups: List[str], headroom: float,
     ax.grid(True, axis="y", alpha=0.3)
     entry = WORKLOADS.get(workload)
     ax.set_title(entry.title if entry else workload, fontsize=11)
+
 
 def _compact_formatter() -> Any:
     from matplotlib.ticker import FuncFormatter

@@ -46,6 +46,22 @@ def can_cast(source: np.dtype, target: np.dtype, casting: Literal["safe", "same_
     return bool(np.can_cast(source, target, casting=casting))
 
 
+def _tensor_view(leaf: Any) -> Optional[np.ndarray]:
+    """A torch tensor's numpy view when it is a CPU tensor that needs no grad (what
+    ``detach().cpu().numpy()`` gives, at half the cost); ``None`` for another
+    tensor (it needs grad, or is on another device). ``leaf`` is a tensor."""
+    try:
+        view: np.ndarray = leaf.numpy()
+        return view
+    except (RuntimeError, TypeError):
+        return None
+
+
+def _is_tensor(leaf: Any) -> bool:
+    """Whether ``leaf`` is a torch tensor (torch is not imported to ask)."""
+    return type(leaf).__module__ == "torch" and hasattr(leaf, "detach")
+
+
 def _shape_and_dtype(leaf: Any) -> Tuple[Shape, np.dtype]:
     """The shape and numpy dtype of an array, tensor, scalar or array-like."""
     if isinstance(leaf, np.ndarray):
@@ -125,13 +141,7 @@ class ActionChecker:
             return None
         if type(action) is np.ndarray:
             return action
-        if type(action).__module__ == "torch" and hasattr(action, "detach"):
-            try:
-                array: np.ndarray = action.numpy()
-                return array
-            except (RuntimeError, TypeError):  # needs grad, or on another device
-                return None
-        return None
+        return _tensor_view(action) if _is_tensor(action) else None
 
     def __call__(self, action: Any) -> Any:
         """Like :meth:`flat`, packed back into the action spec's structure."""
@@ -175,13 +185,9 @@ class ActionChecker:
 
     def _convert(self, leaf: Any, field: str, dtype: np.dtype, shape: Shape,
                  spec_shape: Shape) -> np.ndarray:
-        if type(leaf).__module__ == "torch" and hasattr(leaf, "detach"):
-            try:
-                # A CPU tensor that needs no grad (the common case): its view,
-                # as detach().cpu().numpy() gives, at half the cost.
-                leaf = leaf.numpy()
-            except (RuntimeError, TypeError):  # needs grad, or on another device
-                leaf = leaf.detach().cpu().numpy()
+        if _is_tensor(leaf):
+            view = _tensor_view(leaf)
+            leaf = view if view is not None else leaf.detach().cpu().numpy()
         array = leaf if type(leaf) is np.ndarray else np.asarray(leaf)
         if array.dtype == dtype and array.shape == shape and array.flags.c_contiguous:
             return array  # what the check and ascontiguousarray below give

@@ -103,8 +103,10 @@ class FlatSteps(NamedTuple):
     reset: Callable[[], List[Any]]
 
 
-#: The step of the gymnasium env (:meth:`AlfGymWrapper._compile_gym_step`).
-GymStep = Callable[[Any], Tuple[np.ndarray, Any, np.ndarray, Any, np.ndarray, Any, bool]]
+#: What the step of the gymnasium env returns (:meth:`AlfGymWrapper._compile_gym_step`).
+GymStepResult = Tuple[np.ndarray, Any, np.ndarray, Any, np.ndarray, Any, bool]
+#: The step of the gymnasium env.
+GymStep = Callable[[Any], GymStepResult]
 
 # The attributes set by AlfGymWrapper._compile (left out of pickles).
 _COMPILED_ATTRIBUTES = ("_fast_observation", "_fast_action", "_fast_zero_action",
@@ -426,6 +428,13 @@ class AlfGymWrapper(AlfEnvironment):
         gym_step, reward_of, env_info_of = self._gym_step, self._reward, self._env_info
         last = LAST_ARRAY
 
+        def info_leaves_of(env_info: Any) -> Optional[List[Any]]:
+            # What _env_info returned, as leaves: an empty dict has none.
+            if env_info is not None and (type(env_info) is not dict or env_info):
+                leaves: List[Any] = flatten_info(env_info)
+                return leaves
+            return None
+
         def flat_step(action_views: List[np.ndarray]) -> Optional[Tuple[List[Any], bool]]:
             # AlfEnvironment.step() then _step(), with leaves for the TimeStep.
             if self._closed:
@@ -445,9 +454,7 @@ class AlfGymWrapper(AlfEnvironment):
                 reward = reward_of(reward)  # else left as is (see the docstring)
             info_leaves = raw_info(info) if raw_info is not None else None
             if info_leaves is None and not no_info:
-                env_info = env_info_of(info)
-                if env_info is not None and (type(env_info) is not dict or env_info):
-                    info_leaves = flatten_info(env_info)
+                info_leaves = info_leaves_of(env_info_of(info))
             if single_observation:
                 leaves = [step_type, reward, discount, observation]
             else:
@@ -479,8 +486,9 @@ class AlfGymWrapper(AlfEnvironment):
                 leaves += flatten_observation(observation)
             leaves += zero_action
             leaves.append(env_id_leaf())
-            if env_info is not None and (type(env_info) is not dict or env_info):
-                leaves += flatten_info(env_info)
+            info_leaves = info_leaves_of(env_info)
+            if info_leaves is not None:
+                leaves += info_leaves
             self._current_leaves = leaves
             return leaves
 
@@ -629,8 +637,7 @@ class AlfGymWrapper(AlfEnvironment):
         general_observation = self._observation_general
         last, mid, zero_discount = LAST_ARRAY, MID_ARRAY, ZERO_DISCOUNT_ARRAY
 
-        def gym_step(action: Any) -> Tuple[np.ndarray, Any, np.ndarray, Any, np.ndarray,
-                                           Any, bool]:
+        def gym_step(action: Any) -> GymStepResult:
             observation, reward, terminated, truncated, info = gym_env.step(
                 self._gym_action(action))  # chosen at the last reset
             self._info = info
