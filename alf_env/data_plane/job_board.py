@@ -26,6 +26,7 @@ from typing import (
 )
 
 import numpy as np
+import numpy.typing as npt
 from absl import logging
 
 from alf_env.control_plane import shutdown
@@ -224,7 +225,8 @@ class JobBoard:
             as :meth:`wait_for` (on ``EnvTimeoutError`` the jobs stay posted: a later
             :meth:`wait_for` picks them up).
         """
-        if self.controller.num_outstanding:
+        controller = self.controller
+        if controller.num_outstanding:
             self.post(workers, job, arg)
             self.wait_for(workers, during, timeout)
             return
@@ -232,14 +234,20 @@ class JobBoard:
         # on the cores the workers need): data_plane/pool_park.py.
         parked = self._pool.before_step()
         try:
-            self._post_idle(list(workers), job, arg)
+            self.ledger.posted(workers, job)
+            controller.post(workers, job, arg)
             if timeout is None:
                 timeout = self.timeout
             deadline = None if timeout is None else time.monotonic() + timeout
-            # Only these jobs are outstanding, so the first len(workers) completions
-            # are theirs.
-            self._wait_some(len(workers), during, deadline, timeout,
-                            lambda: [w for w in workers if w not in self.ledger.done])
+            # Only these jobs are outstanding, so the first len(workers)
+            # completions are theirs: one native wait, unless a death or the
+            # timeout takes the slow branch.
+            status, ids = controller.wait(len(workers), timeout)
+            if status == WaitStatus.OK:
+                self._on_finished(ids.tolist())
+            else:
+                self._after_wait(status, ids, len(workers), during, deadline, timeout,
+                                 lambda: [w for w in workers if w not in self.ledger.done])
         finally:
             self._pool.after_step(parked)
         if self.ledger.errors:
@@ -326,6 +334,13 @@ class JobBoard:
         """One native wait for ``k`` completions; records and returns them."""
         left = None if deadline is None else max(0.0, deadline - time.monotonic())
         status, ids = self.controller.wait(k, left)
+        return self._after_wait(status, ids, k, during, deadline, timeout, pending)
+
+    def _after_wait(self, status: WaitStatus, ids: npt.NDArray[np.int32], k: int,
+                    during: str, deadline: Optional[float], timeout: Optional[float],
+                    pending: Callable[[], List[int]]) -> List[int]:
+        """Records what a native wait for ``k`` completions returned: the
+        finished jobs, or the death branch, or the timeout's error."""
         if status == WaitStatus.WORKER_DIED:
             return self._on_deaths(ids.tolist(), k, during, deadline, timeout, pending)
         finished: List[int] = ids.tolist()

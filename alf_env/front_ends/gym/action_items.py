@@ -35,7 +35,7 @@ raises ``TypeError``, as ``iterate`` does. Objects with ``__array__`` other
 than lists and arrays (torch tensors) are taken as numpy arrays.
 """
 
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 from gymnasium import spaces
@@ -187,6 +187,21 @@ class ItemNode(Node):
                                      self.dtype)
 
     # -- the parent: checking and writing a batch ------------------------------
+
+    def exact_batch_writer(self, views: Sequence[Any], rows: slice,
+                           n: int) -> Optional[Callable[[Any], bool]]:
+        """Writes a batch array of exactly the space's dtype and ``(n, *shape)``
+        into ``rows`` (what :meth:`encode_batch` then ``ItemRows.__setitem__``
+        do for it, without the layout's walk); ``False`` for anything else."""
+        item_rows: ItemRows = views[self.first]
+        dtype, shape = self.dtype, (n,) + self.shape
+
+        def write(values: Any) -> bool:
+            if type(values) is not np.ndarray or values.dtype != dtype or values.shape != shape:
+                return False
+            item_rows[rows] = values
+            return True
+        return write
 
     def encode_batch(self, values: Any, n: int, casting: str, arrays: List[Any]) -> None:
         if (type(values) is np.ndarray and values.dtype == self.dtype

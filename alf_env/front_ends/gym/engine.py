@@ -54,6 +54,10 @@ class JobEngine:
         self._all_ids = np.arange(self._num_envs)
         self._all_rows = slice(0, self._num_envs)
         self._all_workers = list(range(len(bounds)))
+        # step_all's shortcut for a batch of exactly the action space's dtype and
+        # shape (not under DISABLED autoreset, whose ended envs refuse a step).
+        self._write_exact = None if results.refuses_ended else action.exact_batch_writer(
+            action_views, self._all_rows, self._num_envs)
         #: The workers with an unreceived STEP/RESET.
         self.in_flight: Set[int] = set()
         #: The env ids, rows and workers of the last ``recv()`` (None before the first).
@@ -118,6 +122,9 @@ class JobEngine:
 
     def _write_actions(self, actions: Any, ids: np.ndarray, rows: Rows) -> None:
         """Checks ``actions`` (one per env of ``ids``) and writes them to ``rows``."""
+        write_exact = self._write_exact
+        if write_exact is not None and rows is self._all_rows and write_exact(actions):
+            return
         arrays = self._act.encode_batch(actions, len(ids), "same_kind")
         self._results.check_not_ended(ids)
         self._act.write_rows(self._act_views, rows, arrays)

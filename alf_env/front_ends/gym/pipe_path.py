@@ -22,7 +22,7 @@ Fixed-size actions are still checked against ``single_action_space``
 (``SpaceLayout.encode_batch``) before anything is sent.
 """
 
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import gymnasium as gym
 import numpy as np
@@ -108,6 +108,18 @@ class PipeLayout:
         indices = range(*rows.indices(len(column))) if isinstance(rows, slice) else rows
         for row, item in zip(indices, arrays[0]):
             column[row] = item
+
+    @staticmethod
+    def exact_batch_writer(views: Sequence[Any], rows: slice,
+                           n: int) -> Optional[Callable[[Any], bool]]:
+        """None: every batch is split by :meth:`encode_batch`."""
+        return None
+
+    @staticmethod
+    def batch_reader(views: Sequence[np.ndarray], rows: slice,
+                     copy: bool) -> Optional[Callable[[], Any]]:
+        """None: every batch is made by :meth:`read_rows`."""
+        return None
 
     def read_rows(self, views: Sequence[np.ndarray], rows: Rows, row_list: List[int],
                   pipe_rows: Optional[Sequence[Sequence[Any]]] = None,

@@ -73,10 +73,13 @@ class ResultAssembler:
         self._workers = workers
         self._bounds = bounds
         self._copy = copy
-        self._disabled = autoreset_mode is AutoresetMode.DISABLED
+        #: DISABLED autoreset: an env that ended refuses a step until it is reset.
+        self.refuses_ended = autoreset_mode is AutoresetMode.DISABLED
         self._num_envs = num_envs
         self._all_rows = slice(0, num_envs)
         self._all_row_list = list(range(num_envs))
+        # step_results' read of every observation, when they are one field (else None).
+        self._read_all_obs = observation.batch_reader(rows.obs, self._all_rows, copy)
         row_worker = worker_of_rows(bounds)
         info_view = info if info is not None else np.zeros((num_envs, 0), np.uint8)
         self._info_decoder = InfoDecoder(info_view, rows.info_layout, row_worker, len(bounds))
@@ -147,9 +150,15 @@ class ResultAssembler:
 
     def step_results(self) -> Step:
         """The 5-tuple of a synchronous step: every row, copies of the whole views."""
-        obs, infos = self.gather_all(self._all_row_list)
+        read_all_obs = self._read_all_obs
+        if read_all_obs is None:
+            obs, infos = self.gather_all(self._all_row_list)
+        else:
+            obs = read_all_obs()
+            payloads = self._payloads_of(self._all_row_list) if self._payloads else {}
+            infos = self._infos_of(self._all_rows, self._all_row_list, payloads, None)
         terminated, truncated = self._terminated.copy(), self._truncated.copy()
-        if self._disabled:
+        if self.refuses_ended:
             np.logical_or(terminated, truncated, out=self._needs_reset)
         return obs, self._reward.copy(), terminated, truncated, infos
 
@@ -172,7 +181,7 @@ class ResultAssembler:
         obs = self._obs.read_rows(self._obs_views, rows, row_list, self._pipe_rows(row_list))
         infos = self._info_decoder.batch(rows, row_list, self._payloads_of(row_list))
         infos["env_id"] = ids.astype(ENV_ID_DTYPE)
-        if self._disabled:
+        if self.refuses_ended:
             self._needs_reset[rows] = terminated | truncated
         return (obs, reward, terminated, truncated, infos), ids, rows
 
@@ -200,7 +209,7 @@ class ResultAssembler:
 
     def check_not_ended(self, ids: np.ndarray) -> None:
         """Raises gymnasium's ``AssertionError`` if an env of ``ids`` ended (DISABLED)."""
-        if self._disabled and self._needs_reset[ids].any():
+        if self.refuses_ended and self._needs_reset[ids].any():
             ended = ids[self._needs_reset[ids]].tolist()
             raise AssertionError(
                 f"envs {ended} ended (terminated or truncated) and autoreset_mode is "

@@ -109,6 +109,11 @@ class Node:
         """The batched value of ``rows`` (``row_list``: the same, as ints); default: row by row."""
         return tuple(self.decode(views, row, iter(())) for row in row_list)
 
+    def exact_batch_writer(self, views: Sequence[Any], rows: slice,
+                           n: int) -> Optional[Callable[[Any], bool]]:
+        """A leaf's :meth:`SpaceLayout.exact_batch_writer` (default: none)."""
+        return None
+
     def _check_sequence(self, values: Any, length: int, what: str) -> None:
         if not isinstance(values, (tuple, list)) or len(values) != length:
             got = (f"a {type(values).__name__} of length {len(values)}"
@@ -416,6 +421,19 @@ class RowLayout(Protocol):
                   copy: bool = True) -> Any:
         """The batched value of ``rows``, structured as gymnasium's ``concatenate`` makes it."""
 
+    def exact_batch_writer(self, views: Sequence[Any], rows: slice,
+                           n: int) -> Optional[Callable[[Any], bool]]:
+        """For the synchronous step: a function that writes a batch of ``n`` values
+        in exactly the space's own dtype and shape into ``rows`` with one copy and
+        returns ``True``, and returns ``False`` for anything else (which then goes
+        through :meth:`encode_batch`); ``None`` if the layout has no such copy."""
+
+    def batch_reader(self, views: Sequence[np.ndarray], rows: slice,
+                     copy: bool) -> Optional[Callable[[], Any]]:
+        """For the synchronous step: a function that reads the batch of ``rows`` as
+        :meth:`read_rows` does, for a layout whose batch is one field with nothing
+        on the pipe; ``None`` for any other layout."""
+
 
 class SpaceLayout:
     """How values of one gymnasium space live in shared-memory rows (a :class:`RowLayout`).
@@ -518,6 +536,24 @@ class SpaceLayout:
                 view[rows] = array
             elif array is not None:
                 array.write(view, rows)
+
+    def exact_batch_writer(self, views: Sequence[Any], rows: slice,
+                           n: int) -> Optional[Callable[[Any], bool]]:
+        """See :class:`RowLayout`: a layout of one leaf that keeps its own rows
+        (an action item leaf) writes an exact batch itself."""
+        if self._leaf is None:
+            return None
+        return self._leaf.exact_batch_writer(views, rows, n)
+
+    def batch_reader(self, views: Sequence[np.ndarray], rows: slice,
+                     copy: bool) -> Optional[Callable[[], Any]]:
+        """See :class:`RowLayout`: a copy (or a view, without ``copy``) of the
+        rows of the one array field."""
+        if self._single is None:
+            return None
+        field = views[self._single.first]
+        head = field[rows]  # a view, made once
+        return head.copy if copy else lambda: field[rows]
 
     def read_rows(self, views: Sequence[np.ndarray], rows: Rows, row_list: List[int],
                   pipe_rows: Optional[Sequence[Sequence[Any]]] = None,

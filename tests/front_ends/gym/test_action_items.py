@@ -63,6 +63,34 @@ def test_rows_follow_each_batch_whatever_kind_the_last_one_was():
         ("ndarray", "float32")] * NUM_ROWS
 
 
+def test_the_exact_batch_writer_writes_the_spaces_own_batches_as_encode_batch_does():
+    layout = action_layout(BOX)
+    views, twin = rows_of(layout), rows_of(layout)
+    write_exact = layout.exact_batch_writer(views, slice(0, NUM_ROWS), NUM_ROWS)
+    assert write_exact is not None
+    f32 = np.arange(8, dtype=np.float32).reshape(4, 2) / 8
+    for batch in ([[1, 2], [3, 4], [5, 6], [7, 8]], f32, f32.astype(np.float64), f32[:3],
+                  f32 + 1):
+        written = write_exact(batch)
+        # Only an array of the space's own dtype and (n, *shape) is taken, the
+        # kinds a batch of another kind left behind are reset, and what a worker
+        # reads is what the general path gives.
+        exact = type(batch) is np.ndarray and batch.dtype == np.float32 and batch.shape == (4, 2)
+        assert written is exact
+        if not written:
+            if len(batch) != NUM_ROWS:
+                continue
+            write(layout, views, batch)
+        write(layout, twin, batch)
+        assert [kind_of(layout.read_row(views, r)) for r in range(NUM_ROWS)] == [
+            kind_of(layout.read_row(twin, r)) for r in range(NUM_ROWS)]
+
+
+def test_a_layout_of_several_leaves_has_no_exact_batch_writer():
+    layout = action_layout(spaces.Tuple((BOX, spaces.Discrete(3))))
+    assert layout.exact_batch_writer(rows_of(layout), slice(0, NUM_ROWS), NUM_ROWS) is None
+
+
 def test_items_of_mixed_kinds_are_rebuilt_one_by_one():
     layout = action_layout(BOX)
     views = rows_of(layout)

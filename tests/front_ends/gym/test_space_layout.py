@@ -73,6 +73,29 @@ def test_fixed_space_round_trip_matches_gymnasium_batching(name):
                       gym_batch(space, [items[i] for i in picked]))
 
 
+@pytest.mark.filterwarnings("ignore:.*Casting input x to numpy array")
+@pytest.mark.parametrize("name", sorted(FIXED_SPACES))
+@pytest.mark.parametrize("copy", [True, False])
+def test_the_batch_reader_reads_what_read_rows_reads(name, copy):
+    space = FIXED_SPACES[name]
+    layout = SpaceLayout(space, "obs", "observation")
+    views = views_of(layout)
+    rows = slice(0, NUM_ROWS)
+    read_all = layout.batch_reader(views, rows, copy)
+    if len(layout.fields) != 1:  # several fields: only read_rows reads them
+        assert read_all is None
+        return
+    assert read_all is not None
+    for seed in (0, 1):  # the reader follows what the rows hold now
+        for row, item in enumerate(samples(space, seed=seed)):
+            layout.write_row(views, row, item)
+        got, want = read_all(), layout.read_rows(views, rows, list(range(NUM_ROWS)), copy=copy)
+        assert_tree_equal(got, want)
+        assert type(got) is type(want) and got.dtype == want.dtype
+        # A copy owns its values; without copy, a view of the rows.
+        assert np.shares_memory(got, views[0]) is not copy
+
+
 @pytest.mark.parametrize("name", sorted(FIXED_SPACES))
 def test_batches_written_by_the_parent_read_back_per_row(name):
     # The action direction: a batched value in, one value per env row out.
