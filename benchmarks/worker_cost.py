@@ -4,8 +4,9 @@ A lockstep step's wall time is mostly its workers' job. In one process, this
 runs the STEP job of one worker of ``FastVectorEnv`` (``GymRowsHandler`` over a
 ``GymEnvBatch``) and of ``FastParallelEnvironment`` (``AlfRowsHandler`` over an
 ``AlfEnvBatch`` of ``AlfGymWrapper`` s), each on shared rows of its own, beside
-a bare loop of as many envs of the workload: no process and no hand-off, only
-the Python each worker runs around the envs' steps. They run in alternating
+a bare loop of as many envs of the workload, all stepped with the same
+actions: no process and no hand-off, only the Python each worker runs around
+the envs' steps (and the one copy that writes each job's actions). They run in alternating
 blocks of ``--block`` jobs, so the machine's drift (30% within minutes) hits
 them alike. Printed, for each of ``--repeats`` fresh processes: the median µs
 of a job of each, and its ratio to the bare loop's (paired per block).
@@ -26,6 +27,8 @@ import time
 from multiprocessing.connection import Connection
 from typing import Any, Callable, Dict, List, Optional
 
+import numpy as np
+
 #: The jobs timed, in the order they run in each block.
 JOBS = ("bare", "fast_vector", "fast_parallel")
 
@@ -36,7 +39,7 @@ def _bare_job(workload: str, envs: int) -> Callable[[], None]:
     from alf_env.bench.references import plain_loop
     from alf_env.bench.workloads import make_env
 
-    made = [make_env(workload, 100 + i) for i in range(envs)]
+    made = [make_env(workload, i) for i in range(envs)]
     for i, env in enumerate(made):
         env.reset(seed=i)
     actions = Actions.make(workload, envs).per_env()
@@ -51,13 +54,25 @@ def _bare_job(workload: str, envs: int) -> Callable[[], None]:
     return job
 
 
-def _job_of(handler: Any) -> Callable[[], None]:
+def _job_of(handler: Any, write_actions: Callable[[np.ndarray], None],
+            workload: str, envs: int) -> Callable[[], None]:
     """A bound handler's STEP job, as its worker runs it (the step, then
-    ``after_step``), after a reset."""
+    ``after_step``), after a reset. Each job first writes the next batch of the
+    workload's actions into the rows (one copy, as the trainer's step does),
+    so the envs step as the bare loop's do: an env's step may cost more or
+    less with other actions, and an action that ends episodes early adds
+    resets."""
+    from alf_env.bench.core import Actions
+
+    batches = Actions.make(workload, envs).numpy
     handler.reset(0)
     after_step = handler.after_step
+    count = 0
 
     def job() -> None:
+        nonlocal count
+        write_actions(batches[count % len(batches)])
+        count += 1
         handler.step(0)
         after_step()
     return job
@@ -93,8 +108,14 @@ def _fast_vector_job(workload: str, envs: int) -> Callable[[], None]:
     # (blocked in a read, it holds no GIL while the jobs run).
     parent, child = multiprocessing.Pipe()
     threading.Thread(target=_drain, args=(parent,), daemon=True).start()
-    return _job_of(GymRowsHandler((0, envs), observation, action, AutoresetMode.NEXT_STEP,
-                                  info_bytes)(group, block, child, 0))
+    handler = GymRowsHandler((0, envs), observation, action, AutoresetMode.NEXT_STEP,
+                             info_bytes)(group, block, child, 0)
+    write = action.exact_batch_writer(action.views(block.views), slice(0, envs), envs)
+    assert write is not None  # an action space of one array
+
+    def write_actions(batch: np.ndarray) -> None:
+        assert write(batch)
+    return _job_of(handler, write_actions, workload, envs)
 
 
 def _fast_parallel_job(workload: str, envs: int) -> Callable[[], None]:
@@ -111,8 +132,9 @@ def _fast_parallel_job(workload: str, envs: int) -> Callable[[], None]:
                          for i in range(envs)], 0)
     specs = BatchSpecs.of(group, envs)
     rows = SlotRows(specs, 1, [0], zero_copy=False)
-    return _job_of(AlfRowsHandler((0, envs), rows.action_names, rows.time_step_names,
-                                  grouped=True)(group, rows.block, None, 0))  # type: ignore[arg-type]
+    handler = AlfRowsHandler((0, envs), rows.action_names, rows.time_step_names,
+                             grouped=True)(group, rows.block, None, 0)  # type: ignore[arg-type]
+    return _job_of(handler, lambda batch: rows.write_actions([batch]), workload, envs)
 
 
 def measure(workload: str, envs: int, blocks: int, block: int,

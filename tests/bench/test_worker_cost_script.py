@@ -2,9 +2,14 @@
 envs' own steps."""
 
 import json
+from typing import Any, Dict, List
 
+import gymnasium as gym
+import numpy as np
 import psutil
 import pytest
+
+import alf_env.bench.workloads
 
 from tests.support.scripts import load_benchmark_script
 
@@ -24,6 +29,39 @@ def test_measure_times_every_job_and_pairs_the_ratios(worker_cost, workload):
     # Every front end's worker runs the envs' steps and more.
     assert figures["fast_parallel"] > 0.5 * figures["bare"]
     assert psutil.Process().children() == before  # all in this process
+
+
+class _Recorded(gym.Wrapper):
+    """Records the actions its env steps with, under the env's index."""
+
+    def __init__(self, env: gym.Env, log: List[Any]) -> None:
+        super().__init__(env)
+        self._log = log
+
+    def step(self, action: Any) -> Any:
+        self._log.append(np.asarray(action).tolist())
+        return self.env.step(action)
+
+
+def test_every_job_steps_its_envs_with_the_bare_loops_actions(worker_cost, monkeypatch):
+    logs: Dict[int, List[Any]] = {}
+    make_env = alf_env.bench.workloads.make_env
+
+    def recorded(workload: str, env_id: int = 0) -> gym.Env:
+        return _Recorded(make_env(workload, env_id), logs.setdefault(env_id, []))
+
+    monkeypatch.setattr(alf_env.bench.workloads, "make_env", recorded)
+    seen = {}
+    for name, maker in (("bare", worker_cost._bare_job), ("fast_vector",
+                        worker_cost._fast_vector_job), ("fast_parallel",
+                        worker_cost._fast_parallel_job)):
+        logs.clear()
+        job = maker("HalfCheetah-v5", 2)
+        for _ in range(3):
+            job()
+        seen[name] = {env_id: log[-3:] for env_id, log in logs.items()}
+    assert seen["bare"][0] != seen["bare"][1]  # each env its own actions
+    assert seen["fast_vector"] == seen["bare"] == seen["fast_parallel"]
 
 
 def test_main_prints_each_repeat_and_the_median_ratios(worker_cost, capsys, tmp_path):
