@@ -10,7 +10,6 @@ import psutil
 import pytest
 
 import alf_env.bench.workloads
-
 from tests.support.scripts import load_benchmark_script
 
 
