@@ -1,7 +1,9 @@
 """Test-wide fixtures: every test must leave no worker process and no /dev/shm entry
 of its own (tests/support/shm_leaks.py tells its entries from other programs')."""
 
+import os
 import time
+from typing import Iterator
 
 import psutil
 import pytest
@@ -32,6 +34,20 @@ def _stray_children() -> list:
         except psutil.NoSuchProcess:
             continue
     return strays
+
+
+@pytest.fixture(scope="session", autouse=True)
+def sb3_log_folder(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """stable-baselines3 makes a log folder for every model given none
+    (``$TMPDIR/SB3-<time>``, kept after the run): the tests' go into pytest's
+    own temporary directory ($SB3_LOGDIR, which child processes inherit)."""
+    before = os.environ.get("SB3_LOGDIR")
+    os.environ["SB3_LOGDIR"] = str(tmp_path_factory.mktemp("sb3_logs"))
+    yield
+    if before is None:
+        del os.environ["SB3_LOGDIR"]
+    else:
+        os.environ["SB3_LOGDIR"] = before
 
 
 @pytest.fixture(autouse=True)

@@ -25,8 +25,8 @@ def test_measure_times_every_job_and_pairs_the_ratios(worker_cost, workload):
     assert set(figures) == {"bare", "fast_vector", "fast_parallel", "fast_vector/bare",
                             "fast_parallel/bare"}
     assert all(value > 0 for value in figures.values())
-    # Every front end's worker runs the envs' steps and more.
-    assert figures["fast_parallel"] > 0.5 * figures["bare"]
+    # That every job steps its envs (alike): the test below; timings this short
+    # are too noisy to compare on a loaded machine.
     assert psutil.Process().children() == before  # all in this process
 
 
