@@ -78,7 +78,7 @@ class ResultAssembler:
         self._num_envs = num_envs
         self._all_rows = slice(0, num_envs)
         self._all_row_list = list(range(num_envs))
-        # step_results' read of every observation, when they are one field (else None).
+        # gather_all's read of every observation, when they are one field (else None).
         self._read_all_obs = observation.batch_reader(rows.obs, self._all_rows, copy)
         row_worker = worker_of_rows(bounds)
         info_view = info if info is not None else np.zeros((num_envs, 0), np.uint8)
@@ -141,8 +141,9 @@ class ResultAssembler:
         """Observations of every env (synchronous mode) and the infos of ``info_rows``
         (batched, or with ``batch_infos=False`` a list of each env's info dict)."""
         rows = self._all_row_list
-        obs = self._obs.read_rows(self._obs_views, self._all_rows, rows,
-                                  self._pipe_rows(rows), self._copy)
+        read_all_obs = self._read_all_obs  # one array field: one copy
+        obs = (read_all_obs() if read_all_obs is not None else self._obs.read_rows(
+            self._obs_views, self._all_rows, rows, self._pipe_rows(rows), self._copy))
         # Some envs were reset (reset_mask): only theirs, at their own positions.
         include = None if len(info_rows) == self._num_envs else info_rows
         infos = self._infos_of(self._all_rows, rows, self._payloads_of(rows), include)
@@ -150,13 +151,7 @@ class ResultAssembler:
 
     def step_results(self) -> Step:
         """The 5-tuple of a synchronous step: every row, copies of the whole views."""
-        read_all_obs = self._read_all_obs
-        if read_all_obs is None:
-            obs, infos = self.gather_all(self._all_row_list)
-        else:
-            obs = read_all_obs()
-            payloads = self._payloads_of(self._all_row_list) if self._payloads else {}
-            infos = self._infos_of(self._all_rows, self._all_row_list, payloads, None)
+        obs, infos = self.gather_all(self._all_row_list)
         terminated, truncated = self._terminated.copy(), self._truncated.copy()
         if self.refuses_ended:
             np.logical_or(terminated, truncated, out=self._needs_reset)
