@@ -1,13 +1,8 @@
-"""alf_env: fast, reliable multi-process RL environments.
+"""alf_env: fast, reliable multi-process RL environments (the contract: docs/contract.rst).
 
-The main names are re-exported here (``from alf_env import FastVectorEnv``);
-the public contract is ``docs/contract.rst``.
-
-Every name but the errors is loaded on first use: importing ``alf_env``
-imports neither gymnasium, stable-baselines3, Ray nor torch, so that a worker
-process that never touches torch (e.g. one of ``FastVectorEnv``'s, started
-with ``spawn``) does not import it: that import is ~1 s of each such worker's
-start-up.
+The main names are re-exported here, each but the errors loaded on first use: a worker
+that never touches torch (e.g. one of ``FastVectorEnv``'s, spawned) does not pay ~1 s of
+its start-up importing it.
 """
 
 __version__ = "0.1.0"
@@ -21,7 +16,6 @@ from alf_env.errors import (
 )
 from alf_env.lazy_import import lazy_exports
 
-# Re-exported names -> the module that defines them (imported on first use).
 _LAZY = {
     "StepType": "alf_env.data_structures",
     "TimeStep": "alf_env.data_structures",
@@ -38,13 +32,11 @@ _LAZY = {
     "StepTimings": "alf_env.control_plane.step_timings",
 }
 
-__all__ = [
-    "__version__", "nest", "StepType", "TimeStep", "time_step_spec", "TensorSpec",
-    "BoundedTensorSpec", "EnvironmentProcessError", "WorkerDiedError",
-    "EnvironmentClosedError", "EnvTimeoutError", "GymProxy", "FastVectorEnv",
-    "FastSubprocVecEnv", "FastParallelEnvironment", "ParallelAlfEnvironment",
-    "ProcessEnvironment", "RestartPolicy", "StepTimings",
-]
+__all__ = ["__version__", "nest", "StepType", "TimeStep", "time_step_spec", "TensorSpec",
+           "BoundedTensorSpec", "EnvironmentProcessError", "WorkerDiedError",
+           "EnvironmentClosedError", "EnvTimeoutError", "GymProxy", "FastVectorEnv",
+           "FastSubprocVecEnv", "FastParallelEnvironment", "ParallelAlfEnvironment",
+           "ProcessEnvironment", "RestartPolicy", "StepTimings"]
 
 
 __getattr__, __dir__ = lazy_exports(__name__, _LAZY)

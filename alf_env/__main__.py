@@ -1,7 +1,4 @@
-"""``python -m alf_env``: the same as ``alf-env-bench`` (see :mod:`alf_env.bench`).
-
-Useful where pip's scripts directory is not on ``PATH``.
-"""
+"""``python -m alf_env``: ``alf-env-bench`` where pip's scripts directory is not on ``PATH``."""
 
 import sys
 

@@ -1,24 +1,5 @@
-"""Core data structures: ``StepType``, ``TimeStep`` and their helpers.
-
-A ``TimeStep`` is what an environment returns from ``reset()`` and
-``step(action)``. Its fields are, in order:
-
-* ``step_type``: ``StepType.FIRST`` / ``MID`` / ``LAST`` (int32);
-* ``reward``: the reward for ``prev_action`` (``reward_spec``, float32);
-* ``discount``: float32 in [0, 1]; 0 when the episode terminated, the
-  environment's discount otherwise (also when it was truncated);
-* ``observation``: a nest matching ``observation_spec``;
-* ``prev_action``: the action that led here (zeros on ``FIRST``);
-* ``env_id``: int32 id of the environment (row) that produced the step;
-* ``untransformed``: left ``()`` by environments (room for data transformers);
-* ``env_info``: a dict of extra fixed-size numeric data (``{}`` by default).
-
-Every field defaults to ``()``, the empty nest.
-
-The helpers :func:`restart`, :func:`transition`, :func:`termination` and
-:func:`truncation` build numpy or torch ``TimeStep`` values (decided by the type of
-the observation leaves), batched or not.
-"""
+"""``StepType``, ``TimeStep`` and the helpers that build time steps, as ALF's
+(docs/contract.rst, "Data model")."""
 
 import collections
 from typing import Any, Optional, Tuple, Union
@@ -31,24 +12,13 @@ from alf_env import nest
 from alf_env.dtypes import to_numpy
 from alf_env.tensor_specs import BoundedTensorSpec, TensorSpec
 
-__all__ = [
-    "StepType",
-    "TimeStep",
-    "time_step_spec",
-    "generate_time_step",
-    "restart",
-    "transition",
-    "termination",
-    "truncation",
-]
+__all__ = ["StepType", "TimeStep", "time_step_spec", "generate_time_step", "restart",
+           "transition", "termination", "truncation"]
 
 
 class StepType:
-    """Where a ``TimeStep`` sits in an episode.
-
-    The members are ``np.int32`` constants, so they compare with Python ints,
-    numpy arrays and torch tensors alike.
-    """
+    """Where a ``TimeStep`` sits in an episode: ``np.int32`` constants, which compare with
+    Python ints, numpy arrays and torch tensors alike."""
 
     FIRST = np.int32(0)
     """The first step of an episode (returned by a reset)."""
@@ -58,17 +28,11 @@ class StepType:
     """The last step of an episode (terminated or truncated)."""
 
     def __new__(cls, value: Any) -> np.int32:  # type: ignore[misc]  # ALF's: an np.int32
-        """Validates ``value`` and returns it as the matching ``np.int32``.
-
-        Raises:
-            ValueError: if ``value`` is not 0, 1 or 2.
-        """
-        valid = (cls.FIRST, cls.MID, cls.LAST)
-        if value in valid:
+        """``value`` as the matching ``np.int32``; ``ValueError`` if it is not 0, 1 or 2."""
+        if value in (cls.FIRST, cls.MID, cls.LAST):
             step_type: np.int32 = np.int32(value)
             return step_type
-        raise ValueError(
-            f"StepType must be one of FIRST=0, MID=1, LAST=2, got {value!r}")
+        raise ValueError(f"StepType must be one of FIRST=0, MID=1, LAST=2, got {value!r}")
 
 
 def _equal(step_type: Any, value: np.int32) -> Any:
@@ -77,17 +41,19 @@ def _equal(step_type: Any, value: np.int32) -> Any:
     return np.equal(step_type, value)
 
 
-# The fields and their defaults as literals: so type checkers see them too.
+# The fields and their defaults as literals, so type checkers see them.
 class TimeStep(
         collections.namedtuple("TimeStep", ("step_type", "reward", "discount", "observation",
                                             "prev_action", "env_id", "untransformed",
                                             "env_info"),
                                defaults=((), (), (), (), (), (), (), ()))):
-    """One step of an environment; see the module docstring for the fields.
+    """One step of an environment; every field defaults to ``()``, the empty nest.
 
-    ``is_first()``, ``is_mid()`` and ``is_last()`` compare ``step_type`` and
-    return a bool, a numpy bool array or a torch bool tensor, following the
-    type of ``step_type``.
+    Fields: ``step_type`` (a ``StepType``), ``reward`` (for ``prev_action``),
+    ``discount`` (0 when the episode terminated, else the env's discount, also when
+    truncated), ``observation``, ``prev_action`` (zeros on ``FIRST``), ``env_id`` (the
+    env or row that produced it), ``untransformed`` (``()``, room for data transformers)
+    and ``env_info`` (fixed-size numeric extras, ``{}`` by default).
     """
 
     __slots__ = ()
@@ -108,10 +74,8 @@ class TimeStep(
 def _check_specs(specs: Any, field: str) -> None:
     for path, leaf in nest.flatten_with_path(specs):
         if not isinstance(leaf, TensorSpec):
-            where = f"{field}.{path}" if path else field
-            raise TypeError(
-                f"time_step_spec: {where} must be a TensorSpec, got "
-                f"{type(leaf).__name__} ({leaf!r})")
+            raise TypeError(f"time_step_spec: {nest.field_name(field, path)} must be a "
+                            f"TensorSpec, got {type(leaf).__name__} ({leaf!r})")
 
 
 def time_step_spec(observation_spec: Any, action_spec: Any,
@@ -120,17 +84,13 @@ def time_step_spec(observation_spec: Any, action_spec: Any,
     """Returns the ``TimeStep`` of specs for the given component specs.
 
     Args:
-        observation_spec: nest of ``TensorSpec``.
-        action_spec: nest of ``TensorSpec``.
+        observation_spec, action_spec: nests of ``TensorSpec``.
         reward_spec: ``TensorSpec`` of the reward (scalar float32 by default).
-        env_info_spec: nest of ``TensorSpec`` for ``env_info``; ``{}`` if
-            omitted, matching the ``env_info={}`` of generated time steps.
+        env_info_spec: nest of ``TensorSpec`` for ``env_info``; ``{}`` if omitted.
 
     Returns:
-        A ``TimeStep`` whose ``step_type`` is ``TensorSpec((), torch.int32)``,
-        ``discount`` is ``BoundedTensorSpec((), torch.float32, 0, 1)``, and
-        ``env_id`` is ``TensorSpec((), torch.int32)``; ``untransformed`` is
-        ``()``.
+        A ``TimeStep`` whose ``step_type`` and ``env_id`` are ``TensorSpec((), torch.int32)``
+        and ``discount`` ``BoundedTensorSpec((), torch.float32, 0, 1)``.
 
     Raises:
         TypeError: if a leaf of a spec nest is not a ``TensorSpec``.
@@ -142,13 +102,10 @@ def time_step_spec(observation_spec: Any, action_spec: Any,
     _check_specs(reward_spec, "reward")
     _check_specs(env_info_spec, "env_info")
     return TimeStep(
-        step_type=TensorSpec((), torch.int32),
-        reward=reward_spec,
+        step_type=TensorSpec((), torch.int32), reward=reward_spec,
         discount=BoundedTensorSpec((), torch.float32, minimum=0.0, maximum=1.0),
-        observation=observation_spec,
-        prev_action=action_spec,
-        env_id=TensorSpec((), torch.int32),
-        env_info=env_info_spec)
+        observation=observation_spec, prev_action=action_spec,
+        env_id=TensorSpec((), torch.int32), env_info=env_info_spec)
 
 
 def _uses_torch(observation: Any, use_tensor: Optional[bool]) -> bool:
@@ -161,25 +118,17 @@ def _uses_torch(observation: Any, use_tensor: Optional[bool]) -> bool:
 
 
 def _to_np(x: Any, dtype: npt.DTypeLike) -> np.ndarray:
-    """``x`` (array, tensor or number) as a numpy array of ``dtype``."""
     return np.asarray(to_numpy(x), dtype=dtype)
 
 
-# Numbers for which ``np.asarray(x, dtype)`` is always a new 0-d array, so
-# ``np.array(x, dtype)`` gives exactly what broadcasting it to shape () and
-# copying gives, without the (slow) broadcast.
-_SCALAR_TYPES = frozenset({
-    bool, int, float, np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8,
-    np.uint16, np.uint32, np.uint64, np.float16, np.float32, np.float64
-})
+# Numbers whose ``np.array(x, dtype)`` is what broadcasting to () and copying gives, faster.
+_SCALAR_TYPES = frozenset({bool, int, float, np.bool_, np.int8, np.int16, np.int32, np.int64,
+                           np.uint8, np.uint16, np.uint32, np.uint64, np.float16, np.float32,
+                           np.float64})
 
 
 def scalar_array(value: Any, dtype: npt.DTypeLike) -> np.ndarray:
-    """``np.broadcast_to(_to_np(value, dtype), ()).copy()``: a new 0-d array.
-
-    Raises:
-        ValueError: if ``value`` is an array that is not 0-d.
-    """
+    """``np.broadcast_to(_to_np(value, dtype), ()).copy()``: a new 0-d array, faster."""
     if type(value) in _SCALAR_TYPES:
         return np.array(value, dtype=dtype)
     array: np.ndarray = np.broadcast_to(_to_np(value, dtype), ()).copy()
@@ -187,45 +136,28 @@ def scalar_array(value: Any, dtype: npt.DTypeLike) -> np.ndarray:
 
 
 def _outer_array(value: Any, dtype: npt.DTypeLike, outer: Tuple[int, ...]) -> np.ndarray:
-    """``value`` broadcast to ``outer`` as a new array of ``dtype``."""
     if not outer:
         return scalar_array(value, dtype)
     array: np.ndarray = np.broadcast_to(_to_np(value, dtype), outer).copy()
     return array
 
 
-def generate_time_step(batched: bool,
-                       observation: Any,
-                       step_type: Union[int, np.integer],
-                       discount: Any,
-                       prev_action: Any = None,
-                       action_spec: Any = None,
-                       reward: Any = None,
-                       reward_spec: TensorSpec = TensorSpec(()),
-                       env_id: Any = None,
-                       env_info: Any = None,
+def generate_time_step(batched: bool, observation: Any, step_type: Union[int, np.integer],
+                       discount: Any, prev_action: Any = None, action_spec: Any = None,
+                       reward: Any = None, reward_spec: TensorSpec = TensorSpec(()),
+                       env_id: Any = None, env_info: Any = None,
                        use_tensor: Optional[bool] = None) -> TimeStep:
     """Builds a ``TimeStep`` of numpy arrays or torch tensors.
 
-    Args:
-        batched: whether the leaves carry a leading batch dimension (its size
-            is read from the first observation leaf, or from ``reward``).
-        observation: nest of arrays / tensors.
-        step_type: a ``StepType`` member.
-        discount: scalar or per-row discount.
-        prev_action: nest of actions; zeros of ``action_spec`` if ``None``.
-        action_spec: used only when ``prev_action`` is ``None``.
-        reward: scalar or per-row reward; zeros of ``reward_spec`` if ``None``.
-        reward_spec: spec of one reward.
-        env_id: scalar or per-row id; ``0`` (unbatched) or ``arange(batch)``
-            (batched) if ``None``.
-        env_info: nest of extra data; ``{}`` if ``None``.
-        use_tensor: force torch (``True``) or numpy (``False``) outputs; by
-            default torch iff all observation leaves are tensors.
+    ``discount``, ``reward`` and ``env_id`` are scalars or one per row. By default
+    ``prev_action`` and ``reward`` are zeros of ``action_spec`` / ``reward_spec``, ``env_id``
+    0 or ``arange(batch)``, ``env_info`` ``{}``.
 
-    Returns:
-        The ``TimeStep``; ``step_type`` and ``env_id`` are int32, ``discount``
-        float32, ``reward`` of ``reward_spec``'s dtype.
+    Args:
+        batched: whether the leaves carry a leading batch dimension (its size is read
+            from the first observation leaf, or from ``reward``).
+        use_tensor: force torch (``True``) or numpy (``False``) outputs; by default
+            torch iff all observation leaves are tensors.
 
     Raises:
         ValueError: if the batch size cannot be determined.
@@ -233,7 +165,6 @@ def generate_time_step(batched: bool,
     md_torch = _uses_torch(observation, use_tensor)
     if env_info is None:
         env_info = {}
-    reward_np_dtype = reward_spec.numpy_dtype
 
     outer: Tuple[int, ...] = ()
     if batched:
@@ -246,8 +177,7 @@ def generate_time_step(batched: bool,
             raise ValueError("generate_time_step: cannot infer the batch size "
                              "from an empty observation without a reward")
 
-    if not outer and type(step_type) is np.int32:
-        # np.full((), x, int32) of an int32 scalar is a new 0-d array of x.
+    if not outer and type(step_type) is np.int32:  # np.full's result, faster
         step_type_a: Any = np.array(step_type)  # these become tensors with md_torch
     else:
         step_type_a = np.full(outer, step_type, dtype=np.int32)
@@ -255,7 +185,7 @@ def generate_time_step(batched: bool,
     if reward is None:
         reward_a: Any = reward_spec.numpy_zeros(outer)
     else:
-        reward_a = _to_np(reward, reward_np_dtype)
+        reward_a = _to_np(reward, reward_spec.numpy_dtype)
     if env_id is None:
         env_id_a: Any = (np.arange(outer[0], dtype=np.int32) if batched
                     else np.zeros((), dtype=np.int32))
@@ -271,7 +201,6 @@ def generate_time_step(batched: bool,
     if md_torch:
         step_type_a, reward_a, discount_a, env_id_a = (
             torch.as_tensor(f) for f in (step_type_a, reward_a, discount_a, env_id_a))
-    # Positional: the same TimeStep as with keywords, without their cost.
     return TimeStep(step_type_a, reward_a, discount_a, observation, prev_action,
                     env_id_a, (), env_info)
 
@@ -280,64 +209,36 @@ def _is_batched(reward: Any, reward_spec: TensorSpec) -> bool:
     return np.ndim(reward) > len(reward_spec.shape)  # np.ndim reads a tensor's ndim
 
 
-def restart(observation: Any,
-            action_spec: Any,
-            reward_spec: TensorSpec = TensorSpec(()),
-            env_id: Any = None,
-            env_info: Any = None,
-            batched: bool = False,
+def restart(observation: Any, action_spec: Any, reward_spec: TensorSpec = TensorSpec(()),
+            env_id: Any = None, env_info: Any = None, batched: bool = False,
             use_tensor: Optional[bool] = None) -> TimeStep:
-    """A ``FIRST`` step: zero reward and prev_action, discount 1.
-
-    Args:
-        observation: the first observation (nest).
-        action_spec: nest of ``TensorSpec`` used for the zero ``prev_action``.
-        reward_spec: spec of the (zero) reward.
-        env_id: optional id(s) of the environment.
-        env_info: optional env info nest (``{}`` by default).
-        batched: whether the leaves have a leading batch dimension.
-        use_tensor: see :func:`generate_time_step`.
-    """
+    """A ``FIRST`` step: zero reward and prev_action (of ``action_spec``), discount 1."""
     return generate_time_step(batched, observation, StepType.FIRST, 1.0,
                               action_spec=action_spec, reward_spec=reward_spec,
                               env_id=env_id, env_info=env_info, use_tensor=use_tensor)
 
 
-def transition(observation: Any,
-               prev_action: Any,
-               reward: Any,
-               reward_spec: TensorSpec = TensorSpec(()),
-               discount: Any = 1.0,
-               env_id: Any = None,
-               env_info: Any = None,
-               use_tensor: Optional[bool] = None) -> TimeStep:
+def transition(observation: Any, prev_action: Any, reward: Any,
+               reward_spec: TensorSpec = TensorSpec(()), discount: Any = 1.0, env_id: Any = None,
+               env_info: Any = None, use_tensor: Optional[bool] = None) -> TimeStep:
     """A ``MID`` step. Batched iff ``reward`` has more dims than ``reward_spec``."""
-    return generate_time_step(_is_batched(reward, reward_spec), observation,
-                              StepType.MID, discount, prev_action=prev_action,
-                              reward=reward, reward_spec=reward_spec, env_id=env_id,
-                              env_info=env_info, use_tensor=use_tensor)
+    return generate_time_step(_is_batched(reward, reward_spec), observation, StepType.MID,
+                              discount, prev_action=prev_action, reward=reward,
+                              reward_spec=reward_spec, env_id=env_id, env_info=env_info,
+                              use_tensor=use_tensor)
 
 
-def termination(observation: Any,
-                prev_action: Any,
-                reward: Any,
-                reward_spec: TensorSpec = TensorSpec(()),
-                env_id: Any = None,
-                env_info: Any = None,
-                use_tensor: Optional[bool] = None) -> TimeStep:
+def termination(observation: Any, prev_action: Any, reward: Any,
+                reward_spec: TensorSpec = TensorSpec(()), env_id: Any = None,
+                env_info: Any = None, use_tensor: Optional[bool] = None) -> TimeStep:
     """A ``LAST`` step of a terminated episode: discount 0."""
     return truncation(observation, prev_action, reward, reward_spec, 0.0, env_id, env_info,
                       use_tensor)
 
 
-def truncation(observation: Any,
-               prev_action: Any,
-               reward: Any,
-               reward_spec: TensorSpec = TensorSpec(()),
-               discount: Any = 1.0,
-               env_id: Any = None,
-               env_info: Any = None,
-               use_tensor: Optional[bool] = None) -> TimeStep:
+def truncation(observation: Any, prev_action: Any, reward: Any,
+               reward_spec: TensorSpec = TensorSpec(()), discount: Any = 1.0, env_id: Any = None,
+               env_info: Any = None, use_tensor: Optional[bool] = None) -> TimeStep:
     """A ``LAST`` step of a truncated episode: keeps ``discount`` (1 by default)."""
     return generate_time_step(_is_batched(reward, reward_spec), observation,
                               StepType.LAST, discount, prev_action=prev_action,
@@ -345,5 +246,4 @@ def truncation(observation: Any,
                               env_info=env_info, use_tensor=use_tensor)
 
 
-# ALF's name for the generic helper.
-_generate_time_step = generate_time_step
+_generate_time_step = generate_time_step  # ALF's name

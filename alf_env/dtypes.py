@@ -1,47 +1,20 @@
-"""Conversions between torch and numpy dtypes, for the specs.
+"""Conversions between torch and numpy dtypes, for the specs (re-exported by
+:mod:`alf_env.tensor_specs`)."""
 
-Dtypes may be given as ``torch.dtype``, ``numpy.dtype``, numpy scalar types
-(``np.uint8``) or strings (``"float32"``, ``"torch.int64"``);
-:func:`as_torch_dtype` turns any of them into the ``torch.dtype`` that specs
-store, :func:`torch_dtype_to_numpy` and :func:`numpy_dtype_to_torch` map
-between the two libraries. :mod:`alf_env.tensor_specs` re-exports them.
-"""
-
-from typing import Any, Union
+from typing import Any, Dict, Union
 
 import numpy as np
 import torch
 
-__all__ = [
-    "DTypeLike",
-    "torch_dtype_to_numpy",
-    "torch_dtype_to_str",
-    "numpy_dtype_to_torch",
-    "as_torch_dtype",
-    "TORCH_TO_NUMPY",
-    "to_numpy",
-]
+__all__ = ["DTypeLike", "torch_dtype_to_numpy", "torch_dtype_to_str", "numpy_dtype_to_torch",
+           "as_torch_dtype", "TORCH_TO_NUMPY", "to_numpy"]
 
 DTypeLike = Union[torch.dtype, np.dtype, type, str]
 
-#: The numpy dtype of each torch dtype that has one.
-TORCH_TO_NUMPY = {
-    torch.bool: np.dtype(np.bool_),
-    torch.uint8: np.dtype(np.uint8),
-    torch.int8: np.dtype(np.int8),
-    torch.int16: np.dtype(np.int16),
-    torch.int32: np.dtype(np.int32),
-    torch.int64: np.dtype(np.int64),
-    torch.float16: np.dtype(np.float16),
-    torch.float32: np.dtype(np.float32),
-    torch.float64: np.dtype(np.float64),
-    torch.complex64: np.dtype(np.complex64),
-    torch.complex128: np.dtype(np.complex128),
-}
-for _name, _np_type in (("uint16", np.uint16), ("uint32", np.uint32),
-                        ("uint64", np.uint64)):
-    if hasattr(torch, _name):
-        TORCH_TO_NUMPY[getattr(torch, _name)] = np.dtype(_np_type)
+# torch's uint16, uint32 and uint64 are recent.
+TORCH_TO_NUMPY: Dict[torch.dtype, np.dtype] = {getattr(torch, name): np.dtype(name) for name in (
+    "bool", "uint8", "int8", "int16", "int32", "int64", "float16", "float32", "float64",
+    "complex64", "complex128", "uint16", "uint32", "uint64") if hasattr(torch, name)}
 _NUMPY_TO_TORCH = {v: k for k, v in TORCH_TO_NUMPY.items()}
 
 
@@ -53,13 +26,8 @@ def to_numpy(value: Any) -> Any:
 
 
 def torch_dtype_to_numpy(dtype: DTypeLike) -> np.dtype:
-    """Returns the numpy dtype equivalent to a torch dtype (or dtype-like).
-
-    Raises:
-        TypeError: if the dtype has no numpy equivalent (e.g. bfloat16).
-    """
-    # A torch dtype (the common case) is its own as_torch_dtype: look it up
-    # directly.
+    """The numpy dtype equivalent to a torch dtype (or dtype-like); ``TypeError`` if none."""
+    # A torch dtype (the common case) is its own as_torch_dtype.
     np_dtype = TORCH_TO_NUMPY.get(dtype) if type(dtype) is torch.dtype else None
     if np_dtype is not None:
         return np_dtype
@@ -68,8 +36,7 @@ def torch_dtype_to_numpy(dtype: DTypeLike) -> np.dtype:
         return TORCH_TO_NUMPY[dtype]
     except KeyError:
         raise TypeError(f"torch dtype {dtype} has no numpy equivalent; "
-                        f"expected one of {sorted(map(str, TORCH_TO_NUMPY))}"
-                        ) from None
+                        f"expected one of {sorted(map(str, TORCH_TO_NUMPY))}") from None
 
 
 def torch_dtype_to_str(dtype: DTypeLike) -> str:
@@ -78,11 +45,7 @@ def torch_dtype_to_str(dtype: DTypeLike) -> str:
 
 
 def numpy_dtype_to_torch(dtype: Any) -> torch.dtype:
-    """Returns the torch dtype equivalent to a numpy dtype (or dtype-like).
-
-    Raises:
-        TypeError: if the dtype has no torch equivalent (e.g. strings, objects).
-    """
+    """The torch dtype equivalent to a numpy dtype (or dtype-like); ``TypeError`` if none."""
     try:
         np_dtype = np.dtype(dtype)
     except TypeError as e:
@@ -91,16 +54,11 @@ def numpy_dtype_to_torch(dtype: Any) -> torch.dtype:
         return _NUMPY_TO_TORCH[np_dtype]
     except KeyError:
         raise TypeError(f"numpy dtype {np_dtype} has no torch equivalent; "
-                        f"expected one of {sorted(map(str, _NUMPY_TO_TORCH))}"
-                        ) from None
+                        f"expected one of {sorted(map(str, _NUMPY_TO_TORCH))}") from None
 
 
 def as_torch_dtype(dtype: DTypeLike) -> torch.dtype:
-    """Converts a dtype-like (torch/numpy dtype, numpy type, str) to torch.
-
-    Raises:
-        TypeError: if ``dtype`` does not name a dtype known to torch.
-    """
+    """A dtype-like (torch/numpy dtype, numpy type, str) as torch's; ``TypeError`` if none."""
     if isinstance(dtype, torch.dtype):
         return dtype
     if isinstance(dtype, str):

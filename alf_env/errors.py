@@ -1,9 +1,4 @@
-"""Exceptions raised by alf_env.
-
-Worker failures travel home whole: the error names the env id, carries the
-worker's traceback text, and keeps the original exception type when it can be
-pickled (see :class:`alf_env.control_plane.remote.RemoteException`).
-"""
+"""Exceptions raised by alf_env (docs/contract.rst, "Errors")."""
 
 import errno
 import multiprocessing
@@ -30,12 +25,7 @@ class EnvironmentProcessError(RuntimeError):
 
 
 def describe_exit(exitcode: Optional[int]) -> str:
-    """Describes a ``multiprocessing.Process.exitcode`` for a human.
-
-    Args:
-        exitcode: ``None`` (still running or unknown), ``>= 0`` (exit status)
-            or ``< 0`` (killed by signal ``-exitcode``).
-    """
+    """Describes a ``multiprocessing.Process.exitcode`` (negative: a signal) for a human."""
     if exitcode is None:
         return "exit status unknown"
     if exitcode < 0:
@@ -56,18 +46,15 @@ class WorkerDiedError(EnvironmentProcessError):
         env_ids: every env the worker held (``[env_id]`` for a worker of one env).
     """
 
-    def __init__(self, env_id: Optional[int], exitcode: Optional[int],
-                 during: str = "", env_ids: Optional[Sequence[int]] = None,
-                 remote_traceback: str = "") -> None:
+    def __init__(self, env_id: Optional[int], exitcode: Optional[int], during: str = "",
+                 env_ids: Optional[Sequence[int]] = None, remote_traceback: str = "") -> None:
         where = f" during {during}" if during else ""
         ids: List[Optional[int]] = [env_id] if env_ids is None else list(env_ids)
         envs = f"env {env_id}" if len(ids) <= 1 else f"envs {ids}"
-        # A worker that asked to exit (sys.exit(), KeyboardInterrupt in its env)
-        # says where first: without it an env bug looks like a crash.
+        # The traceback of a worker that asked to exit: else an env bug looks like a crash.
         last_words = f"\nWorker traceback:\n{remote_traceback}" if remote_traceback else ""
-        super().__init__(
-            f"The worker process of {envs} died{where}: "
-            f"{describe_exit(exitcode)}.{last_words}", env_id, remote_traceback)
+        super().__init__(f"The worker process of {envs} died{where}: "
+                         f"{describe_exit(exitcode)}.{last_words}", env_id, remote_traceback)
         self.exitcode = exitcode
         self.during = during
         self.env_ids: Sequence[Optional[int]] = ids
@@ -79,9 +66,7 @@ class WorkerDiedError(EnvironmentProcessError):
     @property
     def signal(self) -> Optional[int]:
         """The signal number that killed the worker, or ``None``."""
-        if self.exitcode is not None and self.exitcode < 0:
-            return -self.exitcode
-        return None
+        return -self.exitcode if self.exitcode is not None and self.exitcode < 0 else None
 
 
 class EnvironmentClosedError(RuntimeError):
@@ -89,30 +74,17 @@ class EnvironmentClosedError(RuntimeError):
 
 
 class EnvironmentClosedAttributeError(EnvironmentClosedError, AttributeError):
-    """An attribute of a closed environment's remote env was read.
-
-    Also an ``AttributeError``, so that ``getattr(env, name, default)`` gives
-    the default and ``hasattr`` is ``False``, as for any object without the
-    attribute (other uses of a closed env raise :class:`EnvironmentClosedError`).
-    """
+    """An attribute of a closed environment's remote env was read; an ``AttributeError``, so
+    that ``getattr(env, name, default)`` and ``hasattr`` work."""
 
 
 class ConcurrentUseError(RuntimeError):
-    """A second thread called an environment while another thread was using it.
-
-    The front ends are not thread-safe: the call is refused before anything
-    reaches the workers, instead of deadlocking, mixing up the two threads'
-    answers or actions, or stepping the envs for the refused call. A
-    ``RuntimeError``, like the native engine's own refusal (a ``Controller``
-    used by two threads at once), which stays as a backstop.
-    """
+    """A second thread called an environment while another thread was using it: refused
+    before anything reaches the workers, instead of deadlocking or mixing up answers."""
 
 
 class FdLimitError(OSError):
-    """Starting the workers would pass this process's limit on open files (RLIMIT_NOFILE).
-
-    An ``OSError`` with ``errno`` ``EMFILE``, like the error it replaces, whose
-    message says how many file descriptors the workers need and the limit.
+    """Starting the workers would pass this process's limit on open files (``EMFILE``).
 
     Attributes:
         needed: descriptors this process would have open with the workers.
@@ -121,16 +93,11 @@ class FdLimitError(OSError):
 
     def __init__(self, message: str, needed: int, limit: int) -> None:
         super().__init__(errno.EMFILE, message)
-        self.needed = needed
-        self.limit = limit
+        self.needed, self.limit = needed, limit
 
     def __reduce__(self) -> Tuple[Any, ...]:
         return (type(self), (self.strerror, self.needed, self.limit))
 
 
 class EnvTimeoutError(TimeoutError, multiprocessing.TimeoutError):
-    """A wait passed its timeout.
-
-    It is both the built-in ``TimeoutError`` and ``multiprocessing.TimeoutError``
-    (what gymnasium's ``AsyncVectorEnv`` users catch).
-    """
+    """A wait passed its timeout (also ``multiprocessing.TimeoutError``, for gymnasium users)."""

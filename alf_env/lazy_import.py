@@ -1,13 +1,6 @@
-"""Names imported on first use: the package's one way of importing lazily.
-
-- :func:`import_from` imports a module (or one name of it) when a function
-  first needs it: an optional dependency (Ray, PufferLib, torch on a path
-  that stays torch-free) or a user's ``module:function``.
-- :func:`lazy_exports` makes the module-level ``__getattr__`` and ``__dir__``
-  of a package that re-exports names from its submodules, each imported when
-  it is first asked for (so ``import alf_env`` does not import torch, and a
-  worker that unpickles a constructor imports neither torch nor matplotlib).
-"""
+"""Names imported on first use: the package's one way of importing lazily, so that
+``import alf_env`` does not import torch and a worker that unpickles a constructor imports
+neither torch nor matplotlib."""
 
 import importlib
 import sys
@@ -17,16 +10,7 @@ __all__ = ["import_from", "lazy_exports"]
 
 
 def import_from(module: str, name: Optional[str] = None) -> Any:
-    """Imports ``module`` and returns it, or its attribute ``name``.
-
-    Args:
-        module: the module's absolute dotted name.
-        name: an attribute of the module; ``None`` returns the module itself.
-
-    Raises:
-        ImportError: the module does not import.
-        AttributeError: it has no attribute ``name``.
-    """
+    """Imports ``module`` and returns it, or its attribute ``name`` unless that is ``None``."""
     imported = importlib.import_module(module)
     return imported if name is None else getattr(imported, name)
 
@@ -38,13 +22,6 @@ def lazy_exports(package: str, names: Mapping[str, str]
     Use it at the end of the package's ``__init__.py``::
 
         __getattr__, __dir__ = lazy_exports(__name__, {"Name": "pkg.module"})
-
-    A name is imported from its module when it is first read and then kept in
-    the package's namespace, so later reads do not come back here.
-
-    Args:
-        package: the package's ``__name__``.
-        names: each re-exported name -> the module that defines it.
     """
 
     def __getattr__(name: str) -> Any:

@@ -1,37 +1,8 @@
-"""Utilities for nested structures ("nests").
+"""Nests: trees of tuples, lists, namedtuples and mappings, with anything else as leaves.
 
-A nest is a tree whose inner nodes are containers and whose leaves are
-anything else. The containers are:
-
-* ``tuple`` and ``list``: children in positional order;
-* ``namedtuple`` (any tuple subclass with ``_fields``): children in field
-  order, packed back into the same namedtuple type;
-* ``dict`` (any ``collections.abc.Mapping``): children in SORTED key order,
-  packed back into the same mapping type, keeping the structure's own key
-  (insertion) order.
-
-Everything else is a leaf: numpy arrays, torch tensors, numbers, strings,
-``None``, specs... An empty container such as ``()`` or ``{}`` is a nest with
-no leaves, which is how an unused ``TimeStep`` field (default ``()``) is
-represented.
-
-Paths name a leaf inside a nest by joining the keys, indices or field names on
-the way down with ``"."``, e.g. ``"observation.0"`` or ``"env_info.speed"``.
-The path of a nest that is itself a leaf is ``""``.
-
-Structure mismatches raise :class:`NestStructureError` (a leaf against a
-container, different lengths or keys) or :class:`NestTypeError` (different
-container types); the message names the path where the nests differ and what
-was expected vs got. Both are ``RuntimeError`` (what ALF's nest raises) and,
-respectively, ``ValueError`` / ``TypeError`` (what gymnasium-style callers
-catch), so ``except RuntimeError``, ``except ValueError`` and ``except
-TypeError`` keep working.
-
-The module is read top to bottom: what a node is (its kind, cached per
-type), the paths of leaves, the errors, the walks over whole nests (flatten,
-pack, compare, map, stack) and, last, :func:`compile_nest`: flatten and pack
-compiled once for one spec, for the hot paths that move values of one spec
-every step (a ``TimeStep``, an action).
+See docs/contract.rst, "Data model", and docs/migration.rst (what differs from ALF's
+nest). Mismatch errors are ``RuntimeError`` (as ALF's) and ``ValueError`` / ``TypeError``
+(what gymnasium-style callers catch).
 """
 
 import abc
@@ -42,62 +13,24 @@ from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Se
 
 import numpy as np
 
-__all__ = [
-    "NestStructureError",
-    "NestTypeError",
-    "is_namedtuple",
-    "is_nested",
-    "flatten",
-    "flatten_with_path",
-    "join_path",
-    "pack_sequence_as",
-    "assert_same_structure",
-    "map_structure",
-    "map_structure_with_path",
-    "py_map_structure_with_path",
-    "stack",
-    "compile_nest",
-]
+__all__ = ["NestStructureError", "NestTypeError", "is_namedtuple", "is_nested", "flatten",
+           "flatten_with_path", "join_path", "pack_sequence_as", "assert_same_structure",
+           "map_structure", "map_structure_with_path", "py_map_structure_with_path", "stack",
+           "compile_nest"]
 
 # -- node kinds ---------------------------------------------------------------
 
-# Every public function of this module walks nests node by node, and at each node needs
-# the answer of ``is_nested`` / ``isinstance(x, Mapping)`` / ``is_namedtuple``.
-# Asking ``isinstance`` against ``collections.abc.Mapping`` (an ABC check) at
-# every node dominated the per-step cost of the environments. So the answer
-# is computed once per *type* with exactly those predicates and kept in
-# ``KINDS``:
-#
-# * ``LEAF``: not a tuple, list or Mapping;
-# * ``SEQUENCE``: a list (or subclass), or a tuple (sub)class without
-#   ``_fields``: children in iteration order (what ``enumerate`` gives);
-# * ``NAMEDTUPLE``: a tuple subclass with ``_fields``: children are
-#   ``zip(type(x)._fields, x)``;
-# * ``NAMEDTUPLE_PLAIN``: the same, for a class that keeps ``tuple.__iter__``,
-#   so iterating it directly gives the same children as the ``zip`` whenever
-#   ``_fields`` is at least as long as the tuple (checked per node);
-# * ``MAPPING``: a ``collections.abc.Mapping``: children in sorted key order.
-#
-# Why caching per type is exact: ``isinstance(x, tuple/list)`` depends only on
-# the type's bases, and ``isinstance(x, Mapping)`` on the bases and on ABC
-# registrations; every registration bumps ``abc.get_cache_token()``, and the
-# cache is dropped whenever that token changed (checked once per public call).
-# Types that override ``__class__`` (proxies, mocks) can make ``isinstance``
-# answer per instance, so they are never cached. What is assumed is only what
-# ``abc`` itself assumes: a class does not change its bases, gain or lose
-# ``_fields`` or swap ``__iter__`` after it has been used in a nest.
-LEAF = 0
-SEQUENCE = 1
-NAMEDTUPLE = 2
-NAMEDTUPLE_PLAIN = 3
-MAPPING = 4
+# An ABC check (``isinstance(x, Mapping)``) at every node dominated the per-step cost of
+# the environments, so each type's kind is cached in ``KINDS``. That is exact: the answer
+# depends only on the bases and on ABC registrations, each of which bumps
+# ``abc.get_cache_token()`` and so drops the cache. Proxies (types overriding
+# ``__class__``) are never cached. NAMEDTUPLE_PLAIN keeps ``tuple.__iter__``.
+LEAF, SEQUENCE, NAMEDTUPLE, NAMEDTUPLE_PLAIN, MAPPING = range(5)
 
-# Builtin containers: their answers can never change (builtins cannot be
-# re-based, and ``dict`` is a Mapping by a registration that cannot be undone).
+# Builtins cannot be re-based or unregistered: their kinds never change.
 BUILTIN_KINDS: Dict[type, int] = {tuple: SEQUENCE, list: SEQUENCE, dict: MAPPING}
 KINDS: Dict[type, int] = dict(BUILTIN_KINDS)
-# A bound on the cache, so code that creates classes on the fly (namedtuples
-# made per call) cannot make it grow without limit; refilling is cheap.
+# Bounded, so namedtuple classes made per call cannot grow it without limit.
 _MAX_CACHED_KINDS = 4096
 _get_cache_token = abc.get_cache_token
 _kinds_token = _get_cache_token()
@@ -114,11 +47,6 @@ def sync_kinds() -> None:
         _kinds_token = token
 
 
-def _lies_about_class(cls: type) -> bool:
-    """Whether instances of ``cls`` may report a ``__class__`` other than ``cls``."""
-    return any("__class__" in vars(base) for base in cls.__mro__[:-1])
-
-
 def new_kind_of(value: Any) -> int:
     """The kind of ``value`` from the original predicates; caches it if safe."""
     cls = type(value)
@@ -131,7 +59,7 @@ def new_kind_of(value: Any) -> int:
         kind = SEQUENCE
     else:
         kind = LEAF
-    if not _lies_about_class(cls):
+    if not any("__class__" in vars(base) for base in cls.__mro__[:-1]):  # not a proxy
         if len(KINDS) >= _MAX_CACHED_KINDS:
             KINDS.clear()
             KINDS.update(BUILTIN_KINDS)
@@ -140,18 +68,14 @@ def new_kind_of(value: Any) -> int:
 
 
 def kind_of(value: Any) -> int:
-    """The cached kind of ``value`` (see above)."""
+    """The cached kind of ``value``."""
     kind = KINDS.get(type(value))
-    if kind is None:
-        return new_kind_of(value)
-    return kind
+    return new_kind_of(value) if kind is None else kind
 
 
 def namedtuple_children(value: Any, kind: int) -> Any:
     """The children of a namedtuple node: what ``zip(_fields, value)`` yields."""
     fields = type(value)._fields
-    # For a class keeping tuple.__iter__, the zip yields every element exactly
-    # when _fields is at least as long as the tuple itself.
     if (kind == NAMEDTUPLE_PLAIN and type(fields) is tuple
             and len(fields) >= tuple.__len__(value)):
         return value
@@ -179,16 +103,17 @@ def sorted_keys(mapping: "collections.abc.Mapping[Any, Any]") -> List[Any]:
 
 # -- paths --------------------------------------------------------------------
 
-_PATH_SEPARATOR = "."
-
-
 def join_path(path: str, key: Any) -> str:
     """The path of the child ``key`` of the node at ``path``."""
-    return f"{path}{_PATH_SEPARATOR}{key}" if path else str(key)
+    return f"{path}.{key}" if path else str(key)
 
 
-def _flatten_with_path_into(nest: Any, path: str,
-                            out: List[Tuple[str, Any]]) -> None:
+def field_name(prefix: str, path: str) -> str:
+    """``prefix.path``, or ``prefix`` for the root path ``""``: a leaf named in an error."""
+    return f"{prefix}.{path}" if path else prefix
+
+
+def _flatten_with_path_into(nest: Any, path: str, out: List[Tuple[str, Any]]) -> None:
     kind = kind_of(nest)
     if kind == LEAF:
         out.append((path, nest))
@@ -221,15 +146,11 @@ def flatten_with_path(nest: Any) -> List[Tuple[str, Any]]:
 # -- errors -------------------------------------------------------------------
 
 class NestStructureError(RuntimeError, ValueError):
-    """Two nests differ in structure (a leaf against a container, lengths, keys).
-
-    A ``RuntimeError`` and a ``ValueError``: see the module docstring.
-    """
+    """Two nests differ in structure (a leaf against a container, lengths, keys)."""
 
 
 class NestTypeError(NestStructureError, TypeError):
-    """Two nests have different container types (e.g. a list against a tuple);
-    also a ``TypeError`` (see the module docstring)."""
+    """Two nests have different container types (e.g. a list against a tuple)."""
 
 
 def _describe(value: Any) -> str:
@@ -242,19 +163,11 @@ def _describe(value: Any) -> str:
 
 
 class Mismatch(Exception):
-    """A structure difference found deep in a nest, carrying its path upwards.
+    """A structure difference carrying its path upwards: equal nests format no path."""
 
-    The dotted path is only built (by the caller of the walk) when the nests
-    differ, so equal nests cost no string formatting.
-    """
-
-    def __init__(self, error: Type[Exception], expected: Any, got: Any,
-                 keys: bool = False) -> None:
+    def __init__(self, error: Type[Exception], expected: Any, got: Any, keys: bool = False) -> None:
         super().__init__()
-        self.error = error
-        self.expected = expected
-        self.got = got
-        self.keys = keys
+        self.error, self.expected, self.got, self.keys = error, expected, got, keys
         self.reversed_path: List[Any] = []
 
     def to_error(self) -> Exception:
@@ -267,19 +180,15 @@ class Mismatch(Exception):
             a_keys, b_keys = sorted_keys(a), sorted_keys(b)
             missing = [k for k in a_keys if k not in b]
             extra = [k for k in b_keys if k not in a]
-            return self.error(
-                f"The two nests differ at {where}: expected "
-                f"keys {a_keys}, got keys {b_keys} (missing {missing}, "
-                f"unexpected {extra}).")
-        return self.error(
-            f"The two nests differ at {where}: expected "
-            f"{_describe(a)}, got {_describe(b)}.")
+            return self.error(f"The two nests differ at {where}: expected keys {a_keys}, got "
+                              f"keys {b_keys} (missing {missing}, unexpected {extra}).")
+        return self.error(f"The two nests differ at {where}: expected {_describe(a)}, got "
+                          f"{_describe(b)}.")
 
 
 # -- walks over whole nests ---------------------------------------------------
 
 def _flatten_into(nest: Any, kind: int, out: List[Any]) -> None:
-    """Appends the leaves of the container ``nest`` (of ``kind``) to ``out``."""
     if kind == SEQUENCE:
         children = nest
     elif kind == MAPPING:
@@ -307,8 +216,7 @@ def flatten(nest: Any) -> List[Any]:
         nest: a nest or a single leaf.
 
     Returns:
-        The leaves; ``[nest]`` if ``nest`` is itself a leaf, ``[]`` for an empty
-        container.
+        The leaves; ``[nest]`` for a leaf, ``[]`` for an empty container.
     """
     sync_kinds()
     kind = kind_of(nest)
@@ -320,11 +228,7 @@ def flatten(nest: Any) -> List[Any]:
 
 
 def _pack(structure: Any, kind: int, leaves: Iterator[Any]) -> Any:
-    """Builds a container like ``structure`` (of ``kind``) from ``leaves``.
-
-    Raises ``StopIteration`` when ``leaves`` runs out (the caller turns that
-    into its leaf-count error).
-    """
+    """A container like ``structure`` from ``leaves``; ``StopIteration`` if they run out."""
     kinds_get = KINDS.get
     if kind == MAPPING:
         keys = sorted_keys(structure)
@@ -343,8 +247,7 @@ def _pack(structure: Any, kind: int, leaves: Iterator[Any]) -> Any:
         if child_kind == LEAF:
             append(next(leaves))
         elif child_type in BUILTIN_KINDS and not child:
-            # What packing an empty builtin container gives: tuple([]) is the
-            # () singleton, list([]) and dict([]) are new empty containers.
+            # What packing gives: tuple([]) is the () singleton, the others new.
             append(() if child_type is tuple else child_type())
         else:
             append(_pack(child, child_kind, leaves))
@@ -353,11 +256,9 @@ def _pack(structure: Any, kind: int, leaves: Iterator[Any]) -> Any:
         return cls(values)
     if kind != MAPPING:
         return cls(*values)
-    # Keep the structure's own key order (it matters to OrderedDict).
+    # The structure's own key order (it matters to OrderedDict).
     if cls is dict:
-        # ``update`` keeps the position of existing keys: the result has the
-        # structure's key order and the values matched by key.
-        packed = dict.fromkeys(structure)
+        packed = dict.fromkeys(structure)  # update() keeps these keys' positions
         packed.update(zip(keys, values))
         return packed
     by_key = dict(zip(keys, values))
@@ -368,44 +269,35 @@ def _pack(structure: Any, kind: int, leaves: Iterator[Any]) -> Any:
 
 
 def _leaf_count_error(structure: Any, got: int) -> NestStructureError:
-    expected = len(flatten(structure))
     return NestStructureError(
-        f"pack_sequence_as: the structure has {expected} leaves but the "
-        f"flat sequence has {got} elements. "
-        f"Structure: {structure!r}")
+        f"pack_sequence_as: the structure has {len(flatten(structure))} leaves but the flat "
+        f"sequence has {got} elements. Structure: {structure!r}")
 
 
 _NO_LEAF = object()
 
 
 def pack_sequence_as(structure: Any, flat_sequence: Sequence[Any]) -> Any:
-    """Packs a flat sequence of leaves into the shape of ``structure``.
-
-    The inverse of :func:`flatten`: ``pack_sequence_as(s, flatten(s))`` equals
-    ``s``. Namedtuple and mapping types of ``structure`` are preserved.
+    """Packs a flat sequence of leaves into the shape of ``structure``; undoes :func:`flatten`.
 
     Args:
         structure: the nest giving the shape (its leaves are ignored).
         flat_sequence: the leaves, in canonical order.
 
     Returns:
-        A nest with the structure of ``structure`` and the given leaves.
+        A nest with the structure (and container types) of ``structure``.
 
     Raises:
-        NestStructureError: if the number of leaves does not match
-            ``structure`` (a ``RuntimeError`` and a ``ValueError``).
+        NestStructureError: if the number of leaves does not match ``structure``.
     """
     sync_kinds()
-    # A list is only read here, so it needs no defensive copy.
-    flat = flat_sequence if type(flat_sequence) is list else list(flat_sequence)
+    flat = flat_sequence if type(flat_sequence) is list else list(flat_sequence)  # no copy
     kind = kind_of(structure)
     if kind == LEAF:
         if len(flat) != 1:
             raise _leaf_count_error(structure, len(flat))
         return flat[0]
-    # Packing and counting in one walk: the count is checked when the walk
-    # ends or fails. A wrong count is reported before any other failure, as
-    # when the leaves were counted first.
+    # Packing and counting in one walk; a wrong count is reported before any other failure.
     leaves = iter(flat)
     try:
         packed = _pack(structure, kind, leaves)
@@ -435,7 +327,6 @@ def _assert_same_structure(a: Any, b: Any, check_types: bool) -> None:
             raise Mismatch(NestStructureError, a, b, keys=True)
         for k in a_keys:
             a_child, b_child = a[k], b[k]
-            # Two leaves always match: skip the call.
             if kinds_get(type(a_child)) == LEAF and kinds_get(type(b_child)) == LEAF:
                 continue
             try:
@@ -458,32 +349,21 @@ def _assert_same_structure(a: Any, b: Any, check_types: bool) -> None:
         try:
             _assert_same_structure(a_child, b_child, check_types)
         except Mismatch as mismatch:
-            # The key of a child is its index, or its field for a namedtuple.
-            mismatch.reversed_path.append(
-                index if a_kind == SEQUENCE else type(a)._fields[index])
+            mismatch.reversed_path.append(index if a_kind == SEQUENCE else type(a)._fields[index])
             raise
 
 
 def assert_same_structure(nest1: Any, nest2: Any, check_types: bool = True) -> None:
-    """Asserts that two nests have the same structure.
-
-    Two nests have the same structure when their containers sit at the same
-    places, have the same lengths (or keys) and, with ``check_types``, the same
-    sequence types (a ``list`` does not match a ``tuple``, a namedtuple only
-    matches the same namedtuple type; any two mappings match). Leaves are not
-    compared.
+    """Asserts that two nests have the same structure (leaves are not compared).
 
     Args:
         nest1: the expected structure.
         nest2: the structure to check.
-        check_types: whether sequence types must match exactly.
+        check_types: whether sequence types must match exactly (any two mappings match).
 
     Raises:
-        NestStructureError: a leaf against a container, or different
-            lengths / keys (a ``RuntimeError`` and a ``ValueError``).
-        NestTypeError: different container types (also a ``TypeError``).
-        The message names the path where the nests differ and gives the
-        expected and actual node.
+        NestStructureError: a leaf against a container, or different lengths / keys.
+        NestTypeError: different container types.
     """
     sync_kinds()
     try:
@@ -507,9 +387,7 @@ def map_structure(fn: Callable[..., Any], *nests: Any, check_types: bool = True)
         A nest with the structure of ``nests[0]`` holding ``fn``'s results.
 
     Raises:
-        NestStructureError: if the nests' structures differ (a
-            ``RuntimeError`` and a ``ValueError``; :class:`NestTypeError`,
-            also a ``TypeError``, for different container types).
+        NestStructureError: as :func:`assert_same_structure`.
     """
     if not nests:
         raise ValueError("map_structure needs at least one nest, got none.")
@@ -522,18 +400,13 @@ def map_structure(fn: Callable[..., Any], *nests: Any, check_types: bool = True)
     return pack_sequence_as(first, [fn(*leaves) for leaves in zip(*flats)])
 
 
-def map_structure_with_path(fn: Callable[..., Any], *nests: Any,
-                            check_types: bool = True) -> Any:
-    """Like :func:`map_structure` but calls ``fn(path, *leaves)``.
+def map_structure_with_path(fn: Callable[..., Any], *nests: Any, check_types: bool = True) -> Any:
+    """Like :func:`map_structure` (same returns and raises) but calls ``fn(path, *leaves)``.
 
     Args:
-        fn: called as ``fn(path, leaf_1, ..., leaf_n)`` where ``path`` is the
-            dotted path of the leaf (e.g. ``"observation.0"``; ``""`` when the
-            nest is a single leaf).
-        *nests: one or more nests with the same structure.
-        check_types: see :func:`assert_same_structure`.
-
-    Returns and raises as :func:`map_structure`.
+        fn: called as ``fn(path, leaf_1, ..., leaf_n)``; ``path`` is the leaf's dotted
+            path (``""`` when the nest is a single leaf).
+        *nests, check_types: as :func:`map_structure`.
     """
     if not nests:
         raise ValueError("map_structure_with_path needs at least one nest, got none.")
@@ -541,20 +414,15 @@ def map_structure_with_path(fn: Callable[..., Any], *nests: Any,
     for other in nests[1:]:
         assert_same_structure(first, other, check_types)
     others = [flatten(n) for n in nests[1:]]
-    # The leaves of ``first`` come from the same walk as its paths.
     return pack_sequence_as(first, [fn(path, leaf, *rest) for (path, leaf), *rest
                                     in zip(flatten_with_path(first), *others)])
 
 
-# ALF's name of map_structure_with_path (same paths, e.g. "observation.0").
-py_map_structure_with_path = map_structure_with_path
+py_map_structure_with_path = map_structure_with_path  # ALF's name
 
 
 def stack(nests: Sequence[Any]) -> Any:
-    """Stacks same-structured nests of arrays along a new leading axis.
-
-    Leaves are stacked with ``torch.stack`` when they are tensors, else with
-    ``numpy.stack``.
+    """Stacks same-structured nests of arrays (or tensors) along a new leading axis.
 
     Args:
         nests: a non-empty sequence of nests with identical structure.
@@ -568,8 +436,7 @@ def stack(nests: Sequence[Any]) -> Any:
     if len(nests) == 0:
         raise ValueError("stack needs at least one nest, got an empty sequence.")
 
-    # No tensor can exist unless torch was imported: this module does not
-    # import it (a worker that never uses torch does not pay ~1 s for it).
+    # Not imported here: a worker that never uses torch does not pay ~1 s for it.
     torch = sys.modules.get("torch")
 
     def _stack(*leaves: Any) -> Any:
@@ -582,26 +449,17 @@ def stack(nests: Sequence[Any]) -> Any:
 
 # -- compiled for one spec -----------------------------------------------------
 
-# ``flatten`` and ``pack_sequence_as`` inspect every node of a value on every
-# call. A worker or a trainer that moves values of one spec every step (a
-# ``TimeStep``, an action) compiles the spec once with compile_nest and gets
-# the same leaves and the same packed values for a fraction of that.
-
-
 class _Field(NamedTuple):
     """How :func:`compile_nest` moves one field of a namedtuple spec."""
     name: str
     sub: Any                    # the field's spec if it is a nest, else None (a leaf)
-    num_leaves: int             # its number of leaves
+    num_leaves: int
     empty: Optional[type]       # the type of a bare empty container, rebuilt per value
-    dict_order: Optional[Tuple[List[Any], List[int]]]  # see _dict_order
+    dict_order: Optional[Tuple[List[Any], List[int]]]
 
 
 def _dict_order(spec: Any) -> Optional[Tuple[List[Any], List[int]]]:
-    """For a plain ``dict`` of leaves (an ``env_info`` spec): its keys in its own
-    order and, for each, the position of its leaf in ``flatten`` order
-    (sorted keys), so that packing is one ``dict(zip(...))`` with what
-    ``pack_sequence_as`` gives; ``None`` for anything else."""
+    """A plain dict of leaves' keys and each one's ``flatten`` position (packed by one zip)."""
     if type(spec) is not dict or not spec or any(is_nested(v) for v in spec.values()):
         return None
     key_order = sorted_keys(spec)
@@ -611,12 +469,7 @@ def _dict_order(spec: Any) -> Optional[Tuple[List[Any], List[int]]]:
 
 def _compile_dict(spec: Dict[Any, Any], dict_order: Tuple[List[Any], List[int]]
                   ) -> Tuple[Callable[[Any], List[Any]], Callable[[List[Any]], Any]]:
-    """:func:`compile_nest` of a plain ``dict`` of leaves (see :func:`_dict_order`).
-
-    A plain dict with the spec's keys and no nest where the spec has a leaf is
-    read key by key in ``flatten`` order; anything else by :func:`flatten`
-    itself.
-    """
+    """:func:`compile_nest` of a plain ``dict`` of leaves; other values go to :func:`flatten`."""
     keys, positions = dict_order
     key_order = sorted_keys(spec)
 
@@ -637,19 +490,9 @@ def _compile_dict(spec: Dict[Any, Any], dict_order: Tuple[List[Any], List[int]]
 
 
 def compile_nest(spec: Any) -> Tuple[Callable[[Any], List[Any]], Callable[[List[Any]], Any]]:
-    """``(flatten, pack)`` for values shaped like ``spec``, faster than
-    :func:`flatten` and :func:`pack_sequence_as`.
-
-    A namedtuple spec (a ``TimeStep``) is taken apart field by field: a leaf
-    field directly, a nested field by those functions (a plain dict of leaves
-    is packed by key). A plain dict spec of leaves (an ``env_info``, a dict
-    observation) is read and built by key. A value of another type, or
-    with a nest where the spec has a leaf, is flattened by :func:`flatten`;
-    a nested field the spec has empty but the value has not is kept whole.
-    Either way leaves that do not fit the spec (their count, shapes or
-    dtypes) are left for the caller to refuse (e.g. the shared-memory
-    rows' writers) and name.
-    """
+    """``(flatten, pack)`` for values shaped like ``spec``, faster than :func:`flatten` and
+    :func:`pack_sequence_as`, for the hot paths that move values of one spec every step.
+    Leaves that do not fit the spec are left for the caller to refuse."""
     if not is_nested(spec):
         return (lambda value: [value]), (lambda leaves: leaves[0])
     if not is_namedtuple(spec):
@@ -661,9 +504,8 @@ def compile_nest(spec: Any) -> Tuple[Callable[[Any], List[Any]], Callable[[List[
     for name, sub in zip(spec._fields, spec):
         nested = is_nested(sub)
         count = len(flatten(sub)) if nested else 1
-        # A field that is a bare empty tuple, list or dict (a TimeStep's
-        # ``untransformed`` and an info-less ``env_info``) is rebuilt by its
-        # type: a new empty value each time, at a tenth of pack_sequence_as.
+        # A bare empty field (``untransformed``, an info-less ``env_info``) is rebuilt by
+        # its type: a new empty value each time, at a tenth of pack_sequence_as.
         empty = type(sub) if type(sub) in (tuple, list, dict) and not sub else None
         fields.append(_Field(name, sub if nested else None, count, empty,
                              _dict_order(sub) if nested and empty is None else None))
@@ -686,10 +528,7 @@ def compile_nest(spec: Any) -> Tuple[Callable[[Any], List[Any]], Callable[[List[
         return out
 
     if all(f.sub is None or f.empty is not None for f in fields):
-        # Every field a leaf or a bare empty container (a TimeStep of one
-        # observation, one action and no info: the common case, packed once
-        # per step by FastParallelEnvironment): the leaves in field order,
-        # each empty field a new empty value, with no walk of the fields.
+        # Every field a leaf or bare empty (the common TimeStep): no walk of the fields.
         empty_at = [(k, f.empty) for k, f in enumerate(fields) if f.empty is not None]
 
         def pack_flat(leaves: List[Any]) -> Any:

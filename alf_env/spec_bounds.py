@@ -1,10 +1,5 @@
-"""The element-wise bounds of a ``BoundedTensorSpec``, and sampling inside them.
-
-How :class:`~alf_env.tensor_specs.BoundedTensorSpec` defaults, checks and
-stores its bounds (read-only arrays of the spec's dtype), shows them in its
-``repr``, and draws values inside them (uniform integers over the inclusive
-range, finite floats), for :mod:`alf_env.tensor_specs`.
-"""
+"""The element-wise bounds of a ``BoundedTensorSpec``: defaults, checks, ``repr``, and
+sampling inside them, for :mod:`alf_env.tensor_specs`."""
 
 from typing import Any, Tuple
 
@@ -13,8 +8,7 @@ import torch
 
 from alf_env.dtypes import to_numpy
 
-# Upper limit (exclusive) of the seed drawn from torch's RNG for
-# ``BoundedTensorSpec.sample()``.
+# Exclusive upper limit of the seed ``BoundedTensorSpec.sample()`` draws from torch's RNG.
 TORCH_SEED_LIMIT = 2**62
 
 
@@ -28,14 +22,9 @@ def default_bound(dtype: torch.dtype, np_dtype: np.dtype, upper: bool) -> Any:
     return 1.0 if upper else 0.0
 
 
-def bound_array(value: Any, name: str, shape: torch.Size,
-                np_dtype: np.dtype) -> np.ndarray:
-    """Converts a bound to a read-only array of ``np_dtype``, of its own shape.
-
-    The bound keeps the shape it was given (a scalar a 0-d array, a row of
-    bounds a row), as in ALF: ``replace(shape=...)`` then keeps bounds that
-    still broadcast to the new shape. It must broadcast to ``shape``.
-    """
+def bound_array(value: Any, name: str, shape: torch.Size, np_dtype: np.dtype) -> np.ndarray:
+    """A bound as a read-only array of ``np_dtype`` that broadcasts to ``shape``; it keeps its
+    own shape, as in ALF, so ``replace(shape=...)`` keeps bounds that still broadcast."""
     value = to_numpy(value)
     raw = np.asarray(value)
     if raw.dtype == object:
@@ -47,9 +36,8 @@ def bound_array(value: Any, name: str, shape: torch.Size,
             info = np.iinfo(np_dtype)
             as_obj = raw.astype(object) if raw.dtype.kind in "iub" else raw
             if np.any(as_obj < info.min) or np.any(as_obj > info.max):
-                raise ValueError(
-                    f"{name}={value!r} is outside the range of dtype {np_dtype} "
-                    f"[{info.min}, {info.max}]")
+                raise ValueError(f"{name}={value!r} is outside the range of dtype {np_dtype} "
+                                 f"[{info.min}, {info.max}]")
     elif np.any(np.isnan(raw.astype(np.float64, copy=False))):
         raise ValueError(f"{name} must not be NaN, got {value!r}")
     try:
@@ -104,6 +92,5 @@ def sample_float(rng: Any, low: np.ndarray, high: np.ndarray, shape: Tuple[int, 
         values = np.where(~low_finite & high_finite, high - tail, values)
         values = np.where(~low_finite & ~high_finite, normal, values)
     info = np.finfo(np_dtype)
-    values = np.clip(values, np.maximum(low, float(info.min)),
-                     np.minimum(high, float(info.max)))
+    values = np.clip(values, np.maximum(low, float(info.min)), np.minimum(high, float(info.max)))
     return np.asarray(values).astype(np_dtype)

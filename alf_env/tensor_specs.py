@@ -1,16 +1,8 @@
-"""Specs describing tensors (and numpy arrays) before they exist.
+"""Specs describing tensors (and numpy arrays) before they exist: ALF's ``TensorSpec`` and
+``BoundedTensorSpec`` (docs/contract.rst, "Data model"; docs/migration.rst for the details).
 
-:class:`TensorSpec` gives a shape and a torch dtype; :class:`BoundedTensorSpec`
-adds inclusive element-wise bounds and can sample values inside them. Specs
-compare by value, hash, pickle, and build torch tensors (``zeros``, ``ones``,
-``constant``, ``sample``) or numpy arrays (``numpy_zeros``, ``numpy_constant``,
-``numpy_sample``).
-
-Dtypes may be given as ``torch.dtype``, ``numpy.dtype``, numpy scalar types
-(``np.uint8``) or strings (``"float32"``, ``"torch.int64"``); they are always
-stored as ``torch.dtype``. The dtype conversions live in :mod:`alf_env.dtypes`
-and the bounds' checks and sampling in :mod:`alf_env.spec_bounds`; this module
-re-exports the public dtype functions.
+Dtypes are stored as ``torch.dtype`` (:mod:`alf_env.dtypes`, re-exported here); the bounds'
+checks and sampling are :mod:`alf_env.spec_bounds`.
 """
 
 from typing import Any, Iterable, Optional, Sequence, Tuple, Union
@@ -36,15 +28,8 @@ from alf_env.spec_bounds import (
     sample_int,
 )
 
-__all__ = [
-    "SpecBoundsError",
-    "TensorSpec",
-    "BoundedTensorSpec",
-    "torch_dtype_to_numpy",
-    "torch_dtype_to_str",
-    "numpy_dtype_to_torch",
-    "as_torch_dtype",
-]
+__all__ = ["SpecBoundsError", "TensorSpec", "BoundedTensorSpec", "torch_dtype_to_numpy",
+           "torch_dtype_to_str", "numpy_dtype_to_torch", "as_torch_dtype"]
 
 ShapeLike = Union[torch.Size, Sequence[int], int]
 OuterDims = Optional[Iterable[int]]
@@ -63,27 +48,17 @@ def _as_shape(shape: ShapeLike) -> torch.Size:
 
 
 class SpecBoundsError(ValueError, AssertionError):
-    """A ``BoundedTensorSpec`` got ``minimum > maximum``.
-
-    Both ``ValueError`` and ``AssertionError`` (what ALF's ``BoundedTensorSpec``
-    raises), so callers of either kind catch it.
-    """
+    """A ``BoundedTensorSpec`` got ``minimum > maximum``; an ``AssertionError`` as in ALF."""
 
 
 def _full_shape(shape: torch.Size, outer_dims: OuterDims) -> Tuple[int, ...]:
-    # An empty tuple of outer dims adds nothing (the unbatched case).
     if outer_dims is None or (type(outer_dims) is tuple and not outer_dims):
         return tuple(shape)
     return tuple(int(d) for d in outer_dims) + tuple(shape)
 
 
 class TensorSpec:
-    """Describes a tensor by its shape and dtype.
-
-    Attributes:
-        shape: a ``torch.Size``.
-        dtype: a ``torch.dtype``.
-    """
+    """Describes a tensor by its shape (a ``torch.Size``) and dtype (a ``torch.dtype``)."""
 
     __slots__ = ("_shape", "_dtype")
 
@@ -92,7 +67,7 @@ class TensorSpec:
 
         Args:
             shape: the shape of the described tensor (without batch dims).
-            dtype: a torch dtype or anything convertible (numpy dtype, "int32").
+            dtype: a torch dtype or anything convertible (numpy dtype, ``"int32"``).
 
         Raises:
             TypeError: if ``shape`` or ``dtype`` cannot be interpreted.
@@ -100,7 +75,6 @@ class TensorSpec:
         self._shape = _as_shape(shape)
         self._dtype = as_torch_dtype(dtype)
 
-    # ----- construction helpers -------------------------------------------
     @classmethod
     def from_spec(cls, spec: "TensorSpec") -> "TensorSpec":
         """Returns a ``TensorSpec`` with the shape and dtype of ``spec``."""
@@ -118,14 +92,10 @@ class TensorSpec:
     @classmethod
     def from_array(cls, array: Union[np.ndarray, np.generic, Any],
                    from_dim: int = 0) -> "TensorSpec":
-        """Returns the spec of ``array.shape[from_dim:]`` and ``array.dtype``.
-
-        Python scalars and sequences are converted with ``np.asarray`` first.
-        """
+        """Returns the spec of ``np.asarray(array)``'s ``shape[from_dim:]`` and dtype."""
         array = np.asarray(array)
         return TensorSpec(array.shape[from_dim:], array.dtype)
 
-    # ----- properties -----------------------------------------------------
     @property
     def shape(self) -> torch.Size:
         """The shape of the described tensor."""
@@ -174,7 +144,6 @@ class TensorSpec:
         """Whether this spec class carries bounds."""
         return False
 
-    # ----- value constructors ---------------------------------------------
     def zeros(self, outer_dims: OuterDims = None) -> torch.Tensor:
         """A zero tensor of shape ``outer_dims + shape``."""
         return torch.zeros(_full_shape(self._shape, outer_dims), dtype=self._dtype)
@@ -192,12 +161,7 @@ class TensorSpec:
         return np.zeros(_full_shape(self._shape, outer_dims), dtype=self.numpy_dtype)
 
     def numpy_constant(self, value: Any, outer_dims: OuterDims = None) -> np.ndarray:
-        """An array of shape ``outer_dims + shape`` filled with ``value``.
-
-        Args:
-            value: a scalar, or an array broadcastable to ``shape``.
-            outer_dims: optional leading dims.
-        """
+        """An array of shape ``outer_dims + shape`` filled with ``value`` (broadcast)."""
         value = to_numpy(value)
         out = np.empty(_full_shape(self._shape, outer_dims), dtype=self.numpy_dtype)
         out[...] = value
@@ -209,12 +173,10 @@ class TensorSpec:
 
     def replace(self, shape: Optional[ShapeLike] = None,
                 dtype: Optional[DTypeLike] = None) -> "TensorSpec":
-        """A new ``TensorSpec`` with ``shape`` and/or ``dtype`` replaced (as ALF's);
-        an argument left ``None`` keeps this spec's."""
+        """A new ``TensorSpec`` with ``shape`` and/or ``dtype`` replaced; ``None`` keeps one."""
         return TensorSpec(self._shape if shape is None else shape,
                           self._dtype if dtype is None else dtype)
 
-    # ----- comparison / pickling ------------------------------------------
     def __eq__(self, other: object) -> bool:
         if type(self) is not type(other):
             return NotImplemented if not isinstance(other, TensorSpec) else False
@@ -233,15 +195,9 @@ class TensorSpec:
 class BoundedTensorSpec(TensorSpec):
     """A :class:`TensorSpec` with inclusive element-wise bounds.
 
-    Bounds may be scalars or arrays broadcastable to ``shape``; they are stored
-    as read-only numpy arrays of the spec's dtype and of the shape they were
-    given, as in ALF: a scalar bound as a 0-d array (``spec.minimum.shape ==
-    ()``), a ``(4,)`` bound of a ``(3, 4)`` spec as a ``(4,)`` array (so
-    ``replace(shape=(8, 4))`` keeps it). Omitted bounds are scalars. For
-    integer dtypes both bounds are inclusive (a uint8 spec over [0, 255] can
-    sample 255). Omitted bounds default to the dtype's range for integer and
-    bool dtypes and to ``[0, 1]`` for floating dtypes (as in ALF). Float bounds
-    may be infinite.
+    Bounds are stored as read-only arrays of the spec's dtype and of the shape they were
+    given, as in ALF (docs/migration.rst). Omitted bounds are the dtype's range for
+    integers and bool, ``[0, 1]`` for floats; float bounds may be infinite.
     """
 
     __slots__ = ("_minimum", "_maximum")
@@ -251,17 +207,14 @@ class BoundedTensorSpec(TensorSpec):
         """Creates a bounded spec.
 
         Args:
-            shape: the shape of the described tensor.
-            dtype: a torch dtype or anything convertible.
+            shape, dtype: as :class:`TensorSpec`.
             minimum: inclusive lower bound(s), broadcastable to ``shape``.
             maximum: inclusive upper bound(s), broadcastable to ``shape``.
 
         Raises:
             ValueError: if a bound cannot be broadcast to ``shape``, is outside
                 the dtype's range or is NaN.
-            SpecBoundsError: if ``minimum > maximum`` anywhere (the message
-                names the index); both a ``ValueError`` and ALF's
-                ``AssertionError``.
+            SpecBoundsError: if ``minimum > maximum`` anywhere (naming the index).
         """
         super().__init__(shape, dtype)
         np_dtype = self.numpy_dtype
@@ -277,9 +230,9 @@ class BoundedTensorSpec(TensorSpec):
             index = tuple(int(i) for i in np.argwhere(bad)[0])
             low = np.broadcast_to(self._minimum, bad.shape)[index].item()
             high = np.broadcast_to(self._maximum, bad.shape)[index].item()
-            raise SpecBoundsError(
-                f"minimum must be <= maximum, but at index {index} minimum="
-                f"{low!r} > maximum={high!r}; pass bounds with minimum <= maximum")
+            raise SpecBoundsError(f"minimum must be <= maximum, but at index {index} "
+                                  f"minimum={low!r} > maximum={high!r}; pass bounds with "
+                                  f"minimum <= maximum")
 
     @classmethod
     def from_spec(cls, spec: TensorSpec) -> "BoundedTensorSpec":
@@ -290,7 +243,6 @@ class BoundedTensorSpec(TensorSpec):
 
     @classmethod
     def is_bounded(cls) -> bool:
-        """Whether this spec class carries bounds."""
         return True
 
     @property
@@ -303,47 +255,31 @@ class BoundedTensorSpec(TensorSpec):
         """Inclusive upper bounds: a read-only array broadcastable to :attr:`shape`."""
         return self._maximum
 
-    def replace(self, shape: Optional[ShapeLike] = None,
-                dtype: Optional[DTypeLike] = None, minimum: Any = None,
-                maximum: Any = None) -> "BoundedTensorSpec":
-        """A new ``BoundedTensorSpec`` with some fields replaced (as ALF's); an
-        argument left ``None`` keeps this spec's.
-
-        Kept bounds keep their own shapes (as ALF's), so a ``(4,)`` bound of
-        a ``(3, 4)`` spec fits a new shape ``(8, 4)``.
-
-        Raises:
-            ValueError: as the constructor, e.g. when a kept array bound does
-                not broadcast to a new ``shape``.
-        """
+    def replace(self, shape: Optional[ShapeLike] = None, dtype: Optional[DTypeLike] = None,
+                minimum: Any = None, maximum: Any = None) -> "BoundedTensorSpec":
+        """A new ``BoundedTensorSpec`` with some fields replaced; ``None`` keeps one (a kept
+        bound must broadcast to a new ``shape``)."""
         return BoundedTensorSpec(self._shape if shape is None else shape,
                                  self._dtype if dtype is None else dtype,
                                  self._minimum if minimum is None else minimum,
                                  self._maximum if maximum is None else maximum)
 
-    # ----- sampling -------------------------------------------------------
-    def numpy_sample(self, outer_dims: OuterDims = None, rng: Any = np.random
-                     ) -> np.ndarray:
+    def numpy_sample(self, outer_dims: OuterDims = None, rng: Any = np.random) -> np.ndarray:
         """Samples an array of shape ``outer_dims + shape`` inside the bounds.
 
-        Integers are uniform over the inclusive range. Floats are uniform
-        between finite bounds; a finite bound with an infinite other side is offset by a
-        half-normal draw (standard normal if both sides are infinite), so the
-        values are always finite.
+        Integers are uniform over the inclusive range, floats between finite bounds; an
+        infinite side is replaced by a half-normal offset, so the values stay finite.
 
         Args:
             outer_dims: optional leading dims.
-            rng: ``numpy.random`` (default), a ``RandomState`` or a
-                ``numpy.random.Generator``.
+            rng: ``numpy.random`` (default), a ``RandomState`` or a ``Generator``.
 
         Returns:
             An array of the spec's numpy dtype.
         """
         shape = _full_shape(self._shape, outer_dims)
         np_dtype = self.numpy_dtype
-        if shape == self._minimum.shape:
-            # The bounds already have the shape: broadcasting would only make
-            # read-only views of the same values (the samplers only read them).
+        if shape == self._minimum.shape:  # no broadcast views needed
             low, high = self._minimum, self._maximum
         else:
             low = np.broadcast_to(self._minimum, shape)
@@ -353,15 +289,10 @@ class BoundedTensorSpec(TensorSpec):
         return sample_int(rng, low, high, shape, np_dtype)
 
     def sample(self, outer_dims: OuterDims = None) -> torch.Tensor:
-        """Samples a tensor of shape ``outer_dims + shape`` inside the bounds.
-
-        Draws from torch's global RNG, so ``torch.manual_seed`` makes it
-        reproducible. See :meth:`numpy_sample` for the distribution.
-        """
+        """Samples a tensor as :meth:`numpy_sample`, from torch's RNG (``torch.manual_seed``)."""
         seed = int(torch.randint(0, TORCH_SEED_LIMIT, (), dtype=torch.int64))
         return torch.from_numpy(self.numpy_sample(outer_dims, np.random.default_rng(seed)))
 
-    # ----- comparison / pickling ------------------------------------------
     def __eq__(self, other: object) -> bool:
         eq = super().__eq__(other)
         if eq is not True or not isinstance(other, BoundedTensorSpec):  # True: of this type
@@ -381,5 +312,4 @@ class BoundedTensorSpec(TensorSpec):
                 f"minimum={compact_bound(self._minimum)}, maximum={compact_bound(self._maximum)})")
 
     def __reduce__(self) -> Tuple[Any, ...]:
-        return BoundedTensorSpec, (tuple(self._shape), self._dtype,
-                                   self._minimum, self._maximum)
+        return BoundedTensorSpec, (tuple(self._shape), self._dtype, self._minimum, self._maximum)

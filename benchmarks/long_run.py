@@ -1,24 +1,15 @@
 """Long-run reliability check: memory, descriptors and shared memory stay flat.
 
-Steps the trivial env (W1, ``alf_env.synthetic_envs.TrivialEnv``: episodes of 100
-steps, so every env resets every 100 steps) across ``--num-envs`` envs for
-``--env-steps`` env-steps through one front end, with a pipe call (a spec
-query / ``get_attr``) every ``--call-every`` batch steps, and compares the end of the
-run with the end of a warm-up:
-
-* the resident memory (RSS, psutil) of the parent and of every worker:
-  growth must stay below ``--max-rss-growth`` percent (default 5);
-* the open descriptors of the parent (``/proc/self/fd``) and of every
-  worker: no growth;
-* the entries of ``/dev/shm``: none new (the native engine uses memfds).
-
-It prints a table and exits with status 1 if a bound is broken.
+Steps the trivial env (W1, ``alf_env.bench.synthetic_envs.TrivialEnv``, which resets
+every 100 steps) for ``--env-steps`` env-steps through one front end, with a pipe
+call every ``--call-every`` batch steps, and compares the end of the run with the
+end of a warm-up: the resident memory of the parent and every worker (growth
+below ``--max-rss-growth`` percent), their open descriptors (no growth) and
+``/dev/shm`` (no new entry). It prints a table and exits with status 1 if a bound
+is broken. ``process`` steps separate ``ProcessEnvironment``s side by side.
 
 Run:  python benchmarks/long_run.py [--env-steps 1000000] [--num-envs 8]
           [--backend fast|parallel|vector|vector_pipe|process] [--json FILE]
-
-``process`` steps ``--num-envs`` separate ``ProcessEnvironment``s side by side
-(``resolve_all``); the others are the batched front ends.
 """
 
 import argparse
@@ -33,7 +24,7 @@ import numpy as np
 import psutil
 
 from alf_env.environments.alf_gym_wrapper import AlfGymWrapper
-from alf_env.synthetic_envs import TrivialEnv
+from alf_env.bench.synthetic_envs import TrivialEnv
 
 BACKENDS = ("fast", "parallel", "vector", "vector_pipe", "process")
 

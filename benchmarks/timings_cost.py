@@ -1,20 +1,15 @@
 """What does leaving ``timings()`` on cost a ``FastVectorEnv`` step?
 
-The workers count every env step, time one in ``StepClock.SAMPLE_EVERY``
-(a clock reading after each env's step, stored, and counted once the step is
-reported) and stamp their jobs in the job slots, always. This script builds
-two ``FastVectorEnv`` s of the same envs in one trainer: one as users get it,
-one whose workers were started with the per-env clock replaced by no-ops (the
-workers are forked with the patch in place; the job stamps and the native
-per-batch figures stay, ~100 ns a step). ``--every N`` sets the sample period
-of the first (1: every step timed). Both pin their workers to the CPUs the
-same way (``worker_cpus``): left to the OS, one of two otherwise equal envs in
-one trainer often runs 1.4x slower than the other for its whole life, which
-would swamp the difference. The trainer steps them in alternating blocks of
-``--block`` steps, so a drift of the machine's speed, which moves separate
-runs by 30%, hits both alike. Printed: the medians over the blocks of each
-one's median step (µs), of their difference, and the cost as a fraction of
-the untimed step; ``--repeats`` fresh processes, each printing its figures.
+The workers always count every env step, time one in ``StepClock.SAMPLE_EVERY``
+and stamp their jobs. This script builds two ``FastVectorEnv`` s of the same envs
+in one trainer: one as users get it (``--every N`` sets its sample period), one
+whose workers were forked with the per-env clock replaced by no-ops. Both pin
+their workers the same way (``worker_cpus``): left to the OS, one of two equal
+envs in one trainer often runs 1.4x slower than the other for its whole life.
+The trainer steps them in alternating blocks of ``--block`` steps, so the
+machine's drift hits both alike, and prints the medians over the blocks of each
+one's median step (µs), of their difference, and the cost as a fraction of the
+untimed step, for ``--repeats`` fresh processes.
 
 Run:  python benchmarks/timings_cost.py [--workload CartPole-v1] [--num-envs 8]
       [--every 8] [--blocks 200] [--block 32] [--repeats 5] [--json out.json]

@@ -1,7 +1,7 @@
 """The benchmark's workloads: synthetic envs and real ones, by name.
 
 - ``W1`` ... ``W4`` and the sweep ``S10`` ... ``S1000``: the synthetic envs of
-  :mod:`alf_env.synthetic_envs` (no package beyond gymnasium).
+  :mod:`alf_env.bench.synthetic_envs` (no package beyond gymnasium).
 - ``HalfCheetah-v5``: gymnasium's MuJoCo env (needs ``mujoco``).
 - ``Pong``: ``ALE/Pong-v5`` with ``frameskip=1, repeat_action_probability=0``
   in ``AtariPreprocessing(frame_skip=4, screen_size=84, grayscale_obs=True)``
@@ -25,7 +25,7 @@ from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 import gymnasium as gym
 
 from alf_env.lazy_import import import_from
-from alf_env.synthetic_envs import SWEEP_MICROSECONDS, SYNTHETIC_ENVS, make_synthetic_env
+from alf_env.bench.synthetic_envs import SWEEP_MICROSECONDS, SYNTHETIC_ENVS, make_synthetic_env
 
 #: The name ``--workload`` expands to every sweep workload.
 SWEEP = "sweep"

@@ -1,33 +1,5 @@
-"""Placing worker processes on CPUs (the ``worker_cpus`` option).
-
-Left to itself, the OS sometimes places workers that step CPU-bound envs in
-lockstep badly: with a spinning trainer there is one more runnable process
-than cores, and the kernel's balancer may leave two busy workers on one core
-and none on the other for a whole batched step (Linux does not migrate a
-task that ran in the last ~0.5 ms). Pinning worker ``i`` to CPU
-``cpus[i % len(cpus)]`` (``"spread"``) places them evenly, at a price: a
-pinned worker cannot move away from a core that another program keeps busy,
-and beside one busy process it ran at half the speed.
-
-So ``"auto"``, the default of the shared-memory front ends, *plans* a spread
-(:func:`plan_worker_cpus`) when the workers step in lockstep and cover every
-usable CPU, and pins them to it only while no other process uses the CPUs
-(:mod:`alf_env.control_plane.quiet_pinning`, :func:`pinned_when_quiet`).
-Such workers, pinned or not, keep every core busy during a step: the trainer
-then spins longer for them (``workers_spread``, csrc/futex.h).
-
-Scheduling policy
------------------
-Every worker starts under Linux's ``SCHED_BATCH`` policy
-(:func:`batch_scheduling`): a worker woken by a job or a pipe message does not
-preempt the process that woke it, so the pipe front end's trainer finishes
-posting a step to all its workers before they take its core. The policy
-changes how wake-ups preempt, never a worker's share of CPU time. The
-shared-memory front ends put their workers back under ``SCHED_OTHER``
-(:func:`normal_scheduling`): their posts are one futex wake per worker, and on
-a busy machine a worker woken for a job must be able to preempt whatever holds
-its core. The measurements behind both choices are in docs/benchmarks.md.
-"""
+"""Placing worker processes on CPUs (``worker_cpus``: docs/options.rst) and their
+scheduling policy (docs/performance_analysis.md, "Choices the defaults rest on")."""
 
 import os
 from typing import List, Optional, Sequence, Union
@@ -46,8 +18,7 @@ def usable_cpus() -> List[int]:
 
 
 def usable_cpu_count() -> int:
-    """How many CPUs this process may run on (its affinity mask; not on Linux:
-    the machine's CPU count), at least 1."""
+    """How many CPUs this process may run on (off Linux: the machine's), at least 1."""
     try:
         return max(len(os.sched_getaffinity(0)), 1)
     except AttributeError:  # not Linux
@@ -56,19 +27,9 @@ def usable_cpu_count() -> int:
 
 def plan_worker_cpus(worker_cpus: WorkerCpus, num_workers: int,
                      lockstep: bool = False) -> Optional[List[int]]:
-    """Checks ``worker_cpus`` and returns the CPU of each worker (``None``: OS decides).
-
-    Args:
-        worker_cpus: ``None`` (the OS places the workers), ``"spread"``
-            (worker ``i`` on the ``i % n``-th of the ``n`` CPUs this process
-            may use), ``"auto"`` (the CPUs of ``"spread"`` when ``lockstep``
-            and ``num_workers >= n >= 2``, else ``None``; pinned to them only
-            while the machine is otherwise idle, see :func:`pinned_when_quiet`) or a
-            sequence of CPU ids (worker ``i`` on
-            ``worker_cpus[i % len(worker_cpus)]``).
-        num_workers: how many worker processes there will be.
-        lockstep: whether every step waits for all the workers (shared-memory
-            front ends in their synchronous mode); only ``"auto"`` reads it.
+    """Checks ``worker_cpus`` (docs/options.rst) and returns the CPU of each of
+    ``num_workers`` workers (``None``: the OS decides); ``"auto"`` plans ``"spread"`` only
+    when every step waits for all of them (``lockstep``) and ``num_workers >= n >= 2`` CPUs.
 
     Raises:
         ValueError: naming ``worker_cpus`` and what it expected.
@@ -102,26 +63,19 @@ def plan_worker_cpus(worker_cpus: WorkerCpus, num_workers: int,
     return [cpus[i % len(cpus)] for i in range(num_workers)]
 
 
-def pinned_cpus(worker_cpus: WorkerCpus, plan: Optional[Sequence[int]]
-                ) -> Optional[Sequence[int]]:
-    """The CPUs to pin the workers to for good, given :func:`plan_worker_cpus`'s
-    ``plan`` (``None``: the OS places them; ``"auto"``: :func:`pinned_when_quiet`)."""
+def pinned_cpus(worker_cpus: WorkerCpus, plan: Optional[Sequence[int]]) -> Optional[Sequence[int]]:
+    """The CPUs of ``plan`` to pin the workers to for good (not under ``"auto"``)."""
     return None if isinstance(worker_cpus, str) and worker_cpus == AUTO else plan
 
 
 def pinned_when_quiet(worker_cpus: WorkerCpus, plan: Optional[Sequence[int]]
                       ) -> Optional[Sequence[int]]:
-    """The CPUs to pin the workers to while no other process uses the CPUs
-    (``"auto"`` with a plan: control_plane/quiet_pinning.py), else ``None``."""
+    """The CPUs of ``plan`` to pin the workers to while the machine is quiet (``"auto"``)."""
     return plan if isinstance(worker_cpus, str) and worker_cpus == AUTO else None
 
 
 def pin_workers(pids: Sequence[int], plan: Optional[Sequence[int]]) -> None:
-    """Pins process ``pids[i]`` to CPU ``plan[i]`` (nothing when ``plan`` is None).
-
-    Raises:
-        OSError: ``sched_setaffinity`` failed (the message names the worker).
-    """
+    """Pins process ``pids[i]`` to CPU ``plan[i]`` (if any); an ``OSError`` names the worker."""
     if plan is None:
         return
     for i, (pid, cpu) in enumerate(zip(pids, plan)):
@@ -133,9 +87,7 @@ def pin_workers(pids: Sequence[int], plan: Optional[Sequence[int]]) -> None:
 
 
 def batch_scheduling() -> bool:
-    """Puts the calling process (a worker) under ``SCHED_BATCH`` (see the module
-    docstring); returns whether it did (never raises: where the OS has no
-    ``SCHED_BATCH`` or refuses it, the worker runs as it was and logs so)."""
+    """Puts the calling worker under ``SCHED_BATCH``; returns whether it did (never raises)."""
     policy = getattr(os, "SCHED_BATCH", None)
     if policy is None:
         return False
@@ -149,9 +101,7 @@ def batch_scheduling() -> bool:
 
 
 def normal_scheduling(pids: Sequence[int]) -> None:
-    """Puts workers back under the normal policy (``SCHED_OTHER``; why: the
-    module docstring). Never raises: a worker that has exited, or an OS that
-    refuses, keeps what it has."""
+    """Puts workers back under ``SCHED_OTHER``; never raises (a refused one keeps its own)."""
     policy = getattr(os, "SCHED_OTHER", None)
     if policy is None:
         return

@@ -1,22 +1,17 @@
-"""The parent's end of a worker's pipe: requests, the promises of their answers.
+"""The parent's end of a worker's pipe: requests and the promises of their answers
+(docs/protocol.rst, "Ordering and promises")."""
 
-Answers are matched to requests by order alone, so a message cut short puts
-the pipe out of step for good; waits watch the worker's sentinel too, so a
-dead worker raises :class:`~alf_env.errors.WorkerDiedError`, never a hang. No
-write waits on a reader that waits for us, so a request of any size goes
-through. See docs/protocol.rst, "Ordering and promises".
-"""
-
-import multiprocessing.connection
 import multiprocessing.process
 import select
 import time
 import weakref
+from multiprocessing.connection import Connection
 from multiprocessing.reduction import ForkingPickler
 from typing import Any, Callable, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
 
 from absl import logging
 
+from alf_env.control_plane import shutdown
 from alf_env.control_plane.guards import OneThread, one_thread_at_a_time
 from alf_env.control_plane.protocol import (
     DEATH_GRACE,
@@ -27,7 +22,6 @@ from alf_env.control_plane.protocol import (
     send_message,
 )
 from alf_env.control_plane.shutdown import (
-    CLOSE_KILL_TIMEOUT,
     Stopping,
     register_worker,
     stop_all,
@@ -43,17 +37,8 @@ from alf_env.errors import (
 
 
 class Promise:
-    """The pending answer of one request; call it to wait for the value.
-
-    Held weakly by the channel, with no ``__del__``: dropping one runs no Python
-    code, so a signal handler's exception (Ctrl-C) then reaches the caller
-    instead of being ignored in a finalizer.
-
-    Attributes:
-        channel: the worker's channel, which files the answer here.
-        seq: the answer's place among the worker's answers.
-        answer: ``(MessageType, payload)`` once received, until taken by ``__call__``.
-    """
+    """The pending answer of request ``seq``; call it to wait for the value. Held weakly by
+    its channel and without ``__del__`` (docs/protocol.rst says why)."""
 
     __slots__ = ("channel", "seq", "_transform", "answer", "__weakref__")
 
@@ -65,15 +50,8 @@ class Promise:
         self.answer: Optional[Tuple[MessageType, Any]] = None
 
     def __call__(self, timeout: Optional[float] = None) -> Any:
-        """Waits for the answer.
-
-        Args:
-            timeout: seconds to wait at most (``None``: no limit).
-        Raises:
-            EnvTimeoutError: ``timeout`` passed first.
-            WorkerDiedError: the worker died before answering.
-            Exception: what the worker raised (see :class:`RemoteException`).
-        """
+        """Waits for the answer, ``timeout`` seconds at most (``None``: no limit); raises
+        ``EnvTimeoutError``, ``WorkerDiedError``, or what the worker raised."""
         value = self.channel.await_answer(self, timeout)
         return self._transform(value) if self._transform else value
 
@@ -84,25 +62,13 @@ class _Undecodable(NamedTuple):
     error: EnvironmentProcessError
 
     def to_exception(self) -> Exception:
-        """The error to raise from the request's promise."""
         return self.error
 
 
 class WorkerChannel:
-    """One worker's process and pipe, as the parent sees them: its life cycle
-    (``state``), its requests and the promises of their answers.
-
-    Owned by a ``ProcessEnvironment``, which starts the process, hands it over
-    (:meth:`open`) and calls the methods below; the shutdown
-    (:mod:`~alf_env.control_plane.shutdown`) closes it. Only this class changes
-    ``state`` and the sequence numbers; the others read them.
-
-    Args:
-        env_id: the env's id, named in errors.
-        hosted_env_ids: the ids of the envs the worker hosts (a death names them).
-        fast: the worker may enter the job loop (:meth:`start_job_loop`).
-        one_thread: the owner's guard: a request and a wait hold it.
-    """
+    """One worker's process and pipe as the parent sees them: its ``state`` (changed only
+    here), its requests and the promises of their answers. A request and a wait hold the
+    owner's guard ``one_thread``; ``fast``: the worker may enter the job loop."""
 
     def __init__(self, env_id: Optional[int], hosted_env_ids: Optional[List[int]],
                  fast: bool, one_thread: OneThread) -> None:
@@ -112,37 +78,28 @@ class WorkerChannel:
         self.state = EnvState.NEW
         self._one_thread = one_thread
         self.process: multiprocessing.process.BaseProcess = None  # type: ignore[assignment]  # set by open(), not read before
-        self.conn: multiprocessing.connection.Connection = None  # type: ignore[assignment]  # likewise
+        self.conn: Connection = None  # type: ignore[assignment]  # likewise
         self._poller = select.poll()  # of the pipe and the sentinel
         self._finalizer: Optional["weakref.finalize[..., None]"] = None
         self._death: Optional[WorkerDiedError] = None
         self._out_of_step: Optional[EnvironmentProcessError] = None
         self._unplaced = False  # a request is being sent whose answer has no place yet
-        self.next_seq = 0  # sequence number of the next request
-        self.received_seq = 0  # sequence number of the next answer to read
-        # Weak references to the promises of answers not yet read, by sequence
-        # number (the answer of a dropped promise is discarded on arrival).
+        self.next_seq = 0  # of the next request
+        self.received_seq = 0  # of the next answer to read
+        # The promises of unread answers, weakly: a dropped one's answer is discarded.
         self._waiting: Dict[int, "weakref.ReferenceType[Promise]"] = {}
-        # Set while the worker runs the job loop: rung for every pipe
-        # request, so the worker reads it as it is written (see start_job_loop).
         self._doorbell: Optional[Callable[[Callable[[], None]], None]] = None
 
-    # -- life cycle ------------------------------------------------------------
-
-    def open(self, process: multiprocessing.process.BaseProcess,
-             conn: multiprocessing.connection.Connection) -> None:
+    def open(self, process: multiprocessing.process.BaseProcess, conn: Connection) -> None:
         """Takes the started worker ``process`` and the parent's end of its pipe."""
         self.process, self.conn = process, conn
         self._poller.register(conn.fileno(), select.POLLIN)
         self._poller.register(process.sentinel, select.POLLIN)
         self.state = EnvState.STARTING
-        # Weakly: dropped unclosed (with its env and promises), the channel is
-        # collected and its process ended.
         self._finalizer = register_worker(self)
 
     def wait_start(self, timeout: Optional[float] = None) -> None:
-        """Waits for the worker's READY (see ``ProcessEnvironment.wait_start``);
-        on any failure the worker is closed first."""
+        """Waits for READY (``ProcessEnvironment.wait_start``); a failure closes the worker."""
         if self.state is EnvState.RUNNING:
             return
         if self.state is not EnvState.STARTING:
@@ -161,8 +118,7 @@ class WorkerChannel:
         stop_all([self], polite_timeout)
 
     def begin_close(self) -> Optional[Stopping]:
-        """First step of ``stop_all``: marks the channel closed, tells the worker;
-        returns what ``stop_all`` waits for (``None``: there is no worker)."""
+        """First step of ``stop_all``: marks the channel closed, tells the worker."""
         if self.state is EnvState.CLOSED:
             return None
         in_job_loop = self._doorbell is not None
@@ -181,8 +137,7 @@ class WorkerChannel:
                 polite = False
         stopping = Stopping(self, polite)
         if not polite and not stopping.exited:
-            # It would not read CLOSE (not started yet, or in a job loop
-            # that the caller could not bring it back from).
+            # It would not read CLOSE (still starting, or stuck in a job loop).
             self.process.terminate()
         return stopping
 
@@ -190,8 +145,7 @@ class WorkerChannel:
         """Last step of ``stop_all``: releases the process and the pipe."""
         process = stopping.process
         if process.exitcode is None:
-            logging.error("env %s: the worker (pid %s) survived SIGKILL", self.env_id,
-                          process.pid)
+            logging.error("env %s: the worker (pid %s) survived SIGKILL", self.env_id, process.pid)
         else:
             process.close()
         self.conn.close()
@@ -199,32 +153,23 @@ class WorkerChannel:
 
     def disown(self) -> None:
         """In a forked child: closed without a word to the parent's worker, which
-        multiprocessing forgets (its exit hook would terminate it)."""
+        multiprocessing forgets too (its exit hook would terminate it)."""
         if self.state in (EnvState.NEW, EnvState.CLOSED):
             return
         self.state = EnvState.CLOSED
         self._doorbell = None
-        # A private name (no stub has it).
         multiprocessing.process._children.discard(self.process)  # type: ignore[attr-defined]
 
     def fds(self) -> Tuple[int, int]:
-        """The pipe's descriptor and the process sentinel (to wait on several workers)."""
+        """The pipe's descriptor and the process sentinel."""
         return self.conn.fileno(), self.process.sentinel
-
-    # -- job loop (FastParallelEnvironment) --------------------------------
 
     def start_job_loop(self, spec: JobLoopEntry,
                         doorbell: Callable[[Callable[[], None]], None]) -> None:
-        """Sends JOB_LOOP; later requests ring ``doorbell``.
-
-        Args:
-            spec: the loop the worker runs (``data_plane.job_loop.JobLoopSpec``).
-            doorbell: called with each later pipe request's ``write``: it makes the
-                worker read its pipe (a CALL job), calls ``write()``, then waits until
-                the worker has read it. Raising before ``write`` means nothing was posted.
-        Raises:
-            ValueError: this env was not created with ``fast=True``.
-        """
+        """Sends JOB_LOOP (``spec``: a ``JobLoopSpec``; ``ValueError`` unless ``fast``); later
+        requests ring ``doorbell`` with their ``write``: it makes the worker read its pipe
+        (a CALL job), calls ``write()``, and returns once the worker has read it (raising
+        before ``write`` means nothing was posted)."""
         if not self.fast:
             raise ValueError(f"env {self.env_id}: start_job_loop() needs an env "
                              f"created with fast=True")
@@ -241,22 +186,16 @@ class WorkerChannel:
         self._doorbell = None
 
     def pending_report(self) -> Promise:
-        """A promise of a message the worker sends unasked (a fast-path error): the
-        answer after every request sent so far."""
+        """A promise of the message the worker sends unasked (a job's error report)."""
         self.check_usable()
         return self._promise()
 
     def mark_died(self, during: str) -> Exception:
-        """Records that the worker died (seen by another channel); returns the error
-        (``EnvironmentClosedError`` if the env was closed meanwhile)."""
+        """Records that the worker died (seen by the ``Controller``); returns the error, an
+        ``EnvironmentClosedError`` if the env was closed meanwhile."""
         if self.state is EnvState.CLOSED:
-            return EnvironmentClosedError(
-                f"env {self.env_id} is closed; create a new environment")
-        if self._death is None:
-            return self.died(during)
-        return self._death
-
-    # -- requests and answers ------------------------------------------------
+            return EnvironmentClosedError(f"env {self.env_id} is closed; create a new environment")
+        return self.died(during) if self._death is None else self._death
 
     def check_usable(self) -> None:
         """Raises unless requests can be sent (waits for a starting worker)."""
@@ -267,8 +206,7 @@ class WorkerChannel:
         if self.state is EnvState.OUT_OF_STEP and self._out_of_step is not None:
             raise self._out_of_step
         if self.state is EnvState.CLOSED:
-            raise EnvironmentClosedError(
-                f"env {self.env_id} is closed; create a new environment")
+            raise EnvironmentClosedError(f"env {self.env_id} is closed; create a new environment")
         if self.state is EnvState.STARTING:
             self.wait_start()
             return
@@ -285,12 +223,10 @@ class WorkerChannel:
         sent = []  # [True] once the request is on the pipe, whole
 
         def write() -> None:
-            # Set until the answer's place is taken: an exception in between (a
-            # signal handler's, e.g. Ctrl-C) may leave part of the request on
-            # the pipe, or all of it with no place for its answer.
+            # Until the answer's place is taken, a Ctrl-C may leave the request (or part)
+            # on the pipe with no place for its answer.
             self._unplaced = True
-            # Owed answers are received while writing (the worker may be
-            # writing one nobody reads yet, and not read until it is done).
+            # Owed answers are received while writing: the worker may be writing one.
             if not send_message(self.conn, data, self.process.sentinel,
                                 lambda: self.received_seq < self.next_seq,
                                 lambda: self.receive_ready("sending a request")):
@@ -301,9 +237,8 @@ class WorkerChannel:
             if self._doorbell is None:
                 write()
             else:
-                # The answer's place among the worker's messages is known only
-                # once the doorbell has collected the worker's earlier jobs (a
-                # failed one sends its report first, which takes the next place).
+                # The answer's place is known only once the doorbell has collected the
+                # worker's earlier jobs (a failed one's report takes the next place).
                 self._doorbell(write)
             promise = self._promise(transform)
             self._unplaced = False
@@ -320,19 +255,17 @@ class WorkerChannel:
             raise
 
     def _promise(self, transform: Optional[Callable[[Any], Any]] = None) -> Promise:
-        """The promise of the next answer, registered (weakly) to receive it."""
         promise = Promise(self, self._take_seq(), transform)
         self._waiting[promise.seq] = weakref.ref(promise)
         return promise
 
     def _take_seq(self) -> int:
-        """The sequence number of the next answer (request or report) to expect."""
         seq = self.next_seq
         self.next_seq += 1
         return seq
 
     def await_answer(self, promise: Promise, timeout: Optional[float]) -> Any:
-        """Waits for ``promise``'s answer (see :meth:`Promise.__call__`)."""
+        """:meth:`Promise.__call__`."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while promise.answer is None:
             self.check_usable()
@@ -353,11 +286,10 @@ class WorkerChannel:
         if msg_type is MessageType.EXCEPTION:  # fatal: the worker's last words, it exits
             raise (self.died(during, payload.traceback_text)
                    if getattr(payload, "fatal", False) else payload.to_exception())
-        raise EnvironmentProcessError(
-            f"env {self.env_id}: expected {what} from the worker, got {msg_type}", self.env_id)
+        raise EnvironmentProcessError(f"env {self.env_id}: expected {what} from the worker, "
+                                      f"got {msg_type}", self.env_id)
 
-    # One thread at a time (ProcessEnvironment's class doc); a blocking call
-    # holds the guard from its request to its answer.
+    # A blocking call holds the one-thread guard from its request to its answer.
     request = one_thread_at_a_time(request, "a request")
     await_answer = one_thread_at_a_time(await_answer, "waiting for an answer")
 
@@ -371,9 +303,8 @@ class WorkerChannel:
         self.receive_ready(during)
 
     def receive_ready(self, during: str) -> None:
-        """Like :meth:`receive_one` when the pipe is known to be readable (polled).
-        A message is read and filed whole, or the env falls out of step: a cut-short
-        read would send every later answer to the wrong promise."""
+        """:meth:`receive_one` of a pipe known to be readable. A message is filed whole
+        or the env falls out of step: a cut-short read would misfile every later answer."""
         received = self.received_seq
         try:
             self._keep(self._read_message(during))
@@ -390,16 +321,15 @@ class WorkerChannel:
             raise self.died(during) from None
         if msg_type is None:  # the pipe is in step: only this request fails
             error = EnvironmentProcessError(
-                f"env {self.env_id}: the worker's answer could not be unpickled in the "
-                f"trainer: {type(payload).__name__}: {payload}; return values "
-                f"whose classes the trainer can import", self.env_id)
+                f"env {self.env_id}: the worker's answer could not be unpickled in the trainer: "
+                f"{type(payload).__name__}: {payload}; return values whose classes the trainer "
+                f"can import", self.env_id)
             error.__cause__ = payload
             return MessageType.EXCEPTION, _Undecodable(error)
         return msg_type, payload
 
     def _keep(self, answer: Tuple[MessageType, Any]) -> None:
-        """Files the next answer on its promise (drops it if the promise is gone).
-        ``received_seq`` moves last: until it has, the answer counts as not filed."""
+        """Files the next answer on its promise, if any; ``received_seq`` moves last."""
         ref = self._waiting.pop(self.received_seq, None)
         promise = None if ref is None else ref()
         if promise is not None:
@@ -408,19 +338,17 @@ class WorkerChannel:
 
     def _wait_readable(self, timeout: Optional[float], during: str) -> None:
         """Waits until the pipe is readable; raises if the worker died first."""
-        # One poll object per env (built at start): cheaper than
-        # multiprocessing.connection.wait, which builds a selector per call.
+        # One poll object per env: multiprocessing.connection.wait builds one per call.
         timeout_ms = None if timeout is None else int(timeout * 1000)
         ready = {fd for fd, _ in self._poller.poll(timeout_ms)}
         if not ready:
-            raise EnvTimeoutError(
-                f"env {self.env_id}: no answer from the worker within "
-                f"{timeout:.3g} s during {during}")
+            raise EnvTimeoutError(f"env {self.env_id}: no answer from the worker within "
+                                  f"{timeout:.3g} s during {during}")
         if self.conn.fileno() not in ready and not self.conn.poll(DEATH_GRACE):
             raise self.died(during)
 
     def _fall_out_of_step(self, during: str, cause: BaseException) -> None:
-        """Records that a message was cut short on the pipe: only close() is left."""
+        """Records a message cut short on the pipe: only close() is left."""
         self._out_of_step = EnvironmentProcessError(
             f"env {self.env_id}: {type(cause).__name__} cut short {during} on the "
             f"worker's pipe, so the pipe is out of step (its messages no longer line "
@@ -429,7 +357,7 @@ class WorkerChannel:
 
     def died(self, during: str, last_words: str = "") -> WorkerDiedError:
         """Records that the worker is gone; the error has its last words (if any)."""
-        self.process.join(CLOSE_KILL_TIMEOUT)
+        self.process.join(shutdown.CLOSE_KILL_TIMEOUT)  # read now, so a setting applies
         exitcode = self.process.exitcode
         self._death = WorkerDiedError(self.env_id, exitcode, during, self.hosted_env_ids,
                                       last_words or read_last_words(self.conn, exitcode))
@@ -439,17 +367,10 @@ class WorkerChannel:
 
 def resolve_all(promises: Sequence[Callable[..., Any]], timeout: Optional[float] = None,
                 during: str = "a call") -> List[Any]:
-    """Waits for several promises (of one env or many) together; returns their values.
-
-    A death raises at once; ``timeout`` bounds the whole wait and, on
-    :class:`EnvTimeoutError`, uses no promise up. A worker's exception (the first
-    in ``promises``) is raised only once all have answered, so every pipe is in step.
-
-    Args:
-        promises: ``ProcessEnvironment`` promises; other callables are just called.
-        timeout: seconds for all of them together (``None``: no limit).
-        during: what is awaited, for error messages (e.g. ``"step"``).
-    """
+    """Waits for several promises (``ProcessEnvironment``'s; other callables are just
+    called) together, ``timeout`` seconds for all; returns their values. A death raises at
+    once, a timeout uses no promise up, and a worker's exception (the first) is raised
+    once all have answered, so every pipe stays in step."""
     _receive_until(_owed(promises), timeout, during)
     values, first_error = [], None
     for promise in promises:
@@ -467,12 +388,8 @@ def resolve_all(promises: Sequence[Callable[..., Any]], timeout: Optional[float]
 
 def wait_answers(promises: Sequence[Promise], k: Optional[int] = None,
                  timeout: Optional[float] = None, during: str = "a call") -> List[int]:
-    """Waits until ``k`` of ``promises`` (default: all) have their answers; uses none up.
-
-    Watches the workers as :func:`resolve_all` does. Returns the indices of the
-    answered promises in arrival order, those answered already first (calling
-    them does not wait).
-    """
+    """Waits until ``k`` of ``promises`` (default: all) have their answers, using none up;
+    returns their indices in arrival order (those answered already first)."""
     k = len(promises) if k is None else k
     pending = dict(enumerate(promises))
     order: List[int] = []
@@ -490,7 +407,7 @@ def wait_answers(promises: Sequence[Promise], k: Optional[int] = None,
 
 
 def _owed(promises: Iterable[Any]) -> Dict[WorkerChannel, int]:
-    """The last answer each busy worker owes of ``promises`` (answers come in order)."""
+    """The last answer each busy worker owes of ``promises``."""
     last_seq: Dict[WorkerChannel, int] = {}
     for promise in promises:
         if isinstance(promise, Promise) and not promise.channel.has_answer(promise.seq):
@@ -500,26 +417,15 @@ def _owed(promises: Iterable[Any]) -> Dict[WorkerChannel, int]:
 
 def receive_answers(channels: Sequence[WorkerChannel], timeout: Optional[float] = None,
                     during: str = "a call") -> None:
-    """Receives every answer the workers of ``channels`` owe, filing each on its promise.
-
-    A worker in a job loop takes a job only once it has written its last
-    answer, so that answer is read before a job is posted to it.
-
-    Raises:
-        EnvTimeoutError, WorkerDiedError: as :func:`resolve_all`.
-    """
+    """Receives every answer the workers of ``channels`` owe; raises as :func:`resolve_all`."""
     _receive_until({channel: channel.next_seq - 1 for channel in channels
                     if channel.received_seq < channel.next_seq}, timeout, during)
 
 
 def _receive_until(last_seq: Dict[WorkerChannel, int], timeout: Optional[float], during: str,
                    enough: Optional[Callable[[WorkerChannel], bool]] = None) -> None:
-    """Receives answers until each worker in ``last_seq`` has sent answer ``last_seq[env]``.
-
-    A fired sentinel goes through the worker's own check (data it wrote before
-    dying is read first). ``enough(env)``, called after each answer from ``env``,
-    may end the wait early.
-    """
+    """Receives answers until each worker in ``last_seq`` has sent answer ``last_seq[env]``,
+    or ``enough(env)``, asked after each answer, says so."""
     deadline = None if timeout is None else time.monotonic() + timeout
     poller = select.poll()
     by_fd: Dict[int, Tuple[WorkerChannel, bool]] = {}  # fd -> (env, is its pipe)

@@ -1,12 +1,5 @@
-"""Guards of the handles of worker processes against the uses they cannot survive.
-
-An environment that owns worker processes and pipes (``ProcessEnvironment`` and
-every front end built on it) is used by one thread at a time and cannot be
-copied: two threads stepping one env deadlocked or read each other's answers,
-and a failed ``copy.deepcopy`` left a half-made copy whose pipe objects closed
-the original's descriptors when collected. :class:`OneThread` and
-:class:`NotCopyable` refuse both up front, before anything reaches a worker.
-"""
+"""Refusing a second thread (two deadlocked or read each other's answers) and copies (a half-made
+``copy.deepcopy`` closed the original's pipes) of an env that owns worker processes."""
 
 import functools
 import threading
@@ -16,19 +9,8 @@ from alf_env.errors import ConcurrentUseError
 
 
 class OneThread:
-    """Refuses a second thread while one thread uses an object: it raises
-    :class:`~alf_env.errors.ConcurrentUseError`, and never waits, so misuse
-    cannot deadlock.
-
-    The thread inside may enter again (e.g. a request whose doorbell reads a
-    report of the same worker); every :meth:`enter` is paired with a
-    :meth:`leave`. A reentrant lock taken without waiting: a few hundred
-    nanoseconds per call.
-
-    Args:
-        owner: what is guarded, for the error message (e.g. ``"ProcessEnvironment
-            of env 3"``).
-    """
+    """Refuses (``ConcurrentUseError``, never waiting: no deadlock) a second thread while one
+    uses ``owner``; the one inside may enter again (each :meth:`enter` with a :meth:`leave`)."""
 
     __slots__ = ("_lock", "_owner", "leave")
 
@@ -38,11 +20,7 @@ class OneThread:
         self.leave: Callable[[], None] = self._lock.release  # after each enter()
 
     def enter(self, what: str) -> None:
-        """Enters (again, for the thread inside).
-
-        Raises:
-            ConcurrentUseError: another thread is inside.
-        """
+        """Enters (again, for the thread inside); ``ConcurrentUseError`` if another is inside."""
         if not self._lock.acquire(False):
             raise ConcurrentUseError(
                 f"{self._owner}: {what} from a second thread while another thread is "
@@ -59,18 +37,16 @@ class OneThread:
 
 
 class NotCopyable:
-    """Makes ``copy.copy``, ``copy.deepcopy`` and ``pickle`` of an env raise
-    ``TypeError`` before anything is copied (a shallow copy would share the
-    original's workers and pipes), so the original keeps working."""
+    """Makes ``copy.copy``, ``copy.deepcopy`` and ``pickle`` of an env raise ``TypeError``
+    before anything is copied (a shallow copy would share the original's workers)."""
 
     __slots__ = ()
 
     def _refuse_copy(self, how: str) -> NoReturn:
         name = type(self).__name__
-        raise TypeError(
-            f"{how} of a {name} is not possible: its worker processes and pipes cannot "
-            f"be copied or pickled. Make a new {name} from the same env constructors "
-            f"instead (the original is unchanged)")
+        raise TypeError(f"{how} of a {name} is not possible: its worker processes and pipes "
+                        f"cannot be copied or pickled. Make a new {name} from the same env "
+                        f"constructors instead (the original is unchanged)")
 
     def __copy__(self) -> NoReturn:
         self._refuse_copy("copy.copy()")
@@ -86,13 +62,7 @@ _Method = TypeVar("_Method", bound=Callable[..., Any])
 
 
 def one_thread_at_a_time(method: _Method, what: str) -> _Method:
-    """``method`` (of a class whose instances have a :class:`OneThread` in
-    ``_one_thread``), refusing a second thread while another is inside.
-
-    Args:
-        method: the function to guard.
-        what: the call, for the error message (e.g. ``"a request"``).
-    """
+    """``method`` guarded by its instance's ``_one_thread``; ``what`` names the call."""
 
     @functools.wraps(method)
     def guarded(self: Any, *args: Any, **kwargs: Any) -> Any:

@@ -1,10 +1,5 @@
-"""One environment in one worker process: :class:`ProcessEnvironment`, the parent's handle.
-
-It starts the worker (``worker``), sends it requests (``protocol``) and returns
-their answers or promises (``channel``, the ``WorkerChannel`` it owns), and
-closes it within a bound (``shutdown``). See docs/protocol.rst and docs/contract.rst,
-"One env in one worker: ``ProcessEnvironment``".
-"""
+"""One environment in one worker process: :class:`ProcessEnvironment`, the parent's handle
+(docs/protocol.rst; docs/contract.rst, "One env in one worker: ``ProcessEnvironment``")."""
 
 import functools
 import multiprocessing
@@ -22,10 +17,7 @@ from alf_env.control_plane.remote import RemoteMethod
 from alf_env.control_plane.shutdown import install_hooks
 from alf_env.control_plane.watchdog import parent_death_plan, signals_deferred
 from alf_env.control_plane.worker import JobLoopEntry, worker_main
-from alf_env.errors import (
-    EnvironmentClosedAttributeError,
-    EnvironmentClosedError,
-)
+from alf_env.errors import EnvironmentClosedAttributeError, EnvironmentClosedError
 
 
 def _call_blocking(env: "ProcessEnvironment", name: str, *args: Any, **kwargs: Any) -> Any:
@@ -33,29 +25,18 @@ def _call_blocking(env: "ProcessEnvironment", name: str, *args: Any, **kwargs: A
 
 
 class ProcessEnvironment(NotCopyable):
-    """Runs one environment in a worker process (the control plane).
-
-    One thread at a time (a second thread's call raises
-    :class:`~alf_env.errors.ConcurrentUseError`); not copyable; ignored by a
-    process forked from this one. See docs/contract.rst, "Errors".
+    """Runs one environment in a worker process: one thread at a time, not copyable,
+    ignored by a process forked from this one (docs/contract.rst, "Errors").
 
     Args:
-        env_constructor: returns the env; gets ``env_id=`` if its signature
-            accepts it. Sent with cloudpickle under ``spawn``/``forkserver``.
+        env_constructor: returns the env; gets ``env_id=`` if its signature accepts it.
         env_id: passed to the constructor and named in errors.
         flatten: send actions and time steps as flat lists (cheaper to pickle).
-        fast: the worker will run the native shared-memory loop
-            (:meth:`start_job_loop`).
-        num_envs: envs sharing the native region (``fast`` only; ``env_id`` is
-            below it).
-        hosted_envs: how many envs the worker hosts (ids from ``env_id``); a
-            ``WorkerDiedError`` names them all.
-        torch_num_threads_per_env: ``torch.set_num_threads`` in the worker
-            (``None``: torch is left alone, not imported).
-        start_method: ``"fork"``, ``"spawn"`` or ``"forkserver"``.
-        name: the worker process's name.
-        daemon: the worker's ``daemon`` flag; ``False`` lets the env start
-            processes of its own. Either way the worker ends with this process.
+        fast: the worker will run the native job loop (:meth:`start_job_loop`).
+        num_envs: envs sharing the native region (``fast`` only; ``env_id`` is below it).
+        hosted_envs: how many envs the worker hosts (ids from ``env_id``).
+        torch_num_threads_per_env: ``torch.set_num_threads`` in the worker (``None``: leave it).
+        daemon: ``False`` lets the env start processes; the worker ends with this one anyway.
     """
 
     def __init__(self, env_constructor: Callable[..., Any],
@@ -65,8 +46,7 @@ class ProcessEnvironment(NotCopyable):
                  start_method: str = "fork", name: str = "", hosted_envs: int = 1,
                  daemon: bool = True) -> None:
         if start_method not in START_METHODS:
-            raise ValueError(f"start_method: expected one of {START_METHODS}, "
-                             f"got {start_method!r}")
+            raise ValueError(f"start_method: expected one of {START_METHODS}, got {start_method!r}")
         if not callable(env_constructor):
             raise TypeError(f"env_constructor: expected a callable, got "
                             f"{type(env_constructor).__name__}")
@@ -88,17 +68,9 @@ class ProcessEnvironment(NotCopyable):
             fast, self._one_thread)
         self._spec_cache: Dict[str, Any] = {}
 
-    # -- life cycle ----------------------------------------------------------
-
     def start(self, wait_to_start: bool = True) -> None:
-        """Starts the worker process.
-
-        Args:
-            wait_to_start: wait until the env is constructed; else call :meth:`wait_start`.
-        Raises:
-            RuntimeError: the env was already started.
-            EnvironmentClosedError: the env was closed.
-        """
+        """Starts the worker process and, if ``wait_to_start``, waits for its env; raises
+        ``RuntimeError`` if started already, ``EnvironmentClosedError`` if closed."""
         state = self._channel.state
         if state is EnvState.CLOSED:
             raise EnvironmentClosedError(f"env {self._env_id} is closed; create a new one")
@@ -111,15 +83,13 @@ class ProcessEnvironment(NotCopyable):
                        else self._env_constructor)
         process = self._ctx.Process(
             target=worker_main, name=self._name, daemon=self._daemon,
-            args=(child_conn, constructor, self._env_id, self._flatten,
-                  self._torch_num_threads, os.getpid(), pickled,
-                  parent_death_plan(self._start_method)))
+            args=(child_conn, constructor, self._env_id, self._flatten, self._torch_num_threads,
+                  os.getpid(), pickled, parent_death_plan(self._start_method)))
         install_hooks()
         try:
             with signals_deferred(self._start_method):
                 process.start()
-        except BaseException:
-            # Nothing started: close() must not try to join it.
+        except BaseException:  # nothing started: close() must not join it
             parent_conn.close()
             child_conn.close()
             raise
@@ -130,27 +100,13 @@ class ProcessEnvironment(NotCopyable):
             self.wait_start()
 
     def wait_start(self, timeout: Optional[float] = None) -> None:
-        """Waits until the worker has constructed its env.
-
-        Args:
-            timeout: seconds to wait at most (``None``: no limit), e.g. for a
-                restarted worker (``RestartPolicy.start_timeout``).
-
-        Raises:
-            Exception: what the env constructor raised (the worker is reaped).
-            WorkerDiedError: the worker died during construction, or its constructor
-                raised ``SystemExit`` or ``KeyboardInterrupt`` (with the traceback).
-            EnvTimeoutError: ``timeout`` passed first (the worker is ended).
-        """
+        """Waits until the worker has constructed its env (``timeout``: seconds at most); raises
+        what the constructor raised, ``WorkerDiedError`` or ``EnvTimeoutError``."""
         self._channel.wait_start(timeout)
 
     def close(self, polite_timeout: Optional[float] = None) -> None:
-        """Closes the env and ends the worker; idempotent, bounded in time, never raises.
-
-        Errors while closing (the env's own ``close()``, the worker dying) are only
-        logged. To close many envs at once, use :func:`close_all`. See
-        docs/protocol.rst, "Closing".
-        """
+        """Closes the env and ends the worker; idempotent, bounded in time, never raises
+        (docs/protocol.rst, "Closing"). Many envs close at once with :func:`close_all`."""
         self._channel.close(polite_timeout)
 
     def __enter__(self) -> "ProcessEnvironment":
@@ -159,15 +115,8 @@ class ProcessEnvironment(NotCopyable):
     def __exit__(self, *exc_info: Any) -> None:
         self.close()
 
-    # -- requests ------------------------------------------------------------
-
     def call(self, name: str, *args: Any, **kwargs: Any) -> Promise:
-        """Calls ``env.name(*args, **kwargs)`` in the worker.
-
-        Returns:
-            a promise; call it (optionally with ``timeout=``) for the value. A
-            promise dropped uncalled gives up its answer.
-        """
+        """Calls ``env.name(*args, **kwargs)`` in the worker; returns a promise of the value."""
         return self._channel.request(MessageType.CALL, (name, args, kwargs))
 
     def access(self, name: str) -> Promise:
@@ -175,12 +124,8 @@ class ProcessEnvironment(NotCopyable):
         return self._channel.request(MessageType.ACCESS, name)
 
     def step(self, action: Any, blocking: bool = True) -> Any:
-        """Steps the env; returns the time step (``blocking``) or a promise of it.
-
-        The worker checks an ``AlfEnvironment``'s action against its spec before
-        stepping (``ValueError`` naming the field; the env is not touched). Values
-        outside a ``BoundedTensorSpec``'s bounds are passed on, never clipped.
-        """
+        """Steps the env; returns the time step (``blocking``) or a promise of it. An
+        ``AlfEnvironment``'s action is checked against its spec first, never clipped."""
         return self._time_step("step", (nest.flatten(action) if self._flatten else action,),
                                blocking)
 
@@ -197,15 +142,8 @@ class ProcessEnvironment(NotCopyable):
         return self.call("seed", seed)()
 
     def sync_progress(self, progress: Any = None, blocking: bool = True) -> Any:
-        """Forwards the trainer's training progress to the env (ALF's ``sync_progress``).
-
-        Calls ``env.sync_progress(progress)`` in the worker if the env defines it.
-        Unlike ALF's, the call is answered and ordered with the steps; see
-        docs/migration.rst.
-
-        Returns:
-            Whether the env defines ``sync_progress`` (or a promise of it).
-        """
+        """Calls ``env.sync_progress(progress)`` in the worker if the env defines it (unlike
+        ALF's, answered and ordered with the steps); returns whether it does, or a promise."""
         promise = self.call(SYNC_PROGRESS_CALL, progress)
         return promise() if blocking else promise
 
@@ -262,21 +200,17 @@ class ProcessEnvironment(NotCopyable):
 
     @property
     def channel(self) -> WorkerChannel:
-        """The worker's process and pipe: what waits on several workers and the
-        shutdown use (:class:`~alf_env.control_plane.channel.WorkerChannel`)."""
+        """The worker's process and pipe."""
         return self._channel
-
-    # -- job loop (FastParallelEnvironment): see WorkerChannel --------------
 
     def start_job_loop(self, spec: JobLoopEntry,
                         doorbell: Callable[[Callable[[], None]], None]) -> None:
-        """Moves the worker into the native shared-memory loop
-        (:meth:`WorkerChannel.start_job_loop`)."""
+        """:meth:`WorkerChannel.start_job_loop`."""
         self._channel.start_job_loop(spec, doorbell)
 
     @property
     def in_job_loop(self) -> bool:
-        """Whether the worker is serving the job loop (and is usable)."""
+        """:attr:`WorkerChannel.in_job_loop`."""
         return self._channel.in_job_loop
 
     def stop_job_loop(self) -> None:
@@ -292,15 +226,8 @@ class ProcessEnvironment(NotCopyable):
         return self._channel.mark_died(during)
 
     def __getattr__(self, name: str) -> Any:
-        """Reads attribute ``name`` of the remote env (a method is called remotely).
-
-        Names with one leading underscore are forwarded; dunder names (probed by
-        ``pickle`` and ``copy``) are not, nor is anything before ``__init__`` ran.
-
-        Raises:
-            EnvironmentClosedAttributeError: the env is closed (an ``AttributeError``
-                too, so ``getattr(env, name, None)`` gives ``None``).
-        """
+        """Reads attribute ``name`` of the remote env (a method is called remotely; no dunder);
+        raises ``EnvironmentClosedAttributeError``, an ``AttributeError``, once closed."""
         if (name.startswith("__") and name.endswith("__")) or "_channel" not in self.__dict__:
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
         if self._channel.state is EnvState.CLOSED:
@@ -312,10 +239,8 @@ class ProcessEnvironment(NotCopyable):
             return functools.partial(_call_blocking, self, value.name)
         return value
 
-    # -- internals -----------------------------------------------------------
-
     def _cached(self, name: str, attribute: bool = False) -> Any:
-        """The env's spec ``name()`` (or ``attribute``), asked of the worker once."""
+        """The env's spec ``name()`` (or ``attribute``), asked once."""
         guard = self._one_thread
         guard.enter("reading an attribute" if attribute else "reading a spec")
         try:
@@ -326,7 +251,6 @@ class ProcessEnvironment(NotCopyable):
             guard.leave()
 
     def _time_step(self, name: str, args: Tuple[Any, ...], blocking: bool) -> Any:
-        """Calls ``step`` or ``reset``; its time step, or a promise of it."""
         promise = self._channel.request(MessageType.CALL, (name, args, {}), transform=(
             self._pack_time_step if self._flatten else None))
         return promise() if blocking else promise

@@ -1,9 +1,5 @@
-"""The parent <-> worker pipe protocol: its messages and the wire's constants.
-
-Parent and worker exchange pickled ``(MessageType, payload)`` tuples; every
-request is answered by exactly one ``RESULT`` or ``EXCEPTION``, in order. See
-docs/protocol.rst, "The message protocol".
-"""
+"""The parent <-> worker pipe protocol: its messages and the wire's constants
+(docs/protocol.rst, "The message protocol")."""
 
 import enum
 import os
@@ -15,13 +11,12 @@ from typing import Any, Callable, Optional, Tuple, Union
 
 START_METHODS = ("fork", "spawn", "forkserver")
 
-# After the worker's sentinel fires, how long to wait for data it may have
-# written just before exiting (an exception report) to become readable.
+# How long, after a worker's sentinel fires, data it wrote just before may take to arrive.
 DEATH_GRACE = 0.05
 
 
 class MessageType(enum.Enum):
-    """The messages of the pipe protocol (see docs/protocol.rst)."""
+    """The messages of the pipe protocol."""
     READY = 1
     ACCESS = 2
     CALL = 3
@@ -38,16 +33,10 @@ _MAX_FRAME = 0x7fffffff  # longer messages get Connection's 12-byte header
 
 def send_message(conn: Connection, data: Bytes, sentinel: int, owed: Callable[[], bool],
                  receive: Callable[[], None]) -> bool:
-    """Sends one pickled message whole, without ever blocking on a full pipe.
-
-    While ``owed()``, the other side may be blocked writing to us: each time
-    ``conn`` turns readable, ``receive()`` reads one message, freeing it to read ours.
-
-    Returns:
-        ``False`` if the other process (``sentinel``) ended first.
-    Raises:
-        BrokenPipeError, ConnectionResetError: the other end is closed.
-    """
+    """Sends one pickled message whole, never blocked by a full pipe: while ``owed()`` the
+    other side may be blocked writing to us, so each time ``conn`` turns readable,
+    ``receive()`` reads one message. Returns ``False`` if process ``sentinel`` ended first;
+    raises ``BrokenPipeError`` or ``ConnectionResetError`` if the other end is closed."""
     if not owed():
         conn.send_bytes(data)
         return True
@@ -76,7 +65,7 @@ def send_message(conn: Connection, data: Bytes, sentinel: int, owed: Callable[[]
 
 
 def _write_some(fd: int, data: memoryview) -> int:
-    """Writes what fits of ``data`` on ``fd`` now (0 if nothing does)."""
+    """Writes what fits of ``data`` on ``fd`` now."""
     os.set_blocking(fd, False)
     try:
         return os.write(fd, data)
@@ -87,12 +76,8 @@ def _write_some(fd: int, data: memoryview) -> int:
 
 
 def read_message(conn: Connection) -> Tuple[Optional[MessageType], Any]:
-    """One message as ``(MessageType, payload)``, or ``(None, error)`` for one read
-    whole that did not unpickle: the pipe stays in step, and the reader decides whom it fails.
-
-    Raises:
-        EOFError, OSError: the other end is gone.
-    """
+    """One message as ``(MessageType, payload)``, or ``(None, error)`` for one read whole that
+    did not unpickle (the pipe stays in step); ``EOFError``/``OSError``: the other end is gone."""
     data = conn.recv_bytes()
     try:
         message: Tuple[MessageType, Any] = ForkingPickler.loads(data)
@@ -106,26 +91,18 @@ class EnvState(enum.Enum):
     NEW = "new"
     STARTING = "starting"
     RUNNING = "running"
-    # An exception (a signal handler's: Ctrl-C) cut a message short on the
-    # pipe: what is in it no longer lines up with the requests; only close().
+    # A Ctrl-C cut a message short: the pipe no longer lines up with the requests.
     OUT_OF_STEP = "out of step"
     DEAD = "dead"
     CLOSED = "closed"
 
 
-# The CALL name of ProcessEnvironment.sync_progress: the worker forwards the
-# progress to the env only if the env defines ``sync_progress`` (no env
-# method can have this name).
+# The CALL name of ProcessEnvironment.sync_progress (no env method can have it).
 SYNC_PROGRESS_CALL = "<sync_progress>"
 
 
 def read_last_words(conn: Connection, exitcode: Optional[int]) -> str:
-    """The traceback a worker that ended by itself sent before it exited, or ``""``.
-
-    An env raising ``SystemExit``/``KeyboardInterrupt`` makes the worker send a fatal
-    ``EXCEPTION`` and exit, unread in a job loop. Only an exit (``exitcode >= 0``)
-    guarantees whole messages; a killed worker may have been cut short.
-    """
+    """The traceback of the fatal ``EXCEPTION`` an exited worker sent, or ``""``."""
     words = ""
     if exitcode is None or exitcode < 0:
         return words

@@ -1,37 +1,21 @@
-"""Lockstep workers pinned one per CPU while no other process uses the CPUs.
-
-Why pinning helps lockstep workers, and why only on a quiet machine:
-:mod:`alf_env.control_plane.affinity`; the paired rows: docs/benchmarks.md,
-"Settings and the rows behind them". Under ``worker_cpus="auto"`` the trainer
-looks at the machine once a second (:class:`QuietPinning`, from
-:meth:`JobBoard.returned <alf_env.data_plane.job_board.JobBoard.returned>`):
-if processes other than itself and its workers used less than
-:data:`OTHERS_MAX_CPUS` of a CPU since the last look, the workers are pinned
-one per CPU; otherwise they are given back every CPU and the OS places them.
-The choice comes from what the machine shows, never from timing the settings
-against each other, and a wrong one lasts a second.
-"""
+"""Lockstep workers pinned one per CPU while no other process uses the CPUs (docs/options.rst,
+``worker_cpus``): chosen from what the machine shows, and a wrong choice lasts a second."""
 
 import os
 import time
 from typing import Callable, List, Optional, Sequence
 
-#: Seconds between two looks at the machine.
 LOOK_PERIOD_S = 1.0
-#: Seconds from the env's start to its first look: the first choice comes
-#: early, since every step until then runs with the OS's placement.
+#: Early: every step until the first look runs with the OS's placement.
 FIRST_LOOK_S = 0.25
-#: CPUs' worth of time the machine's other processes may use while the workers
-#: stay pinned: more than the kernel's own threads on a quiet machine (under
-#: 0.01 here), less than any process that runs for a quarter of every second.
+#: Other processes' CPU time (in CPUs) allowed while pinned; a quiet machine's is under 0.01.
 OTHERS_MAX_CPUS = 0.25
 
 _TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
 
 
 def machine_busy_s(stat_path: str = "/proc/stat") -> Optional[float]:
-    """CPU seconds every CPU of the machine has spent busy (not idle or waiting
-    for I/O) since boot, or ``None`` where ``/proc/stat`` cannot be read."""
+    """CPU seconds the machine's CPUs spent busy since boot (``None``: no ``/proc/stat``)."""
     try:
         with open(stat_path) as stat:
             fields = [int(x) for x in stat.readline().split()[1:]]
@@ -43,8 +27,7 @@ def machine_busy_s(stat_path: str = "/proc/stat") -> Optional[float]:
 
 
 def process_cpu_s(pid: int) -> Optional[float]:
-    """CPU seconds process ``pid`` (all its threads) has used, or ``None`` if it
-    has ended."""
+    """CPU seconds process ``pid`` has used, or ``None`` if it has ended."""
     try:
         with open(f"/proc/{pid}/stat") as stat:
             fields = stat.read().rsplit(")", 1)[1].split()
@@ -54,17 +37,9 @@ def process_cpu_s(pid: int) -> Optional[float]:
 
 
 class QuietPinning:
-    """Pins lockstep workers one per CPU while the machine is otherwise idle.
-
-    Args:
-        worker_pids: the workers' current pids (a restarted worker has a new
-            one; ``None``: not running), in worker order.
-        plan: worker ``i``'s CPU when pinned
-            (:func:`~alf_env.control_plane.affinity.plan_worker_cpus`).
-        cpus: every CPU a worker may use when not pinned.
-        clock, busy, cpu_of: the clock, :func:`machine_busy_s` and
-            :func:`process_cpu_s` (``None``: these functions; replaced in tests).
-    """
+    """Pins lockstep workers (``worker_pids()``: their current pids, ``None`` if not
+    running) to CPU ``plan[i]`` while the machine is otherwise idle, else to ``cpus``;
+    ``busy`` and ``cpu_of`` default to :func:`machine_busy_s` and :func:`process_cpu_s`."""
 
     def __init__(self, worker_pids: Callable[[], Sequence[Optional[int]]], plan: Sequence[int],
                  cpus: Sequence[int], clock: Callable[[], float] = time.monotonic,
@@ -82,8 +57,7 @@ class QuietPinning:
         self._sample(clock())  # what the machine did from here to the first look
 
     def look(self) -> None:
-        """Pins or unpins the workers from what the machine did since the last
-        look; nothing if a look is not due yet."""
+        """Pins or unpins the workers from what the machine did since the last look, if due."""
         now = self._clock()
         if now < self._due:
             return
@@ -98,14 +72,13 @@ class QuietPinning:
         for pid, cpu in zip(pids, self._plan):
             try:
                 os.sched_setaffinity(pid, {cpu} if pin else self._cpus)
-            except OSError:  # ended since: its restart is placed at the next look
+            except OSError:  # ended: its restart is placed at the next look
                 pass
         self.pinned = pin
 
     def _sample(self, now: float) -> List[int]:
-        """Records the machine's and our processes' CPU time now (``None`` if a
-        worker is not running: a restart comes, and the looks start over);
-        returns the workers' pids."""
+        """Records the machine's and our processes' CPU time (``None`` while a worker
+        is not running: the looks start over); returns the workers' pids."""
         pids = [pid for pid in self._worker_pids() if pid is not None]
         busy = self._busy()
         ours = [self._cpu_of(pid) for pid in [os.getpid(), *pids]]

@@ -1,13 +1,5 @@
-"""Restarting dead workers: the policy a user gives, and the budget that enforces it.
-
-One policy class serves every front end (the local ones, ``GymProxy`` and the
-Ray ones), with one meaning: a worker (or Ray actor) that dies is replaced by a
-new one built from the same env constructors, its envs are reset, and the call
-that saw the death returns them as restarted. The front ends own how a worker
-is replaced; :class:`RestartBudget` owns the count, the limit and the one log
-line per restart. What a restarted env returns: ``docs/contract.rst``
-("Restarts").
-"""
+"""Restarting dead workers: the user's policy (one for every front end) and its budget.
+What a restarted env returns: docs/contract.rst, "Restarts"."""
 
 import dataclasses
 from typing import Any, Dict, List, Optional, Sequence
@@ -24,25 +16,13 @@ RESTARTED_INFO_KEY = "env_restarted"
 
 @dataclasses.dataclass(frozen=True)
 class RestartPolicy:
-    """What to do when a worker process (or a Ray actor, or its node) dies, like
-    RLlib's ``restart_failed_env_runners`` and ML-Agents' restarts of env workers.
-
-    Without a policy (``restart_policy=None``, the default) a dead worker raises
-    :class:`~alf_env.errors.WorkerDiedError` and the env is broken (only
-    ``close()`` works). With one, the worker is started again with the same env
-    constructors, its envs are reset, and the call that saw the death returns
-    their first observations, flagged: ``info["env_restarted"]`` with
-    ``truncated=True`` (gymnasium, SB3), a ``FIRST`` step (ALF).
+    """Restart a worker process (or a Ray actor) that dies (docs/contract.rst, "Restarts").
 
     Attributes:
-        max_restarts: restarts allowed per worker over the env's life
-            (``None``: unlimited); past it the death is raised. A failed
-            rebuild counts as a restart.
-        start_timeout: seconds a new worker may take to start and build its
-            envs; past it the death is raised (never a hang).
-        actor_options: Ray front ends only: ``ray.remote`` options of recreated
-            actors (``None``: those of the dead actor), e.g. without the node
-            pin of an actor whose node is gone.
+        max_restarts: restarts allowed per worker over the env's life (``None``: unlimited).
+        start_timeout: seconds a new worker may take to start and build its envs.
+        actor_options: Ray only: ``ray.remote`` options of recreated actors
+            (``None``: the dead actor's), e.g. without the pin to a lost node.
     """
     max_restarts: Optional[int] = 3
     start_timeout: float = 120.0
@@ -62,29 +42,23 @@ class RestartPolicy:
 
 
 class RestartBudget:
-    """The restarts of each worker of one env, checked against its policy.
-
-    Args:
-        policy: the user's policy (``None``: no restarts).
-        num_workers: how many workers (or actors) the env has.
-    """
+    """The restarts of each worker (or actor) of one env, against its ``policy`` (or none)."""
 
     def __init__(self, policy: Optional[RestartPolicy], num_workers: int) -> None:
         if policy is not None and not isinstance(policy, RestartPolicy):
             raise TypeError(f"restart_policy: expected None or a RestartPolicy, got "
                             f"{type(policy).__name__}")
         self.policy = policy
-        #: Restarts so far, per worker (failed rebuilds included).
         self.counts: List[int] = [0] * num_workers
 
     @property
     def enabled(self) -> bool:
-        """Whether any restart is possible (a policy was given)."""
+        """Whether a policy was given."""
         return self.policy is not None
 
     @property
     def start_timeout(self) -> float:
-        """Seconds a new worker may take to start (the policy's)."""
+        """The policy's ``start_timeout``."""
         return (self.policy or RestartPolicy()).start_timeout
 
     def allows(self, worker: int) -> bool:
@@ -92,15 +66,7 @@ class RestartBudget:
         return self.policy is not None and self.policy.allows(self.counts[worker])
 
     def spend(self, worker: int, env_ids: Sequence[Any], cause: str) -> int:
-        """Counts one restart of ``worker`` and logs it; returns its count.
-
-        Call it before rebuilding, so that a rebuild that fails still counts.
-
-        Args:
-            env_ids: the ids of the envs the worker held.
-            cause: why it died (a signal or an exit code, as
-                :func:`describe_death` gives it).
-        """
+        """Counts a restart before the rebuild (a failed one counts), logs it, returns the count."""
         self.counts[worker] += 1
         limit = self.policy.max_restarts if self.policy is not None else 0
         of = "" if limit is None else f" of {limit}"

@@ -1,24 +1,5 @@
-"""Shutdown: the registry of live workers, the exit hooks, and the bounded stop of many.
-
-Every started, unclosed worker is in one registry, held weakly (as are the
-job boards); one ``atexit`` hook (installed at the first ``start()``) runs
-:func:`shutdown`, which brings the shared-memory front ends' workers back
-from their job loop (:func:`register_board`), then :func:`stop_all`s them.
-:func:`stop_all` sends CLOSE to every worker at once, waits for all together
-under one deadline, SIGTERMs, then SIGKILLs the ones still running and reaps
-every one, with no thread; ``close()`` and ``close_all`` use it too. An env
-collected unclosed has its workers terminated by a finalizer
-(:func:`register_worker`, :func:`close_when_collected`) in the process that
-started them, never at exit. At the first ``start()`` in the main thread, a
-SIGTERM handler is installed unless the program has its own: SIGTERM raises
-``SystemExit(SIGTERM_EXIT_CODE)``, so ``finally`` blocks and the hook run.
-A process forked from the trainer forgets the trainer's workers right after
-the fork (``WorkerChannel.disown``: no CLOSE, no signal), so its exit leaves
-them alone and its pipe requests raise ``EnvironmentClosedError``. The why of
-each step: docs/reliability.md, "How a training script ends".
-
-The timeouts below are read when a stop runs: set them on this module.
-"""
+"""Shutdown: the registry of live workers, the exit hooks, and the bounded stop of many (why:
+docs/reliability.md, "How a training script ends"). Set the timeouts below on this module."""
 
 import atexit
 import multiprocessing.util  # noqa: F401 -- its exit hook must be registered before ours
@@ -36,26 +17,20 @@ from absl import logging
 from alf_env.control_plane.protocol import DEATH_GRACE, MessageType, read_message
 from alf_env.errors import EnvironmentProcessError, describe_exit
 
-# Seconds the parent waits for a worker to exit after asking it politely, then
-# after SIGTERM, then after SIGKILL. Their sum bounds ``close()``.
+# Seconds to exit when asked politely, after SIGTERM, after SIGKILL: they bound ``close()``.
 CLOSE_POLITE_TIMEOUT = 5.0
 CLOSE_TERMINATE_TIMEOUT = 1.0
 CLOSE_KILL_TIMEOUT = 1.0
 
-# When the program exits (or gets SIGTERM) with workers still running, they
-# get this long, all together, to close their envs and exit; then SIGTERM and
-# SIGKILL, each followed by the wait below. Close explicitly for a longer
-# polite wait (CLOSE_POLITE_TIMEOUT).
+# The same at exit (or SIGTERM), for all the workers still running together.
 EXIT_POLITE_TIMEOUT = 1.0
 EXIT_TERMINATE_TIMEOUT = 0.25
 EXIT_KILL_TIMEOUT = 0.25
 
-# The exit status after SIGTERM (see the module doc).
 SIGTERM_EXIT_CODE = 128 + signal.SIGTERM
 
 class Worker(Protocol):
-    """What the registry holds and :func:`stop_all` ends (a
-    ``control_plane.channel.WorkerChannel``, whose module imports this one)."""
+    """What the registry holds and :func:`stop_all` ends (a ``WorkerChannel``)."""
 
     env_id: Optional[int]
     process: Any  # multiprocessing's BaseProcess
@@ -82,16 +57,14 @@ class HasWorker(Protocol):
 
 
 class Releasable(Protocol):
-    """What :func:`shutdown` asks of a board: bring its workers back from the
-    job loop (``data_plane.job_board.JobBoard.release``)."""
+    """What :func:`shutdown` asks of a board (a ``JobBoard``)."""
 
     def release(self, timeout: Optional[float] = None) -> None:
         """Brings every worker back from the job loop; never raises."""
 
 
 class _Registry:
-    """The started, unclosed workers of this process and the boards that drive
-    some of them, held weakly so that the registry keeps nothing alive."""
+    """This process's started, unclosed workers and their boards, held weakly."""
 
     def __init__(self) -> None:
         self.envs: "weakref.WeakValueDictionary[int, Worker]" = weakref.WeakValueDictionary()
@@ -105,9 +78,7 @@ _registry = _Registry()
 
 
 def _forget_parent_workers() -> None:
-    """Runs in the child of every fork: the workers registered so far are the
-    parent's (see the module doc), so the child closes its handles of them
-    without touching them."""
+    """In the child of every fork: forgets the parent's workers without touching them."""
     envs = list(_registry.envs.values())
     _registry.envs.clear()
     _registry.boards.clear()
@@ -119,64 +90,49 @@ os.register_at_fork(after_in_child=_forget_parent_workers)
 
 
 def register_board(board: Releasable) -> None:
-    """Lets :func:`shutdown` bring the workers of ``board`` (a
-    ``data_plane.job_board.JobBoard``, held weakly) back from the job loop."""
+    """Lets :func:`shutdown` bring the workers of ``board`` back from the job loop."""
     _registry.boards.add(board)
 
 
 def register_worker(worker: Worker) -> "weakref.finalize[..., None]":
-    """Puts a started worker in the registry (weakly), and ends its process if
-    ``worker`` is garbage collected unclosed; returns the finalizer, which
-    :func:`unregister_worker` detaches."""
+    """Registers a started worker; returns the finalizer that ends it if collected unclosed."""
     _registry.envs[id(worker)] = worker
     return _finalizer(worker, _end_process, worker.process, worker.conn)
 
 
-def unregister_worker(worker: Worker,
-                      finalizer: "Optional[weakref.finalize[..., None]]") -> None:
-    """Takes a closing worker out of the registry (its finalizer has nothing left to do)."""
+def unregister_worker(worker: Worker, finalizer: "Optional[weakref.finalize[..., None]]") -> None:
+    """Takes a closing worker out of the registry and detaches its finalizer."""
     _registry.envs.pop(id(worker), None)
     if finalizer is not None:
         finalizer.detach()
 
 
-def close_when_collected(owner: Any, envs: Sequence[HasWorker]
-                         ) -> "weakref.finalize[..., None]":
-    """Terminates the workers ``envs`` all at once (:func:`stop_all` without a
-    polite wait) when ``owner`` (a front end) is garbage collected unclosed.
-
-    The finalizer holds the workers, not ``owner``: nothing of ``owner`` may
-    refer back to it through them (the job board's references to its front
-    end are weak). A list is kept as it is, not copied: a front end that
-    replaces a dead worker in its list (``RestartPolicy``) has the new one
-    ended too. Returns the finalizer; detach it when ``owner`` is closed.
-    """
+def close_when_collected(owner: Any, envs: Sequence[HasWorker]) -> "weakref.finalize[..., None]":
+    """Terminates the workers ``envs`` when ``owner`` is collected unclosed; returns the
+    finalizer. A list is kept, not copied, so a worker a restart puts in it is ended too."""
     return _finalizer(owner, _stop_owned, envs if isinstance(envs, list) else list(envs))
 
 
 def _stop_owned(envs: Sequence[HasWorker]) -> None:
-    """Terminates the workers of ``envs`` (read now: a restart may have replaced one)."""
+    """Terminates the workers of ``envs`` as they are now."""
     stop_all([env.channel for env in envs], 0.0)
 
 
-def _finalizer(owner: Any, stop: Callable[..., None],
-               *args: Any) -> "weakref.finalize[..., None]":
-    """``weakref.finalize(owner, ...)`` that runs ``stop(*args)`` only in this
-    process (a forked child inherits the finalizer, not the workers) and not
-    at exit (:func:`shutdown` does that, politely)."""
+def _finalizer(owner: Any, stop: Callable[..., None], *args: Any) -> "weakref.finalize[..., None]":
+    """A finalizer of ``owner`` that runs ``stop(*args)`` only in this process, not at exit."""
     finalizer = weakref.finalize(owner, _in_process, os.getpid(), stop, args)
     finalizer.atexit = False
     return finalizer
 
 
 def _in_process(pid: int, stop: Callable[..., None], args: Tuple[Any, ...]) -> None:
-    """``stop(*args)`` if this is process ``pid`` (the finalizer's body)."""
+    """``stop(*args)`` if this is process ``pid``."""
     if os.getpid() == pid:
         stop(*args)
 
 
 def _end_process(process: Any, conn: Any) -> None:
-    """Ends the process of a worker collected unclosed (terminate, then kill; reaped)."""
+    """Ends the process of a worker collected unclosed."""
     conn.close()
     if process.exitcode is None:
         process.terminate()
@@ -189,13 +145,11 @@ def _end_process(process: Any, conn: Any) -> None:
 
 
 def install_hooks() -> None:
-    """Installs the exit hook and (main thread, no handler of the program's own)
-    the SIGTERM handler, once."""
+    """Installs the exit hook and (main thread, no handler of its own) the SIGTERM handler."""
     if _registry.hooks_installed:
         return
     _registry.hooks_installed = True
-    # Registered after multiprocessing's own exit hook (imported above), so it
-    # runs first (atexit is LIFO): workers are closed, not just terminated.
+    # After multiprocessing's (imported above), so it runs first: workers close politely.
     atexit.register(_at_exit)
     if (threading.current_thread() is threading.main_thread()
             and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL):
@@ -211,8 +165,7 @@ def _at_exit() -> None:
 def _on_sigterm(signum: int, frame: Optional[FrameType]) -> None:
     """SIGTERM: exit like ``sys.exit(SIGTERM_EXIT_CODE)`` (``finally`` and atexit run)."""
     if os.getpid() != _registry.pid:
-        # A forked worker that has not yet restored the default action
-        # (worker_signals): end as the default action would.
+        # A forked worker that has not yet restored the default action.
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         os.kill(os.getpid(), signal.SIGTERM)
         return
@@ -222,16 +175,8 @@ def _on_sigterm(signum: int, frame: Optional[FrameType]) -> None:
 
 
 def shutdown(polite_timeout: Optional[float] = None) -> None:
-    """Stops every worker of this process still running, all at once (see the
-    module doc).
-
-    What the exit hook (and so SIGTERM) runs; safe to call at any time (later
-    uses of the closed envs raise ``EnvironmentClosedError``).
-
-    Args:
-        polite_timeout: seconds for all of that together before SIGTERM
-            (default ``EXIT_POLITE_TIMEOUT``).
-    """
+    """Stops every worker of this process still running, all at once, ``polite_timeout``
+    seconds before SIGTERM (default ``EXIT_POLITE_TIMEOUT``). The exit hook; safe any time."""
     if polite_timeout is None:
         polite_timeout = EXIT_POLITE_TIMEOUT
     deadline = time.monotonic() + polite_timeout
@@ -253,7 +198,7 @@ class Stopping:
         self.process = worker.process
         self.conn = worker.conn
         self.polite = polite
-        # Answers still to read: every request's, then CLOSE's (its failure is logged).
+        # Answers still to read: every request's, then CLOSE's (a failure is logged).
         self.next_seq = worker.received_seq
         self.close_seq = worker.next_seq if polite else -1
         self.reading = polite
@@ -264,14 +209,12 @@ class Stopping:
         conn = self.conn
         try:
             while self.reading and conn.poll(0):
-                # (None, error) for an answer that does not unpickle: nobody waits for it.
                 msg_type, payload = read_message(conn)
                 if self.next_seq == self.close_seq and msg_type is MessageType.EXCEPTION:
                     error = payload.to_exception()
                     if isinstance(error.__cause__, EnvironmentProcessError):
                         error = error.__cause__  # its message has the worker traceback
-                    logging.warning("env %s: close() raised in the worker: %s",
-                                    self.env_id, error)
+                    logging.warning("env %s: close() raised in the worker: %s", self.env_id, error)
                 self.next_seq += 1
                 self.reading = self.next_seq <= self.close_seq
         except (EOFError, OSError):
@@ -284,13 +227,12 @@ class Stopping:
         if self.reading:
             self.read()
         if self.polite and self.process.exitcode:
-            logging.warning("env %s: the worker died while closing: %s",
-                            self.env_id, describe_exit(self.process.exitcode))
+            logging.warning("env %s: the worker died while closing: %s", self.env_id,
+                            describe_exit(self.process.exitcode))
 
 
 def _wait_for_exits(stopping: "List[Stopping]", deadline: float) -> None:
-    """Waits until every worker of ``stopping`` exited or ``deadline`` passed,
-    reading their pipes meanwhile (so none blocks on a full pipe)."""
+    """Waits until ``stopping`` exited or ``deadline`` passed, reading their pipes meanwhile."""
     poller = select.poll()
     by_fd: Dict[int, Tuple[Stopping, bool]] = {}
     for s in stopping:
@@ -320,22 +262,10 @@ def _wait_for_exits(stopping: "List[Stopping]", deadline: float) -> None:
                 del by_fd[conn_fd]
 
 
-def stop_all(envs: Sequence[Worker], polite_timeout: Optional[float] = None
-             ) -> None:
-    """Closes ``envs`` all at once, with one deadline; never raises because of them.
-
-    A worker in a job loop, or one not yet started, is terminated instead of
-    sent CLOSE (it would not read it). ``n`` workers take about as long as the
-    slowest one, and at most ``polite_timeout + CLOSE_TERMINATE_TIMEOUT +
-    CLOSE_KILL_TIMEOUT`` (the ``EXIT_*`` bounds at exit). Interrupted (e.g. by
-    Ctrl-C), it kills the workers still running at once, reaps them and
-    re-raises.
-
-    Args:
-        envs: the workers; closed ones and ones never started are skipped.
-        polite_timeout: seconds to let them close their envs (default
-            ``CLOSE_POLITE_TIMEOUT``).
-    """
+def stop_all(envs: Sequence[Worker], polite_timeout: Optional[float] = None) -> None:
+    """Closes ``envs`` all at once, ``polite_timeout`` (default ``CLOSE_POLITE_TIMEOUT``) s before
+    SIGTERM; never raises because of them. A worker that would not read CLOSE is terminated;
+    interrupted (Ctrl-C), it kills the workers still running, reaps them and re-raises."""
     if polite_timeout is None:
         polite_timeout = CLOSE_POLITE_TIMEOUT
     deadline = time.monotonic() + polite_timeout
@@ -348,15 +278,13 @@ def stop_all(envs: Sequence[Worker], polite_timeout: Optional[float] = None
         if not stopping:
             return
         for s in stopping:
-            if s.exited:
-                # Gone before the wait (e.g. its close() raised at once): the
-                # wait skips it, so read its last words and log its end here.
+            if s.exited:  # gone already: the wait skips it
                 s.on_exit()
         _wait_for_exits(stopping, deadline)
         late = [s for s in stopping if not s.exited]
         if not late:
             return
-        # At exit nobody can act on it (and a busy machine is reason enough).
+        # At exit nobody can act on it.
         log = logging.info if _registry.exiting else logging.warning
         for s in late:
             if s.polite and polite_timeout > 0:
@@ -364,7 +292,6 @@ def stop_all(envs: Sequence[Worker], polite_timeout: Optional[float] = None
                     "terminating it", s.env_id, s.process.pid, polite_timeout)
             s.polite = False  # its death is expected now
             s.process.terminate()
-        # Seconds to wait after SIGTERM, then after SIGKILL (shorter at exit).
         terminate_wait, kill_wait = ((EXIT_TERMINATE_TIMEOUT, EXIT_KILL_TIMEOUT)
                                      if _registry.exiting else
                                      (CLOSE_TERMINATE_TIMEOUT, CLOSE_KILL_TIMEOUT))
@@ -373,8 +300,7 @@ def stop_all(envs: Sequence[Worker], polite_timeout: Optional[float] = None
         for s in late:
             s.process.kill()
         _wait_for_exits(late, time.monotonic() + kill_wait)
-    except BaseException:
-        # Interrupted: end the rest now rather than leave them behind.
+    except BaseException:  # interrupted: end the rest now
         for s in stopping:
             if not s.exited:
                 s.polite = False

@@ -1,24 +1,6 @@
-"""Checking actions and time steps against an ALF env's specs.
-
-What crosses a process boundary is checked where the mistake is made, and an
-error names the field and the expected and actual shape and dtype:
-
-* **Actions** must match the action spec's nest structure and shapes, and
-  their dtypes must cast to the spec's under numpy's ``"safe"`` rule
-  (:class:`ActionChecker`). Values are *not* checked against the bounds of a
-  ``BoundedTensorSpec``: an action outside them is passed on, never clipped.
-* **Time steps** must match ``time_step_spec()`` in structure and shapes, and
-  their dtypes must convert to the spec's under numpy's ``"same_kind"`` rule
-  (:class:`TimeStepChecker`); a leaf of another dtype of the same kind is
-  converted, so the pipe path returns exactly what the shared-memory path
-  (which writes into rows of the spec's dtype) returns.
-
-The batched ALF front ends check actions in the parent (nothing is sent when
-one is malformed); on the pipe path the worker checks what its env returns
-and, for a ``ProcessEnvironment`` used on its own, the actions it receives
-(:class:`WorkerSpecGuard`); the shared-memory path checks time steps as it
-writes them into the rows (:mod:`alf_env.front_ends.alf.alf_rows`).
-"""
+"""Checking actions and time steps against an ALF env's specs, where the mistake is made:
+actions cast under numpy's ``"safe"`` rule, never clipped (docs/contract.rst, "Errors");
+time steps convert under ``"same_kind"``, as the shared-memory path's rows do."""
 
 import functools
 import sys
@@ -32,8 +14,7 @@ __all__ = ["ActionChecker", "TimeStepChecker", "WorkerSpecGuard", "time_step_lea
 
 _ALF_ENVIRONMENT_MODULE = "alf_env.environments.alf_environment"
 
-# Python scalars are "weak" (NEP 50): a Python int fits any integer or float
-# spec, a float any float spec, a bool any spec.
+# The spec kinds a "weak" (NEP 50) Python scalar fits.
 _WEAK_KINDS = {bool: "biufc", int: "iufc", float: "fc"}
 
 Shape = Tuple[int, ...]
@@ -41,15 +22,12 @@ Shape = Tuple[int, ...]
 
 @functools.lru_cache(maxsize=None)
 def can_cast(source: np.dtype, target: np.dtype, casting: Literal["safe", "same_kind"]) -> bool:
-    """``np.can_cast(source, target, casting=casting)``, cached: it is slow, and the
-    actions and time steps of every step ask it per leaf."""
+    """``np.can_cast``, cached: it is slow, and every step asks it per leaf."""
     return bool(np.can_cast(source, target, casting=casting))
 
 
 def _tensor_view(leaf: Any) -> Optional[np.ndarray]:
-    """A torch tensor's numpy view when it is a CPU tensor that needs no grad (what
-    ``detach().cpu().numpy()`` gives, at half the cost); ``None`` for another
-    tensor (it needs grad, or is on another device). ``leaf`` is a tensor."""
+    """The tensor ``leaf``'s numpy view (half ``detach().cpu().numpy()``'s cost), or ``None``."""
     try:
         view: np.ndarray = leaf.numpy()
         return view
@@ -58,7 +36,7 @@ def _tensor_view(leaf: Any) -> Optional[np.ndarray]:
 
 
 def _is_tensor(leaf: Any) -> bool:
-    """Whether ``leaf`` is a torch tensor (torch is not imported to ask)."""
+    """Whether ``leaf`` is a torch tensor, without importing torch."""
     return type(leaf).__module__ == "torch" and hasattr(leaf, "detach")
 
 
@@ -79,64 +57,45 @@ def time_step_leaf_error(env_id: Any, path: str, shape: Shape, dtype: np.dtype,
                          expected_shape: Shape, expected_dtype: np.dtype) -> ValueError:
     """The error for a time step leaf that does not fit its spec."""
     if tuple(shape) != tuple(expected_shape):
-        return ValueError(
-            f"env {env_id} returned time_step.{path} of shape {tuple(shape)} and dtype "
-            f"{dtype}; its spec expects shape {tuple(expected_shape)} and dtype "
-            f"{expected_dtype}")
-    return ValueError(
-        f"env {env_id} returned time_step.{path} of dtype {dtype}, which does not "
-        f"convert to the spec's {expected_dtype} (numpy's 'same_kind' rule); its "
-        f"spec expects shape {tuple(expected_shape)} and dtype {expected_dtype}")
+        return ValueError(f"env {env_id} returned time_step.{path} of shape {tuple(shape)} and "
+                          f"dtype {dtype}; its spec expects shape {tuple(expected_shape)} and "
+                          f"dtype {expected_dtype}")
+    return ValueError(f"env {env_id} returned time_step.{path} of dtype {dtype}, which does not "
+                      f"convert to the spec's {expected_dtype} (numpy's 'same_kind' rule); its "
+                      f"spec expects shape {tuple(expected_shape)} and dtype {expected_dtype}")
 
 
 def time_step_count_error(env_id: Any, got: int, paths: Sequence[str]) -> ValueError:
     """The error for a time step with the wrong number of leaves."""
-    return ValueError(
-        f"env {env_id} returned a time step with {got} leaves, but its "
-        f"time_step_spec() has {len(paths)} ({', '.join(paths)}); make "
-        f"step()/reset() return what the specs describe")
+    return ValueError(f"env {env_id} returned a time step with {got} leaves, but its "
+                      f"time_step_spec() has {len(paths)} ({', '.join(paths)}); make "
+                      f"step()/reset() return what the specs describe")
 
 
 class ActionChecker:
-    """Checks actions against an action spec (and converts them, in the parent).
-
-    The per-leaf expectations are computed once, so the per-step cost is a
-    flatten and a shape/dtype check per leaf.
-
-    Args:
-        action_spec: the per-env action spec nest.
-        batch_size: the expected leading dimension, or ``None`` for an
-            unbatched action (no leading dimension).
-    """
+    """Checks actions against the per-env ``action_spec`` (and converts them, in the
+    parent); ``batch_size`` is their leading dimension (``None``: unbatched)."""
 
     def __init__(self, action_spec: Any, batch_size: Optional[int]) -> None:
         self._spec = action_spec
         self._nested = nest.is_nested(action_spec)
         outer = () if batch_size is None else (int(batch_size),)
-        self._leaves = [(f"action.{path}" if path else "action", spec.numpy_dtype,
+        self._leaves = [(nest.field_name("action", path), spec.numpy_dtype,
                          outer + tuple(spec.shape), tuple(spec.shape))
                         for path, spec in nest.flatten_with_path(action_spec)]
         self._batch_size = batch_size
 
     def flat(self, action: Any) -> List[np.ndarray]:
-        """Returns the flattened action as C-contiguous arrays of the spec dtypes.
-
-        Raises:
-            ValueError: naming the offending field and the expected shape and
-                dtype, for a wrong nest structure, shape, batch size or a dtype
-                that numpy's "safe" casting rule does not allow.
-        """
+        """The flattened action as C-contiguous arrays of the spec dtypes; a ``ValueError``
+        names the field and the expected shape and dtype."""
         if not self._nested and not nest.is_nested(action):  # one leaf (the common case)
             return [self._convert(action, *self._leaves[0])]
         leaves = self._flat_leaves(action)
         return [self._convert(leaf, *info) for leaf, info in zip(leaves, self._leaves)]
 
     def single_array(self, action: Any) -> Optional[np.ndarray]:
-        """The array of an action of one leaf as it is, unchecked: a CPU
-        tensor's numpy view, or a numpy array; ``None`` for anything else (a
-        nest, a list, a tensor that needs grad). For a caller that copies it
-        only when it has exactly the expected shape and dtype, and otherwise
-        calls :meth:`flat`, which checks and converts."""
+        """The unchecked array of a one-leaf action (a numpy array, a CPU tensor's view), else
+        ``None``: for a caller that copies it if exactly right, else calls :meth:`flat`."""
         if self._nested:
             return None
         if type(action) is np.ndarray:
@@ -148,17 +107,11 @@ class ActionChecker:
         return nest.pack_sequence_as(self._spec, self.flat(action))
 
     def check(self, action: Any, flattened: bool = False) -> None:
-        """Checks ``action`` (its list of leaves if ``flattened``) without
-        converting it: what the env gets is unchanged.
-
-        Raises:
-            ValueError: as :meth:`flat`.
-        """
+        """Checks ``action`` (its leaves if ``flattened``) as :meth:`flat`, without converting."""
         if flattened:
             if len(action) != len(self._leaves):
-                raise ValueError(
-                    f"action: expected {len(self._leaves)} leaves "
-                    f"({', '.join(f for f, *_ in self._leaves)}), got {len(action)}")
+                raise ValueError(f"action: expected {len(self._leaves)} leaves "
+                                 f"({', '.join(f for f, *_ in self._leaves)}), got {len(action)}")
             leaves = action
         else:
             leaves = self._flat_leaves(action)
@@ -210,19 +163,12 @@ class ActionChecker:
 
     @staticmethod
     def _raise_dtype(field: str, dtype: np.dtype, got: Any) -> None:
-        raise ValueError(
-            f"{field}: expected dtype {dtype} (or one that casts to it safely), "
-            f"got {got}; convert it explicitly, e.g. .astype({dtype.name!r})")
+        raise ValueError(f"{field}: expected dtype {dtype} (or one that casts to it safely), "
+                         f"got {got}; convert it explicitly, e.g. .astype({dtype.name!r})")
 
 
 class TimeStepChecker:
-    """Checks (and converts to the spec's dtypes) the time steps an env returns.
-
-    Args:
-        time_step_spec: the env's ``time_step_spec()``.
-        batch_size: the env's batch size, or ``None`` for an unbatched env.
-        env_id: named in the errors.
-    """
+    """Checks (and converts to the spec's dtypes) the time steps env ``env_id`` returns."""
 
     def __init__(self, time_step_spec: Any, batch_size: Optional[int], env_id: Any) -> None:
         outer = () if batch_size is None else (int(batch_size),)
@@ -232,35 +178,29 @@ class TimeStepChecker:
         self._paths = [path for path, *_ in self._leaves]
 
     def __call__(self, time_step: Any) -> Any:
-        """Returns ``time_step``, its leaves converted to the spec dtypes if needed.
-
-        Raises:
-            ValueError: naming the field (``time_step.observation...``) and the
-                expected and actual shape and dtype.
-        """
+        """``time_step``, its leaves converted to the spec dtypes if needed; a ``ValueError``
+        names the field, the expected and the actual shape and dtype."""
         leaves = nest.flatten(time_step)
         checked = self._check(leaves)
         return time_step if checked is leaves else nest.pack_sequence_as(time_step, checked)
 
     def flat(self, time_step: Any) -> List[Any]:
-        """Like calling the checker, but returns the (checked) flattened leaves."""
+        """Like calling the checker, but returns the checked leaves."""
         return self._check(nest.flatten(time_step))
 
     def _check(self, leaves: List[Any]) -> List[Any]:
-        """Returns ``leaves``, or a converted copy if a dtype had to be converted."""
+        """``leaves``, or a copy if a dtype had to be converted."""
         if len(leaves) != len(self._leaves):
             raise time_step_count_error(self._env_id, len(leaves), self._paths)
         converted = leaves
         for i, (leaf, (path, shape, dtype, torch_dtype)) in enumerate(zip(leaves, self._leaves)):
             got_shape, got_dtype = _shape_and_dtype(leaf)
             if got_shape != shape and tuple(got_shape) != shape:
-                raise time_step_leaf_error(self._env_id, path, got_shape, got_dtype,
-                                           shape, dtype)
+                raise time_step_leaf_error(self._env_id, path, got_shape, got_dtype, shape, dtype)
             if got_dtype is dtype or got_dtype == dtype:
                 continue
             if not can_cast(got_dtype, dtype, "same_kind"):
-                raise time_step_leaf_error(self._env_id, path, got_shape, got_dtype,
-                                           shape, dtype)
+                raise time_step_leaf_error(self._env_id, path, got_shape, got_dtype, shape, dtype)
             if converted is leaves:
                 converted = list(leaves)
             converted[i] = (leaf.to(torch_dtype) if type(leaf).__module__ == "torch"
@@ -269,12 +209,7 @@ class TimeStepChecker:
 
 
 class WorkerSpecGuard:
-    """What a pipe-path worker checks around its ALF env's ``step``/``reset``.
-
-    Args:
-        env: the ``AlfEnvironment``.
-        env_id: named in the errors.
-    """
+    """What a pipe-path worker checks around its ``AlfEnvironment``'s ``step``/``reset``."""
 
     def __init__(self, env: Any, env_id: Any) -> None:
         batch_size = int(env.batch_size) if env.batched else None
@@ -283,7 +218,7 @@ class WorkerSpecGuard:
 
     @staticmethod
     def for_env(env: Any, env_id: Any) -> Optional["WorkerSpecGuard"]:
-        """A guard if ``env`` is an ``AlfEnvironment``, else ``None`` (nothing to check)."""
+        """A guard if ``env`` is an ``AlfEnvironment``, else ``None``."""
         module = sys.modules.get(_ALF_ENVIRONMENT_MODULE)
         if module is None or not isinstance(env, module.AlfEnvironment):
             return None  # not imported: env cannot be one

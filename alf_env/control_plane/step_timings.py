@@ -1,24 +1,5 @@
-"""Where each step's time goes: the figures of ``timings()`` on the local front ends.
-
-``timings()`` returns one :class:`StepTimings` for the steps since its last
-call: per env, its own ``step`` time inside its worker, and per lockstep batch
-the trainer's wait, the straggler spread and the hand-off overhead (what each
-means: docs/simulators.rst, "Where each step's time goes"). The per-env
-figures are kept by a :class:`StepClock` in each worker's own memory (no
-shared memory, so nothing the trainer reads races with the worker's writes)
-and fetched by one pipe call per worker (:data:`STEP_TIMINGS_CALL`); nothing
-extra travels on the pipe per step. The per-batch figures are kept by the
-native ``Controller`` from the times each worker stores in its job slot
-(``Controller.take_timings``); ``ParallelAlfEnvironment`` has no job slots:
-it measures its own waits (:class:`BatchClock`) and cannot see the spread and
-the hand-off (their ``count`` is 0).
-
-Durations go into log-bucketed histograms (:func:`bucket_of`: each power of two
-of ns split into 8 equal buckets, the same buckets as the native
-``timing_bucket``), so p50 and p99 cost a fixed amount of memory however many
-steps are counted, and are exact to within one bucket (under 12.5 %). This
-module needs nothing native: the workers and the front ends both use it.
-"""
+"""Where each step's time goes: the figures of ``timings()`` on the local front ends (what
+each means, how it is kept: docs/simulators.rst, "Where each step's time goes")."""
 
 import dataclasses
 import math
@@ -28,18 +9,14 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 import numpy.typing as npt
 
-__all__ = [
-    "NUM_BUCKETS", "BatchClock", "STEP_TIMINGS_CALL", "DurationStats", "StepClock",
-    "StepTimings", "batch_figures", "bucket_bounds", "bucket_of", "buckets_of",
-    "env_figures", "no_figure", "percentile",
-]
+__all__ = ["NUM_BUCKETS", "BatchClock", "STEP_TIMINGS_CALL", "DurationStats", "StepClock",
+           "StepTimings", "batch_figures", "bucket_bounds", "bucket_of", "buckets_of",
+           "env_figures", "no_figure", "percentile"]
 
-#: Buckets of a timing histogram (the native ``_penv.TIMING_BUCKETS``): 8 exact
-#: buckets below 8 ns, then 8 per power of two up to 2^64 ns.
+#: Buckets of a timing histogram (``_penv.TIMING_BUCKETS``): 8 per power of two of ns.
 NUM_BUCKETS = 496
 
-#: The reserved call name a worker answers with its :class:`StepClock`'s
-#: :meth:`~StepClock.take` (``WorkerEnvProxy.call``), like ``SYNC_PROGRESS_CALL``.
+#: The reserved call name a worker answers with its :meth:`StepClock.take`.
 STEP_TIMINGS_CALL = "<step_timings>"
 
 #: A worker's reading: per env, ``(steps, sum of the timed steps' ns, {bucket: count})``.
@@ -47,7 +24,8 @@ ClockReading = List[Tuple[int, int, Dict[int, int]]]
 
 
 def bucket_of(ns: int) -> int:
-    """The histogram bucket of a duration of ``ns`` nanoseconds (``ns >= 0``)."""
+    """The histogram bucket of ``ns >= 0`` nanoseconds: each power of two split in 8, as
+    the native ``timing_bucket`` does (so p50 and p99 are exact to within 12.5 %)."""
     bits = ns.bit_length()
     if bits < 4:
         return ns
@@ -66,14 +44,8 @@ def bucket_bounds(bucket: int) -> Tuple[int, int]:
 
 
 def percentile(buckets: Dict[int, int], q: float) -> float:
-    """The ``q``-th percentile (0-100) in ns of the durations counted in ``buckets``.
-
-    The rank is numpy's default (``linear``) one, ``q/100 * (n - 1)``, and the
-    samples of a bucket are taken as spread evenly over it: the result lies
-    between the buckets of the two samples ``numpy.percentile`` interpolates
-    between (within an eighth of numpy's value where they are close).
-    ``nan`` when empty.
-    """
+    """The ``q``-th percentile (0-100) in ns of the durations counted in ``buckets``
+    (``nan`` when empty), at numpy's default rank, a bucket's samples spread evenly over it."""
     if not 0.0 <= q <= 100.0:
         raise ValueError(f"percentile: expected q in [0, 100], got {q}")
     total = sum(buckets.values())
@@ -93,14 +65,8 @@ def percentile(buckets: Dict[int, int], q: float) -> float:
 
 @dataclasses.dataclass(frozen=True)
 class DurationStats:
-    """One figure's count and mean, p50 and p99 in µs (``nan`` when ``count`` is 0).
-
-    Attributes:
-        count: how many steps (or batches) were counted. The mean and the
-            percentiles are those of the timed ones: all of them, or a sample
-            (one step in ``StepClock.SAMPLE_EVERY`` of each env).
-        mean_us, p50_us, p99_us: their mean, median and 99th percentile.
-    """
+    """One figure's count, and the mean, p50 and p99 in µs of the timed ones (all, or one in
+    ``StepClock.SAMPLE_EVERY``; ``nan`` when ``count`` is 0)."""
 
     count: int
     mean_us: float
@@ -109,8 +75,7 @@ class DurationStats:
 
     @classmethod
     def of(cls, count: int, sum_ns: int, buckets: Dict[int, int]) -> "DurationStats":
-        """The stats of ``count`` durations of which those in the histogram ``buckets``
-        (all, or a sample) sum to ``sum_ns``."""
+        """The stats of ``count`` durations whose timed ones, in ``buckets``, sum to ``sum_ns``."""
         timed = sum(buckets.values())
         if count == 0 or timed == 0:
             nan = float("nan")
@@ -127,15 +92,9 @@ class DurationStats:
 
 @dataclasses.dataclass(frozen=True)
 class StepTimings:
-    """Where the steps since the last ``timings()`` spent their time (each
-    figure's meaning: docs/simulators.rst, "Where each step's time goes").
-
-    Attributes:
-        envs: per env (index = env id), its own ``step`` time inside its worker.
-        wait, spread, handoff: per lockstep batch, the trainer's wait, the
-            straggler spread and the hand-off overhead.
-        note: what this front end cannot measure (empty when it measures all).
-    """
+    """Where the steps since the last ``timings()`` spent their time (docs/simulators.rst):
+    per env id its ``step`` time (``envs``), per lockstep batch the ``wait``, ``spread`` and
+    ``handoff``, and a ``note`` of what this front end cannot measure."""
 
     envs: Tuple[DurationStats, ...]
     wait: DurationStats
@@ -171,27 +130,12 @@ class StepTimings:
 
 
 class StepClock:
-    """Counts a worker's env steps: per env, the steps, and the durations of a sample.
+    """Counts the steps of a worker's ``num_envs`` envs, timing one in :attr:`SAMPLE_EVERY`:
+    what a worker does after reporting a step competes with the trainer for a CPU."""
 
-    Kept in the worker's memory; :meth:`take` hands the counts home and starts
-    again. The row handlers count each step with :meth:`tick` and time one in
-    :attr:`SAMPLE_EVERY` (the first one included): what a worker does after it
-    reports a step competes with the trainer for a CPU (the cost of each
-    rate: docs/simulators.rst). A timed step stores each env's duration in
-    :attr:`lap`; :meth:`commit` (the job loop's ``after_step``) appends them to
-    a list, and every :attr:`FOLD_AT` durations of an env are folded into its
-    histogram at once with numpy. :meth:`record` counts and times one env's
-    step at once, for the paths that are not the row handlers'.
-
-    Args:
-        num_envs: envs the worker steps (:meth:`resize` changes it).
-    """
-
-    #: The clock a step is timed with (``perf_counter_ns``: CLOCK_MONOTONIC on Linux).
+    #: CLOCK_MONOTONIC on Linux.
     now = staticmethod(time.perf_counter_ns)
-    #: The row handlers time one step of every this many.
     SAMPLE_EVERY = 8
-    #: Durations of one env kept before they are folded into its histogram.
     FOLD_AT = 2048
 
     def __init__(self, num_envs: int = 1) -> None:
@@ -225,8 +169,7 @@ class StepClock:
         return True
 
     def reader(self) -> Callable[[], int]:
-        """:meth:`tick`, as the clock to time the step with: :attr:`now`, or a
-        function that reads no clock (it returns 0) for a step not timed."""
+        """:meth:`tick`, as the clock to time the step with (``int`` reads none)."""
         return StepClock.now if self.tick() else int
 
     def commit(self) -> None:
@@ -259,12 +202,10 @@ class StepClock:
         self._buckets[k] += np.bincount(buckets_of(ns), minlength=NUM_BUCKETS)
 
     def take(self) -> ClockReading:
-        """Per env, ``(steps, sum of the timed steps' ns, {bucket: count})`` since
-        the last take (the histogram counts the timed steps); resets."""
+        """The :data:`ClockReading` since the last take; resets."""
         for k in range(self.num_envs):
             self._fold(k)
-        reading = [(steps + self._ticks, total,
-                    {int(b): int(row[b]) for b in np.flatnonzero(row)})
+        reading = [(steps + self._ticks, total, {int(b): int(row[b]) for b in np.flatnonzero(row)})
                    for steps, total, row in zip(self._steps, self._sums, self._buckets)]
         self.resize(self.num_envs)
         return reading
@@ -272,8 +213,7 @@ class StepClock:
 
 def buckets_of(ns: "npt.NDArray[np.int64]") -> "npt.NDArray[np.int64]":
     """:func:`bucket_of` of each duration of ``ns`` (int64 ns, ``0 <= ns < 2**53``)."""
-    # frexp's exponent of an integer exactly representable as a float64 is its
-    # bit length (0 for 0).
+    # frexp's exponent of an integer exact as a float64 is its bit length.
     bits = np.frexp(ns.astype(np.float64))[1].astype(np.int64)
     shifted = ns >> np.maximum(bits - 4, 0)
     return np.where(bits < 4, ns, ((bits - 3) << 3) | (shifted & 7))
@@ -290,15 +230,13 @@ def batch_figures(taken: Tuple[int, Tuple[int, int, int], "npt.NDArray[np.uint64
     """``(wait, spread, handoff)`` of what ``Controller.take_timings()`` returned."""
     count, sums, histograms = taken
     wait, spread, handoff = (
-        DurationStats.of(count, int(total),
-                         {b: int(c) for b, c in enumerate(histogram) if c})
+        DurationStats.of(count, int(total), {b: int(c) for b, c in enumerate(histogram) if c})
         for total, histogram in zip(sums, histograms))
     return wait, spread, handoff
 
 
 class BatchClock:
-    """The per-batch wait measured in Python, where there are no job slots
-    (``ParallelAlfEnvironment``): :meth:`record` after each lockstep step."""
+    """The per-batch wait measured in Python, where there are no job slots."""
 
     def __init__(self) -> None:
         self._clock = StepClock(1)

@@ -1,12 +1,5 @@
-"""The trainer's torch threads against the cores its env workers step on.
-
-A lockstep step parks torch's spinning OpenMP threads
-(:class:`~alf_env.data_plane.pool_park.PoolPark`). What parking cannot fix,
-torch's threads outnumbering the cores while another process keeps one busy,
-only the user can: :func:`advise_torch_threads` says so once, at start, and
-:func:`warn_pool_waiting` once more, loudly, when the pool's threads are seen
-waiting for a CPU (docs/benchmarks.md, "The trainer's torch threads").
-"""
+"""The trainer's torch threads against the cores its env workers step on: said once at
+start, and once more when they wait (docs/benchmarks.md, "The trainer's torch threads")."""
 
 import sys
 from typing import Optional
@@ -15,14 +8,12 @@ from absl import logging
 
 from alf_env.control_plane.affinity import usable_cpu_count
 
-_advised = False  # the advice is logged once per process
-_warned = False  # and the warning
+_advised = False  # once per process
+_warned = False
 
 
 def torch_threads_advice(num_workers: int) -> Optional[str]:
-    """The advice to give beside ``num_workers`` worker processes, or ``None``
-    when torch's threads leave the workers' cores free (or torch is not
-    imported: then the trainer runs no op)."""
+    """The advice beside ``num_workers`` workers, or ``None`` if torch leaves their cores free."""
     torch = sys.modules.get("torch")
     if torch is None:
         return None
@@ -39,11 +30,8 @@ def torch_threads_advice(num_workers: int) -> Optional[str]:
 
 
 def advise_torch_threads(num_workers: int) -> None:
-    """Logs :func:`torch_threads_advice` once per process, if there is advice.
-
-    At INFO: on a quiet machine torch's threads cost a parked step nothing,
-    and a script that runs cleanly prints nothing to stderr.
-    """
+    """Logs :func:`torch_threads_advice` once per process, at INFO: on a quiet machine
+    torch's threads cost a parked step nothing."""
     global _advised
     if _advised:
         return
@@ -54,8 +42,7 @@ def advise_torch_threads(num_workers: int) -> None:
 
 
 def pool_waiting_warning(threads: int, share: float) -> str:
-    """The warning :func:`warn_pool_waiting` logs: torch's ``threads`` (the
-    pool's and the caller's) waited for a CPU ``share`` of a second."""
+    """The warning that torch's ``threads`` waited for a CPU ``share`` of a second."""
     better = max(1, int(threads * (1.0 - share)))
     return (f"alf_env: torch's OpenMP threads waited for a CPU {share:.0%} of the last "
             f"second of this training loop: it gets fewer CPUs than torch's {threads} "
@@ -66,8 +53,7 @@ def pool_waiting_warning(threads: int, share: float) -> str:
 
 
 def warn_pool_waiting(threads: int, share: float) -> None:
-    """Logs :func:`pool_waiting_warning` once per process, as a WARNING: unlike the
-    start-up advice, it reports a slowdown that is happening."""
+    """Logs :func:`pool_waiting_warning` once per process, as a WARNING (it is happening)."""
     global _warned
     if not _warned:
         _warned = True

@@ -1,24 +1,12 @@
-"""The worker process: construct the env, then answer the parent's requests.
-
-:func:`worker_main` is the entry point of every worker process: it sets up
-the worker's signals and parent watchdog (:mod:`alf_env.control_plane.watchdog`),
-constructs the env and then serves the pipe (:func:`serve`), one request at a
-time (:func:`handle_message`), until ``CLOSE`` or until the pipe closes. A
-``JOB_LOOP`` request hands the worker to the loop its payload runs
-(:class:`JobLoopEntry`; the data plane's ``JobLoopSpec``), which comes back
-here for the pipe requests it is told about.
-
-For an ``AlfEnvironment`` the worker checks actions and time steps against the
-env's specs (:mod:`alf_env.control_plane.spec_checks`), so a mismatch is a
-``ValueError`` naming the field, raised where it happens.
-"""
+"""The worker process: construct the env, then answer the parent's requests (docs/protocol.rst).
+``JOB_LOOP``'s payload runs its own loop (:class:`JobLoopEntry`): no shared memory here."""
 
 import gc
 import inspect
-import multiprocessing.connection
 import multiprocessing.util
 import os
 import sys
+from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any, Callable, Dict, Mapping, Optional, Protocol, Sequence, Tuple
 
 import cloudpickle
@@ -36,14 +24,9 @@ if TYPE_CHECKING:
 
 
 class JobLoopEntry(Protocol):
-    """The payload of ``JOB_LOOP``: the loop the worker enters (a ``JobLoopSpec``).
+    """The payload of ``JOB_LOOP``: the loop the worker enters (a ``JobLoopSpec``)."""
 
-    The worker calls :meth:`run` and knows nothing else of the loop; the data
-    plane (``alf_env.data_plane.job_loop``) defines it.
-    """
-
-    def run(self, conn: multiprocessing.connection.Connection, proxy: "WorkerEnvProxy",
-            env_id: Optional[int]) -> bool:
+    def run(self, conn: Connection, proxy: "WorkerEnvProxy", env_id: Optional[int]) -> bool:
         """Serves the loop; returns whether to keep serving the pipe afterwards."""
 
 
@@ -68,14 +51,8 @@ def forward_progress(env: Any, progress: Any) -> bool:
 
 
 class WorkerEnvProxy:
-    """What the worker calls: the env, plus packing/unpacking in flatten mode.
-
-    For an ``AlfEnvironment`` it also checks, around ``step`` and ``reset``,
-    the action it receives and the time step the env returns against the
-    env's specs (see :mod:`alf_env.control_plane.spec_checks`): a mismatch
-    raises ``ValueError`` naming the field, before the env is touched for an
-    action, instead of a confusing error (or silently wrong data) later.
-    """
+    """What the worker calls: the env, packed and unpacked in flatten mode, and for an
+    ``AlfEnvironment`` checked against its specs around ``step`` and ``reset``."""
 
     def __init__(self, env: Any, flatten: bool, env_id: Optional[int] = None) -> None:
         self.env = env
@@ -83,8 +60,7 @@ class WorkerEnvProxy:
         self.env_id = env_id
         self._guard: Optional["WorkerSpecGuard"] = None
         self._guard_built = False
-        # The env's step times (control_plane/step_timings.py): a group that
-        # times its own envs brings its clock; a single env is timed here.
+        # A group that times its own envs' steps brings its clock; one env is timed here.
         own_clock = getattr(env, "step_clock", None)
         self._times_steps = not isinstance(own_clock, StepClock)
         self.step_clock = own_clock if isinstance(own_clock, StepClock) else StepClock()
@@ -131,24 +107,13 @@ class WorkerEnvProxy:
         return self._guard
 
 
-def worker_main(conn: multiprocessing.connection.Connection,
-                env_constructor: Any, env_id: Optional[int], flatten: bool,
-                torch_num_threads: Optional[int], parent_pid: int,
-                pickled: bool, death_parent: Optional[int] = None) -> None:
-    """Entry point of a worker process: construct the env, then serve calls.
-
-    ``death_parent``: see ``watchdog.die_with_parent``. A ``SystemExit`` or
-    ``KeyboardInterrupt`` raised by the env (constructor, or any request) ends
-    the worker with the status it asks for, after sending its traceback home
-    as its last words (:func:`_exit_with_last_words`): the trainer raises
-    ``WorkerDiedError`` with it, whatever the env raised.
-    """
+def worker_main(conn: Connection, env_constructor: Any, env_id: Optional[int], flatten: bool,
+                torch_num_threads: Optional[int], parent_pid: int, pickled: bool,
+                death_parent: Optional[int] = None) -> None:
+    """Entry point of a worker process: construct the env, then serve calls. A
+    ``SystemExit`` or ``KeyboardInterrupt`` ends it (:func:`_exit_with_last_words`)."""
     die_with_parent(death_parent)
-    # Garbage a forked worker inherits from its parent is not its to finalize:
-    # a finalizer would act on the parent's resources from here (e.g. a Ray
-    # client's destructor, run by the collector in the worker, crashed it:
-    # its gRPC threads exist only in the parent). What lives now is moved out
-    # of the collector's reach; what the worker creates later is collected.
+    # Inherited garbage is the parent's to finalize (docs/protocol.rst, "Closing").
     gc.freeze()
     worker_signals()
     start_parent_watchdog(parent_pid)
@@ -176,16 +141,10 @@ def worker_main(conn: multiprocessing.connection.Connection,
     _exit_worker()
 
 
-def _exit_with_last_words(conn: multiprocessing.connection.Connection, exc: BaseException,
+def _exit_with_last_words(conn: Connection, exc: BaseException,
                           env_id: Optional[int], during: str) -> None:
-    """Sends ``exc`` home as a fatal ``EXCEPTION`` (its traceback is what the
-    trainer's ``WorkerDiedError`` shows), then ends the worker with the status
-    it stands for: a ``SystemExit``'s code, else 1.
-
-    Raised to the trainer as it was, ``sys.exit(5)`` in an env constructor
-    ended the trainer with status 5 and no message, and a
-    ``KeyboardInterrupt`` looked like Ctrl-C.
-    """
+    """Sends ``exc`` home as a fatal ``EXCEPTION`` (the trainer raises ``WorkerDiedError``, not
+    ``exc``, which could end it), then exits with a ``SystemExit``'s code, else 1."""
     try:
         conn.send((MessageType.EXCEPTION, RemoteException(exc, env_id, during, fatal=True)))
         conn.close()
@@ -199,18 +158,8 @@ def _exit_with_last_words(conn: multiprocessing.connection.Connection, exc: Base
 
 
 def _exit_worker(status: int = 0) -> None:
-    """Ends a worker whose env is closed, skipping the interpreter's teardown.
-
-    Does what ``multiprocessing`` does when a worker's target returns (its
-    exit function, flushing the standard streams), then ``os._exit(0)`` as a
-    ``fork`` worker does anyway. A ``spawn`` or ``forkserver`` worker would
-    otherwise tear its interpreter down, which takes hundreds of
-    milliseconds of CPU with torch loaded: n workers closing at once on a few
-    cores took seconds.
-
-    Args:
-        status: the exit status (0: closed as asked).
-    """
+    """Ends a worker without the interpreter's teardown (docs/reliability.md, "How a
+    training script ends"), as multiprocessing ends a ``fork`` worker."""
     multiprocessing.util._exit_function()  # type: ignore[attr-defined]  # private: no stub
     for stream in (sys.stdout, sys.stderr):
         try:
@@ -220,37 +169,30 @@ def _exit_worker(status: int = 0) -> None:
     os._exit(status)
 
 
-def serve(conn: multiprocessing.connection.Connection, proxy: WorkerEnvProxy,
-          env_id: Optional[int]) -> None:
+def serve(conn: Connection, proxy: WorkerEnvProxy, env_id: Optional[int]) -> None:
     """Answers requests on ``conn`` until ``CLOSE`` or until the pipe closes."""
     while True:
         try:
             msg_type, payload = read_message(conn)
-        except (EOFError, OSError):
-            # The parent closed its end (or died): nothing left to serve.
-            _close_quietly(proxy.env, env_id)
+        except (EOFError, OSError):  # the parent closed its end (or died)
+            try:
+                proxy.env.close()
+            except Exception:  # noqa: BLE001 -- the parent is gone; nobody to tell
+                logging.exception("env %s: close() raised while shutting down", env_id)
             return
         if not handle_message(conn, proxy, env_id, msg_type, payload):
             return
 
 
-def handle_message(conn: multiprocessing.connection.Connection,
-                   proxy: WorkerEnvProxy, env_id: Optional[int],
+def handle_message(conn: Connection, proxy: WorkerEnvProxy, env_id: Optional[int],
                    msg_type: Optional[MessageType], payload: Any) -> bool:
-    """Handles one request as ``read_message`` gave it; returns False when the
-    worker should exit.
-
-    ``(None, error)``, a request that was read whole but did not unpickle
-    (e.g. an argument whose class the worker cannot import), is answered with
-    its error: only that request fails.
-    """
+    """Handles one request as ``read_message`` gave it; returns False to exit the worker."""
     if msg_type is None:
         conn.send((MessageType.EXCEPTION,
                    RemoteException(payload, env_id, "unpickling a request in the worker")))
         return True
     if msg_type is MessageType.ACCESS:
-        _answer(conn, env_id, f"access to {payload!r}",
-                lambda: proxy.access(payload))
+        _answer(conn, env_id, f"access to {payload!r}", lambda: proxy.access(payload))
         return True
     if msg_type is MessageType.CALL:
         name, args, kwargs = payload
@@ -263,13 +205,11 @@ def handle_message(conn: multiprocessing.connection.Connection,
         entry: JobLoopEntry = payload
         return entry.run(conn, proxy, env_id)
     if msg_type in (MessageType.READY, MessageType.RESULT, MessageType.EXCEPTION):
-        raise ValueError(f"env {env_id} worker: {msg_type} is sent by workers, "
-                         f"not to them")
+        raise ValueError(f"env {env_id} worker: {msg_type} is sent by workers, not to them")
     raise ValueError(f"env {env_id} worker: unknown message type {msg_type!r}")
 
 
-def _answer(conn: multiprocessing.connection.Connection, env_id: Optional[int],
-            during: str, fn: Callable[[], Any]) -> None:
+def _answer(conn: Connection, env_id: Optional[int], during: str, fn: Callable[[], Any]) -> None:
     """Runs ``fn`` and sends its value as RESULT, or what it raised as EXCEPTION."""
     try:
         value = fn()
@@ -279,15 +219,8 @@ def _answer(conn: multiprocessing.connection.Connection, env_id: Optional[int],
     try:
         conn.send((MessageType.RESULT, value))
     except Exception as exc:  # noqa: BLE001 -- e.g. an unpicklable result
-        conn.send((MessageType.EXCEPTION, RemoteException(
-            exc, env_id, f"sending the result of {during}")))
-
-
-def _close_quietly(env: Any, env_id: Optional[int]) -> None:
-    try:
-        env.close()
-    except Exception:  # noqa: BLE001 -- the parent is gone; nobody to tell
-        logging.exception("env %s: close() raised while shutting down", env_id)
+        conn.send((MessageType.EXCEPTION,
+                   RemoteException(exc, env_id, f"sending the result of {during}")))
 
 
 def close_each(envs: Sequence[Any]) -> None:

@@ -1,11 +1,7 @@
-"""The interface between the job loop and a front end's row handler.
+"""The interface between the job loop and a front end's row handler: what a STEP or RESET
+does to a worker's env and rows is the handler's, so the loop knows no front end."""
 
-The job loop moves jobs, not data of any kind: what a STEP or RESET does to a
-worker's env and rows is up to the *job handler* a front end provides, so the
-loop is typed against these two protocols and knows no front end.
-"""
-
-import multiprocessing.connection
+from multiprocessing.connection import Connection
 from typing import Any, Callable, Optional, Protocol
 
 from alf_env.control_plane.step_timings import StepClock
@@ -15,13 +11,8 @@ __all__ = ["JobHandler", "HandlerFactory"]
 
 
 class JobHandler(Protocol):
-    """Runs STEP and RESET jobs for one worker; raising reports ERROR for the job.
-
-    Attributes:
-        after_step: run once a STEP job is reported finished (work that may
-            overlap the trainer's), or ``None``. Raises nothing: errors are kept
-            for the next job.
-    """
+    """Runs STEP and RESET jobs for one worker (raising reports ERROR). ``after_step``, if any,
+    runs once a STEP is reported, overlapping the trainer; it raises nothing."""
 
     after_step: Optional[Callable[[], None]]
 
@@ -33,15 +24,9 @@ class JobHandler(Protocol):
 
 
 class HandlerFactory(Protocol):
-    """Builds a worker's :class:`JobHandler`; made in the parent, called in the worker.
+    """Builds a worker's :class:`JobHandler`; made in the parent, called in the worker
+    (pickled: a module-level function or an instance of a module-level class)."""
 
-    Pickled to the worker, so under spawn and forkserver it must be a module-level
-    function or an instance of a module-level class.
-    """
-
-    def __call__(self, env: Any, block: SharedBlock,
-                 conn: multiprocessing.connection.Connection,
-                 env_id: Optional[int], clock: StepClock, /) -> JobHandler:
-        """The handler of the worker's ``env`` over ``block`` (``conn``: its pipe),
-        timing each env's step into ``clock`` (the worker's, which ``timings()``
-        reads: control_plane/step_timings.py)."""
+    def __call__(self, env: Any, block: SharedBlock, conn: Connection, env_id: Optional[int],
+                 clock: StepClock, /) -> JobHandler:
+        """The handler of ``env`` over ``block``, timing each env's step into ``clock``."""

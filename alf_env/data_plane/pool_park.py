@@ -1,13 +1,5 @@
-"""Parking the trainer's torch threads while a lockstep step runs.
-
-torch's OpenMP threads spin for milliseconds after every op (8.3 ms on the
-project's 2-CPU machine), on the cores that the step's workers need. A step
-that follows a torch op parks them instead: the native ``OpenMpPark``
-(csrc/openmp_park.h) holds them asleep inside a parallel region of their own
-pool, neither ended nor created, and wakes them when the step has finished.
-docs/benchmarks.md, "The trainer's torch threads", has why not to release the
-pool instead, and the measurements.
-"""
+"""Parking the trainer's torch threads, which spin for milliseconds after an op on the cores
+the workers need, while a lockstep step runs (docs/benchmarks.md, "The trainer's torch threads")."""
 
 import os
 import sys
@@ -21,22 +13,15 @@ from alf_env.control_plane.torch_threads import warn_pool_waiting
 
 #: The OpenMP runtime whose pool can be parked (torch's CPU wheels load libgomp).
 RUNTIME = "libgomp"
-#: Seconds of the trainer's own code between two steps past which it may have
-#: run a torch op (a policy's forward pass, 100 µs and more), whose pool
-#: threads then spin; a loop of steps alone spends a few µs there.
+#: Trainer's seconds between steps past which it may have run a torch op (100 µs and more).
 MIN_GAP_S = 50e-6
-#: Seconds between two looks at how long the pool's threads waited for a CPU.
 WATCH_PERIOD_S = 1.0
-#: Share of those seconds past which the pool's threads are short of CPUs. A
-#: policy loop's pool thread waited 6-12% of each second on the project's quiet
-#: 2-CPU machine, and 48% beside a busy process of another session, where every
-#: step ran 15-20x slower (docs/benchmarks.md, "The trainer's torch threads").
+#: Share of a second past which the pool lacks CPUs (6-12% quiet; 48% beside a busy process).
 WAITING_SHARE = 0.25
 
 
 def run_delay_ns(tid: int) -> Optional[int]:
-    """Nanoseconds thread ``tid`` of this process has spent runnable but waiting
-    for a CPU (``/proc``'s schedstat), or ``None`` if it has ended."""
+    """Nanoseconds thread ``tid`` has waited for a CPU, or ``None`` if it has ended."""
     try:
         with open(f"/proc/self/task/{tid}/schedstat") as stats:
             return int(stats.read().split()[1])
@@ -45,14 +30,8 @@ def run_delay_ns(tid: int) -> Optional[int]:
 
 
 class PoolWaitWatch:
-    """Tells, once a second, whether the parked pool's threads waited for a CPU.
-
-    When other processes leave the trainer fewer cores than torch has threads,
-    torch's threads wait for each other's core at every op's barrier, and the
-    whole loop slows down many times; this watch finds it from the threads'
-    own scheduler statistics, so that the trainer can say so (see
-    :mod:`~alf_env.control_plane.torch_threads`).
-    """
+    """Tells, once a second, whether the parked pool's threads waited for a CPU (then they
+    wait for each other at every op, and the loop slows down many times)."""
 
     def __init__(self, read_delay: Callable[[int], Optional[int]] = run_delay_ns) -> None:
         self._read_delay = read_delay
@@ -62,13 +41,12 @@ class PoolWaitWatch:
         self._parks = 0
 
     def due(self, now: float) -> bool:
-        """Whether a :meth:`look` is due (one per :data:`WATCH_PERIOD_S`)."""
+        """Whether a :meth:`look` is due."""
         return now >= self._due
 
     def look(self, tids: Sequence[int], parked_steps: int, now: float) -> Optional[float]:
-        """The share of the time since the last look that the pool's threads
-        ``tids`` waited for a CPU, if it exceeds :data:`WAITING_SHARE` and the
-        pool was parked meanwhile (a policy loop); else ``None``."""
+        """The share of the time since the last look that the threads ``tids`` waited for
+        a CPU, if above :data:`WAITING_SHARE` and the pool was parked meanwhile."""
         self._due = now + WATCH_PERIOD_S
         delays: List[Optional[int]] = [self._read_delay(tid) for tid in tids]
         waited = sum(d for d in delays if d is not None) if tids and None not in delays else None
@@ -99,28 +77,9 @@ def other_threads_cpu() -> float:
 
 
 class PoolPark:
-    """Parks the trainer's OpenMP pool for a lockstep step that follows a torch op.
-
-    A step parks the pool only when the trainer's own code since the front end
-    returned the previous step (:meth:`returned`) took more than
-    :data:`MIN_GAP_S` and the pool's threads ran in that time: then a torch op
-    ran in it, and they spin now (a sleeping thread uses no CPU time). A loop
-    that steps back to back runs no forward pass between steps and its pool
-    sleeps: parking would wake it for nothing, and every release leaves it
-    spinning for milliseconds on the workers' cores.
-
-    Once a second it also looks whether the pool's threads waited for a CPU
-    (:class:`PoolWaitWatch`), and warns once if they did. The pool's CPU time
-    comes from its threads' own clocks once a park has named them; before
-    that, from all the process's threads but the caller (which the kernel
-    brings up to date only at a scheduler tick for a thread running
-    elsewhere, so the first park may come a few steps late). The runtime is
-    looked up (without loading anything) at the first such step after torch
-    is imported; a process without libgomp never parks.
-
-    Attributes:
-        parked_steps: how many steps parked the pool.
-    """
+    """Parks the trainer's OpenMP pool (counting ``parked_steps``) for a lockstep step when the
+    trainer's code since the previous step took over :data:`MIN_GAP_S` and the pool's threads
+    ran meanwhile, so they spin now (back-to-back steps leave it asleep: parking would wake it)."""
 
     def __init__(self, clock: Callable[[], float] = time.perf_counter,
                  coarse_cpu: Callable[[], float] = other_threads_cpu,
@@ -135,11 +94,11 @@ class PoolPark:
         self.parked_steps = 0
 
     def _may_park(self) -> bool:
-        """Whether a pool may exist to park (torch imported, its runtime usable)."""
+        """Whether a pool may exist to park."""
         return not self._unavailable and (self._park is not None or "torch" in sys.modules)
 
     def _pool_cpu(self) -> float:
-        """CPU seconds of the pool's threads (see the class docstring)."""
+        """CPU seconds of the pool's threads."""
         if self._park is not None:
             ns = self._park.pool_cpu_ns()
             if ns >= 0:
@@ -158,8 +117,7 @@ class PoolPark:
                     warn_pool_waiting(len(tids) + 1, share)
 
     def before_step(self) -> bool:
-        """Parks the pool's threads if a torch op ran since the last step returned;
-        returns whether it did (pass it to :meth:`after_step`)."""
+        """Parks the pool if a torch op ran since the last step; returns whether it did."""
         if (self._clock() - self._returned_at <= MIN_GAP_S or not self._may_park()
                 or self._pool_cpu() <= self._pool_cpu_at):
             return False

@@ -1,11 +1,5 @@
-"""Shared-memory blocks: the Python face of the native engine ``alf_env._penv``.
-
-A :class:`SharedBlock` is one anonymous region (a ``memfd``: nothing in
-``/dev/shm``, freed by the kernel when the last process mapping it ends,
-however it ends) that holds a control block (job slots, the finished queue,
-futex words) and one numpy array of ``num_rows`` rows per field. Layout, job
-states, memory orders and waiting: see docs/shared_memory.rst.
-"""
+"""Shared-memory blocks, the Python face of the native engine ``alf_env._penv``: one
+anonymous region with a control block and numpy arrays of rows (docs/shared_memory.rst)."""
 
 from __future__ import annotations
 
@@ -17,15 +11,7 @@ from typing import Any, Iterable, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 from alf_env import _penv
-from alf_env._penv import (
-    Controller,
-    JobStatus,
-    JobType,
-    Layout,
-    SharedRegion,
-    WaitStatus,
-    WorkerPort,
-)
+from alf_env._penv import Controller, JobStatus, JobType, SharedRegion, WaitStatus, WorkerPort
 
 __all__ = ["SharedBlock", "FieldSpec", "Controller", "WorkerPort", "JobType", "JobStatus",
            "WaitStatus", "SPIN_ADAPTIVE", "copy_leaves"]
@@ -33,11 +19,8 @@ __all__ = ["SharedBlock", "FieldSpec", "Controller", "WorkerPort", "JobType", "J
 #: ``spin_us`` value selecting the adaptive spin policy (the default).
 SPIN_ADAPTIVE: int = _penv.SPIN_ADAPTIVE
 
-#: ``copy_leaves(dst, src, scalars=False) -> int``: copies ``src[i]`` into the
-#: row view ``dst[i]`` for the leading leaves that need no conversion (an array
-#: of exactly the view's dtype and shape; with ``scalars``, also a Python or
-#: numpy scalar that numpy would store exactly), in one native call, and
-#: returns how many it copied (the caller converts and checks the rest).
+#: ``copy_leaves(dst, src, scalars=False) -> int``: copies the leading ``src[i]`` that need no
+#: conversion into row views ``dst[i]`` in one native call; returns how many it copied.
 copy_leaves = _penv._copy_leaves
 
 #: A field: ``(name, shape of one row, numpy dtype)``.
@@ -45,21 +28,15 @@ FieldSpec = Tuple[str, Tuple[int, ...], np.dtype]
 
 
 def _normalize_fields(fields: Iterable[Sequence[Any]]) -> Tuple[FieldSpec, ...]:
-    """Validates fields and returns them as ``(str, tuple of int, np.dtype)``.
-
-    Raises:
-        ValueError: a malformed field, a repeated name, a negative dimension or
-            a dtype holding object references.
-    """
+    """Validates fields and returns them as ``(str, tuple of int, np.dtype)``."""
     result = []
     seen = set()
     for index, field in enumerate(fields):
         try:
             name, shape, dtype = field
         except (TypeError, ValueError):
-            raise ValueError(
-                f"field {index}: expected a (name, shape, dtype) triple, got "
-                f"{field!r}") from None
+            raise ValueError(f"field {index}: expected a (name, shape, dtype) triple, got "
+                             f"{field!r}") from None
         if not isinstance(name, str) or not name:
             raise ValueError(f"field {index}: expected a non-empty str name, got {name!r}")
         if name in seen:
@@ -76,9 +53,8 @@ def _normalize_fields(fields: Iterable[Sequence[Any]]) -> Tuple[FieldSpec, ...]:
             raise ValueError(f"field {name!r}: expected non-negative dimensions, got {shape}")
         dtype = np.dtype(dtype)
         if dtype.hasobject:
-            raise ValueError(
-                f"field {name!r}: dtype {dtype} holds Python object references, which "
-                f"cannot be shared between processes; use a numeric dtype")
+            raise ValueError(f"field {name!r}: dtype {dtype} holds Python object references, "
+                             f"which cannot be shared between processes; use a numeric dtype")
         result.append((name, shape, dtype))
     return tuple(result)
 
@@ -100,18 +76,12 @@ class SharedBlock:
         num_rows: rows per field (e.g. the number of envs).
         num_workers: worker processes (job slots) of the control block.
 
-    Attributes:
-        fields: the normalized fields, ``(name, tuple shape, np.dtype)``.
-        layout: the :class:`alf_env._penv.Layout` (offsets and strides).
-
     Raises:
-        ValueError: malformed fields, ``num_rows < 0`` or ``num_workers`` out
-            of ``[1, MAX_WORKERS]``.
-        OSError: the kernel refused the memory (errno text in the message).
+        ValueError: malformed fields, ``num_rows < 0`` or ``num_workers`` out of range.
+        OSError: the kernel refused the memory.
     """
 
-    def __init__(self, fields: Iterable[Sequence[Any]], num_rows: int,
-                 num_workers: int) -> None:
+    def __init__(self, fields: Iterable[Sequence[Any]], num_rows: int, num_workers: int) -> None:
         self._setup(_normalize_fields(fields), num_rows, num_workers, region=None)
 
     def _setup(self, fields: Tuple[FieldSpec, ...], num_rows: int,
@@ -121,16 +91,14 @@ class SharedBlock:
         self.fields = fields
         self.num_rows = int(num_rows)
         self.num_workers = int(num_workers)
-        self.layout: Layout = _penv.compute_layout(
-            self.num_workers, self.num_rows,
-            [int(np.prod(shape, dtype=np.int64)) * dtype.itemsize for _, shape, dtype in fields])
+        self.layout: _penv.Layout = _penv.compute_layout(self.num_workers, self.num_rows, [
+            int(np.prod(shape, dtype=np.int64)) * dtype.itemsize for _, shape, dtype in fields])
         if region is None:
             region = SharedRegion(self.layout.total_size)
         elif region.size != self.layout.total_size:
-            raise ValueError(
-                f"the shared region has {region.size} bytes but the fields need "
-                f"{self.layout.total_size}; attach with the creator's fields, "
-                f"num_rows and num_workers")
+            raise ValueError(f"the shared region has {region.size} bytes but the fields need "
+                             f"{self.layout.total_size}; attach with the creator's fields, "
+                             f"num_rows and num_workers")
         self._region: Optional[SharedRegion] = region
         buffer = memoryview(region)
         views = {
@@ -140,7 +108,6 @@ class SharedBlock:
             for (name, shape, dtype), field in zip(fields, self.layout.fields)}
         self._views: Optional[Mapping[str, np.ndarray]] = MappingProxyType(views)
 
-    # ------------------------------------------------------------- access --
     @property
     def region(self) -> SharedRegion:
         """The underlying :class:`alf_env._penv.SharedRegion`."""
@@ -158,7 +125,7 @@ class SharedBlock:
 
     @property
     def views(self) -> Mapping[str, np.ndarray]:
-        """Read-only mapping from field name to its numpy view."""
+        """Field name -> its numpy view (read-only mapping)."""
         self._check_open()
         assert self._views is not None  # set with the region
         return self._views
@@ -169,8 +136,7 @@ class SharedBlock:
         try:
             return views[name]
         except KeyError:
-            raise KeyError(
-                f"no field {name!r}; the fields are {sorted(views)}") from None
+            raise KeyError(f"no field {name!r}; the fields are {sorted(views)}") from None
 
     def __contains__(self, name: object) -> bool:
         return self._views is not None and name in self._views
@@ -185,35 +151,20 @@ class SharedBlock:
             raise ValueError("the SharedBlock is closed")
         return self._region
 
-    # ---------------------------------------------------------- endpoints --
-    def controller(self, spin_us: int = SPIN_ADAPTIVE,
-                   workers_spread: bool = False) -> Controller:
-        """Initialises the control block and returns the main-process side.
-
-        Call exactly once per block, in the main process, before workers attach.
-
-        Args:
-            spin_us: ``-1`` adaptive, ``0`` never spin, ``> 0`` spin that many µs.
-            workers_spread: the workers are spread over the CPUs (pinned one
-                per CPU, or at least one per CPU stepping in lockstep), so the
-                adaptive policy may spin longer when they outnumber the CPUs
-                (csrc/futex.h).
-        """
+    def controller(self, spin_us: int = SPIN_ADAPTIVE, workers_spread: bool = False) -> Controller:
+        """Initialises the control block and returns the main process's side; call once,
+        before workers attach. ``spin_us``: ``-1`` adaptive, ``0`` never spin, ``> 0`` that
+        many µs; ``workers_spread``: the workers are spread one per CPU (pinned, or in
+        lockstep), so the adaptive policy may spin longer (csrc/futex.h)."""
         return Controller(self.region, self.num_workers, spin_us, workers_spread)
 
     def worker_port(self, index: int, spin_us: int = SPIN_ADAPTIVE,
                     workers_spread: bool = False) -> WorkerPort:
-        """Returns the worker-side port of job slot ``index`` (``spin_us`` and
-        ``workers_spread`` as for :meth:`controller`)."""
+        """The worker's side of job slot ``index`` (the arguments as for :meth:`controller`)."""
         return WorkerPort(self.region, self.num_workers, index, spin_us, workers_spread)
 
-    # ----------------------------------------------------------- lifetime --
     def close(self) -> None:
-        """Drops this block's references to the region (idempotent).
-
-        The mapping goes once no numpy view of it is left, the memory once every
-        process has done the same.
-        """
+        """Drops this block's references to the region (idempotent)."""
         self._views = None
         self._region = None
 
@@ -226,16 +177,14 @@ class SharedBlock:
     def __reduce__(self) -> Tuple[Any, ...]:
         """Pickles as a duplicate of the memfd plus the layout arguments."""
         region = self._check_open()
-        return (_rebuild_shared_block,
-                (reduction.DupFd(region.fd), self.fields, self.num_rows,
-                 self.num_workers, self.layout.total_size))
+        return (_rebuild_shared_block, (reduction.DupFd(region.fd), self.fields, self.num_rows,
+                                        self.num_workers, self.layout.total_size))
 
     def __repr__(self) -> str:
         state = "closed" if self._region is None else f"fd={self._region.fd}"
         names = ", ".join(name for name, _, _ in self.fields)
-        return (f"SharedBlock({state}, size={self.layout.total_size}, "
-                f"num_rows={self.num_rows}, num_workers={self.num_workers}, "
-                f"fields=[{names}])")
+        return (f"SharedBlock({state}, size={self.layout.total_size}, num_rows={self.num_rows}, "
+                f"num_workers={self.num_workers}, fields=[{names}])")
 
 
 def _rebuild_shared_block(dup_fd: Any, fields: Tuple[FieldSpec, ...],

@@ -1,20 +1,4 @@
-"""The ALF environment interface.
-
-An :class:`AlfEnvironment` produces :class:`~alf_env.data_structures.TimeStep`
-values: ``reset()`` starts an episode and returns a ``FIRST`` step,
-``step(action)`` applies an action and returns the next step. Episodes restart
-by themselves: the step after a ``LAST`` step is the ``FIRST`` step of a new
-episode (its action is ignored), and ``step()`` before any ``reset()`` resets.
-
-Unbatched environments take and return single values; batched ones (``batched``
-is ``True``) take and return values with a leading dimension ``batch_size``.
-Outputs are numpy arrays unless the environment says otherwise.
-
-Subclasses implement ``_reset()`` and ``_step(action)`` and the spec methods
-``observation_spec()`` / ``action_spec()``; they may override ``_close()`` to
-free resources. After ``close()``, ``reset()`` and ``step()`` raise
-:class:`~alf_env.errors.EnvironmentClosedError`.
-"""
+"""The ALF environment interface, :class:`AlfEnvironment` (docs/contract.rst, "Environments")."""
 
 import abc
 from typing import Any, List, Optional
@@ -29,20 +13,18 @@ __all__ = ["AlfEnvironment"]
 def forward_attribute(wrapper: Any, inner_name: str, name: str) -> Any:
     """``getattr(wrapper.<inner_name>, name)`` for a public ``name`` (for ``__getattr__``).
 
-    Private names and a wrapper whose inner object is not set yet (e.g.
-    while unpickling) raise ``AttributeError``, so ``__getattr__`` never
-    recurses.
+    Private names, and a wrapper whose inner object is not set yet (while unpickling),
+    raise ``AttributeError``, so ``__getattr__`` never recurses.
     """
-    if name.startswith("_"):
-        raise AttributeError(name)
-    inner = wrapper.__dict__.get(inner_name)
+    inner = None if name.startswith("_") else wrapper.__dict__.get(inner_name)
     if inner is None:
         raise AttributeError(name)
     return getattr(inner, name)
 
 
 class AlfEnvironment(abc.ABC):
-    """Abstract base class of ALF environments.
+    """Abstract base class of ALF environments: subclasses implement ``_reset``, ``_step``
+    and the spec methods.
 
     Example::
 
@@ -56,7 +38,6 @@ class AlfEnvironment(abc.ABC):
         self._current_time_step: Optional[TimeStep] = None
         self._closed = False
 
-    # ----- batching ---------------------------------------------------------
     @property
     def batched(self) -> bool:
         """Whether inputs and outputs carry a leading batch dimension."""
@@ -64,14 +45,9 @@ class AlfEnvironment(abc.ABC):
 
     @property
     def batch_size(self) -> int:
-        """The batch dimension of a batched env; 1 for an unbatched env.
-
-        Raises:
-            RuntimeError: if a subclass is batched but did not override this.
-        """
+        """The batch dimension of a batched env (which must override this); 1 if unbatched."""
         if self.batched:
-            raise RuntimeError(
-                f"{type(self).__name__} is batched but does not override batch_size")
+            raise RuntimeError(f"{type(self).__name__} is batched but does not override batch_size")
         return 1
 
     @property
@@ -89,7 +65,6 @@ class AlfEnvironment(abc.ABC):
         """The name of each task: ``["0", ..., str(num_tasks - 1)]`` by default (as ALF)."""
         return [str(i) for i in range(self.num_tasks)]
 
-    # ----- specs ------------------------------------------------------------
     @abc.abstractmethod
     def observation_spec(self) -> Any:
         """The nest of ``TensorSpec`` describing one observation."""
@@ -107,15 +82,10 @@ class AlfEnvironment(abc.ABC):
         return {}
 
     def time_step_spec(self) -> TimeStep:
-        """The ``TimeStep`` of specs of one (unbatched) time step.
-
-        Built from the observation, action, reward and env info specs; see
-        :func:`alf_env.data_structures.time_step_spec`.
-        """
+        """The ``TimeStep`` of specs of one (unbatched) time step."""
         return time_step_spec(self.observation_spec(), self.action_spec(),
                               self.reward_spec(), self.env_info_spec())
 
-    # ----- stepping ---------------------------------------------------------
     def current_time_step(self) -> Optional[TimeStep]:
         """The last ``TimeStep`` returned, or ``None`` before the first reset."""
         return getattr(self, "_current_time_step", None)
@@ -133,12 +103,12 @@ class AlfEnvironment(abc.ABC):
     def step(self, action: Any) -> TimeStep:
         """Applies ``action`` and returns the next time step.
 
-        Before the first ``reset()`` this resets instead and ignores
-        ``action``; after a ``LAST`` step, subclasses reset and ignore it.
+        Before the first ``reset()``, and after a ``LAST`` step, this resets instead and
+        ignores ``action``.
 
         Args:
-            action: a nest matching ``action_spec()`` (with a leading batch
-                dimension when ``batched``).
+            action: a nest matching ``action_spec()`` (with a leading batch dimension when
+                ``batched``).
 
         Raises:
             EnvironmentClosedError: if the env was closed.
@@ -150,11 +120,7 @@ class AlfEnvironment(abc.ABC):
         return self._current_time_step
 
     def _has_time_step(self) -> bool:
-        """Whether a reset or step has made a time step (:meth:`step` resets if not).
-
-        A subclass that keeps its last time step in another form overrides this,
-        so that the check does not build a ``TimeStep`` that :meth:`_step` drops.
-        """
+        """Whether a time step was made (:meth:`step` resets if not); cheaper when overridden."""
         return self.current_time_step() is not None
 
     @abc.abstractmethod
@@ -165,40 +131,19 @@ class AlfEnvironment(abc.ABC):
     def _step(self, action: Any) -> TimeStep:
         """Subclass hook of :meth:`step`; reset (ignoring action) after LAST."""
 
-    # ----- misc -------------------------------------------------------------
     def sync_progress(self, progress: Any = None) -> None:  # noqa: B027 -- optional hook
-        """Receives the trainer's training progress; does nothing by default.
-
-        ALF's trainer calls ``env.sync_progress()`` on any env; batched envs
-        forward ``progress`` to their members (see
-        :meth:`~alf_env.control_plane.process_environment.ProcessEnvironment.sync_progress`).
-        Override it in an env whose behaviour follows training progress.
-        """
+        """Receives the trainer's training progress (ALF's hook); does nothing by default."""
 
     def get_info(self) -> Any:
-        """The env's info of the last step (ALF's interface).
-
-        Raises:
-            NotImplementedError: unless a subclass supports it (e.g.
-                ``AlfGymWrapper``).
-        """
+        """The env's info of the last step (ALF's interface), if the subclass supports it."""
         raise NotImplementedError(f"{type(self).__name__} does not support get_info()")
 
     def seed(self, seed: Any) -> None:
-        """Seeds the env's random number generators (with an int; the batched envs
-        of workers, e.g. ``ParallelAlfEnvironment``, take one seed per env).
-
-        Raises:
-            NotImplementedError: unless a subclass supports seeding.
-        """
+        """Seeds the env's RNGs if supported (the batched envs of workers take one per env)."""
         raise NotImplementedError(f"{type(self).__name__} does not support seed()")
 
     def render(self, mode: str = "rgb_array") -> Any:
-        """Renders the env; ``'rgb_array'`` returns an ``[H, W, 3]`` uint8 array.
-
-        Raises:
-            NotImplementedError: unless a subclass supports rendering.
-        """
+        """Renders the env if supported; ``'rgb_array'`` gives an ``[H, W, 3]`` uint8 array."""
         raise NotImplementedError(f"{type(self).__name__} does not support render()")
 
     @property
@@ -208,10 +153,9 @@ class AlfEnvironment(abc.ABC):
 
     def close(self) -> None:
         """Frees the env's resources; idempotent."""
-        if self.closed:
-            return
-        self._closed = True
-        self._close()
+        if not self.closed:
+            self._closed = True
+            self._close()
 
     def _close(self) -> None:  # noqa: B027 -- optional hook
         """Subclass hook of :meth:`close`, called once."""

@@ -1,45 +1,15 @@
 """Wraps a ``gymnasium.Env`` as an (unbatched) :class:`AlfEnvironment`.
 
-Spaces become spec nests as :mod:`alf_env.environments.gym_space_specs`
-describes (:func:`tensor_spec_from_gym_space`, also importable from here).
+Episode ends and specs: docs/contract.rst ("Environments") and docs/migration.rst.
+Actions reach the gymnasium env in its space's dtype (a numpy scalar for ``Discrete``).
 
-Episode ends: gymnasium's ``terminated`` gives a ``LAST`` step with discount 0;
-``truncated`` (e.g. a time limit) gives a ``LAST`` step with the wrapper's
-``discount`` (1 by default), so values can still be bootstrapped. The step
-after a ``LAST`` step resets the gymnasium env and returns a ``FIRST`` step.
-
-Observations are numpy arrays of the spec dtypes (a float64 observation
-becomes float32 with the default ``float_dtype``); actions may be numpy arrays,
-torch tensors or Python numbers, and reach the gymnasium env in its action
-space's dtype: arrays, and for a ``Discrete`` space a numpy scalar (as
-gymnasium's vector envs pass it, and as ``Discrete.sample()`` returns it).
-``get_info()`` returns the gymnasium info dict of the last
-``step``, unfiltered, and ``None`` before the first step of an episode (as
-ALF's: a reset clears it).
-
-``env_info`` rule: the info dicts are reduced to their fixed-size numeric
-entries. When the wrapper is created it runs one probe (``reset()`` then one
-``step()`` with a fixed valid action) and keeps every entry of the two info
-dicts whose value converts with ``np.asarray`` to a bool, integer or float
-array (nested dicts are kept as nested dicts; strings, ``None``, objects and
-ragged lists are dropped). Those entries, keys sorted, form
-``env_info_spec()``. Every time step then reports exactly those entries, cast
-to the spec dtype; an entry missing from an info dict is reported as zeros, an
-entry whose shape changed raises ``ValueError``, and new entries are ignored.
-Pass ``env_info_spec`` to skip the probe.
-
-Flat steps: a worker of ``FastParallelEnvironment`` writes each time step into
-shared rows leaf by leaf, so the ``TimeStep`` that ``step()`` builds would
-only be taken apart again. :meth:`AlfGymWrapper.flat_steps` gives it a step
-that takes the flattened action and returns the flattened time step, and a
-reset that returns the flattened ``FIRST`` time step. The step runs the one
-step of the gymnasium env that ``step()`` runs,
-:meth:`AlfGymWrapper._compile_gym_step` (the action to the env, the episode
-end, the observation, the step type, discount and env id), and the reset the
-one reset, :meth:`AlfGymWrapper._gym_reset`; they differ only in what they
-make of its parts: ``step()`` and ``reset()`` a ``TimeStep``, the flat ones a
-list of leaves (the ``TimeStep`` is built by
-:meth:`~AlfGymWrapper.current_time_step` only when asked for).
+``env_info`` rule: batched time steps need a fixed layout, so info dicts are reduced to
+their fixed-size numeric entries. A probe when the wrapper is made (``reset()``, then one
+``step()`` with a fixed valid action) keeps every entry of the two info dicts that
+``np.asarray`` makes a bool, integer or float array (nested dicts stay nested); keys
+sorted, they form ``env_info_spec()``. Every time step then reports those entries, cast
+to the spec dtype: a missing one as zeros, a changed shape raises ``ValueError``, new ones
+are ignored. Pass ``env_info_spec`` to skip the probe; ``get_info()`` has the whole dict.
 """
 
 import functools
@@ -73,7 +43,6 @@ from alf_env.environments.gym_conversions import (
     compile_structure,
     compile_zeros,
     fetch_info,
-    field_name,
     info_spec,
     merge_info_specs,
     observation_leaf,
@@ -81,34 +50,26 @@ from alf_env.environments.gym_conversions import (
     to_numpy,
 )
 from alf_env.environments.gym_space_specs import tensor_spec_from_gym_space
-from alf_env.nest import compile_nest
 from alf_env.tensor_specs import TensorSpec
 
-__all__ = ["AlfGymWrapper", "FlatStep", "FlatSteps", "flat_steps_of",
-           "tensor_spec_from_gym_space"]
+__all__ = ["AlfGymWrapper", "FlatStep", "FlatSteps", "flat_steps_of", "tensor_spec_from_gym_space"]
 
-#: The flat step (:meth:`AlfGymWrapper.flat_steps`): the flattened action in,
-#: ``(the flattened time step, whether it is LAST)`` out, or ``None`` when it
-#: did not step.
+#: The flattened action in, ``(the flattened time step, is LAST)`` out, or ``None``.
 FlatStep = Callable[[List[np.ndarray]], Optional[Tuple[List[Any], bool]]]
 
 
 class FlatSteps(NamedTuple):
-    """A plain :class:`AlfGymWrapper`'s step and reset on flattened nests
-    (:meth:`AlfGymWrapper.flat_steps`)."""
+    """A plain :class:`AlfGymWrapper`'s step and reset on flattened nests."""
 
-    #: The flattened action in, ``(leaves, is_last)`` out, or ``None``.
     step: FlatStep
-    #: Resets; the ``FIRST`` time step's leaves.
-    reset: Callable[[], List[Any]]
+    reset: Callable[[], List[Any]]  # returns the FIRST time step's leaves
 
 
-#: What the step of the gymnasium env returns (:meth:`AlfGymWrapper._compile_gym_step`).
+#: ``(step_type, reward, discount, observation, env_id, info, terminated)``.
 GymStepResult = Tuple[np.ndarray, Any, np.ndarray, Any, np.ndarray, Any, bool]
-#: The step of the gymnasium env.
 GymStep = Callable[[Any], GymStepResult]
 
-# The attributes set by AlfGymWrapper._compile (left out of pickles).
+# Set by AlfGymWrapper._compile; closures, left out of pickles.
 _COMPILED_ATTRIBUTES = ("_fast_observation", "_fast_action", "_fast_zero_action",
                         "_fast_env_info", "_gym_action_space", "_fast_gym_action",
                         "_direct_time_steps", "_direct_gym_action", "_discount_array",
@@ -128,41 +89,23 @@ def _is_inherited(obj: Any, name: str) -> bool:
 
 
 class AlfGymWrapper(AlfEnvironment):
-    """An :class:`AlfEnvironment` over a ``gymnasium.Env``; see the module doc.
+    """An :class:`AlfEnvironment` over a ``gymnasium.Env`` (unknown public attributes are the
+    gymnasium env's); its specs are compiled into conversions: do not change them."""
 
-    Unknown public attributes are looked up on the wrapped gymnasium env.
-
-    The per-step conversions are compiled, when the wrapper is created, from
-    its specs and from the gymnasium env's action space; do not change those
-    in place afterwards. The env may replace its action space with another
-    object when it resets: the wrapper reads it at each reset and converts
-    actions for that space until the next.
-    """
-
-    def __init__(self,
-                 gym_env: gymnasium.Env,
-                 env_id: Optional[int] = None,
-                 discount: float = 1.0,
-                 auto_reset: bool = True,
-                 env_info_spec: Optional[Any] = None,
-                 *,
-                 simplify_box_bounds: bool = True,
+    def __init__(self, gym_env: gymnasium.Env, env_id: Optional[int] = None,
+                 discount: float = 1.0, auto_reset: bool = True,
+                 env_info_spec: Optional[Any] = None, *, simplify_box_bounds: bool = True,
                  float_dtype: Optional[Any] = np.float32) -> None:
-        """Wraps ``gym_env``.
+        """Wraps ``gym_env`` (owned: ``close()`` closes it).
 
         Args:
-            gym_env: the gymnasium environment (owned: ``close()`` closes it).
             env_id: id reported in ``TimeStep.env_id`` (0 if ``None``).
             discount: discount of ``MID`` steps and of truncated ``LAST`` steps.
-            auto_reset: reset automatically on the step after ``LAST``; if
-                ``False`` that step is passed to the gymnasium env as is.
-            env_info_spec: dict of ``TensorSpec`` for ``env_info``; if ``None``
-                it is found by the probe described in the module docstring.
-            simplify_box_bounds: keep uniform bounds as 0-d arrays (see
-                :func:`tensor_spec_from_gym_space`).
-            float_dtype: dtype of the specs (and so of the observations) of
-                floating ``Box`` spaces: float32 by default, as in ALF;
-                ``None`` keeps the spaces' dtypes (e.g. float64 for MuJoCo).
+            auto_reset: reset on the step after ``LAST``; if ``False`` that step goes to
+                the gymnasium env as is.
+            env_info_spec: dict of ``TensorSpec`` for ``env_info``; ``None``: the probe's.
+            simplify_box_bounds, float_dtype: as :func:`tensor_spec_from_gym_space` (the
+                dtype of floating spaces is also the observations').
 
         Raises:
             TypeError: if a space has no spec equivalent.
@@ -179,11 +122,8 @@ class AlfGymWrapper(AlfEnvironment):
         self._pending_seed: Optional[int] = None
         self._info: Any = None
         self._done = True
-        # The flattened time step of the last flat step or reset (see flat_steps),
-        # packed into _current_time_step only when someone asks for it.
+        # The last flat step's leaves, packed by current_time_step() only when asked.
         self._current_leaves: Optional[List[Any]] = None
-        # (time_step_spec(), numpy dtype of each of its leaves), made when
-        # current_time_step() first packs _current_leaves.
         self._leaf_specs: Optional[Tuple[TimeStep, List[np.dtype]]] = None
         # No compiled conversions yet: the probe below takes the general path.
         self._fast_gym_action: Optional[Converter] = None
@@ -194,42 +134,26 @@ class AlfGymWrapper(AlfEnvironment):
         self._compile()
 
     def _compile(self) -> None:
-        """Compiles the per-step conversions of the specs (see above)."""
-        self._fast_observation = compile_structure(self._observation_spec,
-                                                   observation_leaf)
+        self._fast_observation = compile_structure(self._observation_spec, observation_leaf)
         self._fast_action = compile_structure(self._action_spec, action_leaf)
         self._fast_zero_action = compile_zeros(self._action_spec)
         self._fast_env_info = compile_info(self._env_info_spec)
         self._gym_action_space = self._gym_env.action_space
         self._fast_gym_action = compile_gym_action(self._gym_action_space)
-        # Time steps are built directly (not through restart() / transition()
-        # ...) when the observation and reward come from this class's own
-        # conversions: then they are numpy arrays and the reward is a float32
-        # scalar array, which is what those helpers assume for an unbatched
-        # numpy time step. A subclass that converts differently keeps the
-        # helpers.
+        # Time steps are built directly, not by restart() / transition() ..., when this
+        # class's conversions make what those assume; a subclass's may not.
         self._direct_time_steps = (_is_inherited(self, "_observation")
                                    and _is_inherited(self, "_reward"))
-        # _step may call the compiled action conversion for the gymnasium env
-        # itself when _to_gym_action is this class's.
         self._direct_gym_action = _is_inherited(self, "_to_gym_action")
-        # The discount and env id arrays, made once from the values they are
-        # made from (re-made should those attributes ever be replaced).
+        # (source, array): re-made should the attribute ever be replaced.
         self._discount_array = (self._discount, scalar_array(self._discount, np.float32))
         self._env_id_array = (self._env_id, scalar_array(self._env_id, np.int32))
         self._choose_gym_action()
         self._gym_step = self._compile_gym_step()
 
     def _choose_gym_action(self) -> None:
-        """Chooses how actions reach the gymnasium env until its next reset.
-
-        The env's action space is read here (at construction and at each
-        reset), not at every step: through gymnasium's wrappers each read is
-        a chain of property calls, and an env that replaces its action space
-        does so when it resets. The compiled conversion serves the space it
-        was compiled from, while ``_to_gym_action`` is this class's; any
-        other space takes ``_to_gym_action``.
-        """
+        """Chooses how actions reach the gymnasium env until its next reset: an env replaces
+        its action space only then, and reading it costs a chain of wrappers' properties."""
         space = self._gym_env.action_space
         if space is self._gym_action_space and self._direct_gym_action:
             self._gym_action: Converter = self._fast_gym_action  # type: ignore[assignment]
@@ -237,18 +161,13 @@ class AlfGymWrapper(AlfEnvironment):
             self._gym_action = functools.partial(self._to_gym_action, space)
 
     def __getstate__(self) -> Dict[str, Any]:
-        """The state to pickle: everything but the compiled conversions.
-
-        The compiled conversions are closures, which do not pickle; they are
-        compiled again from the rest of the state when it is unpickled.
-        """
+        """Everything but the compiled conversions (closures), compiled again on unpickling."""
         state = self.__dict__.copy()
         for name in _COMPILED_ATTRIBUTES:
             state.pop(name, None)
         return state
 
     def __setstate__(self, state: Dict[str, Any]) -> None:
-        """Restores a pickled state and compiles its conversions again."""
         self.__dict__.update(state)
         self._compile()
 
@@ -274,12 +193,7 @@ class AlfGymWrapper(AlfEnvironment):
         return self._gym_env
 
     def get_info(self) -> Any:
-        """The gymnasium info dict of the last ``step`` (as is), as ALF's.
-
-        ``None`` before the first step and after every reset, as ALF's, whose
-        ``reset`` had no info: the reset's info reaches the ``FIRST`` time
-        step's ``env_info`` only.
-        """
+        """The gymnasium info dict of the last ``step``, as is; ``None`` after a reset."""
         return self._info
 
     @property
@@ -293,8 +207,7 @@ class AlfGymWrapper(AlfEnvironment):
         return self._done
 
     def sync_progress(self, progress: Any = None) -> None:
-        """Forwards ``progress`` to the gymnasium env if it (or its unwrapped
-        env) defines ``sync_progress``."""
+        """Forwards ``progress`` to the gymnasium env (or its unwrapped env) if it has one."""
         for env in (self._gym_env, self._gym_env.unwrapped):
             sync = getattr(env, "sync_progress", None)
             if callable(sync):
@@ -319,20 +232,12 @@ class AlfGymWrapper(AlfEnvironment):
         self._gym_env.action_space.seed(int(seed))
 
     def render(self, mode: str = "rgb_array") -> Any:
-        """Returns ``gym_env.render()``.
-
-        gymnasium fixes the render mode when the env is made, so ``mode`` must
-        equal the env's ``render_mode``.
-
-        Raises:
-            ValueError: if the env has no render mode or a different one.
-        """
+        """Returns ``gym_env.render()``; ``mode`` must be the one the env was made with."""
         render_mode = getattr(self._gym_env, "render_mode", None)
         if render_mode != mode:
-            raise ValueError(
-                f"render: the gymnasium env was made with render_mode={render_mode!r} "
-                f"but render was asked for mode {mode!r}; pass render_mode={mode!r} "
-                f"when making the env")
+            raise ValueError(f"render: the gymnasium env was made with render_mode={render_mode!r} "
+                             f"but render was asked for mode {mode!r}; pass "
+                             f"render_mode={mode!r} when making the env")
         return self._gym_env.render()
 
     def _close(self) -> None:
@@ -346,9 +251,7 @@ class AlfGymWrapper(AlfEnvironment):
         leaves = self._current_leaves
         if leaves is not None:
             self._current_leaves = None
-            if self._leaf_specs is None:
-                # The specs are fixed at construction; building them costs
-                # hundreds of µs, more than a whole episode of some envs' steps.
+            if self._leaf_specs is None:  # hundreds of µs: made once
                 spec = self.time_step_spec()
                 self._leaf_specs = (spec, [s.numpy_dtype for s in nest.flatten(spec)])
             spec, dtypes = self._leaf_specs
@@ -360,39 +263,17 @@ class AlfGymWrapper(AlfEnvironment):
         return self._current_leaves is not None or self._current_time_step is not None
 
     def flat_steps(self) -> Optional["FlatSteps"]:
-        """A step and a reset on flattened nests, for a worker that writes them into
-        shared rows.
+        """A step and a reset on flattened nests, for a worker that writes them into shared rows
+        (it would only take apart the ``TimeStep`` that ``step()`` builds).
 
-        ``step(action_views)`` steps the env with the action whose
-        leaves (``nest.flatten`` order of ``action_spec()``, arrays of the
-        spec's shapes and dtypes: a worker's action rows) are
-        ``action_views``, and returns ``(leaves, is_last)``: the leaves of
-        the time step ``step()`` would have returned, in ``nest.flatten``
-        order of ``time_step_spec()``, and whether it is ``LAST``. It reads
-        the views during the call and keeps none of them: the env gets
-        copies, or, for a single ``Discrete`` action, the numpy scalar the
-        gymnasium env gets anyway (no copy, and that scalar is then the
-        ``prev_action`` leaf). It takes the same step as ``step()``
-        (:meth:`_compile_gym_step`) and makes no ``TimeStep`` and no per-step
-        nest walk of it. It returns ``None``, having done nothing, when this
-        step is not a plain one (the first after ``LAST`` with
-        ``auto_reset``, or before the first reset): call ``step()`` for it
-        then.
-
-        ``reset()`` resets the env as ``reset()`` does (:meth:`_gym_reset`)
-        and returns the ``FIRST`` time step's leaves.
-
-        A leaf whose spec is a 0-d float, bool or integer may be a Python
-        scalar or numpy scalar (the reward, info entries, that action): then
-        ``np.asarray(leaf, spec dtype)`` is the ``TimeStep``'s leaf, which is
-        what ``_copy_leaves(..., scalars=True)`` stores. The leaves are to be
-        copied out before the env steps again: some are shared constants.
-        :meth:`current_time_step` packs the last ones when asked.
+        ``step`` takes the action's leaves (views of the action rows, not kept) and returns
+        ``(the time step's leaves, is_last)``, or ``None`` when the step is a reset (call
+        ``step()``); ``reset`` returns the ``FIRST`` leaves. A 0-d leaf may be a Python or
+        numpy scalar; some are shared constants, to be copied before the next step.
 
         Returns:
-            the two, or ``None`` when this wrapper cannot step that way: a
-            subclass (it may convert differently), or specs whose time step
-            does not flatten in field order.
+            the two, or ``None`` for a subclass (it may convert differently) or specs
+            whose time step does not flatten in field order.
         """
         if type(self) is not AlfGymWrapper or not (self._direct_time_steps
                                                    and self._direct_gym_action):
@@ -400,7 +281,7 @@ class AlfGymWrapper(AlfEnvironment):
         env_info_spec = {} if self._env_info_spec is None else self._env_info_spec
 
         def under(prefix: str, spec: Any) -> List[str]:
-            return [field_name(prefix, p) for p, _ in nest.flatten_with_path(spec)]
+            return [nest.field_name(prefix, p) for p, _ in nest.flatten_with_path(spec)]
 
         if [p for p, _ in nest.flatten_with_path(self.time_step_spec())] != (
                 ["step_type", "reward", "discount"]
@@ -408,20 +289,15 @@ class AlfGymWrapper(AlfEnvironment):
                 + under("prev_action", self._action_spec) + ["env_id"]
                 + under("env_info", env_info_spec)):
             return None
-        flatten_observation = compile_nest(self._observation_spec)[0]
-        flatten_info = compile_nest(env_info_spec)[0]
+        flatten_observation = nest.compile_nest(self._observation_spec)[0]
+        flatten_info = nest.compile_nest(env_info_spec)[0]
         raw_info = compile_raw_info(self._env_info_spec)
-        # An empty dict spec selects nothing from any info (what _env_info returns
-        # is a new empty dict, which has no leaves): nothing to fetch.
         no_info = type(self._env_info_spec) is dict and not self._env_info_spec
-        pack_action = compile_nest(self._action_spec)[1]
-        # A single leaf (the common case) is its own nest: no call to pack or flatten.
+        pack_action = nest.compile_nest(self._action_spec)[1]
         single_action = not nest.is_nested(self._action_spec)
         single_observation = not nest.is_nested(self._observation_spec)
-        # A single Discrete action reaches the gymnasium env as a numpy scalar
-        # of the space's dtype (_to_gym_action), which the compiled conversion
-        # passes on as is: read as one from the row (when the spec's dtype is
-        # the space's), it needs no copy.
+        # A single Discrete action reaches the env as a numpy scalar anyway: read one from
+        # the row (when the spec's dtype is the space's), with no copy.
         scalar_action = (single_action
                          and isinstance(self._gym_action_space, spaces.Discrete)
                          and self._action_spec.numpy_dtype == self._gym_action_space.dtype)
@@ -429,7 +305,6 @@ class AlfGymWrapper(AlfEnvironment):
         last = LAST_ARRAY
 
         def info_leaves_of(env_info: Any) -> Optional[List[Any]]:
-            # What _env_info returned, as leaves: an empty dict has none.
             if env_info is not None and (type(env_info) is not dict or env_info):
                 leaves: List[Any] = flatten_info(env_info)
                 return leaves
@@ -467,8 +342,7 @@ class AlfGymWrapper(AlfEnvironment):
             self._current_leaves = leaves
             return leaves, step_type is last
 
-        # reset()'s prev_action (zeros) and env id, made once (read-only:
-        # shared by every FIRST time step's leaves).
+        # reset()'s prev_action, read-only: shared by every FIRST time step's leaves.
         zero_action = [spec.numpy_zeros() for spec in nest.flatten(self._action_spec)]
         for leaf in zero_action:
             leaf.flags.writeable = False
@@ -506,15 +380,12 @@ class AlfGymWrapper(AlfEnvironment):
 
     def _observation_general(self, observation: Any) -> Any:
         try:
-            nest.assert_same_structure(self._observation_spec, observation,
-                                       check_types=False)
+            nest.assert_same_structure(self._observation_spec, observation, check_types=False)
         except (TypeError, ValueError) as err:
-            raise ValueError(
-                f"observation returned by the gymnasium env does not match the "
-                f"observation space: {err}") from None
-        return nest.map_structure(
-            lambda s, x: np.asarray(to_numpy(x), dtype=s.numpy_dtype),
-            self._observation_spec, observation, check_types=False)
+            raise ValueError(f"observation returned by the gymnasium env does not match the "
+                             f"observation space: {err}") from None
+        return nest.map_structure(lambda s, x: np.asarray(to_numpy(x), dtype=s.numpy_dtype),
+                                  self._observation_spec, observation, check_types=False)
 
     def _action_arrays(self, action: Any) -> Any:
         convert = self._fast_action
@@ -532,15 +403,12 @@ class AlfGymWrapper(AlfEnvironment):
             raise ValueError(f"action does not match the action spec: {err}") from None
 
         def convert(path: str, spec: TensorSpec, leaf: Any) -> np.ndarray:
-            return spec_array(spec, leaf, field_name("action", path),
+            return spec_array(spec, leaf, nest.field_name("action", path),
                               f" and dtype {spec.numpy_dtype}")
 
-        return nest.map_structure_with_path(convert, self._action_spec, action,
-                                            check_types=False)
+        return nest.map_structure_with_path(convert, self._action_spec, action, check_types=False)
 
     def _to_gym_action(self, space: spaces.Space[Any], action: Any) -> Any:
-        # The compiled form is used for the space it was compiled from, while
-        # the gymnasium env still reports that same space object.
         if space is self._gym_action_space and self._fast_gym_action is not None:
             return self._fast_gym_action(action)
         if isinstance(space, spaces.Dict):
@@ -563,7 +431,6 @@ class AlfGymWrapper(AlfEnvironment):
     @staticmethod
     def _reward(reward: Any) -> np.ndarray:
         if type(reward) is float:
-            # A Python float is no tensor and always converts to shape ().
             return np.asarray(reward, dtype=np.float32)
         value = np.asarray(to_numpy(reward), dtype=np.float32)
         if value.shape != ():
@@ -581,12 +448,7 @@ class AlfGymWrapper(AlfEnvironment):
         return array
 
     def _gym_reset(self) -> Tuple[Any, Any]:
-        """The reset of the gymnasium env that ``reset()`` and the flat reset share.
-
-        Returns:
-            ``(observation, env_info)``: the observation converted, and the
-            reset info's ``env_info`` entries.
-        """
+        """The reset ``reset()`` and the flat reset share: ``(observation, env_info)``."""
         self._current_leaves = None  # reset() sets _current_time_step
         seed, self._pending_seed = self._pending_seed, None
         observation, info = self._gym_env.reset(seed=seed)
@@ -598,41 +460,23 @@ class AlfGymWrapper(AlfEnvironment):
     def _reset(self) -> TimeStep:
         observation, env_info = self._gym_reset()
         if self._direct_time_steps and self._fast_zero_action is not None:
-            # What restart() builds for a numpy observation: zero reward and
-            # prev_action, discount 1 (see _compile).
+            # What restart() builds for a numpy observation (see _compile).
             return TimeStep(FIRST_ARRAY.copy(), np.zeros((), dtype=np.float32),
                             ONE_DISCOUNT_ARRAY.copy(), observation,
                             self._fast_zero_action(), self._env_id_leaf().copy(), (),
                             {} if env_info is None else env_info)
-        return restart(observation, self._action_spec, env_id=self._env_id,
-                       env_info=env_info)
+        return restart(observation, self._action_spec, env_id=self._env_id, env_info=env_info)
 
     def _compile_gym_step(self) -> GymStep:
         """Compiles the step of the gymnasium env that ``step()`` and the flat step share.
 
-        The step passes ``action`` (arrays of the action spec) to the
-        gymnasium env and keeps its info and whether the episode ended. It
-        is compiled (a closure over the env and the conversions, made by
-        :meth:`_compile`) because it runs once per env step in a worker: an
-        attribute of this class costs a full lookup (its ``__getattr__``
-        keeps CPython from specializing them), a closure's variables do not.
-        Only what may change between steps is read from the wrapper: the
-        action conversion chosen at the last reset, the discount and the env
-        id.
-
-        Returns:
-            ``gym_step(action)``, returning ``(step_type, reward, discount,
-            observation, env_id, info, terminated)``: the step type (``LAST``
-            if the episode ended, else ``MID``), discount (0 if terminated,
-            else ``discount``) and env id as shared 0-d arrays, which a
-            ``TimeStep`` gets copies of; the reward and info as the env gave
-            them; the observation converted.
+        A closure, because this class's attributes cost a full lookup each (its
+        ``__getattr__`` keeps CPython from specializing them). Its step type, discount and
+        env id are shared 0-d arrays; the reward and info are as the env gave them.
         """
         gym_env = self._gym_env
-        # This class's _observation, unrolled: the compiled conversion, else
-        # the general one decides.
-        fast_observation = (self._fast_observation
-                            if _is_inherited(self, "_observation") else None)
+        # This class's _observation, unrolled.
+        fast_observation = self._fast_observation if _is_inherited(self, "_observation") else None
         observation_of = self._observation
         general_observation = self._observation_general
         last, mid, zero_discount = LAST_ARRAY, MID_ARRAY, ZERO_DISCOUNT_ARRAY
@@ -674,8 +518,7 @@ class AlfGymWrapper(AlfEnvironment):
         reward = self._reward(reward)
         env_info = self._env_info(info)
         if self._direct_time_steps:
-            # What termination() / truncation() / transition() build for a
-            # numpy observation and a float32 scalar reward (see _compile).
+            # What termination() / truncation() / transition() build (see _compile).
             return TimeStep(step_type.copy(), reward, discount.copy(), observation, action,
                             env_id.copy(), (), {} if env_info is None else env_info)
         args = (observation, action, reward)

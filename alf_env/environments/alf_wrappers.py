@@ -1,12 +1,5 @@
-"""Wrappers of :class:`AlfEnvironment`.
-
-:class:`AlfEnvironmentBaseWrapper` is ALF's base class of wrappers (e.g. for
-``suite_gym.load(..., alf_env_wrappers=...)``): it forwards everything to the
-wrapped env; a subclass overrides what it changes.
-
-:class:`BatchEnvironmentWrapper` turns n unbatched environments into one
-batched environment that steps them one after another in this process.
-"""
+"""Wrappers of :class:`AlfEnvironment`: ALF's base wrapper, and a batch of envs stepped
+one after another in this process."""
 
 from typing import Any, List, Sequence
 
@@ -23,11 +16,8 @@ __all__ = ["AlfEnvironmentBaseWrapper", "BatchEnvironmentWrapper"]
 class AlfEnvironmentBaseWrapper(AlfEnvironment):
     """Wraps an :class:`AlfEnvironment` and forwards everything to it (ALF's class).
 
-    ``reset()`` / ``step()`` call the wrapped env's; specs, ``batched``,
-    ``batch_size``, ``is_tensor_based``, ``num_tasks``, ``task_names``,
-    ``seed``, ``render``, ``sync_progress``, ``get_info`` and every other
-    public attribute are the wrapped env's; ``close()`` closes it. Override ``_reset`` /
-    ``_step`` (calling ``self._env``) or the spec methods to change them.
+    A subclass (e.g. for ``suite_gym.load(..., alf_env_wrappers=...)``) overrides what it
+    changes: ``_reset`` / ``_step`` (calling ``self._env``) or the spec methods.
     """
 
     def __init__(self, env: AlfEnvironment) -> None:
@@ -100,23 +90,15 @@ class AlfEnvironmentBaseWrapper(AlfEnvironment):
 
 
 class BatchEnvironmentWrapper(BatchedEnvironment):
-    """Batches n unbatched environments with identical specs.
-
-    Row ``i`` of every output comes from ``envs[i]`` and its ``env_id`` is
-    ``i``. Each member resets on its own after its ``LAST`` step, so rows may
-    be at different points of their episodes.
-    """
+    """Batches n unbatched environments with identical specs: row ``i`` (``env_id`` ``i``)
+    comes from ``envs[i]``, which resets on its own after its ``LAST`` step."""
 
     def __init__(self, envs: Sequence[AlfEnvironment]) -> None:
         """Wraps ``envs``.
 
-        Args:
-            envs: one or more unbatched environments with identical specs.
-
         Raises:
-            ValueError: if ``envs`` is empty, a member is batched or
-                tensor-based, or a member's spec differs from ``envs[0]``'s
-                (the message names the member and the spec).
+            ValueError: if ``envs`` is empty, a member is batched or tensor-based, or a
+                member's spec differs from ``envs[0]``'s (naming the member and the spec).
         """
         self._envs: List[AlfEnvironment] = list(envs)
         if not self._envs:
@@ -133,8 +115,8 @@ class BatchEnvironmentWrapper(BatchedEnvironment):
             for name, spec, other in zip(SPEC_METHODS, specs, BatchSpecs.of(env, 1)):
                 difference = _spec_difference(spec, other)
                 if difference:
-                    raise ValueError(
-                        f"envs[{i}].{name}() differs from envs[0].{name}(): {difference}")
+                    raise ValueError(f"envs[{i}].{name}() differs from envs[0].{name}(): "
+                                     f"{difference}")
         super().__init__(specs)
         self._env_ids = np.arange(len(self._envs), dtype=np.int32)
 
@@ -174,13 +156,11 @@ class BatchEnvironmentWrapper(BatchedEnvironment):
 
         def check(path: str, leaf: Any) -> Any:
             if np.shape(leaf)[:1] != (n, ):
-                field = f"action.{path}" if path else "action"
-                raise ValueError(f"{field}: expected a leading batch dimension of "
-                                 f"{n}, got shape {tuple(np.shape(leaf))}")
+                raise ValueError(f"{nest.field_name('action', path)}: expected a leading batch "
+                                 f"dimension of {n}, got shape {tuple(np.shape(leaf))}")
             return leaf
 
         nest.map_structure_with_path(check, action)
-        # map_structure(lambda a: a[i], action) for each row, flattening once.
         leaves = nest.flatten(action)
         return self._batch([
             env.step(nest.pack_sequence_as(action, [a[i] for a in leaves]))

@@ -1,25 +1,9 @@
-"""The compiled per-step conversions of ``AlfGymWrapper``.
+"""The compiled per-step conversions of ``AlfGymWrapper``, and its ``env_info`` fetch.
 
-The general conversions of
-:class:`~alf_env.environments.alf_gym_wrapper.AlfGymWrapper` (its
-``_observation_general`` and ``_action_arrays_general`` methods, and
-``fetch_info``) walk generic nests (structure assertion, path strings, dtype
-look-ups) on every step. The wrapper's specs are fixed when
-it is created, so it compiles them once into small closures that handle the
-common case directly: exact ``dict`` / ``tuple`` / ``list`` containers
-matching the spec, numpy leaves. A compiled converter never decides an
-uncommon case: it raises (``_Fallback``, or whatever numpy raised) and the
-caller re-runs the general conversion, which gives the result or the precise
-error of before. The conversions have no side effects, so re-running them
-is safe. Specs that are not plain dicts, tuples, lists and ``TensorSpec``
-leaves are not compiled: they always take the general path.
-
-The ``env_info`` of the wrapper, the fixed-size numeric entries of info dicts
-(the rule is described in :mod:`alf_env.environments.alf_gym_wrapper`), is
-converted here too: :func:`info_spec` and :func:`merge_info_specs` find the
-spec of those entries (from the wrapper's probe), :func:`fetch_info` fetches
-exactly those entries from an info dict, and :func:`compile_info` compiles
-that fetch the same way.
+The general conversions walk generic nests every step; the specs are fixed, so the common
+case (exact dicts, tuples and lists, numpy leaves) is compiled once into closures. These
+never decide an uncommon case: they raise, and the caller re-runs the general conversion
+(which has no side effects) for the result or the precise error.
 """
 
 import collections
@@ -32,21 +16,15 @@ from gymnasium import spaces
 from alf_env import nest
 from alf_env.data_structures import StepType, scalar_array
 from alf_env.dtypes import to_numpy as to_numpy  # re-exported for alf_gym_wrapper
-from alf_env.nest import join_path
+from alf_env.nest import field_name, join_path
 from alf_env.tensor_specs import BoundedTensorSpec, TensorSpec
 
-# What generate_time_step() makes of the step types and the discount 0 of a
-# termination, made once; every time step gets its own copy, as before.
+# What generate_time_step() makes of step types and discounts; each time step gets a copy.
 FIRST_ARRAY = scalar_array(StepType.FIRST, np.int32)
 MID_ARRAY = scalar_array(StepType.MID, np.int32)
 LAST_ARRAY = scalar_array(StepType.LAST, np.int32)
 ZERO_DISCOUNT_ARRAY = scalar_array(0.0, np.float32)
 ONE_DISCOUNT_ARRAY = scalar_array(1.0, np.float32)
-
-
-def field_name(prefix: str, path: str) -> str:
-    """``prefix.path``, or ``prefix`` for the root path ``""``."""
-    return f"{prefix}.{path}" if path else prefix
 
 
 Converter = Callable[[Any], Any]
@@ -56,16 +34,13 @@ class _Fallback(Exception):
     """A compiled converter met an input it does not handle."""
 
 
-# Containers a compiled converter accepts where the general path accepts any
-# Mapping / any tuple or list (``check_types=False``); they have no
-# ``__missing__`` and index, iterate and measure like the builtins.
+# Where the general path takes any Mapping / tuple or list: these behave like the builtins.
 _FAST_MAPPINGS = (dict, collections.OrderedDict)
 _FAST_SEQUENCES = (tuple, list)
 
 
 def _sorted_keys(spec: Dict[Any, Any]) -> Optional[List[Any]]:
-    """``sorted(spec)``, or ``None`` for unorderable keys (the general path sorts
-    those by ``str``, so they are not compiled)."""
+    """``sorted(spec)``, or ``None`` for unorderable keys (left to the general path)."""
     try:
         return sorted(spec)
     except TypeError:
@@ -78,20 +53,9 @@ def _compile_all(compile_one: Callable[[Any], Any], specs: List[Any]) -> Optiona
     return None if any(c is None for c in compiled) else compiled
 
 
-def compile_structure(spec: Any, leaf: Callable[[TensorSpec], Converter]
-                      ) -> Optional[Converter]:
-    """Compiles ``map_structure(convert_leaf, spec, x, check_types=False)``.
-
-    Args:
-        spec: the spec nest.
-        leaf: makes the converter of one ``TensorSpec`` leaf; it must raise
-            when the value is nested.
-
-    Returns:
-        A converter whose result is what ``nest.map_structure`` packs (the
-        spec's container types and key order), or ``None`` if ``spec`` has
-        containers other than ``dict``, ``tuple`` and ``list``.
-    """
+def compile_structure(spec: Any, leaf: Callable[[TensorSpec], Converter]) -> Optional[Converter]:
+    """Compiles ``map_structure(convert_leaf, spec, x, check_types=False)``, ``leaf`` making
+    each leaf's converter (which raises for a nest); ``None`` for other containers."""
     spec_type = type(spec)
     if spec_type is dict:
         keys = _sorted_keys(spec)
@@ -107,9 +71,7 @@ def compile_structure(spec: Any, leaf: Callable[[TensorSpec], Converter]
         def convert_dict(value: Any) -> Any:
             if type(value) not in _FAST_MAPPINGS or len(value) != size:
                 raise _Fallback
-            # Same size and every spec key present: the same keys. Values are
-            # converted in sorted key order, as the general path does, and
-            # packed in the spec's key order.
+            # Converted in sorted key order, as the general path does; packed in the spec's.
             if in_sorted_order:
                 return {k: child(value[k]) for k, child in pairs}
             by_key = {k: child(value[k]) for k, child in pairs}
@@ -139,7 +101,6 @@ def observation_leaf(spec: TensorSpec) -> Converter:
 
     def convert(value: Any) -> Any:
         if type(value) is np.ndarray:
-            # np.asarray returns an ndarray of the requested dtype as is.
             return value if value.dtype is dtype else np.asarray(value, dtype=dtype)
         if nest.is_nested(value):
             raise _Fallback
@@ -152,14 +113,12 @@ def action_leaf(spec: TensorSpec) -> Converter:
     """``np.asarray(to_numpy(x)).astype(dtype)`` after the shape check."""
     shape = tuple(spec.shape)
     dtype = spec.numpy_dtype
-    # A numpy scalar of exactly the spec dtype needs no cast: np.array copies
-    # it into the same 0-d array that asarray + astype would make.
+    # A numpy scalar of exactly the spec dtype needs no cast, only np.array's copy.
     scalar_type = dtype.type if shape == () and np.dtype(dtype.type) == dtype else None
 
     def convert(value: Any) -> np.ndarray:
         value_type = type(value)
         if value_type is np.ndarray:
-            # np.asarray(to_numpy(x)) is x itself for an exact ndarray.
             if value.shape != shape:
                 raise _Fallback
             converted: np.ndarray = value.astype(dtype)
@@ -180,7 +139,6 @@ def compile_zeros(spec: Any) -> Optional[Callable[[], Any]]:
     """Compiles ``nest.map_structure(lambda s: s.numpy_zeros(()), spec)``."""
     spec_type = type(spec)
     if spec_type is dict:
-        # Each key's zeros, in the spec's key order (that of the packed value).
         zeros = None if _sorted_keys(spec) is None else _compile_all(
             lambda k: compile_zeros(spec[k]), list(spec))
         if zeros is None:
@@ -193,7 +151,6 @@ def compile_zeros(spec: Any) -> Optional[Callable[[], Any]]:
             return None
         return lambda: spec_type([child() for child in items])
     if type(spec) in (TensorSpec, BoundedTensorSpec):
-        # numpy_zeros(()) is np.zeros(() + shape, dtype) for these classes.
         shape, dtype = tuple(spec.shape), spec.numpy_dtype
         return lambda: np.zeros(shape, dtype=dtype)
     return None
@@ -213,9 +170,6 @@ def compile_gym_action(space: spaces.Space[Any]) -> Converter:
         scalar_type = dtype.type
 
         def to_scalar(action: Any) -> Any:
-            # np.asarray returns a 0-d array of the right dtype as is, and
-            # reshape(()) of it is a view: [()] gives the same numpy scalar; a
-            # numpy scalar of the dtype is that scalar already.
             if type(action) is scalar_type:
                 return action
             if type(action) is np.ndarray and action.dtype is dtype and action.ndim == 0:
@@ -248,9 +202,8 @@ def info_spec(info: Any) -> Any:
             array = np.asarray(to_numpy(value))
         except (ValueError, TypeError):
             continue  # ragged or not convertible
-        if array.dtype.kind not in _NUMERIC_KINDS:
-            continue
-        out[key] = TensorSpec.from_array(array)
+        if array.dtype.kind in _NUMERIC_KINDS:
+            out[key] = TensorSpec.from_array(array)
     return out
 
 
@@ -266,12 +219,8 @@ def merge_info_specs(first: Dict[Any, Any], second: Dict[Any, Any]) -> Dict[Any,
 
 
 def spec_array(spec: TensorSpec, leaf: Any, field: str, expected: str = "") -> np.ndarray:
-    """``leaf`` as an array of ``spec``'s dtype.
-
-    Raises:
-        ValueError: its shape is not ``spec``'s (naming ``field``; ``expected``
-            adds to what the message says was expected).
-    """
+    """``leaf`` as an array of ``spec``'s dtype; ``ValueError`` naming ``field`` if its shape
+    is not ``spec``'s (``expected`` adds to what the message says was expected)."""
     array = np.asarray(to_numpy(leaf))
     if array.shape != tuple(spec.shape):
         raise ValueError(f"{field}: expected shape {tuple(spec.shape)}{expected}, got shape "
@@ -295,11 +244,9 @@ def compile_info(spec: Any) -> Optional[Converter]:
     """Compiles ``fetch_info(spec, info, path)``; ``None`` if not compilable."""
     if isinstance(spec, TensorSpec):
         shape, dtype = tuple(spec.shape), spec.numpy_dtype
-        # Scalars that become exactly ``np.asarray(x).astype(dtype)`` with
-        # one ``np.array(x, dtype)``: the spec dtype's own numpy scalar type
-        # (MuJoCo's infos are numpy float64s), and Python floats and bools
-        # for float and bool specs (one rounding either way; ints are left to
-        # the general code, which decides what a huge one does).
+        # Scalars that ``np.array(x, dtype)`` converts exactly as the general path: the
+        # dtype's own scalar type (MuJoCo's numpy float64s), Python floats and bools
+        # (ints are left to the general path, which decides what a huge one does).
         direct: Tuple[type, ...] = ()
         if shape == ():
             direct = (dtype.type,) + ((float,) if dtype.kind == "f" else ()) + (
@@ -321,7 +268,7 @@ def compile_info(spec: Any) -> Optional[Converter]:
     if keys is None or children is None:
         return None
     if not keys:
-        return _no_info  # an empty spec selects nothing from any info
+        return lambda info: {}  # an empty spec selects nothing from any info
     pairs = list(zip(keys, children))
 
     def fetch_dict(info: Any) -> Any:
@@ -335,19 +282,11 @@ def compile_info(spec: Any) -> Optional[Converter]:
     return fetch_dict
 
 
-def _no_info(info: Any) -> Dict[Any, Any]:
-    """``fetch_info({}, info, path)``: a new empty dict."""
-    return {}
-
-
 def compile_raw_info(spec: Any) -> Optional[Callable[[Any], Optional[List[Any]]]]:
-    """The info entries as the env gave them, for ``AlfGymWrapper``'s flat
-    step (see its ``flat_steps``), for a flat dict of 0-d float and bool
-    specs: each entry must be a Python float or numpy float64 or float32
-    (float specs; a float32 is passed on as the Python float of its value,
-    which it converts to and from exactly) or a Python bool (bool specs),
-    which the rows store exactly as ``_env_info`` converts them; ``None`` (per
-    info) otherwise, and ``None`` for other specs."""
+    """The info entries as the env gave them, for ``AlfGymWrapper``'s flat step: for a flat
+    dict of 0-d float and bool specs, Python or numpy floats (a float32 as the Python float
+    it converts to and from exactly) and Python bools, which the rows store exactly as
+    ``_env_info`` converts them; the function gives ``None`` for any other info."""
     keys = _sorted_keys(spec) if type(spec) is dict and spec else None
     if keys is None:
         return None

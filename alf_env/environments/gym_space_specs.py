@@ -1,26 +1,16 @@
-"""gymnasium spaces as spec nests: :func:`tensor_spec_from_gym_space`.
-
-Spaces become spec nests:
+"""gymnasium spaces as spec nests, as ALF makes them: :func:`tensor_spec_from_gym_space`.
 
 =================  ==========================================================
 gymnasium space    spec
 =================  ==========================================================
-``Box``            ``BoundedTensorSpec(shape, dtype, low, high)``; a floating
-                   ``Box`` gets ``float_dtype`` (float32 by default, as in
-                   ALF: MuJoCo's float64 spaces give float32 specs)
+``Box``            ``BoundedTensorSpec(shape, dtype, low, high)``, a floating
+                   dtype replaced by ``float_dtype`` (float32, as in ALF)
 ``Discrete``       ``BoundedTensorSpec((), int64, start, start + n - 1)``
 ``MultiDiscrete``  ``BoundedTensorSpec(nvec.shape, dtype, start, start + nvec - 1)``
 ``MultiBinary``    ``BoundedTensorSpec(shape, int8, 0, 1)``
-``Dict``           ``dict`` of the sub-specs, in the space's key order (as in
-                   ALF; nest functions still visit dict keys sorted)
+``Dict``           ``dict`` of the sub-specs, in the space's key order
 ``Tuple``          ``tuple`` of the sub-specs
 =================  ==========================================================
-
-With ``simplify_box_bounds`` (the default, as in ALF) a bound whose elements
-are all equal is kept as a 0-d array (``spec.minimum.shape == ()``).
-
-:class:`~alf_env.environments.alf_gym_wrapper.AlfGymWrapper` makes its
-observation and action specs with it (and re-exports it).
 """
 
 from typing import Any, Optional
@@ -35,28 +25,22 @@ __all__ = ["tensor_spec_from_gym_space"]
 
 
 def _simplified(bound: np.ndarray, simplify: bool) -> np.ndarray:
-    """``bound`` as a 0-d array when ``simplify`` and all its elements are equal."""
     if simplify and bound.size > 0 and np.all(bound == bound.flat[0]):
         return np.array(bound.flat[0], dtype=bound.dtype)
     return bound
 
 
 def tensor_spec_from_gym_space(space: spaces.Space[Any], simplify_box_bounds: bool = True,
-                               float_dtype: Optional[Any] = np.float32, *,
-                               path: str = "") -> Any:
+                               float_dtype: Optional[Any] = np.float32, *, path: str = "") -> Any:
     """Converts a gymnasium space to a nest of ``BoundedTensorSpec``.
 
     Args:
-        space: a ``Box``, ``Discrete``, ``MultiDiscrete``, ``MultiBinary``,
-            ``Dict`` or ``Tuple`` space (nested freely).
-        simplify_box_bounds: keep a ``Box`` / ``MultiDiscrete`` bound whose
-            elements are all equal as a 0-d array (as ALF does).
-        float_dtype: the dtype of the specs of floating ``Box`` spaces
-            (float32 by default, as in ALF); ``None`` keeps the space's dtype.
+        space: a space of the module docstring's table (nested freely).
+        simplify_box_bounds: keep a ``Box`` / ``MultiDiscrete`` bound whose elements are
+            all equal as a 0-d array (``spec.minimum.shape == ()``).
+        float_dtype: the dtype of the specs of floating ``Box`` spaces; ``None`` keeps
+            the space's dtype.
         path: where ``space`` sits, for error messages.
-
-    Returns:
-        The spec nest (see the module docstring for the mapping).
 
     Raises:
         TypeError: for any other kind of space, naming its path.
@@ -69,8 +53,7 @@ def tensor_spec_from_gym_space(space: spaces.Space[Any], simplify_box_bounds: bo
         with np.errstate(over="ignore"):  # float64 extremes become +-inf
             low = np.asarray(space.low, dtype=dtype)
             high = np.asarray(space.high, dtype=dtype)
-        return BoundedTensorSpec(space.shape, dtype,
-                                 _simplified(low, simplify_box_bounds),
+        return BoundedTensorSpec(space.shape, dtype, _simplified(low, simplify_box_bounds),
                                  _simplified(high, simplify_box_bounds))
     if isinstance(space, spaces.Discrete):
         start = int(space.start)
@@ -92,6 +75,5 @@ def tensor_spec_from_gym_space(space: spaces.Space[Any], simplify_box_bounds: bo
         return tuple(tensor_spec_from_gym_space(s, simplify_box_bounds, float_dtype,
                                                 path=join_path(path, i))
                      for i, s in enumerate(space.spaces))
-    raise TypeError(
-        f"space at {where}: expected Box, Discrete, MultiDiscrete, MultiBinary, "
-        f"Dict or Tuple, got {type(space).__name__} ({space})")
+    raise TypeError(f"space at {where}: expected Box, Discrete, MultiDiscrete, MultiBinary, "
+                    f"Dict or Tuple, got {type(space).__name__} ({space})")

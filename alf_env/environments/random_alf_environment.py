@@ -1,11 +1,4 @@
-"""An environment with random observations, for tests and benchmarks.
-
-Observations are sampled from the observation spec with the environment's own
-``numpy.random.RandomState`` (``_rng``), so ``seed(s)`` makes runs reproducible.
-Each step ends the episode with probability ``episode_end_probability``, never
-before ``min_duration`` steps and always at ``max_duration`` steps. An ended
-episode is a termination (``LAST`` with discount 0); the next ``step()`` resets.
-"""
+"""An environment with random observations, for tests and benchmarks, as ALF's."""
 
 from typing import Any, Callable, Optional, Sequence
 
@@ -20,68 +13,40 @@ from alf_env.tensor_specs import BoundedTensorSpec, TensorSpec
 
 __all__ = ["RandomAlfEnvironment"]
 
-_RGB_LEVELS = 256  # exclusive upper bound of uint8 pixel values
-
 
 class RandomAlfEnvironment(AlfEnvironment):
-    """Produces random observations following ``observation_spec``.
+    """Produces random observations following ``observation_spec`` with its own
+    ``RandomState`` (``_rng``), so ``seed(s)`` makes runs reproducible.
 
-    Unbounded ``TensorSpec`` leaves are sampled as the
-    :class:`~alf_env.tensor_specs.BoundedTensorSpec` with default bounds
-    (the dtype range for integers, ``[0, 1]`` for floats).
-
-    In a batched environment (``batch_size`` not ``None``) all rows share one
-    episode clock: they start and end together. Row ``i`` has env id
-    ``env_id + i`` (``i`` when ``env_id`` is ``None``).
+    An episode ends (a termination) with probability ``episode_end_probability`` each
+    step; the rows of a batched env share one episode clock.
     """
 
-    def __init__(self,
-                 observation_spec: Any,
-                 action_spec: Any,
-                 env_id: Optional[int] = None,
-                 episode_end_probability: float = 0.1,
-                 discount: Any = 1.0,
+    def __init__(self, observation_spec: Any, action_spec: Any, env_id: Optional[int] = None,
+                 episode_end_probability: float = 0.1, discount: Any = 1.0,
                  reward_fn: Optional[Callable[..., Any]] = None,
-                 batch_size: Optional[int] = None,
-                 seed: int = 42,
-                 render_size: Sequence[int] = (2, 2, 3),
-                 min_duration: int = 0,
-                 max_duration: Optional[int] = None,
-                 use_tensor_time_step: bool = False,
-                 *,
+                 batch_size: Optional[int] = None, seed: int = 42,
+                 render_size: Sequence[int] = (2, 2, 3), min_duration: int = 0,
+                 max_duration: Optional[int] = None, use_tensor_time_step: bool = False, *,
                  strict_action_shape: bool = False) -> None:
         """Creates the environment.
 
         Args:
-            observation_spec: nest of ``TensorSpec`` of one observation.
-            action_spec: nest of ``TensorSpec`` of one action; actions passed
-                to ``step()`` must match its structure (as in ALF, their
-                shapes are not checked unless ``strict_action_shape``).
-            env_id: id reported in ``TimeStep.env_id`` (0 if ``None``).
-            episode_end_probability: probability that a step ends the episode.
-            discount: discount of ``MID`` steps; a scalar, or one per row when
-                batched.
-            reward_fn: ``reward_fn(step_type, action, observation)`` returning
-                the reward (shape ``()``, or ``(batch_size,)`` when batched);
-                zero rewards if ``None``.
+            env_id: id of row 0 (0 if ``None``).
+            discount: discount of ``MID`` steps; a scalar, or one per row.
+            reward_fn: ``reward_fn(step_type, action, observation)`` returning the
+                reward (of shape ``(batch_size,)`` when batched); zeros if ``None``.
             batch_size: ``None`` for an unbatched env, else the number of rows.
-            seed: seed of ``_rng``.
             render_size: shape of the random uint8 image from ``render()``.
-            min_duration: an episode lasts at least this many steps.
-            max_duration: an episode ends at this many steps (``None``: never
-                forced).
+            min_duration, max_duration: bounds of an episode's steps (``None``: no max).
             use_tensor_time_step: return torch tensors instead of numpy arrays.
-            strict_action_shape: reject (``ValueError``) an action leaf whose
-                shape is not the spec's (with the batch dimension when
-                batched; a batched env also takes one unbatched action for
-                all rows). ``False`` (ALF's behaviour): any shape is taken;
-                a batched env repeats an action whose shape is not
-                ``(batch_size,) + spec.shape`` for every row (one action for
-                the whole batch), an unbatched env keeps it as given.
+            strict_action_shape: reject (``ValueError``) an action leaf whose shape is
+                not the spec's, or, batched, one row's. ``False`` (ALF's behaviour): any
+                shape is taken, and a batched env repeats one of another shape per row.
 
         Raises:
-            ValueError: if a per-row ``discount`` does not match ``batch_size``,
-                or the probabilities / durations are out of range.
+            ValueError: for a per-row ``discount`` of another size, or out-of-range
+                probabilities or durations.
         """
         super().__init__()
         if not 0.0 <= episode_end_probability <= 1.0:
@@ -106,7 +71,9 @@ class RandomAlfEnvironment(AlfEnvironment):
         self._strict_action_shape = bool(strict_action_shape)
         self._outer = () if batch_size is None else (batch_size, )
         self._discount = self._check_discount(discount)
-        self._sample_specs = nest.map_structure(_as_bounded, observation_spec)
+        self._sample_specs = nest.map_structure(  # unbounded leaves get default bounds
+            lambda s: s if isinstance(s, BoundedTensorSpec) else BoundedTensorSpec.from_spec(s),
+            observation_spec)
         self._done = True
         self._num_steps = 0
         self._env_ids = (np.int32(self._env_id) if batch_size is None else
@@ -118,12 +85,10 @@ class RandomAlfEnvironment(AlfEnvironment):
             broadcast: np.ndarray = np.broadcast_to(value, self._outer).copy()
             return broadcast
         if value.shape != self._outer:
-            raise ValueError(
-                f"discount: expected a scalar or shape {self._outer} (one per row of "
-                f"batch_size={self._batch_size}), got shape {value.shape}")
+            raise ValueError(f"discount: expected a scalar or shape {self._outer} (one per row of "
+                             f"batch_size={self._batch_size}), got shape {value.shape}")
         return value
 
-    # ----- AlfEnvironment API -----------------------------------------------
     @property
     def batched(self) -> bool:
         """Whether ``batch_size`` was given."""
@@ -131,7 +96,6 @@ class RandomAlfEnvironment(AlfEnvironment):
 
     @property
     def batch_size(self) -> int:
-        """The number of rows (1 when unbatched)."""
         return 1 if self._batch_size is None else self._batch_size
 
     @property
@@ -140,42 +104,29 @@ class RandomAlfEnvironment(AlfEnvironment):
         return self._use_tensor
 
     def observation_spec(self) -> Any:
-        """The observation spec given to the constructor."""
         return self._observation_spec
 
     def action_spec(self) -> Any:
-        """The action spec given to the constructor."""
         return self._action_spec
-
-    def env_info_spec(self) -> Any:
-        """``{}``: this env reports no extra info."""
-        return {}
 
     def seed(self, seed: int) -> None:
         """Reseeds ``_rng`` (observations, episode ends and renders)."""
         self._rng.seed(seed)
 
     def render(self, mode: str = "rgb_array") -> np.ndarray:
-        """A random uint8 image of shape ``render_size``.
-
-        Raises:
-            ValueError: for a mode other than ``'rgb_array'``.
-        """
+        """A random uint8 image of shape ``render_size`` (``'rgb_array'`` is the only mode)."""
         if mode != "rgb_array":
             raise ValueError(f"render: mode must be 'rgb_array', got {mode!r}")
-        return self._rng.randint(0, _RGB_LEVELS, size=self._render_size, dtype=np.uint8)
+        return self._rng.randint(0, 256, size=self._render_size, dtype=np.uint8)
 
-    # ----- internals --------------------------------------------------------
     def _observation(self) -> Any:
         outer = self._outer if self._outer else None
-        return nest.map_structure(lambda s: s.numpy_sample(outer, self._rng),
-                                  self._sample_specs)
+        return nest.map_structure(lambda s: s.numpy_sample(outer, self._rng), self._sample_specs)
 
     def _convert_action(self, action: Any) -> Any:
         try:
             nest.assert_same_structure(self._action_spec, action)
         except nest.NestStructureError as err:
-            # Still a ValueError, and the RuntimeError ALF raises.
             raise nest.NestStructureError(
                 f"action does not match the action spec: {err}") from None
 
@@ -188,16 +139,14 @@ class RandomAlfEnvironment(AlfEnvironment):
                     # One action for the whole batch (ALF repeats it per row).
                     array = np.broadcast_to(array, self._outer + array.shape)
                 elif self._strict_action_shape:
-                    field = f"action.{path}" if path else "action"
-                    raise ValueError(f"{field}: expected shape {expected} and dtype "
-                                     f"{spec.numpy_dtype}, got shape {array.shape}; "
-                                     f"pass strict_action_shape=False to take any shape")
+                    raise ValueError(f"{nest.field_name('action', path)}: expected shape "
+                                     f"{expected} and dtype {spec.numpy_dtype}, got shape "
+                                     f"{array.shape}; pass strict_action_shape=False to take "
+                                     f"any shape")
             return np.array(array, dtype=spec.numpy_dtype)
 
         if not nest.is_nested(self._action_spec) and not nest.is_nested(action):
-            # A leaf against a leaf: what map_structure_with_path does, minus
-            # its walk of the (trivial) nests.
-            return convert("", self._action_spec, action)
+            return convert("", self._action_spec, action)  # no walk of two leaves
         return nest.map_structure_with_path(convert, self._action_spec, action)
 
     def _reward(self, step_type: np.int32, action: Any, observation: Any) -> np.ndarray:
@@ -217,9 +166,9 @@ class RandomAlfEnvironment(AlfEnvironment):
             if prev_action is not None:
                 prev_action = nest.map_structure(torch.from_numpy, prev_action)
         return generate_time_step(
-            self.batched, observation, step_type, discount,
-            prev_action=prev_action, action_spec=self._action_spec, reward=reward,
-            env_id=self._env_ids, env_info={}, use_tensor=self._use_tensor)
+            self.batched, observation, step_type, discount, prev_action=prev_action,
+            action_spec=self._action_spec, reward=reward, env_id=self._env_ids, env_info={},
+            use_tensor=self._use_tensor)
 
     def _reset(self) -> TimeStep:
         self._done = False
@@ -243,9 +192,3 @@ class RandomAlfEnvironment(AlfEnvironment):
         reward = self._reward(step_type, action, observation)
         discount = 0.0 if done else self._discount
         return self._make(step_type, observation, discount, action, reward)
-
-
-def _as_bounded(spec: TensorSpec) -> BoundedTensorSpec:
-    if isinstance(spec, BoundedTensorSpec):
-        return spec
-    return BoundedTensorSpec.from_spec(spec)

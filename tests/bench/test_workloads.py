@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from alf_env.bench import workloads
-from alf_env.synthetic_envs import SWEEP_INFO_KEYS, SweepEnv
+from alf_env.bench.synthetic_envs import SWEEP_INFO_KEYS, SweepEnv
 
 
 @pytest.mark.parametrize("name", list(workloads.WORKLOADS))

@@ -11,7 +11,7 @@ from alf_env.control_plane.affinity import pin_workers, pinned_cpus, plan_worker
 from alf_env.environments.alf_gym_wrapper import AlfGymWrapper
 from alf_env.environments.fast_parallel_environment import FastParallelEnvironment
 from alf_env.environments.parallel_environment import ParallelAlfEnvironment
-from alf_env.synthetic_envs import make_synthetic_env
+from alf_env.bench.synthetic_envs import make_synthetic_env
 from alf_env.vector import FastVectorEnv
 
 CPUS = usable_cpus()

@@ -1,22 +1,7 @@
-"""The job handler of FastParallelEnvironment's workers: ALF time steps in shared rows.
+"""AlfRowsHandler: FastParallelEnvironment's job handler, ALF time steps in a worker's rows.
 
-:class:`AlfRowsHandler` is the :class:`~alf_env.data_plane.handlers.JobHandler`
-(and its :class:`~alf_env.data_plane.handlers.HandlerFactory`) that a
-``FastParallelEnvironment`` worker runs in the job loop: a STEP job reads the
-worker's action rows, steps its env (or each member of a :class:`MemberEnvs`,
-the interface ``AlfEnvBatch`` implements; the parent says at construction whether
-its workers host groups) and writes the time steps into its rows; a RESET job
-resets and writes. :class:`_Rows` moves nests in and out of one worker's rows,
-checking each leaf against the spec (shape, and a dtype that converts under
-numpy's ``"same_kind"`` rule) as it writes.
-
-An env with a flat step (a plain ``AlfGymWrapper``, see its ``flat_steps``)
-is stepped through it: the action rows' leaves in, the time step's leaves
-out and into the rows, no ``TimeStep`` built; a step that is no plain one
-(a reset after ``LAST``) goes through the env's ``step()`` as any other env's.
-A group resets its members that ended through their flat resets, and the
-handler writes those leaves the same way.
-"""
+Each leaf is checked against the spec as it is written; an env with a flat step is
+stepped through it (docs/architecture.rst, "One step of ``FastParallelEnvironment``")."""
 
 import multiprocessing.connection
 from typing import Any, Callable, List, Optional, Protocol, Sequence, Tuple
@@ -24,11 +9,7 @@ from typing import Any, Callable, List, Optional, Protocol, Sequence, Tuple
 import numpy as np
 
 from alf_env import nest
-from alf_env.control_plane.spec_checks import (
-    can_cast,
-    time_step_count_error,
-    time_step_leaf_error,
-)
+from alf_env.control_plane.spec_checks import can_cast, time_step_count_error, time_step_leaf_error
 from alf_env.control_plane.step_timings import StepClock
 from alf_env.data_plane.shared_block import SharedBlock, copy_leaves
 from alf_env.environments.alf_environment import AlfEnvironment
@@ -40,14 +21,12 @@ class _Rows:
     """This worker's rows of a list of fields, and how to move nests in/out."""
 
     def __init__(self, block: SharedBlock, names: Tuple[str, ...], rows: Tuple[int, int],
-                 paths: List[str], batched: bool, spec: Any) -> None:
+                 batched: bool, spec: Any) -> None:
         begin, end = rows
         views = [block.views[name][begin:end] for name in names]
-        # An unbatched env owns one row and sees it without the batch dim
-        # (`v[0, ...]` stays a writable view, also for scalar fields).
+        # An unbatched env sees its one row without the batch dim (`v[0, ...]`: still a view).
         self.views = views if batched else [v[0, ...] for v in views]
-        self.paths = paths
-        # Flattening and packing compiled for the spec (a TimeStep field by field).
+        self.paths = [p for p, _ in nest.flatten_with_path(spec)]
         self._flatten, self._pack = compile_nest(spec)
 
     def read(self) -> Any:
@@ -58,13 +37,11 @@ class _Rows:
         self.write_leaves(self._flatten(value), env_id)
 
     def write_leaves(self, leaves: List[Any], env_id: Any, scalars: bool = False) -> None:
-        """Writes the leaves of a time step (``scalars``: some may be Python
-        floats or bools, see ``AlfGymWrapper.flat_steps``)."""
+        """Writes a time step's leaves (``scalars``: some may be Python floats or bools)."""
         views = self.views
         if len(leaves) != len(views):
             raise time_step_count_error(env_id, len(leaves), self.paths)
-        # Exact arrays (the common case) in one native call; from the first
-        # leaf that needs a cast or is wrong, the checking path below.
+        # Exact leaves in one native call; from the first that is not, the checks below.
         done = copy_leaves(views, leaves, scalars)
         if done == len(views):
             return
@@ -80,9 +57,7 @@ class _Rows:
 
 
 class MemberEnvs(Protocol):
-    """An env of several member envs that a worker steps one by one, each in its
-    own rows (``AlfEnvBatch`` of ``front_ends/alf/env_batch.py`` implements it).
-    """
+    """Member envs that a worker steps one by one, each in its own rows (``AlfEnvBatch``)."""
 
     @property
     def members(self) -> Sequence[AlfEnvironment]:
@@ -95,9 +70,8 @@ class MemberEnvs(Protocol):
         """Steps member ``j``; returns its time step."""
 
     def step_member_flat(self, j: int, action_views: List[np.ndarray]) -> Optional[List[Any]]:
-        """Steps member ``j`` with its flat step; its time step's leaves, or
-        ``None`` when it has none or that step was no plain one (then
-        :meth:`step_member`)."""
+        """Steps member ``j`` with its flat step; its time step's leaves, or ``None`` when
+        it has none or that step was no plain one (then :meth:`step_member`)."""
 
     def reset_member(self, j: int) -> Any:
         """Resets member ``j``; returns its time step."""
@@ -107,15 +81,8 @@ class MemberEnvs(Protocol):
 
 
 class AlfRowsHandler:
-    """The job handler (and its factory) of FastParallelEnvironment's workers.
-
-    Args:
-        rows: ``(begin, end)``: the rows this worker owns in every field.
-        action_fields: block field names of the flattened action spec.
-        time_step_fields: block field names of the flattened time step spec.
-        grouped: the worker's env is a :class:`MemberEnvs` (``AlfEnvBatch``),
-            whose members each own ``(end - begin) / len(members)`` rows.
-    """
+    """FastParallelEnvironment's job handler (and factory): the worker owns ``rows``, ``(begin,
+    end)``, of each field; ``grouped``: its env is a :class:`MemberEnvs`, its members share them."""
 
     #: Once bound: counts the step times (and a MemberEnvs's ``reset_ended``).
     after_step: Optional[Callable[[], None]] = None
@@ -127,30 +94,20 @@ class AlfRowsHandler:
         self.time_step_fields = time_step_fields
         self.grouped = grouped
 
-    def __call__(self, env: Any, block: SharedBlock,
-                 conn: multiprocessing.connection.Connection,
+    def __call__(self, env: Any, block: SharedBlock, conn: multiprocessing.connection.Connection,
                  env_id: Optional[int], clock: Optional[StepClock] = None) -> "AlfRowsHandler":
-        """Binds to the worker's env and the shared block (in the worker).
-
-        Each env's step (each member's, for a group) is timed into ``clock``
-        (the worker's; a fresh one when ``None``), resized to the envs here.
-        """
+        """Binds to the worker's env and the shared block (in the worker); each env's
+        step is timed into ``clock`` (a fresh one when ``None``)."""
         batched = bool(env.batched)
         self._clock = clock if clock is not None else StepClock()
-        # Once a step is reported, its envs' step times are counted.
         self.after_step = self._clock.commit
         self._env = env
         self._env_id = env_id
-        self._action_spec = action_spec = env.action_spec()
-        time_step_spec = env.time_step_spec()
-        action_paths = [p for p, _ in nest.flatten_with_path(action_spec)]
-        time_step_paths = [p for p, _ in nest.flatten_with_path(time_step_spec)]
+        action_spec, time_step_spec = env.action_spec(), env.time_step_spec()
 
         def rows_of(rows: Tuple[int, int], batched_rows: bool) -> Tuple[_Rows, _Rows]:
-            return (_Rows(block, self.action_fields, rows, action_paths, batched_rows,
-                          action_spec),
-                    _Rows(block, self.time_step_fields, rows, time_step_paths, batched_rows,
-                          time_step_spec))
+            return (_Rows(block, self.action_fields, rows, batched_rows, action_spec),
+                    _Rows(block, self.time_step_fields, rows, batched_rows, time_step_spec))
 
         self._actions, self._outputs = rows_of(self.rows, batched)
         flat = None if batched else flat_steps_of(env)
@@ -161,7 +118,6 @@ class AlfRowsHandler:
             # Each member reads and writes its own rows: no slicing, no batching.
             group: MemberEnvs = env
             self._group = group
-            # The group resets its members that ended once the step is reported.
             self.after_step = self._after_members_step
             begin, end = self.rows
             members = group.members
@@ -173,7 +129,6 @@ class AlfRowsHandler:
                 + ((env_id or 0) + j,)
                 for j in range(n)]
             self._clock.resize(n)
-            # Chosen per env (the job loop calls step and reset).
             self.step, self.reset = (  # type: ignore[method-assign]
                 self._step_members, self._reset_members)
         return self
@@ -233,7 +188,6 @@ class AlfRowsHandler:
                 outputs.write(result, env_id)
 
     def _after_members_step(self) -> None:
-        """Counts the members' step times, then resets the members that ended."""
         self._clock.commit()
         self._group.reset_ended()
 

@@ -21,47 +21,25 @@ def _default_parallel_ctor() -> Callable[..., AlfEnvironment]:
 
 def create_environment(env_name: str = "CartPole-v1",
                        env_load_fn: Callable[..., AlfEnvironment] = suite_gym.load,
-                       num_parallel_environments: int = 8,
-                       nonparallel: bool = False,
-                       flatten: bool = True,
-                       start_serially: bool = True,
-                       num_spare_envs: int = 0,
+                       num_parallel_environments: int = 8, nonparallel: bool = False,
+                       flatten: bool = True, start_serially: bool = True, num_spare_envs: int = 0,
                        torch_num_threads_per_env: int = 1,
                        parallel_environment_ctor: Optional[Callable[..., AlfEnvironment]] = None,
-                       seed: Optional[int] = None,
-                       batch_size_per_env: int = 1,
-                       start_method: str = "fork",
-                       restart_policy: Optional[RestartPolicy] = None,
+                       seed: Optional[int] = None, batch_size_per_env: int = 1,
+                       start_method: str = "fork", restart_policy: Optional[RestartPolicy] = None,
                        **load_kwargs: Any) -> AlfEnvironment:
     """Creates a batched environment of ``num_parallel_environments`` envs.
 
     Args:
         env_name: passed to ``env_load_fn`` (a gymnasium id for ``suite_gym.load``).
-        env_load_fn: ``env_load_fn(env_name, env_id=i, **load_kwargs)`` returns
-            env ``i``.
+        env_load_fn: ``env_load_fn(env_name, env_id=i, **load_kwargs)`` makes env ``i``.
         num_parallel_environments: size of the batch (spares not included).
-        nonparallel: run every env in this process (a
-            ``BatchEnvironmentWrapper``, numpy outputs) instead of in workers.
-        flatten: see ``ParallelAlfEnvironment``.
-        start_serially: see ``ParallelAlfEnvironment``.
-        num_spare_envs: extra envs that take over from an env whose episode
-            ended while it resets (``num_spare_envs_for_reload``).
-        torch_num_threads_per_env: ``torch.set_num_threads`` in each worker.
-        parallel_environment_ctor: the batched class; ``FastParallelEnvironment``
-            when the native module is available, else ``ParallelAlfEnvironment``.
-        seed: if given, env ``i`` is seeded with ``seed * n + i`` (``n``
-            counting spares).
-        batch_size_per_env: if > 1, each worker runs that many envs as one
-            ``BatchEnvironmentWrapper``; the batch has
-            ``num_parallel_environments * batch_size_per_env`` rows.
-        start_method: ``"fork"``, ``"spawn"`` or ``"forkserver"``.
-        restart_policy: passed to the batched class (``None``: not passed, and
-            a dead worker raises): dead workers are started again
-            (``docs/contract.rst``, "Restarts").
-        **load_kwargs: passed on to ``env_load_fn``.
-
-    Returns:
-        the batched environment.
+        nonparallel: run every env in this process (a ``BatchEnvironmentWrapper``).
+        num_spare_envs: ``num_spare_envs_for_reload`` of the batched class.
+        parallel_environment_ctor: the batched class (default: the fast one, if built).
+        seed: if given, env ``i`` is seeded with ``seed * n + i`` (``n`` counting spares).
+        batch_size_per_env: envs per worker, as one ``BatchEnvironmentWrapper``.
+        restart_policy: passed to the batched class if not ``None``.
     """
     if num_parallel_environments < 1:
         raise ValueError(f"num_parallel_environments: expected >= 1, got "

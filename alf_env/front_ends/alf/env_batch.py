@@ -1,40 +1,14 @@
-"""Several ALF envs in one worker process of ``FastParallelEnvironment``.
+"""AlfEnvBatch: several ALF envs in one worker process of FastParallelEnvironment.
 
-With ``num_workers`` smaller than the number of envs, each worker hosts an
-:class:`AlfEnvBatch`: consecutive envs that the worker steps one after the
-other, seen by the parent as one batched env whose rows are the members'
-rows, in order (EnvPool's threads, as processes). What the parent returns is
-unchanged, value for value: row ``i`` is env ``i``.
-
-With ``start_serially=False`` a worker builds its members side by side, each
-constructor in a thread of its own (:func:`build_members`), so that a worker
-of ``n`` slow constructors (that sleep, load files, wait for a simulator)
-starts in about the time of the slowest, as one process per env would; the
-GIL still runs Python code one thread at a time. A constructor that must run
-in the worker's main thread (one that installs a signal handler, or opens a
-GUI window on a toolkit bound to the main thread) needs
-``start_serially=True`` (the default: one member after another, in the main
-thread) or one env per worker. gymnasium's ``make`` and MuJoCo's model loading
-build fine in threads.
-
-A member that returns ``LAST`` is reset as soon as the worker has reported
-the step (:meth:`AlfEnvBatch.reset_ended`, run by the worker loop after the job
-finished), so the reset overlaps the trainer's work; its ``FIRST`` time step
-is what the member returns at the group's next step (ALF's auto-reset: the
-step after ``LAST`` ignores its action and resets). A ``reset()`` of the
-group meanwhile returns that ``FIRST`` (one reset, as without the overlap),
-and seeding resets such a member again, so that its episode uses the new
-seed.
-
-:class:`MemberProxy` is what ``FastParallelEnvironment.envs`` lists for a
-member: ``call`` and attribute access as on a ``ProcessEnvironment``,
-forwarded to the member through its group's worker.
-"""
+The parent sees one batched env of the members' rows (EnvPool's threads, as processes).
+A member that returns ``LAST`` is reset once the worker has reported the step, overlapping
+the trainer's work; that ``FIRST`` is what it returns at the group's next step or reset
+(one reset, as without the overlap), and seeding resets it again."""
 
 import functools
 import operator
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union, cast
 
 import numpy as np
 
@@ -56,21 +30,8 @@ from alf_env.front_ends.alf.alf_rows import MemberEnvs
 
 def build_members(env_constructors: Sequence[Callable[..., Any]], first_id: int,
                   concurrently: bool) -> List[Any]:
-    """Builds member ``j`` with ``env_constructors[j]`` and env id ``first_id + j``.
-
-    Args:
-        env_constructors: one per member.
-        first_id: the env id of the first member.
-        concurrently: build each member in a thread of its own (see the module
-            docstring) instead of one after another in the calling thread.
-
-    Returns:
-        The members, in order.
-
-    Raises:
-        BaseException: what a constructor raised (the first member's, by
-            order); the members already built are closed first.
-    """
+    """Builds member ``j`` with ``env_constructors[j]`` and env id ``first_id + j`` (each in a
+    thread if ``concurrently``); on errors, closes those built and raises the first's."""
     if not concurrently or len(env_constructors) < 2:
         members: List[Any] = []
         try:
@@ -93,18 +54,11 @@ def build_members(env_constructors: Sequence[Callable[..., Any]], first_id: int,
 
 
 class AlfEnvBatch(BatchedEnvironment, MemberEnvs):
-    """The envs of one worker, batched in order (see the module docstring).
-
-    The :class:`~alf_env.front_ends.alf.alf_rows.MemberEnvs` that the job
-    handler steps member by member in the job loop.
+    """The envs of one worker, batched in order: the ``MemberEnvs`` its job handler steps.
 
     Args:
-        env_constructors: one per member; each gets ``env_id=`` (the first
-            member ``env_id``, the next ``env_id + 1``, ...) if it accepts one.
-        env_id: the id of the first member (given by ``ProcessEnvironment``).
-        build_concurrently: build the members side by side, each in a thread
-            (``FastParallelEnvironment(start_serially=False)``; see the
-            module docstring).
+        env_constructors: one per member; each gets ``env_id=`` (``env_id``,
+            ``env_id + 1``, ...) if it accepts one.
 
     Raises:
         ValueError: the members' specs or batch sizes differ (naming the member).
@@ -112,12 +66,12 @@ class AlfEnvBatch(BatchedEnvironment, MemberEnvs):
 
     def __init__(self, env_constructors: Sequence[Callable[..., Any]],
                  env_id: Optional[int] = None, *, build_concurrently: bool = False) -> None:
-        first_id = env_id or 0
-        self._first_id = first_id
+        first_id = self._first_id = env_id or 0
         self._members: List[AlfEnvironment] = build_members(env_constructors, first_id,
                                                             build_concurrently)
         try:
-            self._check_members()
+            check_same_specs(self._members, ("batched", "batch_size") + SPEC_METHODS,
+                             "env group member")
         except BaseException:
             self._close()
             raise
@@ -129,22 +83,14 @@ class AlfEnvBatch(BatchedEnvironment, MemberEnvs):
         # Each member's flat step and reset (a plain AlfGymWrapper's), or None.
         self._flat: List[Optional[FlatSteps]] = [
             None if self._member_batched else flat_steps_of(m) for m in self._members]
-        # member -> its FIRST time step (a flat reset's leaves, or a TimeStep),
-        # from a reset run after its LAST step.
+        # member -> the FIRST of its reset after LAST (a flat reset's leaves, or a TimeStep)
         self._pending_first: Dict[int, Union[List[Any], TimeStep]] = {}
         self._ended: List[int] = []
         self._deferred_error: Optional[BaseException] = None
 
-    def _check_members(self) -> None:
-        check_same_specs(self._members, ("batched", "batch_size") + SPEC_METHODS,
-                         "env group member")
-
     @property
     def members(self) -> List[AlfEnvironment]:
-        """The member envs, in row order."""
         return self._members
-
-    # -- stepping ---------------------------------------------------------------
 
     def _reset(self) -> TimeStep:
         self.begin_job()
@@ -160,12 +106,12 @@ class AlfEnvBatch(BatchedEnvironment, MemberEnvs):
             results.append(self.step_member(j, member_action))
         return self._batch(results)
 
-    # The worker's job handler steps the members one by one (each writes its
-    # own rows, no batching): begin_job(), then step_member / reset_member.
-
     def begin_job(self) -> None:
         """Starts a step or reset of the group: raises a failed early reset's error."""
-        self._raise_deferred()
+        error, self._deferred_error = self._deferred_error, None
+        if error is not None:
+            self._pending_first.clear()
+            raise error
         self._ended = []
 
     def _take_first(self, j: int) -> Optional[TimeStep]:
@@ -191,11 +137,7 @@ class AlfEnvBatch(BatchedEnvironment, MemberEnvs):
         return time_step
 
     def step_member_flat(self, j: int, action_views: List[np.ndarray]) -> Optional[List[Any]]:
-        """Steps member ``j`` with its flat step (``AlfGymWrapper.flat_steps``);
-        returns the time step's leaves (after an early flat reset: its
-        ``FIRST``'s), or ``None`` (nothing done) when :meth:`step_member` is to
-        step it (a member with no flat step, an early reset's ``TimeStep`` to
-        return, or a step that is no plain one)."""
+        """Steps member ``j`` with its flat step (``AlfGymWrapper.flat_steps``), if any."""
         first = self._pending_first.get(j)
         if first is not None:
             if type(first) is not list:
@@ -227,7 +169,6 @@ class AlfEnvBatch(BatchedEnvironment, MemberEnvs):
             raise
 
     def _note_member(self, exc: Exception, j: int, during: str) -> None:
-        """Notes on ``exc`` that member ``j`` raised it during ``during``."""
         mark_raised_by(exc, self._first_id + j)  # the error report names this env
         if hasattr(exc, "add_note"):  # Python 3.11+
             exc.add_note(f"(raised by env {self._first_id + j} during {during}; its "
@@ -235,15 +176,10 @@ class AlfEnvBatch(BatchedEnvironment, MemberEnvs):
                          f"{self._first_id + len(self._members) - 1})")
 
     def _batch(self, results: List[TimeStep]) -> TimeStep:
-        batched: TimeStep = nest.map_structure(lambda *xs: self._combine(xs), *results)
-        return batched
+        return cast(TimeStep, nest.map_structure(lambda *xs: self._combine(xs), *results))
 
     def reset_ended(self) -> None:
-        """Resets the members whose last step was ``LAST`` (run after the job finished).
-
-        Raises nothing: an exception of a member's reset is raised by the
-        group's next step or reset, as it would have been without the overlap.
-        """
+        """Resets the members that returned ``LAST`` (a reset's error: at the next job)."""
         ended, self._ended = self._ended, []
         for j in ended:
             try:
@@ -253,20 +189,10 @@ class AlfEnvBatch(BatchedEnvironment, MemberEnvs):
                 return
 
     def _reset_early(self, j: int) -> Union[List[Any], TimeStep]:
-        """Resets member ``j`` ahead of its next step: its flat reset's leaves
-        (written as they are), or its ``reset()``'s ``TimeStep``."""
+        """Member ``j``'s flat reset's leaves, or its ``reset()``'s ``TimeStep``."""
         flat = self._flat[j]
         reset = self._members[j].reset if flat is None else flat.reset
-        first: Union[List[Any], TimeStep] = self._run(j, "reset", reset)
-        return first
-
-    def _raise_deferred(self) -> None:
-        error, self._deferred_error = self._deferred_error, None
-        if error is not None:
-            self._pending_first.clear()
-            raise error
-
-    # -- per-member operations (through the pipe) ------------------------------
+        return cast(Union[List[Any], TimeStep], self._run(j, "reset", reset))
 
     def seed_each(self, seeds: Sequence[Any]) -> None:
         """Seeds member ``j`` with ``seeds[j]``; a member reset early resets again."""
@@ -283,13 +209,11 @@ class AlfEnvBatch(BatchedEnvironment, MemberEnvs):
         n = len(self._members)
         self.seed_each([seed * n + j for j in range(n)])
 
-    def call_each(self, name: str, args: Tuple[Any, ...], kwargs: Dict[str, Any]
-                  ) -> List[Any]:
+    def call_each(self, name: str, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> List[Any]:
         """``member.name(*args, **kwargs)`` for every member."""
         return [getattr(env, name)(*args, **kwargs) for env in self._members]
 
-    def member_call(self, j: int, name: str, args: Tuple[Any, ...], kwargs: Dict[str, Any]
-                    ) -> Any:
+    def member_call(self, j: int, name: str, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Any:
         """``members[j].name(*args, **kwargs)``."""
         return getattr(self._members[j], name)(*args, **kwargs)
 
@@ -314,14 +238,8 @@ class AlfEnvBatch(BatchedEnvironment, MemberEnvs):
 
 
 class MemberProxy:
-    """One member env of a worker's :class:`AlfEnvBatch`, as ``FastParallelEnvironment.envs``
-    lists it: ``call`` and attribute access forwarded through the group's worker.
-
-    Args:
-        group: the ``ProcessEnvironment`` of the worker.
-        index: the member's index in the group.
-        env_id: the member's env id.
-    """
+    """Member ``index`` of a worker's :class:`AlfEnvBatch`, as ``FastParallelEnvironment.envs``
+    lists it: ``call`` and attribute access go through ``group``, the worker."""
 
     def __init__(self, group: "ProcessEnvironment", index: int, env_id: int) -> None:
         self._group = group
@@ -338,10 +256,7 @@ class MemberProxy:
         return self._group.call("member_call", self._index, name, args, kwargs)
 
     def __getattr__(self, name: str) -> Any:
-        """Attribute ``name`` of the remote env (a method is called remotely).
-
-        Single-underscore names are forwarded; dunder names are not.
-        """
+        """Attribute ``name`` of the remote env (a method is called remotely; no dunders)."""
         if (name.startswith("__") and name.endswith("__")) or "_group" not in self.__dict__:
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
         value = self._group.call("member_access", self._index, name)()

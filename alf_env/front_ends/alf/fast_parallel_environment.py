@@ -1,23 +1,7 @@
-"""Batched environments in worker processes, stepped through shared memory.
+"""FastParallelEnvironment: ParallelAlfEnvironment's results, stepped through shared memory.
 
-:class:`FastParallelEnvironment` has the arguments and the results of
-:class:`~alf_env.environments.parallel_environment.ParallelAlfEnvironment` (the
-reference path it is tested against, value by value) but moves steps and resets
-out of the pipes: a ``SharedBlock`` holds, for every leaf of the flattened
-action and time step specs, the rows of every env (:class:`SlotRows` is the
-trainer's side of it), and the pipe keeps what has no fixed size (spec queries,
-``seed``, ``render``, any ``call``, errors). By default a worker hosts an
-:class:`~alf_env.front_ends.alf.env_batch.AlfEnvBatch` of consecutive envs. What
-it shares with the pipe path (the workers, their specs and restarts, the guard
-of every call, the slots) are objects of :mod:`alf_env.front_ends.alf.workers`
-and :class:`~alf_env.front_ends.alf.parallel_environment.SlotScheduler`. The
-design: ``docs/architecture.rst`` ("Data plane", "Front ends").
-
-An env's error is raised once every worker has finished the job, so no job is
-left running; a dead worker is noticed by the native wait (pidfds) within
-~50 ms. What each fault raises and the bound on ``close()``:
-``docs/reliability.md`` ("Fault table").
-"""
+The pipes keep what has no fixed size (``seed``, ``render``, ``call``, errors); the
+design: docs/architecture.rst; what each fault raises: docs/reliability.md."""
 
 import functools
 from typing import Any, Callable, List, Optional, Sequence, Tuple
@@ -62,53 +46,25 @@ _RESET = JobType.RESET
 class FastParallelEnvironment(WorkersEnvironment):
     """Like ``ParallelAlfEnvironment``, with steps and resets through shared memory.
 
-    What each argument does and when to change it: ``docs/options.rst`` ("ALF
-    front ends").
+    The arguments not listed are ``ParallelAlfEnvironment``'s (``worker_cpus``
+    defaults to ``"auto"``); each, and when to change it: docs/options.rst.
 
     Args:
-        env_constructors: one constructor per env, spares included.
-        start_serially: start the workers one after another (``False`` also builds
-            a worker's envs side by side, each in a thread).
-        blocking: step the envs one after another (for debugging).
-        flatten: as for ``ParallelAlfEnvironment``.
-        num_spare_envs_for_reload: spares that take the slot of an env that resets.
-        torch_num_threads_per_env: ``torch.set_num_threads`` in each worker.
-        start_method: ``"fork"``, ``"spawn"`` or ``"forkserver"``.
-        zero_copy: return views of the shared rows, valid until the next step
-            (no spares; turns off the background resets, which would overwrite them).
+        zero_copy: return views of the shared rows, valid until the next step.
         spin_us: how long a waiter spins before it sleeps (-1 adaptive, 0 never).
-        timeout: seconds each reset, step and call may wait for the workers; then
-            ``EnvTimeoutError``, and the environment can only be closed.
-        worker_cpus: ``"auto"``, ``None`` (the OS decides), ``"spread"`` or CPU ids.
         num_workers: worker processes, dividing the number of envs (default: about
             one per usable CPU; one per env with spares or ``blocking``).
-        restart_policy: a :class:`~alf_env.control_plane.restart.RestartPolicy`:
-            a worker that dies during a step or reset is started again (same
-            job slot and rows) and each of its slots returns the ``FIRST`` step
-            of a new episode (``docs/contract.rst``, "Restarts"). ``None``: a
-            death raises ``WorkerDiedError``.
 
     Raises:
-        ValueError: ``zero_copy`` with spares, or a ``num_workers`` that does not fit
-            (:func:`plan_group_size`).
-
-    It has its own :meth:`step` and :meth:`reset` (not ``AlfEnvironment``'s hooks):
-    the step writes the actions into the shared rows, runs one ``STEP`` job on the
-    slots' workers (``JobBoard.run``: one native post and wait) and reads the time
-    step back from the rows. Faults, threads and copies behave as for
-    ``ParallelAlfEnvironment`` (:class:`~alf_env.front_ends.alf.workers.CallGuard`),
-    and so do the specs and the rest of the ALF API both answer the same way
-    (:class:`~alf_env.front_ends.alf.workers.WorkersEnvironment`).
+        ValueError: ``zero_copy`` with spares, or a ``num_workers`` that does not fit.
     """
 
-    _board: JobBoard  # the job slots of the workers (deleted by close())
+    _board: JobBoard  # deleted by close()
 
-    def __init__(self, env_constructors: Sequence[Callable[..., Any]],
-                 start_serially: bool = True, blocking: bool = False,
-                 flatten: bool = True, num_spare_envs_for_reload: int = 0,
-                 torch_num_threads_per_env: Optional[int] = 1,
-                 start_method: str = "fork", *, zero_copy: bool = False,
-                 spin_us: int = -1, timeout: Optional[float] = None,
+    def __init__(self, env_constructors: Sequence[Callable[..., Any]], start_serially: bool = True,
+                 blocking: bool = False, flatten: bool = True, num_spare_envs_for_reload: int = 0,
+                 torch_num_threads_per_env: Optional[int] = 1, start_method: str = "fork", *,
+                 zero_copy: bool = False, spin_us: int = -1, timeout: Optional[float] = None,
                  worker_cpus: WorkerCpus = AUTO, num_workers: Optional[int] = None,
                  restart_policy: Optional[RestartPolicy] = None) -> None:
         if zero_copy and num_spare_envs_for_reload:
@@ -122,79 +78,54 @@ class FastParallelEnvironment(WorkersEnvironment):
         g = self._group_size = plan_group_size(self._num_envs, num_workers,
                                                num_spare_envs_for_reload, blocking)
         if g > 1:
-            # start_serially=False: the workers start at once, and each builds
-            # its members at once too (as one process per env would).
             constructors = [
                 functools.partial(AlfEnvBatch, constructors[begin:begin + g], begin,
                                   build_concurrently=not start_serially)
                 for begin in range(0, self._num_envs, g)]
-        self._workers = AlfWorkers(
+        workers = self._workers = AlfWorkers(
             self, constructors, first_env_ids=range(0, len(constructors) * g + 1, g),
             num_spares=num_spare_envs_for_reload, start_serially=start_serially,
             flatten=flatten, job_loop=True,
             torch_num_threads_per_env=torch_num_threads_per_env, start_method=start_method,
             timeout=timeout, worker_cpus=worker_cpus, restart_policy=restart_policy)
-        workers = self._workers
         self._blocking = blocking
-        self._zero_copy = zero_copy
         self._slots = SlotScheduler(len(workers.envs), num_spare_envs_for_reload)
         super().__init__(workers, self._guard, self._slots, self._num_envs)
         self._has_spares = self._slots.has_spares
-        # An env that reports LAST is given a RESET job at once (see the module
-        # doc of parallel_environment.py); not with spares (their own mechanism),
-        # batched envs or groups (an AlfEnvBatch resets its members itself),
-        # blocking mode, or zero_copy (the reset would overwrite the views).
+        # Why: parallel_environment.py. Not with spares, batched envs or groups (they
+        # reset their own), blocking, or zero_copy (the reset would overwrite the views).
         self._background_resets = not (num_spare_envs_for_reload or workers.env_batched
                                        or blocking or zero_copy)
         self._check_action = ActionChecker(workers.specs.action, self.batch_size)
-        # What a restarted worker needs to join its slot (see _rejoin).
-        self._job_loop_specs: List[JobLoopSpec] = []
+        self._job_loop_specs: List[JobLoopSpec] = []  # for _rejoin
         try:
-            self._rows = SlotRows(workers.specs, len(workers.envs), self._slots.slot_env,
-                                  zero_copy)
+            self._rows = SlotRows(workers.specs, len(workers.envs), self._slots.slot_env, zero_copy)
             controller = self._rows.block.controller(spin_us, workers_spread=workers.spread)
             self._board = JobBoard(controller, workers.envs, timeout=workers.timeout,
                                    pin_when_quiet=workers.pin_when_quiet)
-            self._start_job_loops(spin_us)
+            b, rows = workers.specs.batch_size, self._rows
+            handlers = [AlfRowsHandler((i * b, (i + 1) * b), rows.action_names,
+                                       rows.time_step_names, grouped=g > 1)
+                        for i in range(len(workers.envs))]
+            start_job_loops(self._board, rows.block, spin_us, workers.spread, handlers)
+            if workers.restarts.enabled:
+                self._job_loop_specs = [JobLoopSpec(rows.block, w, spin_us, handler, workers.spread)
+                                        for w, handler in enumerate(handlers)]
+                self._board.set_death_hook(self._restart_dead_worker)
             normal_scheduling(workers.pids())
             advise_torch_threads(self.num_workers)
         except BaseException:
             self.close()
             raise
 
-    def _start_job_loops(self, spin_us: int) -> None:
-        """Sends every worker into the job loop of its slot, each with a row handler."""
-        workers, rows = self._workers, self._rows
-        b = workers.specs.batch_size
-        handlers = [AlfRowsHandler((i * b, (i + 1) * b), rows.action_names,
-                                   rows.time_step_names, grouped=self._group_size > 1)
-                    for i in range(len(workers.envs))]
-        start_job_loops(self._board, rows.block, spin_us, workers.spread, handlers)
-        if workers.restarts.enabled:
-            self._job_loop_specs = [JobLoopSpec(rows.block, w, spin_us, handler,
-                                                 workers.spread)
-                                    for w, handler in enumerate(handlers)]
-            self._board.set_death_hook(self._restart_dead_worker)
-
-    # -- stepping ------------------------------------------------------------
-
     def step(self, action: Any) -> TimeStep:
-        """Applies ``action`` and returns the next batched time step.
-
-        Before the first :meth:`reset` this resets instead (ALF's rule). The
-        action is checked against the action spec before anything is written
-        (``ValueError``), written into the slots' action rows, and one ``STEP``
-        job runs on the slots' workers; a slot whose env has reset since the
-        last step (a spare, or a background reset) returns that reset's
-        ``FIRST`` step instead. Ended envs are then handed to spares or reset
-        in the background (``docs/architecture.rst``, "One step of
-        ``FastParallelEnvironment``").
+        """Applies ``action`` and returns the next batched time step (docs/architecture.rst,
+        "One step of ``FastParallelEnvironment``").
 
         Raises:
             EnvironmentClosedError: after ``close()``.
-            WorkerDiedError: a worker died (without a restart policy, or past its
-                budget); every later call but ``close()`` raises it.
-            EnvTimeoutError: ``timeout`` passed; the environment is then unusable.
+            WorkerDiedError: a worker died (without a restart policy, or past its budget).
+            EnvTimeoutError: ``timeout`` passed; only ``close()`` is left then.
             ConcurrentUseError: another thread is using the environment.
         """
         guard = self._guard
@@ -212,7 +143,7 @@ class FastParallelEnvironment(WorkersEnvironment):
             elif self._blocking:
                 self._run_one_by_one(slots.slot_env, _STEP, "step")
             else:
-                self._board.run(slots.slot_env, _STEP, 0, "step")  # one native post and wait
+                self._board.run(slots.slot_env, _STEP, 0, "step")
             time_step = rows.time_step()
             if self._has_spares:
                 self._rotate_ended_slots(rows.step_types)
@@ -228,21 +159,15 @@ class FastParallelEnvironment(WorkersEnvironment):
         return time_step
 
     def reset(self) -> TimeStep:
-        """Resets the slots' envs and returns their batched ``FIRST`` time step.
-
-        An env whose background reset is under way is waited for, not reset
-        twice; spares are reset in the background (collected when one takes a
-        slot). Raises as :meth:`step`.
-        """
+        """Resets the slots' envs; returns their batched ``FIRST`` (raises as :meth:`step`)."""
         self._time_step = self._guard.run("reset()", self._reset_slots)
         return self._time_step
 
-    # AlfEnvironment's hooks of its own step() and reset(), which this class replaces.
+    # AlfEnvironment's hooks of the step() and reset() this class replaces.
     _step = step
     _reset = reset
 
     def current_time_step(self) -> Optional[TimeStep]:
-        """The last time step returned, or ``None`` before the first reset."""
         return self._time_step
 
     def _reset_slots(self) -> TimeStep:
@@ -250,12 +175,11 @@ class FastParallelEnvironment(WorkersEnvironment):
         slot_envs = list(slots.slot_env)
         pending = slots.fresh_slots if self._background_resets else {}
         if pending:  # those envs are resetting already: wait for that reset
-            self._run([e for k, e in enumerate(slot_envs) if k not in pending], _RESET,
-                      "reset")
+            self._run([e for k, e in enumerate(slot_envs) if k not in pending], _RESET, "reset")
             self._board.wait_for([slot_envs[k] for k in pending], "reset")
         else:
             self._run(slot_envs, _RESET, "reset")
-        if slots.spares:  # spares reset in the background; collected when needed
+        if slots.spares:  # collected when one takes a slot
             self._board.post(list(slots.spares), _RESET)
         slots.fresh_slots.clear()
         time_step = self._rows.time_step()
@@ -266,22 +190,18 @@ class FastParallelEnvironment(WorkersEnvironment):
         return time_step
 
     def _run(self, workers: List[int], job: JobType, during: str) -> None:
-        """Runs ``job`` on ``workers`` and waits for them (one at a time if ``blocking``)."""
         if self._blocking:
             self._run_one_by_one(workers, job, during)
         else:
             self._board.run(workers, job, 0, during)
 
     def _run_one_by_one(self, workers: List[int], job: JobType, during: str) -> None:
-        """``blocking`` mode: posts ``job`` to each worker and waits for it, in turn."""
         for w in workers:
             self._board.post([w], job)
             self._board.wait_for([w], during)
 
     def _step_around_fresh_slots(self) -> None:
-        """Steps the slots' envs but those of fresh slots, whose reset (a spare's,
-        or a background reset) is waited for instead: its ``FIRST`` step is what
-        the slot returns."""
+        """Steps the slots' envs but the fresh slots', whose reset is waited for instead."""
         slots = self._slots
         fresh = slots.fresh_slots
         stepped = [e for k, e in enumerate(slots.slot_env) if k not in fresh]
@@ -291,14 +211,12 @@ class FastParallelEnvironment(WorkersEnvironment):
         self._board.wait_for(fresh_envs, "reset")
 
     def _start_background_resets(self, step_types: np.ndarray) -> None:
-        """Posts a RESET to each env that just reported LAST (row = slot = env)."""
         envs = np.flatnonzero(step_types == StepType.LAST).tolist()
         self._slots.fresh_slots.update(dict.fromkeys(envs))  # slot k is env k here
         self._board.post(envs, _RESET)
 
     def _rotate_ended_slots(self, step_types: np.ndarray) -> None:
-        """Gives each slot whose env reported LAST the head spare (already reset);
-        the ended env resets in the background and joins the spares."""
+        """Gives each slot whose env reported LAST the head spare (the ended env resets)."""
         ended = np.flatnonzero(step_types == StepType.LAST)
         if not len(ended):
             return
@@ -310,11 +228,8 @@ class FastParallelEnvironment(WorkersEnvironment):
         self._board.post(old_envs, _RESET)
         self._rows.move_slots(self._slots.slot_env)
 
-    # -- restarts (restart_policy) --------------------------------------------
-
     def _restart_dead_worker(self, worker: int, death: BaseException, during: str) -> bool:
-        """The board's death hook: restarts ``worker`` if the policy allows (not
-        for a death during a pipe request, which raises as without a policy)."""
+        """The board's death hook (a death during a pipe request raises, as ever)."""
         if (during == PIPE_CALL or not isinstance(death, WorkerDiedError)
                 or not self._workers.restarts.allows(worker)):
             return False
@@ -322,16 +237,12 @@ class FastParallelEnvironment(WorkersEnvironment):
         return True
 
     def _rejoin(self, worker: int, new: ProcessEnvironment) -> None:
-        """Resets the new worker's envs over its pipe, writes their ``FIRST`` time
-        step into its rows, and sends it into the job loop of its slot (whose
-        abandoned job its port skips)."""
+        """Makes the new worker serve its slot (its port skips the abandoned job)."""
         time_step = new.reset(blocking=False)(self._workers.restarts.start_timeout)
         self._rows.write_worker_rows(worker, time_step)
         assert new.pid is not None  # started
         normal_scheduling([new.pid])  # as for the first workers
         join_job_loop(self._board, self._job_loop_specs[worker])
-
-    # -- the rest of the ALF API -----------------------------------------------
 
     @property
     def num_workers(self) -> int:
@@ -340,12 +251,10 @@ class FastParallelEnvironment(WorkersEnvironment):
 
     @property
     def envs(self) -> List[Any]:
-        """One handle per env, spares included: its ``ProcessEnvironment``, or a
-        ``MemberProxy`` when workers host several envs (used the same way)."""
-        envs = self._workers.envs
-        if self._group_size == 1:
+        """One handle per env, spares included (a ``MemberProxy`` when workers host several)."""
+        envs, g = self._workers.envs, self._group_size
+        if g == 1:
             return envs
-        g = self._group_size
         return [MemberProxy(envs[i // g], i % g, i) for i in range(self._num_envs)]
 
     def _seed_all(self, seeds: List[int]) -> None:
@@ -371,26 +280,14 @@ class FastParallelEnvironment(WorkersEnvironment):
         return [value for group in groups for value in group]
 
     def timings(self) -> StepTimings:
-        """Where the steps since the last call spent their time; starts counting again.
-
-        Per env (each member of a worker's group, spares included), its own
-        ``step`` time in its worker; per lockstep step (the stepped workers
-        posted together while no other job runs), the wait, the straggler
-        spread and the hand-off overhead, from the workers' job slots. A step
-        posted while a spare still resets is no lockstep step (per-env figures
-        only); in ``blocking`` mode each worker's step is a batch of its own.
-        Costs one pipe call per worker now, nothing per step
-        (docs/simulators.rst, "Where each step's time goes").
-        """
+        """Where the steps since the last call spent their time; starts counting again
+        (docs/simulators.rst, "Where each step's time goes")."""
         readings = self._guard.run("timings()", self._workers.request_all, "timings",
                                    lambda env: env.call(STEP_TIMINGS_CALL))
         wait, spread, handoff = batch_figures(self._board.controller.take_timings())
         return StepTimings(env_figures(readings), wait, spread, handoff)
 
     def _close(self) -> None:
-        """``close()``'s hook: brings the workers back from the job loop, closes
-        them, and releases the shared block (``close()`` is idempotent and bounded
-        in time)."""
         self._guard.close()
         board: Optional[JobBoard] = getattr(self, "_board", None)  # unset if never made
         if board is not None:
@@ -407,26 +304,12 @@ class FastParallelEnvironment(WorkersEnvironment):
 
 
 class SlotRows:
-    """The trainer's side of the shared block: the action rows it writes and the
-    time-step rows it reads, in slot order.
-
-    One field per leaf of the flattened action spec (``action.<path>``) and time
-    step spec (``time_step.<path>``); worker ``i`` owns rows ``[i * b, (i + 1) * b)``
-    of each, ``b`` being its env's batch size. Slot ``k`` uses the rows of the
-    env that serves it (:meth:`move_slots`); while slot ``k`` is env ``k`` (no
-    spare has moved), the first ``batch_size`` rows are read and written through
-    views made once.
-
-    Args:
-        specs: the envs' specs; ``specs.batch_size`` rows per worker.
-        num_workers: the number of workers (spares included).
-        slot_env: the env serving each slot.
-        zero_copy: :meth:`time_step` returns views of the rows (no copies).
-    """
+    """The trainer's side of the shared block, in slot order: the action rows it writes and
+    the time-step rows it reads (views of them with ``zero_copy``)."""
 
     def __init__(self, specs: BatchSpecs, num_workers: int, slot_env: List[int],
                  zero_copy: bool) -> None:
-        env_batch_size = specs.batch_size
+        b = self._b = specs.batch_size
         fields: List[Tuple[str, Tuple[int, ...], np.dtype]] = []
         action_names: List[str] = []
         time_step_names: List[str] = []
@@ -436,32 +319,24 @@ class SlotRows:
                 name = f"{prefix}.{path}"
                 fields.append((name, tuple(leaf.shape), leaf.numpy_dtype))
                 names.append(name)
-        #: The field names of the action leaves and of the time step leaves (in
-        #: flattening order), for the workers' row handlers.
-        self.action_names = tuple(action_names)
+        self.action_names = tuple(action_names)  # for the workers' row handlers
         self.time_step_names = tuple(time_step_names)
-        self._b = env_batch_size
-        #: The shared block (its region and the job slots).
-        self.block = SharedBlock(fields, num_rows=num_workers * env_batch_size,
-                                 num_workers=num_workers)
+        self.block = SharedBlock(fields, num_rows=num_workers * b, num_workers=num_workers)
         views = self.block.views
         self._action_views = [views[n] for n in action_names]
         self._time_step_views = [views[n] for n in time_step_names]
-        # The env_id leaf is the slots' ids (spares move envs): the other leaves
-        # are read from the rows (these lists leave it out).
+        # env_id is the slots' ids (spares move envs), not read from the rows.
         self._env_id_leaf = time_step_names.index("time_step.env_id")
-        self._fields = [v for i, v in enumerate(self._time_step_views)
-                        if i != self._env_id_leaf]
+        self._fields = [v for i, v in enumerate(self._time_step_views) if i != self._env_id_leaf]
         self._step_type_leaf = [n for n in time_step_names
                                 if n != "time_step.env_id"].index("time_step.step_type")
-        batch = len(slot_env) * env_batch_size
+        batch = len(slot_env) * b
         self._action_heads = [v[:batch] for v in self._action_views]
         self._heads = [v[:batch] for v in self._fields]
         self._env_ids = np.arange(batch, dtype=np.int32)
         self._pack: Callable[[List[Any]], TimeStep] = compile_nest(specs.time_step)[1]
         self._zero_copy = zero_copy
-        #: The step type of each slot's row at the last :meth:`time_step` (a copy,
-        #: but with ``zero_copy``).
+        #: Each slot's step type at the last :meth:`time_step` (a view with ``zero_copy``).
         self.step_types = np.zeros(0, np.int32)
         self._slot_rows = self._env_ids
         self._identity = True
@@ -475,13 +350,8 @@ class SlotRows:
         self._identity = bool((rows == self._env_ids).all())
 
     def write_action(self, action: Any, check: ActionChecker) -> None:
-        """Checks ``action`` with ``check`` and writes it into the slots' rows.
-
-        An action of one leaf whose array has exactly the rows' shape and dtype
-        (the common case: the policy's tensor) is checked and written by one
-        native copy; anything else is checked and converted by ``check``
-        (``ValueError`` naming the field) and written leaf by leaf.
-        """
+        """Checks ``action`` with ``check`` and writes it into the slots' rows (one
+        native copy when it is one array of exactly the rows' shape and dtype)."""
         if self._identity:
             array = check.single_array(action)
             if array is not None and copy_leaves(self._action_heads, (array,)) == 1:
@@ -514,8 +384,7 @@ class SlotRows:
         return self._pack(tensors)
 
     def write_worker_rows(self, worker: int, time_step: TimeStep) -> None:
-        """Writes ``time_step`` (a restarted worker's ``FIRST`` step, all its rows)
-        into the rows of ``worker``."""
+        """Writes a restarted worker's ``FIRST`` time step into all its rows."""
         b = self._b
         rows = slice(worker * b, (worker + 1) * b)
         for view, leaf in zip(self._time_step_views, nest.flatten(time_step)):
@@ -533,8 +402,8 @@ _LAST_BYTES = np.array(StepType.LAST, np.int32).tobytes()
 
 
 def _has_last(step_types: np.ndarray) -> bool:
-    """Whether an entry of the int32 ``step_types`` is ``LAST``: a search of the
-    bytes, a seventh of the cost of a numpy comparison (asked after every step)."""
+    """Whether an entry of ``step_types`` is ``LAST``: a search of the bytes, a
+    seventh of the cost of a numpy comparison (asked after every step)."""
     if step_types.dtype != np.int32:
         return bool((step_types == StepType.LAST).any())
     data = step_types.tobytes()
@@ -546,13 +415,8 @@ def _has_last(step_types: np.ndarray) -> bool:
 
 def plan_group_size(num_envs: int, num_workers: Optional[int], num_spares: int,
                     blocking: bool) -> int:
-    """How many envs each worker of a FastParallelEnvironment hosts (``num_workers``:
-    ``docs/options.rst``); spares and ``blocking`` need one env per worker.
-
-    Raises:
-        ValueError: ``num_workers`` out of range, not dividing the number of
-            envs, or fewer workers than envs with spares or ``blocking``.
-    """
+    """How many envs each worker hosts (``num_workers``: docs/options.rst); raises
+    ``ValueError`` for a ``num_workers`` that does not fit."""
     if num_envs < 1:
         return 1  # ParallelAlfEnvironment names the empty env_constructors
     if num_workers is not None:

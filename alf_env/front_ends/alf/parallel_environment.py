@@ -1,37 +1,11 @@
-"""Batches N environments, each in its own worker process, over pipes.
+"""ParallelAlfEnvironment: N environments, each in a worker process of its own, over pipes.
 
-:class:`ParallelAlfEnvironment` is the reference ("slow") path: actions and
-time steps are pickled through each worker's pipe. The native
-:class:`~alf_env.environments.fast_parallel_environment.FastParallelEnvironment`
-keeps the same slot bookkeeping (:class:`SlotScheduler`) and must produce the
-same time steps, value by value.
-
-Slots and spares
-----------------
-The batch has ``num_slots = len(env_constructors) - num_spare_envs_for_reload``
-slots; slot ``k`` owns rows ``[k * b, (k + 1) * b)`` of every batched tensor,
-where ``b`` is each env's own batch size (1 for an unbatched env). ``env_id``
-of a row is always its row index. With spares, an env that reports LAST is
-handed a reset right away and queued as a spare, and its slot is taken by the
-spare at the head of the queue, whose FIRST time step (from its own earlier
-reset) is what the slot returns at the next step. A slow reset therefore
-overlaps with the other envs' steps instead of stalling the batch.
-
-Background resets (no spares)
------------------------------
-Without spares (and unless ``blocking``, or the envs are batched), an env
-that reports LAST is handed its reset right away, as in ALF: the reset runs
-while the trainer works on the batch, and the slot's next step returns the
-FIRST time step it produced (the action for that slot is not sent: an env
-ignores the action of the step after LAST anyway). The time steps are the
-same as when the step after LAST resets the env; only the waiting moves.
-A ``reset()`` of the batch uses a background reset already under way
-instead of resetting that env twice, and ``seed()`` restarts one (so the
-new seed applies to that episode, as it would have without background
-resets). Other calls made between a LAST and the next step
-(``call_envs_with_same_args``, ``render``) reach the env after its reset
-began.
-"""
+The reference path, which FastParallelEnvironment matches value by value; both keep their
+slots in a :class:`SlotScheduler`. Background resets: without spares, ``blocking`` or batched
+envs, an env that reports LAST gets its reset at once, as in ALF, so that it runs while the
+trainer works; the slot's next step returns that FIRST instead of sending the action (ignored
+after LAST anyway). ``reset()`` waits for such a reset rather than repeat it, ``seed()``
+starts it again (so the new seed applies), other calls reach the env after it began."""
 
 import collections
 from typing import Any, Callable, Deque, Dict, List, Optional, Sequence
@@ -57,36 +31,15 @@ from alf_env.errors import WorkerDiedError
 from alf_env.front_ends.alf.workers import AlfWorkers, CallGuard, WorkersEnvironment
 
 
-class _Resolved:
-    """A promise whose value is already known (used in ``blocking`` mode)."""
-
-    def __init__(self, value: Any) -> None:
-        self._value = value
-
-    def __call__(self, timeout: Optional[float] = None) -> Any:
-        return self._value
-
-
-def _to_torch(array: Any) -> torch.Tensor:
-    return torch.from_numpy(np.ascontiguousarray(array))
-
-
 class SlotScheduler:
-    """Which env serves which slot, and which spares wait with a pending reset.
-
-    Shared by both batched backends so that they make the same choices.
-
-    Args:
-        num_envs: all envs, spares included.
-        num_spares: how many of them are spares (the last ones at first).
-    """
+    """Which env serves which slot, and which spares (the last ``num_spares`` of ``num_envs``
+    at first) wait with a pending reset; shared, so both ALF front ends choose alike."""
 
     def __init__(self, num_envs: int, num_spares: int) -> None:
         self.num_slots = num_envs - num_spares
         self.slot_env: List[int] = list(range(self.num_slots))
         self.spares: Deque[int] = collections.deque(range(self.num_slots, num_envs))
-        # slot -> the FIRST time step its new env produced when it was reset
-        # (returned at the slot's next step instead of stepping it).
+        # slot -> its new env's pending FIRST (returned at the slot's next step).
         self.fresh_slots: Dict[int, Any] = {}
 
     @property
@@ -94,12 +47,8 @@ class SlotScheduler:
         return bool(self.spares)
 
     def swap(self, slot: int) -> "tuple[int, int]":
-        """Gives ``slot`` the head spare; the old env goes to the tail.
-
-        Returns:
-            ``(old_env, new_env)``: the caller resets ``old_env`` and collects
-            ``new_env``'s pending reset for the slot's next step.
-        """
+        """Gives ``slot`` the head spare; the old env goes to the tail. Returns ``(old_env,
+        new_env)``: the caller resets ``old_env`` and collects ``new_env``'s pending reset."""
         old = self.slot_env[slot]
         new = self.spares.popleft()
         self.spares.append(old)
@@ -110,102 +59,45 @@ class SlotScheduler:
 class ParallelAlfEnvironment(WorkersEnvironment):
     """Batches environments that run in worker processes, over pipes.
 
+    Each argument, and when to change it: docs/options.rst ("ALF front ends");
+    bad actions, faults and threads: docs/reliability.md ("Fault table").
+
     Args:
         env_constructors: one callable per env (spares included); each gets
             ``env_id=i`` if its signature accepts it.
-        start_serially: start the workers one after another (less memory
-            pressure) instead of all at once.
-        blocking: step the envs one after another instead of overlapping
-            them (for debugging).
-        flatten: send actions and time steps as flat lists over the pipes
-            (ALF's argument; the values the envs see and return are the same).
-        num_spare_envs_for_reload: how many of the envs are spares that
-            replace an env whose episode ended (see module doc).
-        torch_num_threads_per_env: ``torch.set_num_threads`` in each worker.
-        start_method: ``"fork"``, ``"spawn"`` or ``"forkserver"``.
-        worker_cpus: where the worker processes run: ``None`` (default: the
-            OS decides), ``"spread"`` (worker ``i`` pinned to the ``i % n``-th
-            of the ``n`` CPUs this process may use) or a sequence of CPU ids
-            (worker ``i`` pinned to ``worker_cpus[i % len(worker_cpus)]``).
-            ``"auto"`` (the default of ``FastParallelEnvironment``) starts
-            the workers placed by the OS and may spread them while they run
-            (docs/options.rst); on the pipe path here it means ``None``, which
-            measured faster (docs/benchmarks.md, "Choices the defaults rest on").
-        timeout: seconds that each ``reset()``, ``step()`` and call
-            (``seed``, ``render``, ``call_envs_with_same_args``) may wait for
-            the workers (``None``: no limit; starting is not limited). When
-            it passes, :class:`~alf_env.errors.EnvTimeoutError` (both
-            ``TimeoutError`` and ``multiprocessing.TimeoutError``) names the
-            envs that did not answer; the environment is then unusable (its
-            envs are out of step) and can only be closed, which ends the
-            stuck workers within the bound of ``close()``.
-        restart_policy: a :class:`~alf_env.control_plane.restart.RestartPolicy`:
-            a worker that dies during a step or reset is started again with
-            the same constructor and its slot returns the ``FIRST`` step of a
-            new episode (``docs/contract.rst``, "Restarts"; not in
-            ``blocking`` mode, where a death raises). ``None``: a death raises
-            ``WorkerDiedError`` and the environment is unusable.
-
-    Actions are checked against the action spec before anything is sent
-    (``ValueError`` naming the field and the expected shape and dtype, for a
-    wrong nest structure, shape, batch size or a dtype that does not cast
-    safely; non-contiguous arrays and safe casts are accepted). Values are
-    not checked against the bounds of a ``BoundedTensorSpec``: an action
-    outside them reaches the envs unchanged (never clipped). What an env
-    returns is checked against its ``time_step_spec()`` in the worker
-    (``ValueError`` naming the field, e.g. ``time_step.observation``).
-
-    Faults: an exception in an env is re-raised with its type and the
-    worker's traceback once every env has answered, and the environment stays
-    usable; a worker that dies raises ``WorkerDiedError`` at once, and so
-    does every later call but ``close()``.
-
-    One thread at a time: ``reset``, ``step``, ``seed``, ``sync_progress``,
-    ``render`` and ``call_envs_with_same_args`` called by a second thread
-    while another thread is in one of them raise
-    :class:`~alf_env.errors.ConcurrentUseError` before anything is sent. It
-    cannot be copied or pickled (``TypeError``; make a new one instead).
-
-    The workers, their specs and restarts are an
-    :class:`~alf_env.front_ends.alf.workers.AlfWorkers`, the thread and fault
-    rules a :class:`~alf_env.front_ends.alf.workers.CallGuard`, the specs and
-    the rest of the ALF API both answer the same way a
-    :class:`~alf_env.front_ends.alf.workers.WorkersEnvironment`, as in
-    ``FastParallelEnvironment``; what is this class's own is the pipe path of
-    ``reset`` and ``step`` (``AlfEnvironment``'s ``_reset`` and ``_step`` hooks).
+        flatten: send actions and time steps as flat lists over the pipes.
+        num_spare_envs_for_reload: spares that take the slot of an env that resets.
+        worker_cpus: ``None`` (the OS decides), ``"spread"`` or CPU ids; ``"auto"``
+            means ``None`` on the pipe path, which measured faster.
+        timeout: seconds each reset, step and call may wait for the workers; then
+            ``EnvTimeoutError``, and only ``close()`` is left.
+        restart_policy: restart a worker that dies during a step or reset (not with
+            ``blocking``; docs/contract.rst, "Restarts"). ``None``: a death raises.
     """
 
-    def __init__(self, env_constructors: Sequence[Callable[..., Any]],
-                 start_serially: bool = True, blocking: bool = False,
-                 flatten: bool = True, num_spare_envs_for_reload: int = 0,
-                 torch_num_threads_per_env: Optional[int] = 1,
-                 start_method: str = "fork", *, timeout: Optional[float] = None,
-                 worker_cpus: WorkerCpus = None,
+    def __init__(self, env_constructors: Sequence[Callable[..., Any]], start_serially: bool = True,
+                 blocking: bool = False, flatten: bool = True, num_spare_envs_for_reload: int = 0,
+                 torch_num_threads_per_env: Optional[int] = 1, start_method: str = "fork", *,
+                 timeout: Optional[float] = None, worker_cpus: WorkerCpus = None,
                  restart_policy: Optional[RestartPolicy] = None) -> None:
         self._guard = CallGuard(type(self).__name__)
         self._batch_clock = BatchClock()  # the steps' waits, for timings()
         num_envs = len(env_constructors)
-        self._workers = AlfWorkers(
+        workers = self._workers = AlfWorkers(
             self, env_constructors, first_env_ids=range(num_envs + 1),
             num_spares=num_spare_envs_for_reload, start_serially=start_serially,
             flatten=flatten, job_loop=False,
             torch_num_threads_per_env=torch_num_threads_per_env, start_method=start_method,
             timeout=timeout, worker_cpus=worker_cpus, restart_policy=restart_policy)
-        workers = self._workers
         self._blocking = blocking
-        # An env that reports LAST resets at once, in the background (see
-        # module doc); spares have their own mechanism, a batched env has one
-        # LAST per row, and blocking mode waits for each env anyway.
-        self._background_resets = not (num_spare_envs_for_reload or workers.env_batched
-                                       or blocking)
+        # Not with spares (their own mechanism), batched envs (a LAST per row) or blocking.
+        self._background_resets = not (num_spare_envs_for_reload or workers.env_batched or blocking)
         self._slots = SlotScheduler(num_envs, num_spare_envs_for_reload)
         # Spare env -> the promise of its pending reset (collected when it takes a slot).
         self._spare_resets: Dict[int, Any] = {}
         super().__init__(workers, self._guard, self._slots, num_envs)
         self._env_ids = np.arange(self.batch_size, dtype=np.int32)
         self._check_action = ActionChecker(workers.specs.action, self.batch_size)
-
-    # -- the rest of the ALF API (WorkersEnvironment has the shared part) --------
 
     @property
     def envs(self) -> List[ProcessEnvironment]:
@@ -219,7 +111,7 @@ class ParallelAlfEnvironment(WorkersEnvironment):
             # A reset under way used the old seed: start it again.
             fresh = self._slots.fresh_slots
             for slot in list(fresh):
-                fresh[slot] = self._reset_promise(workers.envs[self._slots.slot_env[slot]])
+                fresh[slot] = workers.envs[self._slots.slot_env[slot]].reset(blocking=False)
 
     def call_envs_with_same_args(self, name: str, *args: Any, **kwargs: Any) -> List[Any]:
         """Calls ``env.name(*args, **kwargs)`` in every env; returns their values."""
@@ -227,15 +119,8 @@ class ParallelAlfEnvironment(WorkersEnvironment):
                                lambda env: env.call(name, *args, **kwargs))
 
     def timings(self) -> StepTimings:
-        """Where the steps since the last call spent their time; starts counting again.
-
-        Per env (spares included), its own ``step`` time in its worker; per
-        step, the wait from sending the actions to having every time step.
-        There are no job slots here, so the straggler spread and the hand-off
-        are not measured (``count`` 0; ``FastParallelEnvironment`` measures
-        them). Costs one pipe call per worker now, nothing per step
-        (docs/simulators.rst, "Where each step's time goes").
-        """
+        """Where the steps since the last call spent their time; starts counting again
+        (docs/simulators.rst, "Where each step's time goes")."""
         readings = self._guard.run("timings()", self._workers.request_all, "timings",
                                    lambda env: env.call(STEP_TIMINGS_CALL))
         return StepTimings(env_figures(readings), self._batch_clock.take(), no_figure(),
@@ -243,24 +128,18 @@ class ParallelAlfEnvironment(WorkersEnvironment):
                                              "slots (FastParallelEnvironment measures them)")
 
     def _close(self) -> None:
-        """Closes every worker (``close()`` is idempotent and bounded in time)."""
         self._guard.close()
         self._workers.close()
 
-    # -- restarts (restart_policy) ----------------------------------------------
-
     def _resolve_slots(self, promises: List[Any], during: str) -> List[Any]:
-        """Waits for the slots' time steps (``promises[k]``: slot ``k``'s); a dead
-        worker is restarted if the policy allows (:meth:`_restart_slots`)."""
+        """Waits for the slots' time steps, restarting dead workers if the policy allows."""
         try:
             return self._workers.resolve(promises, during)
         except WorkerDiedError as exc:
             return self._restart_slots(promises, during, exc)
 
-    def _restart_slots(self, promises: List[Any], during: str,
-                       death: WorkerDiedError) -> List[Any]:
-        """Restarts dead workers while the budget allows: each slot of one gets
-        the new worker's ``FIRST`` time step; the others' answers are intact."""
+    def _restart_slots(self, promises: List[Any], during: str, death: WorkerDiedError) -> List[Any]:
+        """Restarts dead workers while the budget allows (the others' answers are intact)."""
         workers = self._workers
         while True:
             worker = workers.worker_of(death)
@@ -269,17 +148,17 @@ class ParallelAlfEnvironment(WorkersEnvironment):
                     or not workers.restarts.allows(worker)):
                 raise death
             new = workers.restart(worker, death, _nothing_to_rejoin)
-            promises[slot_env.index(worker)] = self._reset_promise(new)
+            promises[slot_env.index(worker)] = new.reset(blocking=False)
             try:
                 return workers.resolve(promises, during)
             except WorkerDiedError as exc:
                 death = exc
 
     def _now_or_later(self, promise: Any) -> Any:
-        """In ``blocking`` mode, waits for ``promise`` right away."""
-        return _Resolved(promise(self._workers.timeout)) if self._blocking else promise
-
-    # -- stepping ------------------------------------------------------------
+        if not self._blocking:
+            return promise
+        value = promise(self._workers.timeout)  # blocking: a promise already kept
+        return lambda timeout=None: value
 
     def _reset(self) -> TimeStep:
         return self._guard.run("reset()", self._reset_all)
@@ -290,19 +169,15 @@ class ParallelAlfEnvironment(WorkersEnvironment):
     def _reset_all(self) -> TimeStep:
         num_slots = self._slots.num_slots
         envs = self._slots.slot_env + list(self._slots.spares)
-        # A background reset under way (see module doc) is waited for, not repeated.
+        # A background reset under way is waited for, not repeated.
         pending = self._slots.fresh_slots if self._background_resets else {}
         promises = [pending[k] if k in pending else
-                    self._now_or_later(self._reset_promise(self._workers.envs[i]))
+                    self._now_or_later(self._workers.envs[i].reset(blocking=False))
                     for k, i in enumerate(envs)]
         # Spares keep their pending reset: it is collected when one takes a slot.
         self._spare_resets = dict(zip(envs[num_slots:], promises[num_slots:]))
         self._slots.fresh_slots.clear()
         return self._finish(self._resolve_slots(promises[:num_slots], "reset"))
-
-    def _reset_promise(self, env: ProcessEnvironment) -> Any:
-        """A promise of ``env``'s reset."""
-        return env.reset(blocking=False)
 
     def _step_all(self, action: Any) -> TimeStep:
         start = StepClock.now()
@@ -334,18 +209,17 @@ class ParallelAlfEnvironment(WorkersEnvironment):
                 if self._slots.has_spares:
                     old, new = self._slots.swap(slot)
                     self._slots.fresh_slots[slot] = self._spare_resets.pop(new)
-                    self._spare_resets[old] = self._reset_promise(envs[old])
+                    self._spare_resets[old] = envs[old].reset(blocking=False)
                 else:
                     env = envs[self._slots.slot_env[slot]]
-                    self._slots.fresh_slots[slot] = self._reset_promise(env)
+                    self._slots.fresh_slots[slot] = env.reset(blocking=False)
         batched = batched._replace(env_id=self._env_ids.copy())
-        time_step: TimeStep = nest.map_structure(_to_torch, batched)
+        time_step: TimeStep = nest.map_structure(
+            lambda a: torch.from_numpy(np.ascontiguousarray(a)), batched)
         return time_step
 
     def _batch(self, results: List[Any]) -> "tuple[TimeStep, np.ndarray]":
-        """The slots' time steps as one batched ``TimeStep`` of numpy arrays, and the
-        step type of each slot (unbatched envs; spares and background resets
-        only apply to those)."""
+        """The batched ``TimeStep`` of numpy arrays, and each slot's step type (unbatched envs)."""
         env_batched = self._workers.env_batched
         combine = np.concatenate if env_batched else np.stack
         batched = nest.map_structure(lambda *xs: combine(xs), *results)

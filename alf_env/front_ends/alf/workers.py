@@ -1,23 +1,7 @@
-"""The pieces both batched ALF front ends are built from.
+"""What both batched ALF front ends are built from: AlfWorkers, CallGuard, WorkersEnvironment.
 
-:class:`~alf_env.front_ends.alf.parallel_environment.ParallelAlfEnvironment`
-(pipes) and
-:class:`~alf_env.front_ends.alf.fast_parallel_environment.FastParallelEnvironment`
-(shared memory) differ in how a step reaches the workers and comes back. What
-they have in common lives here, in objects that own their state, so that each
-front end's ``step`` and ``reset`` read from top to bottom in its own file:
-
-* :class:`AlfWorkers`: the worker processes (started, pinned, checked to have
-  the same specs), their specs, the pipe requests to all of them, a restart of
-  one (``restart_policy``), and closing them;
-* :class:`CallGuard`: one thread at a time, and the refusal of every call once
-  the environment is closed or broken (a dead worker, a wait that timed out);
-* :class:`WorkersEnvironment`: the ``AlfEnvironment`` both are, with the part
-  of the ALF API they answer the same way (specs, batch size, seeding's
-  checks, ``render``, ``sync_progress``, ...) from the workers, guard and slots
-  each passes it;
-* :func:`check_seeds`.
-"""
+Objects that own their state, so that each front end's ``step`` and ``reset`` read
+from top to bottom in its own file (docs/architecture.rst, "Front ends")."""
 
 import abc
 import functools
@@ -44,50 +28,30 @@ from alf_env.errors import (
     WorkerDiedError,
 )
 
-__all__ = ["AlfWorkers", "BatchSpecs", "CallGuard", "Slots", "WorkersEnvironment",
-           "check_seeds"]
+__all__ = ["AlfWorkers", "BatchSpecs", "CallGuard", "Slots", "WorkersEnvironment", "check_seeds"]
 
 _T = TypeVar("_T")
 
 
 class CallGuard:
-    """Who may use a batched environment now.
-
-    One thread at a time (:class:`~alf_env.control_plane.guards.OneThread`: a
-    second thread raises ``ConcurrentUseError`` before anything is sent), and
-    nobody once the environment is closed or broken: a dead worker, or a wait
-    that timed out and left the envs out of step, makes every later call but
-    ``close()`` raise.
-
-    The hot path reads one flag, :attr:`refused`, and calls :meth:`check` only
-    when it is set; :meth:`run` is the whole sequence for the other calls.
-
-    Args:
-        owner: the environment's class name, for the errors.
-    """
+    """Who may use a batched environment (``owner``, its class name) now: one thread at a
+    time, nobody once it is closed or broken. The hot path reads :attr:`refused` and calls
+    :meth:`check` only when it is set; :meth:`run` is the whole sequence for other calls."""
 
     __slots__ = ("refused", "enter", "leave", "_owner", "_closed", "_broken")
 
     def __init__(self, owner: str) -> None:
         one_thread = OneThread(owner)
-        #: Whether calls are refused (closed or broken).
-        self.refused = False
-        #: Enters the guarded section (raises ``ConcurrentUseError`` for a second thread).
-        self.enter: Callable[[str], None] = one_thread.enter
-        #: Leaves it (after each :attr:`enter`).
+        self.refused = False  # closed or broken
+        self.enter: Callable[[str], None] = one_thread.enter  # ConcurrentUseError if taken
         self.leave: Callable[[], None] = one_thread.leave
         self._owner = owner
         self._closed = False
         self._broken: Optional[BaseException] = None
 
     def check(self) -> None:
-        """Raises if calls are refused: closed, a dead worker, or an earlier timeout.
-
-        Raises:
-            EnvironmentClosedError: after ``close()``.
-            WorkerDiedError: the death that broke the environment.
-            EnvironmentProcessError: an earlier wait timed out (its cause).
-        """
+        """Raises if calls are refused: ``EnvironmentClosedError``, the ``WorkerDiedError``
+        that broke the environment, or ``EnvironmentProcessError`` after a timeout."""
         if not self.refused:
             return
         if self._closed:
@@ -110,13 +74,7 @@ class CallGuard:
         self.refused = True
 
     def run(self, what: str, fn: Callable[..., _T], *args: Any) -> _T:
-        """``fn(*args)`` if calls are not refused, from one thread at a time; a dead
-        worker or a timeout (``WorkerDiedError``, ``EnvTimeoutError``) breaks the
-        environment.
-
-        Args:
-            what: the call, for errors (e.g. ``"seed()"``).
-        """
+        """``fn(*args)`` (the call ``what``) if not refused; a death or a timeout breaks the env."""
         self.check()
         self.enter(what)
         try:
@@ -129,12 +87,7 @@ class CallGuard:
 
 
 def check_seeds(seeds: Sequence[int], num_envs: int, num_spares: int) -> List[int]:
-    """``seeds`` as a list, checked to hold one seed per env (``num_envs``, of which
-    ``num_spares`` are spares).
-
-    Raises:
-        ValueError: another number of seeds.
-    """
+    """``seeds`` as a list, checked to hold one seed per env (``ValueError`` if not)."""
     seeds = list(seeds)
     if len(seeds) != num_envs:
         spares = ", spares included" if num_spares else ""
@@ -144,36 +97,10 @@ def check_seeds(seeds: Sequence[int], num_envs: int, num_spares: int) -> List[in
 
 
 class AlfWorkers:
-    """The worker processes of one batched ALF environment.
-
-    Checks the arguments, starts worker ``i`` with ``env_constructors[i]`` (its
-    first env's id ``first_env_ids[i]``), pins them (``worker_cpus``), checks
-    that they have the same specs and keeps those. On any failure the workers
-    started are closed before the error propagates.
-
-    Args:
-        owner: the front end; dropped unclosed, its workers are ended when it is
-            collected (:func:`~alf_env.control_plane.shutdown.close_when_collected`;
-            nothing here refers back to it).
-        env_constructors: one per worker.
-        first_env_ids: the id of each worker's first env, then the number of envs
-            (``len(env_constructors) + 1`` values).
-        num_spares: how many workers are spares (``num_spare_envs_for_reload``).
-        start_serially: start the workers one after another.
-        flatten: actions and time steps cross the pipes as flat lists.
-        job_loop: the workers will run the job loop (shared memory).
-        torch_num_threads_per_env: ``torch.set_num_threads`` in each worker.
-        start_method: ``"fork"``, ``"spawn"`` or ``"forkserver"``.
-        timeout: seconds each wait on the workers may take (``None``: no limit).
-        worker_cpus: where the workers run (``control_plane/affinity.py``).
-        restart_policy: what to do when a worker dies (``None``: raise).
-
-    Raises:
-        ValueError: no constructor, a timeout that is not positive, a number of
-            spares out of range or with batched envs, specs that differ, or bad
-            ``worker_cpus``.
-        TypeError: a ``restart_policy`` that is no ``RestartPolicy``.
-    """
+    """The worker processes of one batched ALF environment, started, pinned and checked to
+    have the same specs. ``owner``: the front end (its workers end when it is collected);
+    ``first_env_ids``: each worker's first env id, then the number of envs; ``job_loop``:
+    shared memory; the others: docs/options.rst (``ValueError``/``TypeError`` if bad)."""
 
     def __init__(self, owner: object, env_constructors: Sequence[Callable[..., Any]], *,
                  first_env_ids: Sequence[int], num_spares: int, start_serially: bool,
@@ -186,27 +113,21 @@ class AlfWorkers:
         if timeout is not None and not timeout > 0:
             raise ValueError(f"timeout: expected a positive number of seconds or None, "
                              f"got {timeout!r}")
-        #: Seconds each wait on the workers may take (``None``: no limit).
         self.timeout = None if timeout is None else float(timeout)
         if not 0 <= num_spares < num_workers:
             raise ValueError(
                 f"num_spare_envs_for_reload: expected 0 <= value < {num_workers} (the "
                 f"number of env_constructors), got {num_spares}")
-        cpu_plan = plan_worker_cpus(worker_cpus, num_workers,
-                                    lockstep=job_loop and not num_spares)
-        #: Whether the workers are spread over the CPUs (their waits spin longer).
-        self.spread = cpu_plan is not None
+        cpu_plan = plan_worker_cpus(worker_cpus, num_workers, lockstep=job_loop and not num_spares)
+        self.spread = cpu_plan is not None  # spread over the CPUs: waits spin longer
         self._pinned_cpus = pinned_cpus(worker_cpus, cpu_plan)  # also a restarted worker's
-        #: Worker i's CPU while the machine is otherwise idle (``"auto"``; see JobBoard).
-        self.pin_when_quiet = pinned_when_quiet(worker_cpus, cpu_plan)
-        #: The restarts each worker may still have (``restart_policy``).
+        self.pin_when_quiet = pinned_when_quiet(worker_cpus, cpu_plan)  # "auto"; see JobBoard
         self.restarts = RestartBudget(restart_policy, num_workers)
-        # What makes worker i, again for a restart.
         self._make_worker = functools.partial(
             _make_worker, list(env_constructors), list(first_env_ids), flatten=flatten,
             job_loop=job_loop, torch_num_threads_per_env=torch_num_threads_per_env,
             start_method=start_method)
-        #: The workers; a restart replaces one in place (the same list).
+        # A restart replaces a worker in place (the same list).
         self.envs: List[ProcessEnvironment] = [self._make_worker(i) for i in range(num_workers)]
         start_environments(self.envs, start_serially)
         self._finalizer = close_when_collected(owner, self.envs)
@@ -214,7 +135,6 @@ class AlfWorkers:
             pin_workers(self.pids(), self._pinned_cpus)
             check_same_specs(self.envs)
             first = self.envs[0]
-            #: Whether each worker's env is batched (its own batch dimension).
             self.env_batched = bool(first.batched)
             batch_size = first.batch_size if self.env_batched else 1
             assert batch_size is not None  # a batched env has a batch size
@@ -223,8 +143,6 @@ class AlfWorkers:
                     "num_spare_envs_for_reload: spares replace one env at the end of "
                     "its episode, which needs unbatched envs; got batched envs of "
                     f"batch size {batch_size}; use 0 spares")
-            #: The specs of every worker's env and its rows (``specs.batch_size``
-            #: rows per worker: its env's batch size, 1 for an unbatched env).
             self.specs = BatchSpecs.of(first, batch_size)
         except BaseException:
             self.close()
@@ -235,33 +153,21 @@ class AlfWorkers:
         return [env.pid for env in self.envs if env.pid is not None]
 
     def resolve(self, promises: List[Any], during: str) -> List[Any]:
-        """Waits for the promises together (``resolve_all``), within :attr:`timeout`."""
+        """Waits for the promises together, within :attr:`timeout`."""
         return resolve_all(promises, self.timeout, during)
 
     def request_all(self, during: str, send: Callable[[ProcessEnvironment], Any]) -> List[Any]:
-        """``send(worker)`` (a pipe request, e.g. ``worker.call(...)``) to every worker,
-        then their answers, in worker order (``during``: what they do, for errors)."""
+        """``send(worker)`` (a pipe request) to every worker, then their answers."""
         return resolve_all([send(env) for env in self.envs], self.timeout, during)
 
     def worker_of(self, death: WorkerDiedError) -> Optional[int]:
         """The index of the worker that ``death`` reports, if it is one of these."""
-        for i, env in enumerate(self.envs):
-            if env.env_id == death.env_id:
-                return i
-        return None
+        return next((i for i, env in enumerate(self.envs) if env.env_id == death.env_id), None)
 
     def restart(self, worker: int, death: WorkerDiedError,
                 rejoin: Callable[[int, ProcessEnvironment], None]) -> ProcessEnvironment:
-        """Replaces dead ``worker``: counts and logs the restart (``RestartBudget.spend``),
-        starts a new worker with the same constructor, pins it, checks its specs,
-        puts it in the dead one's place and calls ``rejoin(worker, new)`` (what the
-        front end needs to make it serve its slot).
-
-        Raises:
-            WorkerDiedError: ``death``, from what failed, if the new worker did not
-                start within ``start_timeout``, its specs differ (naming the env) or
-                ``rejoin`` failed; the new worker is closed.
-        """
+        """Replaces dead ``worker`` with a new one that ``rejoin(worker, new)`` makes
+        serve its slot; if that fails, closes it and raises ``death`` from the failure."""
         old = self.envs[worker]
         self.restarts.spend(worker, old.hosted_env_ids or [worker], describe_death(death))
         close_all([old], polite_timeout=0.0)
@@ -284,41 +190,24 @@ class AlfWorkers:
         return new
 
     def close(self) -> None:
-        """Closes every worker (idempotent, bounded in time: ``close_all``)."""
+        """Closes every worker (idempotent, bounded in time)."""
         self._finalizer.detach()
         close_all(self.envs)
 
 
 class Slots(Protocol):
-    """Which env serves which slot (a ``SlotScheduler``), as
-    :class:`WorkersEnvironment` reads it."""
+    """Which env serves which slot (a ``SlotScheduler``)."""
 
     num_slots: int
     slot_env: List[int]
 
 
 class WorkersEnvironment(NotCopyable, BatchedEnvironment):
-    """A batched ``AlfEnvironment`` over the worker processes of an :class:`AlfWorkers`.
+    """The part of the ALF API that both batched ALF front ends answer the same way; each
+    keeps how a step, a reset and a seed reach its workers (``_step``, ``_reset``,
+    :meth:`_seed_all`). Private (``__``) attributes: neither reads the other's state."""
 
-    The part of the ALF API that ``ParallelAlfEnvironment`` and
-    ``FastParallelEnvironment`` answer the same way, from what each passes
-    here once its workers are started: the specs, the batch size, seeding's
-    checks, ``render``, ``sync_progress`` and the workers' facts. Each front
-    end keeps how a step, a reset and a seed reach the workers (``_step``,
-    ``_reset``, :meth:`_seed_all`). Its attributes are its own (``__``
-    names): a front end keeps its own references to the same objects, so
-    neither class reads the other's state.
-
-    Args:
-        workers: the workers (their specs; spares included).
-        guard: the guard of every call.
-        slots: which env serves which slot (kept: slots move).
-        num_envs: all envs, spares included (a worker may host several).
-    """
-
-    def __init__(self, workers: AlfWorkers, guard: CallGuard, slots: Slots,
-                 num_envs: int) -> None:
-        # The rows of a time step: the slots times each env's own batch size.
+    def __init__(self, workers: AlfWorkers, guard: CallGuard, slots: Slots, num_envs: int) -> None:
         super().__init__(workers.specs._replace(
             batch_size=slots.num_slots * workers.specs.batch_size))
         self.__workers, self.__guard, self.__slots = workers, guard, slots
@@ -326,12 +215,12 @@ class WorkersEnvironment(NotCopyable, BatchedEnvironment):
 
     @property
     def is_tensor_based(self) -> bool:
-        """``True``: time steps are batched torch tensors (as ALF says)."""
+        """``True``: time steps are batched torch tensors."""
         return True
 
     @property
     def num_spare_envs_for_reload(self) -> int:
-        """How many envs are spares (``num_spare_envs_for_reload``)."""
+        """How many envs are spares."""
         return len(self.__workers.envs) - self.__slots.num_slots
 
     def worker_pids(self) -> List[int]:
@@ -349,28 +238,17 @@ class WorkersEnvironment(NotCopyable, BatchedEnvironment):
         return self.__workers.timeout
 
     def seed(self, seeds: Sequence[int]) -> None:
-        """Seeds env ``i`` with ``seeds[i]`` (one seed per env, spares included).
-
-        Raises:
-            ValueError: another number of seeds.
-        """
+        """Seeds env ``i`` with ``seeds[i]``, spares included (``ValueError`` for another count)."""
         self.__guard.check()
         self.__guard.run("seed()", self._seed_all,
                          check_seeds(seeds, self.__num_envs, self.num_spare_envs_for_reload))
 
     @abc.abstractmethod
     def _seed_all(self, seeds: List[int]) -> None:
-        """:meth:`seed`'s hook: seeds env ``i`` with ``seeds[i]`` (checked), guarded."""
+        """:meth:`seed`'s hook (the seeds checked, guarded)."""
 
     def sync_progress(self, progress: Any = None) -> None:
-        """Forwards the training progress to every env that defines ``sync_progress``.
-
-        ALF's ``sync_progress``: see
-        :meth:`~alf_env.control_plane.process_environment.ProcessEnvironment.sync_progress`.
-        Every env (spares and the members of a worker's group included) gets
-        ``env.sync_progress(progress)`` if it defines it; returns once all
-        have applied it.
-        """
+        """Forwards ``progress`` to every env that has ``sync_progress``; waits for all."""
         self.__guard.run("a call", self.__workers.request_all, "sync_progress",
                          lambda env: env.sync_progress(progress, blocking=False))
 
@@ -381,12 +259,10 @@ class WorkersEnvironment(NotCopyable, BatchedEnvironment):
             [env.call("render", mode)], "render")[0])
 
 
-def _make_worker(constructors: Sequence[Callable[..., Any]], env_ids: Sequence[int],
-                 i: int, *, flatten: bool, job_loop: bool,
-                 torch_num_threads_per_env: Optional[int],
+def _make_worker(constructors: Sequence[Callable[..., Any]], env_ids: Sequence[int], i: int, *,
+                 flatten: bool, job_loop: bool, torch_num_threads_per_env: Optional[int],
                  start_method: str) -> ProcessEnvironment:
-    """Worker ``i`` (not started); ``env_ids[i]``: the id of its first env, and
-    ``env_ids[-1]`` the number of envs."""
+    """Worker ``i``, not started (``env_ids``: as ``AlfWorkers``' ``first_env_ids``)."""
     return ProcessEnvironment(constructors[i], env_id=env_ids[i], flatten=flatten,
                               fast=job_loop, hosted_envs=env_ids[i + 1] - env_ids[i],
                               num_envs=env_ids[-1],  # ids below this

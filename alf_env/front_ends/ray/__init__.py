@@ -1,15 +1,5 @@
-"""alf_env's batched environments with their workers on a Ray cluster.
-
-``RayVectorEnv`` (a ``gymnasium.vector.VectorEnv``) and
-``RayParallelAlfEnvironment`` (the ``ParallelAlfEnvironment`` contract) split
-their envs over Ray actors; each actor steps its share in a local
-:class:`~alf_env.vector.FastVectorEnv` (or
-:class:`~alf_env.environments.fast_parallel_environment.FastParallelEnvironment`),
-so one Ray round trip carries a whole batch. See ``docs/distributed.rst``.
-
-Ray is optional (``pip install alf_env[ray]``): this package imports it only
-when an environment is built, so ``import alf_env.distributed`` works without it.
-"""
+"""The Ray front ends, RayVectorEnv and RayParallelAlfEnvironment (docs/distributed.rst);
+Ray itself is imported only when an environment is built."""
 
 from alf_env.lazy_import import lazy_exports
 

@@ -6,18 +6,12 @@ from absl import logging
 
 from alf_env.lazy_import import import_from
 
-#: ``ray.init`` arguments used when a distributed env is built with no Ray
-#: instance running (as Ray's own libraries do, it starts a local one).
-DEFAULT_INIT_KWARGS: Dict[str, Any] = {"include_dashboard": False,
-                                       "log_to_driver": True}
+#: ``ray.init``'s arguments when no Ray instance runs (a local one is started, as Ray's do).
+DEFAULT_INIT_KWARGS: Dict[str, Any] = {"include_dashboard": False, "log_to_driver": True}
 
 
 def import_ray() -> Any:
-    """Imports Ray, or explains how to install it.
-
-    Raises:
-        ImportError: Ray is not installed.
-    """
+    """Imports Ray, or raises an ``ImportError`` that says how to install it."""
     try:
         return import_from("ray")
     except ImportError as exc:
@@ -27,11 +21,7 @@ def import_ray() -> Any:
 
 
 def ensure_initialized(init_kwargs: Optional[Dict[str, Any]] = None) -> Any:
-    """Returns the ``ray`` module, starting a local Ray instance if none is connected.
-
-    To use a cluster, call ``ray.init(address=...)`` (or set ``RAY_ADDRESS``)
-    before building the env.
-    """
+    """Returns the ``ray`` module, starting a local Ray instance if none is connected."""
     ray = import_ray()
     if not ray.is_initialized():
         kwargs = dict(DEFAULT_INIT_KWARGS, **(init_kwargs or {}))

@@ -1,15 +1,9 @@
-"""The Ray actor that hosts a share of the envs in a local batched env.
-
-The actor class is plain Python (:class:`EnvActor`); :func:`actor_class`
-wraps it with ``ray.remote`` when a distributed env is built, so importing
-this module needs no Ray. Every method catches what the hosted env raises and
-returns it as a :class:`Failure` value, so a Ray error seen by the front end
-always means that the actor itself (or its node) is gone.
-"""
+"""EnvActor: the Ray actor that hosts a share of the envs; its methods return what the env
+raises as a :class:`Failure`, so that a Ray error always means the actor is gone."""
 
 import os
 import socket
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, cast
 
 from alf_env.control_plane.remote import RemoteException
 from alf_env.errors import EnvironmentProcessError, WorkerDiedError
@@ -17,13 +11,8 @@ from alf_env.lazy_import import import_from
 
 
 class Failure:
-    """An exception raised by the hosted env, on its way to the front end.
-
-    Attributes:
-        remote: the exception in a form that always pickles (type, message,
-            traceback, env id).
-        node: where it was raised (``host (ip)``).
-    """
+    """An exception raised by the hosted env, on its way to the front end (``remote``,
+    a form that always pickles) from its ``node``."""
 
     def __init__(self, exc: BaseException, offset: int, during: str, node: str) -> None:
         local = _local_env_id(exc)
@@ -42,8 +31,7 @@ class Failure:
         return isinstance(self.remote.exception, WorkerDiedError)
 
     def to_exception(self, actor_index: int) -> BaseException:
-        """The exception to raise in the front end: the original type when it
-        pickles, chained to an ``EnvironmentProcessError`` with the traceback."""
+        """The exception to raise in the front end (``RemoteException.to_exception``)."""
         exc = self.remote.to_exception()
         if hasattr(exc, "add_note"):
             exc.add_note(f"(raised in Ray actor {actor_index} on {self.node})")
@@ -63,15 +51,8 @@ def _local_env_id(exc: Optional[BaseException]) -> Optional[int]:
 
 
 class EnvActor:
-    """Hosts the env built by ``factory`` (the envs ``offset`` ... of the front end).
-
-    Args:
-        factory: builds the hosted env in the actor's process: an object with
-            ``describe()``, ``close(terminate)`` and the methods the front end
-            calls through :meth:`run` (e.g. a host of a ``FastVectorEnv`` of
-            the actor's share of ``env_fns``).
-        offset: the front end's id of the hosted env's first env.
-    """
+    """Hosts the env ``factory`` builds (a host of :mod:`~alf_env.front_ends.ray.hosts`),
+    the front end's envs ``offset`` and on."""
 
     def __init__(self, factory: Callable[[], Any], offset: int) -> None:
         self._factory = factory
@@ -98,38 +79,34 @@ class EnvActor:
         """Does nothing: the cost of a Ray round trip to the actor."""
 
     def where(self) -> Dict[str, Any]:
-        """Where the actor runs: ``node`` (host and IP), ``node_id`` (Ray's),
-        ``pid`` and the ``worker_pids`` of its env."""
+        """The actor's ``node`` (host and IP), Ray's ``node_id``, ``pid`` and its env's
+        ``worker_pids``."""
         pids: List[int] = []
         if self._env is not None and hasattr(self._env, "worker_pids"):
             pids = list(self._env.worker_pids())
-        return {"node": self._node, "node_id": _node_id(), "pid": os.getpid(),
-                "worker_pids": pids}
+        return {"node": self._node, "node_id": _node_id(), "pid": os.getpid(), "worker_pids": pids}
 
     def close(self, terminate: bool = False) -> Optional[Failure]:
         """Closes the hosted env (bounded by the env's own close)."""
         env, self._env = self._env, None
-        if env is None:
-            return None
         try:
-            env.close(terminate=terminate)
-            return None
+            if env is not None:
+                env.close(terminate=terminate)
         except BaseException as exc:  # noqa: BLE001 -- travels home as a value
             return Failure(exc, self._offset, "close", self._node)
+        return None
 
 
 def _node_ip() -> str:
     try:
-        ip: str = import_from("ray.util", "get_node_ip_address")()
-        return ip
+        return cast(str, import_from("ray.util", "get_node_ip_address")())
     except Exception:  # noqa: BLE001 -- only for messages
         return "unknown ip"
 
 
 def _node_id() -> str:
     try:
-        node: str = import_from("ray", "get_runtime_context")().get_node_id()
-        return node
+        return cast(str, import_from("ray", "get_runtime_context")().get_node_id())
     except Exception:  # noqa: BLE001 -- only for messages and placement checks
         return ""
 

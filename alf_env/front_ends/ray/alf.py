@@ -1,15 +1,5 @@
-"""``RayParallelAlfEnvironment``: the ``ParallelAlfEnvironment`` contract on Ray actors.
-
-A thin layer on the engine of :class:`~alf_env.front_ends.ray.vector_env.RayVectorEnv`
-(:class:`~alf_env.front_ends.ray.engine.EnvActors`): actor ``j`` hosts its
-share of the env constructors in a local
-:class:`~alf_env.environments.fast_parallel_environment.FastParallelEnvironment`
-and returns numpy time steps; this front end checks and splits the action,
-joins the actors' rows into one batched ``TimeStep`` of torch tensors and
-renumbers ``env_id`` into ``[0, batch_size)``. Episodes auto-reset in the
-actors, as in ``ParallelAlfEnvironment``. A recreated actor (restart policy)
-answers the step that saw the death with its envs' ``FIRST`` time steps.
-"""
+"""RayParallelAlfEnvironment: the ``ParallelAlfEnvironment`` contract on Ray actors, each
+stepping its share in a local ``FastParallelEnvironment`` (docs/distributed.rst)."""
 
 import functools
 from typing import Any, Callable, Dict, List, Optional, Sequence
@@ -27,7 +17,6 @@ from alf_env.front_ends.alf.workers import check_seeds
 from alf_env.front_ends.ray.engine import (
     ActorOptions,
     EnvActors,
-    Job,
     options_per_actor,
     raise_first_failure,
 )
@@ -42,28 +31,18 @@ class RayParallelAlfEnvironment(BatchedEnvironment):
     """Batched ALF environment whose envs run on ``num_actors`` Ray actors.
 
     Args:
-        env_constructors: one constructor per env; it gets ``env_id`` (its
-            index here) as a keyword argument when its signature accepts one.
-        num_actors: how many actors share the envs (consecutive, as even as
-            possible).
-        actor_options: ``ray.remote`` options, for every actor or one dict
-            per actor (default: 1 CPU, SPREAD); see ``RayVectorEnv``.
-        restart_policy: recreate dead actors (``None``: a death raises
-            ``ActorDiedError``, then only ``close()`` works).
-        timeout: seconds each reset, step and call may wait (``None``: no
-            limit); then ``EnvTimeoutError``, after a reset or step the
-            environment can only be closed (as ``ParallelAlfEnvironment``).
-        env_kwargs: arguments of each actor's ``FastParallelEnvironment``
-            (``flatten``, ``start_method``, ``torch_num_threads_per_env``,
-            ``spin_us``, ``worker_cpus``, ...).
-        start_timeout: seconds the actors may take to be placed and start.
+        env_constructors: one constructor per env; it gets ``env_id`` (its index
+            here) if its signature accepts one.
+        num_actors, actor_options, start_timeout: as for ``RayVectorEnv``.
+        restart_policy: recreate dead actors (``None``: a death raises ``ActorDiedError``).
+        timeout: seconds each reset, step and call may wait; then
+            ``EnvTimeoutError`` (after a reset or step, only ``close()`` is left).
+        env_kwargs: arguments of each actor's ``FastParallelEnvironment``.
     """
 
     def __init__(self, env_constructors: Sequence[Callable[..., Any]], *, num_actors: int,
-                 actor_options: ActorOptions = None,
-                 restart_policy: Optional[RestartPolicy] = None,
-                 timeout: Optional[float] = None,
-                 env_kwargs: Optional[Dict[str, Any]] = None,
+                 actor_options: ActorOptions = None, restart_policy: Optional[RestartPolicy] = None,
+                 timeout: Optional[float] = None, env_kwargs: Optional[Dict[str, Any]] = None,
                  start_timeout: float = 300.0) -> None:
         ctors = list(env_constructors)
         self._shares = plan_shares(len(ctors), num_actors, len(ctors), None)
@@ -72,9 +51,10 @@ class RayParallelAlfEnvironment(BatchedEnvironment):
                                                  for i in share], dict(env_kwargs or {}))
                      for share in self._shares]
         options = options_per_actor(actor_options, len(self._shares))
-        self._group = EnvActors(factories, self._shares, actor_options=options,
-                                 restart_policy=restart_policy, on_restart=self._restart,
-                                 start_timeout=start_timeout)
+        self._group = EnvActors(
+            factories, self._shares, actor_options=options, restart_policy=restart_policy,
+            on_restart=lambda j, job: self._group.post(j, "reset", restarted=True),
+            start_timeout=start_timeout)
         described: List[BatchSpecs] = self._group.start()  # AlfHost.describe of each
         sizes = [specs.batch_size for specs in described]
         self._offsets = np.cumsum([0] + sizes[:-1]).tolist()
@@ -143,9 +123,6 @@ class RayParallelAlfEnvironment(BatchedEnvironment):
         return time_step._replace(env_id=time_step.env_id + torch.from_numpy(
             offsets.astype(np.int32)))
 
-    def _restart(self, j: int, job: Job) -> None:
-        self._group.post(j, "reset", restarted=True)
-
     def _check_usable(self) -> None:
         self._check_not_closed()
         if self._group.broken is not None:
@@ -156,6 +133,5 @@ class RayParallelAlfEnvironment(BatchedEnvironment):
 
 
 def _with_env_id(ctor: Callable[..., Any], global_id: int, **_: Any) -> Any:
-    """Calls ``ctor`` with the front end's env id if it takes an ``env_id`` (as the
-    workers of ``ParallelAlfEnvironment`` do); the actor's own id is dropped."""
+    """Calls ``ctor`` with the front end's env id, not the actor's (as ``construct_env``)."""
     return construct_env(ctor, global_id)

@@ -1,10 +1,5 @@
-"""Splitting a batch over actors and joining the actors' batches, space by space.
-
-Box, Discrete, MultiDiscrete and MultiBinary batch as arrays (split and joined
-along axis 0), Dict and Tuple recursively, and every other space (Text,
-Graph, Sequence, OneOf, custom) as a tuple of one item per env, as
-``gymnasium.vector.utils.batch_space`` batches them.
-"""
+"""Splitting a batch over actors and joining the actors' batches, space by space, as
+``gymnasium.vector.utils.batch_space`` batches them (other spaces: a tuple of items)."""
 
 import itertools
 from typing import Any, Dict, List, Sequence, Tuple
@@ -17,11 +12,8 @@ _ARRAY_SPACES = (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.Multi
 
 def split_batch(space: spaces.Space[Any], batch: Any, bounds: Sequence[Tuple[int, int]],
                 path: str = "actions") -> List[Any]:
-    """Cuts a batch of ``space`` items into the slices ``[lo, hi)`` of ``bounds``.
-
-    Raises:
-        ValueError: a leaf's batch is not as long as the batch (naming it).
-    """
+    """Cuts a batch of ``space`` items into the slices ``[lo, hi)`` of ``bounds``
+    (``ValueError`` naming a leaf that does not fit)."""
     n = bounds[-1][1]
     if isinstance(space, spaces.Dict):
         if not isinstance(batch, dict) or set(batch) != set(space.spaces):
@@ -52,30 +44,20 @@ def split_batch(space: spaces.Space[Any], batch: Any, bounds: Sequence[Tuple[int
 
 
 def concat_batches(space: spaces.Space[Any], parts: Sequence[Any]) -> Any:
-    """Joins batches of ``space`` items (the inverse of :func:`split_batch`).
-
-    Array leaves are always new, writable arrays.
-    """
+    """Joins batches of ``space`` items (the inverse of :func:`split_batch`) into
+    new, writable arrays."""
     if isinstance(space, spaces.Dict):
         return {k: concat_batches(s, [p[k] for p in parts]) for k, s in space.spaces.items()}
     if isinstance(space, spaces.Tuple):
-        return tuple(concat_batches(s, [p[i] for p in parts])
-                     for i, s in enumerate(space.spaces))
+        return tuple(concat_batches(s, [p[i] for p in parts]) for i, s in enumerate(space.spaces))
     if isinstance(space, _ARRAY_SPACES):
         return np.concatenate(parts, axis=0)
     return tuple(itertools.chain.from_iterable(parts))
 
 
 def merge_infos(parts: Sequence[Tuple[Dict[str, Any], int]], n: int) -> Dict[str, Any]:
-    """Merges batched info dicts of consecutive slices into one batch of ``n`` envs.
-
-    Each part is ``(infos, offset)``: the infos of envs ``[offset, offset + k)``
-    as gymnasium's vector envs batch them (a value array and a ``_key`` mask
-    per key, nested dicts batched recursively). The result is what
-    ``SyncVectorEnv`` gives for all ``n`` envs: the array of a key has the
-    dtype of its first occurrence, and envs without the key keep the fill
-    value (0, ``False`` or ``None``).
-    """
+    """Merges the ``(infos, offset)`` of consecutive slices into what ``SyncVectorEnv`` gives
+    for all ``n`` envs (a key's dtype is its first one's; the others keep 0, False or None)."""
     merged: Dict[str, Any] = {}
     for infos, offset in parts:
         _merge_into(merged, infos, offset, n)

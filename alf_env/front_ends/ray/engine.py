@@ -1,15 +1,5 @@
-"""``EnvActors``: the Ray actors of one distributed env, their jobs and their deaths.
-
-Both front ends (:mod:`~alf_env.front_ends.ray.vector_env` and
-:mod:`~alf_env.front_ends.ray.alf`) run on it. Actor ``j`` hosts the envs
-``shares[j]``; at most one job (a method call of the hosted env) per actor is
-in flight, as an ``ObjectRef``. :meth:`EnvActors.collect` waits for the
-first jobs to finish with ``ray.wait``, so a wait is bounded by its
-``timeout``, and an actor or node that dies is seen as soon as Ray reports it
-(a ``RayActorError``) and raises :class:`~alf_env.front_ends.ray.restart.ActorDiedError`,
-or, under a :class:`~alf_env.front_ends.ray.restart.RestartPolicy`, is recreated
-in place.
-"""
+"""EnvActors: the Ray actors of one distributed env, their jobs and deaths; every wait is a
+bounded ``ray.wait``, so a dead actor or node is seen as soon as Ray reports it."""
 
 import dataclasses
 import time
@@ -25,7 +15,6 @@ from alf_env.front_ends.ray.restart import ActorDiedError
 
 #: ``ray.remote`` options of every actor when ``actor_options`` is ``None``.
 DEFAULT_ACTOR_OPTIONS: Dict[str, Any] = {"num_cpus": 1, "scheduling_strategy": "SPREAD"}
-#: ``actor_options`` of the front ends: one dict for all actors or one per actor.
 ActorOptions = Union[None, Dict[str, Any], Sequence[Dict[str, Any]]]
 #: seconds ``close()`` waits for Ray to confirm that killed actors are gone.
 KILL_CONFIRM_TIMEOUT = 10.0
@@ -44,22 +33,12 @@ class Job:
 
 
 class EnvActors:
-    """The actors hosting the envs of one distributed env.
-
-    Args:
-        factories: one zero-argument constructor of the hosted env per actor.
-        shares: the front end's env ids hosted by each actor.
-        actor_options: ``ray.remote`` options (``num_cpus``, ``resources``,
-            ``scheduling_strategy``, ``runtime_env``, ...), one dict per actor
-            (a recreated actor gets its predecessor's).
-        restart_policy: what to do when an actor dies (``None``: raise).
-        start_timeout: seconds the actors may take to be placed and to build
-            their envs.
-    """
+    """The actors hosting the envs of one distributed env: actor ``j`` builds its hosted
+    env with ``factories[j]``, for the env ids ``shares[j]``, under ``actor_options[j]``
+    (a recreated actor too; ``on_restart`` re-posts its job in flight)."""
 
     def __init__(self, factories: Sequence[Callable[[], Any]], shares: Sequence[range], *,
-                 actor_options: Sequence[Dict[str, Any]],
-                 restart_policy: Optional[RestartPolicy],
+                 actor_options: Sequence[Dict[str, Any]], restart_policy: Optional[RestartPolicy],
                  on_restart: Callable[[int, "Job"], None], start_timeout: float) -> None:
         self._ray = ensure_initialized()
         self._cls = actor_class(self._ray)
@@ -81,20 +60,12 @@ class EnvActors:
         self.fresh: Set[int] = set()                   # recreated, restart not yet reported
         self.broken: Optional[BaseException] = None
 
-    # -- life cycle -----------------------------------------------------------------
-
     def start(self) -> List[Any]:
-        """Creates every actor and builds its envs; returns each ``describe()``.
-
-        On any failure every actor is killed before the error propagates.
-        """
+        """Starts every actor and its envs; returns each ``describe()`` (kills all on a failure)."""
         try:
             refs = [self._create(j) for j in range(len(self.shares))]
             values = self._get_all(refs, self._start_timeout, "start")
-            described = []
-            for j, value in enumerate(values):
-                described.append(self._started(j, value))
-            return described
+            return [self._started(j, value) for j, value in enumerate(values)]
         except BaseException:
             self.close(terminate=True)
             raise
@@ -130,8 +101,7 @@ class EnvActors:
         return values
 
     def close(self, terminate: bool = False, timeout: Optional[float] = None) -> None:
-        """Closes the hosted envs (politely unless ``terminate``), then kills every
-        actor and waits (bounded) until Ray confirms that each is gone."""
+        """Closes the hosted envs (unless ``terminate``), then kills every actor (bounded)."""
         timeout = CLOSE_TIMEOUT if timeout is None else timeout
         live = [(j, a) for j, a in enumerate(self.actors) if a is not None]
         if live and not self._ray.is_initialized():
@@ -152,32 +122,23 @@ class EnvActors:
                                         value.remote.traceback_text)
         for _, actor in live:
             self._ray.kill(actor, no_restart=True)
-        self._confirm_gone([a for _, a in live])
+        if live:  # (a Ray call would start a new local Ray after ray.shutdown())
+            refs = [a.where.remote() for _, a in live]
+            _, pending = self._ray.wait(refs, num_returns=len(refs), timeout=KILL_CONFIRM_TIMEOUT)
+            if pending:
+                logging.warning("Ray did not confirm within %.0f s that %d killed actors are "
+                                "gone", KILL_CONFIRM_TIMEOUT, len(pending))
         self.actors = [None] * len(self.shares)
         self.jobs.clear()
         self._done.clear()
         self._calls.clear()
 
-    def _confirm_gone(self, actors: List[Any]) -> None:
-        if not actors:
-            return  # (a Ray call would start a new local Ray after ray.shutdown())
-        refs = [a.where.remote() for a in actors]
-        ready, pending = self._ray.wait(refs, num_returns=len(refs),
-                                        timeout=KILL_CONFIRM_TIMEOUT)
-        if pending:
-            logging.warning("Ray did not confirm within %.0f s that %d killed actors are "
-                            "gone", KILL_CONFIRM_TIMEOUT, len(pending))
-
     def info(self) -> List[Dict[str, Any]]:
-        """Where each actor runs: ``envs``, ``node``, ``node_id``, ``pid``,
-        ``worker_pids`` and ``restarts`` (what the front ends' ``actor_info()`` return)."""
+        """What the front ends' ``actor_info()`` return."""
         return [dict(where, envs=list(share), restarts=restarts)
                 for share, where, restarts in zip(self.shares, self.where, self.restarts)]
 
-    # -- jobs -------------------------------------------------------------------------
-
-    def post(self, j: int, method: str, *args: Any, restarted: bool = False,
-             **kwargs: Any) -> None:
+    def post(self, j: int, method: str, *args: Any, restarted: bool = False, **kwargs: Any) -> None:
         """Starts ``method(*args, **kwargs)`` of actor ``j``'s hosted env."""
         self.jobs[j] = Job(method, args, kwargs, self.actors[j].run.remote(method, *args, **kwargs),
                            restarted)
@@ -190,19 +151,9 @@ class EnvActors:
 
     def collect(self, actors: Sequence[int], count: int, timeout: Optional[float],
                 during: str) -> List[Tuple[int, Job, Any]]:
-        """Waits for the first ``count`` jobs of ``actors`` to finish.
-
-        Returns:
-            ``(actor, job, value)`` in completion order; a value may be a
-            :class:`~alf_env.front_ends.ray.actor.Failure` (the caller raises it
-            once the others are in, keeping every actor in step).
-
-        Raises:
-            EnvTimeoutError: ``timeout`` passed; nothing is lost (finished jobs
-                stay for the next call).
-            ActorDiedError: an actor died and no restart is allowed; the
-                group is broken.
-        """
+        """``(actor, job, value)`` of the first ``count`` jobs of ``actors`` to finish, in order;
+        a value may be a ``Failure``, which the caller raises once all are in. After an
+        ``EnvTimeoutError`` finished jobs stay; an ``ActorDiedError`` breaks the group."""
         deadline = None if timeout is None else time.monotonic() + timeout
         wanted = set(actors)
         while sum(1 for j in self._done if j in wanted) < count:
@@ -210,8 +161,7 @@ class EnvActors:
             need = count - sum(1 for j in self._done if j in wanted)
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
             refs = [self.jobs[j].ref for j in waiting]
-            ready, _ = self._ray.wait(refs, num_returns=min(need, len(refs)),
-                                      timeout=remaining)
+            ready, _ = self._ray.wait(refs, num_returns=min(need, len(refs)), timeout=remaining)
             if not ready:
                 busy = sorted(waiting)
                 raise EnvTimeoutError(
@@ -226,25 +176,19 @@ class EnvActors:
                 else:
                     self.jobs[j] = job  # dead too: on_restart replaces it
                     self._restart_or_raise(j, death, during)
-        out = []
-        for j in [j for j in self._done if j in wanted][:count]:
-            job, value = self._done.pop(j)
-            out.append((j, job, value))
-        return out
+        done = [j for j in self._done if j in wanted][:count]
+        return [(j, *self._done.pop(j)) for j in done]
 
     def put_back(self, results: Sequence[Tuple[int, Job, Any]]) -> None:
         """Returns collected results, to be collected again (after a failed recv)."""
         for j, job, value in results:
             self._done[j] = (job, value)
 
-    # -- calls (control path, queued behind any job in flight) -----------------------
-
     def post_calls(self, method: str,
                    per_actor_args: Union[Sequence[Tuple[Any, ...]], Dict[int, Tuple[Any, ...]]]
                    ) -> None:
-        """Posts ``method`` to every actor, or to the actors keyed in a dict
-        (arguments per actor); Ray runs each after the actor's job in flight,
-        if any, whose result stays collectable."""
+        """Posts ``method`` to the actors (arguments per actor, or keyed by actor); Ray
+        runs each after the actor's job in flight, whose result stays collectable."""
         if not isinstance(per_actor_args, dict):
             per_actor_args = dict(enumerate(per_actor_args))
         self._calls = {j: (method, args, self.actors[j].run.remote(method, *args))
@@ -253,11 +197,8 @@ class EnvActors:
         self._call_values = {}
 
     def wait_calls(self, timeout: Optional[float], during: str) -> List[Any]:
-        """The values of :meth:`post_calls`, in the order of the actors posted to.
-
-        The first env exception is raised once every actor has answered; a
-        timeout keeps the calls pending (calling again waits on).
-        """
+        """The values of :meth:`post_calls`, in the order of the actors posted to; the
+        first env exception is raised once all have answered, a timeout keeps them pending."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while self._calls:
             waiting = list(self._calls)
@@ -293,27 +234,23 @@ class EnvActors:
         self.post_calls(method, per_actor_args)
         return self.wait_calls(timeout, during)
 
-    # -- deaths ---------------------------------------------------------------------------
-
     def _get(self, j: int, ref: Any) -> Tuple[Any, Optional[BaseException]]:
-        """The value of a finished job, or the death it reveals: ``(value, death)``.
-
-        A death is a Ray error saying the actor or its node is gone, or an
-        env worker process of the actor that died (its env is unusable).
-        """
+        """``(value, death)`` of a finished job: a death is the actor's or its node's,
+        or one of its env workers' (that env is unusable)."""
         try:
             value = self._ray.get(ref)
         except self._ray.exceptions.RayError as exc:
             if is_death(self._ray, exc):
                 return None, exc
-            return _system_failure(exc, self.shares[j].start), None
+            offset = self.shares[j].start  # not a death: e.g. a result that does not pickle
+            return Failure(EnvironmentProcessError(f"Ray could not run the job: {exc}", offset),
+                           offset, "a Ray task", ""), None
         if isinstance(value, Failure) and value.is_worker_death:
             return None, value.to_exception(j)
         return value, None
 
     def _restart_or_raise(self, j: int, exc: BaseException, during: str) -> None:
-        """Recreates dead actor ``j`` (if the policy allows) and re-posts its job
-        in flight through ``on_restart``; else breaks the group and raises."""
+        """Recreates dead actor ``j`` if the policy allows, else breaks the group and raises."""
         death = exc if isinstance(exc, WorkerDiedError) else self._death(j, exc, during)
         if not self.budget.allows(j):
             self.broken = death
@@ -344,11 +281,7 @@ class EnvActors:
 
 
 def options_per_actor(actor_options: ActorOptions, num_actors: int) -> List[Dict[str, Any]]:
-    """``actor_options`` as one dict per actor (``None``: ``DEFAULT_ACTOR_OPTIONS``).
-
-    Raises:
-        ValueError: a sequence whose length is not ``num_actors``.
-    """
+    """``actor_options`` as one dict per actor (``ValueError`` for a list of another length)."""
     if actor_options is None:
         return [dict(DEFAULT_ACTOR_OPTIONS) for _ in range(num_actors)]
     if isinstance(actor_options, dict):
@@ -365,9 +298,3 @@ def raise_first_failure(results: Sequence[Tuple[int, Optional[Job], Any]]) -> No
     for j, _, value in results:
         if isinstance(value, Failure):
             raise value.to_exception(j)
-
-
-def _system_failure(exc: BaseException, offset: int) -> Failure:
-    """A Ray error that is not a death (e.g. a result that does not pickle)."""
-    return Failure(EnvironmentProcessError(f"Ray could not run the job: {exc}", offset),
-                   offset, "a Ray task", "")

@@ -1,9 +1,5 @@
-"""What an actor hosts: a local batched env over its share of the envs.
-
-These objects are built inside the actors (by :class:`~alf_env.front_ends.ray.actor.EnvActor`)
-and called through ``EnvActor.run``; they return plain numpy data, which Ray
-moves without copying more than once.
-"""
+"""What an actor hosts: a local batched env over its share of the envs, answering
+``EnvActor.run`` with plain numpy data, which Ray moves without extra copies."""
 
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -18,12 +14,7 @@ from alf_env.lazy_import import import_from
 
 
 class GymHost:
-    """A ``FastVectorEnv`` of an actor's share of the envs (runs in the actor).
-
-    Args:
-        env_fns: the share's env constructors.
-        vector_kwargs: ``FastVectorEnv`` arguments.
-    """
+    """A ``FastVectorEnv`` of an actor's share of the envs (runs in the actor)."""
 
     def __init__(self, env_fns: Sequence[Callable[[], gym.Env]],
                  vector_kwargs: Dict[str, Any]) -> None:
@@ -56,11 +47,9 @@ class GymHost:
 
 
 class AlfHost:
-    """A ``FastParallelEnvironment`` of an actor's share (runs in the actor);
-    time steps go home as numpy arrays."""
+    """A ``FastParallelEnvironment`` of an actor's share (runs in the actor)."""
 
     def __init__(self, ctors: List[Callable[..., Any]], env_kwargs: Dict[str, Any]) -> None:
-        # pylint: disable=import-outside-toplevel
         from alf_env.front_ends.alf.fast_parallel_environment import FastParallelEnvironment
         self.env = FastParallelEnvironment(ctors, **env_kwargs)
 

@@ -1,8 +1,4 @@
-"""The error a dead Ray actor raises when the restart policy allows no restart.
-
-:class:`RestartPolicy` is the one policy of every front end
-(:mod:`alf_env.control_plane.restart`), re-exported here.
-"""
+"""ActorDiedError, and the one :class:`RestartPolicy` of every front end, re-exported."""
 
 from typing import Any, Sequence, Tuple
 
@@ -13,14 +9,8 @@ __all__ = ["RestartPolicy", "ActorDiedError"]
 
 
 class ActorDiedError(WorkerDiedError):
-    """A Ray actor that hosted envs died (killed, crashed, or its node is gone).
-
-    Attributes:
-        env_ids: the ids of every env the actor held.
-        actor_index: which actor of the env it was.
-        node: the node it ran on (IP address), if known.
-        reason: Ray's account of the death.
-    """
+    """A Ray actor that hosted envs died (killed, crashed, or its node is gone): its
+    ``env_ids``, ``actor_index``, ``node`` (IP address, if known) and Ray's ``reason``."""
 
     def __init__(self, env_ids: Sequence[int], actor_index: int, node: str = "",
                  reason: str = "", during: str = "") -> None:
@@ -30,11 +20,7 @@ class ActorDiedError(WorkerDiedError):
         on = f" on node {node}" if node else ""
         self.args = (f"Ray actor {actor_index}{on}, which held envs {env_ids}, "
                      f"died{where}: {reason or 'no reason given'}",)
-        self.env_ids = env_ids
-        self.actor_index = actor_index
-        self.node = node
-        self.reason = reason
+        self.env_ids, self.actor_index, self.node, self.reason = env_ids, actor_index, node, reason
 
     def __reduce__(self) -> Tuple[Any, ...]:
-        return (type(self), (self.env_ids, self.actor_index, self.node, self.reason,
-                             self.during))
+        return (type(self), (self.env_ids, self.actor_index, self.node, self.reason, self.during))

@@ -1,9 +1,4 @@
-"""How envs are placed on actors: consecutive shares of the env ids.
-
-Actor ``j`` hosts the envs ``shares[j]``, a range of consecutive ids; shares
-differ in size by at most one. The asynchronous mode steps and returns whole
-actors, so there the shares are equal.
-"""
+"""How envs are placed on actors: consecutive shares of the env ids (docs/distributed.rst)."""
 
 from typing import List, Optional, Sequence
 
@@ -14,15 +9,8 @@ from gymnasium.vector import AutoresetMode
 
 def plan_shares(num_envs: int, num_actors: int, batch_size: int,
                 autoreset_mode: Optional[AutoresetMode]) -> List[range]:
-    """Splits env ids ``0 .. num_envs - 1`` into consecutive shares, one per actor.
-
-    Shares differ in size by at most one. The asynchronous mode
-    (``batch_size < num_envs``) needs equal shares and a ``batch_size`` that
-    is a multiple of the share, since an actor is its unit of asynchrony.
-
-    Raises:
-        ValueError: naming the argument that does not fit.
-    """
+    """Consecutive shares of the env ids, one per actor, sizes differing by at most one (equal
+    in the asynchronous mode, whose unit is an actor); ``ValueError`` for bad arguments."""
     if num_envs == 0:
         raise ValueError("env_fns: expected at least one env constructor, got none")
     if not 1 <= int(num_actors) <= num_envs:
@@ -47,14 +35,9 @@ def plan_shares(num_envs: int, num_actors: int, batch_size: int,
     return shares
 
 
-def actors_of(env_ids: npt.ArrayLike, shares: Sequence[range], busy: Sequence[int]
-              ) -> List[int]:
-    """The actors whose envs ``env_ids`` lists (whole and in order), for ``send``.
-
-    Raises:
-        ValueError: ids out of range, not whole actors, or of actors in
-            flight (``busy``); naming the ids.
-    """
+def actors_of(env_ids: npt.ArrayLike, shares: Sequence[range], busy: Sequence[int]) -> List[int]:
+    """The actors whose envs ``env_ids`` lists, for ``send`` (``ValueError`` for ids out
+    of range, not whole actors in order, or of actors in flight)."""
     ids = np.asarray(env_ids)
     num_envs, share = shares[-1].stop, len(shares[0])
     if ids.ndim != 1 or ids.size == 0 or not np.issubdtype(ids.dtype, np.integer):

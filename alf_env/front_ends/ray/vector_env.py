@@ -1,24 +1,7 @@
-"""``RayVectorEnv``: a gymnasium vector env whose envs are split over Ray actors.
+"""RayVectorEnv: a gymnasium vector env whose envs are split over Ray actors, each stepping
+its share in a local ``FastVectorEnv`` (docs/distributed.rst); its API state is a ``CallState``."""
 
-Actor ``j`` hosts the envs ``shares[j]`` (consecutive ids, as even as
-possible) in a local :class:`~alf_env.vector.FastVectorEnv` (its worker
-processes on the actor's node, shared memory between them), so one Ray round
-trip carries the whole batch of an actor. The front end splits the actions,
-joins the actors' batches and merges their infos exactly as ``SyncVectorEnv``
-batches infos.
-
-Synchronous mode (``batch_size`` is ``None`` or ``len(env_fns)``):
-``step_async`` posts one job per actor and returns at once, so the trainer
-can work while every actor steps; ``step_wait`` joins them. Asynchronous
-mode (``batch_size < len(env_fns)``, EnvPool's API): the unit of asynchrony
-is an actor; ``recv()`` returns the first ``batch_size // envs_per_actor``
-actors to finish, with ``info["env_id"]``, while the others keep stepping.
-
-The state machine, the errors and the seeding are FastVectorEnv's (both
-hold a :class:`~alf_env.front_ends.gym.state.CallState`); actor deaths and
-restarts are handled by :class:`~alf_env.front_ends.ray.engine.EnvActors`.
-"""
-
+import contextlib
 import functools
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
@@ -52,37 +35,19 @@ __all__ = ["RayVectorEnv"]
 class RayVectorEnv(VectorApi, gym.vector.VectorEnv):
     """A ``gymnasium.vector.VectorEnv`` whose envs run on ``num_actors`` Ray actors.
 
-    Connect to a cluster first (``ray.init(address="auto")``); with no Ray
-    instance connected a local one is started.
-
     Args:
-        env_fns: one constructor per env (pickled by Ray and called on the
-            actors' nodes).
-        num_actors: how many actors share the envs (consecutive ids, sizes
-            differing by at most one).
-        batch_size: envs returned per step; ``None`` or ``len(env_fns)``:
-            synchronous; fewer: the asynchronous (EnvPool) mode, which needs
-            equal shares and a multiple of the share.
-        actor_options: ``ray.remote`` options, one dict for every actor or
-            a list of one per actor (default ``DEFAULT_ACTOR_OPTIONS`` of
-            :mod:`~alf_env.front_ends.ray.engine`: 1 CPU, SPREAD). Reserve what
-            an actor's env workers use (e.g. ``{"num_cpus": 8}``) so Ray
-            places one actor per machine; ``{"num_cpus": 0}`` fits anywhere;
-            a ``scheduling_strategy`` per actor pins actors to nodes.
-        autoreset_mode: a ``gymnasium.vector.AutoresetMode`` (or its value).
-        restart_policy: recreate dead actors (``None``: a death raises
-            ``ActorDiedError``).
-        vector_kwargs: arguments of each actor's ``FastVectorEnv``
-            (``envs_per_worker``, ``context``, ``spin_us``, ``worker_cpus``).
+        env_fns: one constructor per env (pickled, called on the actors' nodes).
+        batch_size: envs returned per step; fewer than ``len(env_fns)``: the
+            asynchronous (EnvPool) mode, in units of whole actors.
+        actor_options: ``ray.remote`` options, one dict for every actor or one
+            per actor (docs/distributed.rst, "How envs are placed on actors").
+        restart_policy: recreate dead actors (``None``: a death raises ``ActorDiedError``).
+        vector_kwargs: arguments of each actor's ``FastVectorEnv``.
         start_timeout: seconds the actors may take to be placed and start.
-
-    Raises:
-        ValueError: bad arguments (naming the argument).
     """
 
     def __init__(self, env_fns: Sequence[Callable[[], gym.Env]], *, num_actors: int,
-                 batch_size: Optional[int] = None,
-                 actor_options: ActorOptions = None,
+                 batch_size: Optional[int] = None, actor_options: ActorOptions = None,
                  autoreset_mode: Union[AutoresetMode, str] = AutoresetMode.NEXT_STEP,
                  restart_policy: Optional[RestartPolicy] = None,
                  vector_kwargs: Optional[Dict[str, Any]] = None,
@@ -91,8 +56,7 @@ class RayVectorEnv(VectorApi, gym.vector.VectorEnv):
         self.num_envs = len(env_fns)
         self.batch_size = self.num_envs if batch_size is None else int(batch_size)
         self.autoreset_mode = AutoresetMode(autoreset_mode)
-        self.shares = plan_shares(self.num_envs, num_actors, self.batch_size,
-                                  self.autoreset_mode)
+        self.shares = plan_shares(self.num_envs, num_actors, self.batch_size, self.autoreset_mode)
         self.num_actors = len(self.shares)
         self.is_async = self.batch_size < self.num_envs
         self._share = len(self.shares[0])
@@ -107,9 +71,8 @@ class RayVectorEnv(VectorApi, gym.vector.VectorEnv):
                      for s in self.shares]
         options = options_per_actor(actor_options, self.num_actors)
         self._group = EnvActors(factories, self.shares, actor_options=options,
-                                 restart_policy=restart_policy,
-                                 on_restart=self._restart_with_reset,
-                                 start_timeout=start_timeout)
+                                restart_policy=restart_policy, on_restart=self._restart_with_reset,
+                                start_timeout=start_timeout)
         group = self._group  # (not self: the state must not refer back to the env)
         self._calls = CallState(type(self).__name__, self.num_envs, self.is_async,
                                 broken_by=lambda: group.broken)
@@ -121,10 +84,7 @@ class RayVectorEnv(VectorApi, gym.vector.VectorEnv):
         self.metadata = dict(metadata, autoreset_mode=self.autoreset_mode)
         self._act = SpaceLayout(act_space, "act", "action")
 
-    # -- the gymnasium API ----------------------------------------------------------
-
-    def reset_async(self, seed: Seeds = None,
-                    options: Optional[Dict[str, Any]] = None) -> None:
+    def reset_async(self, seed: Seeds = None, options: Optional[Dict[str, Any]] = None) -> None:
         """Posts the resets to the actors; collect them with :meth:`reset_wait`."""
         seeds, options, mask = self._calls.reset_arguments(seed, options)
         self._drain()
@@ -149,8 +109,7 @@ class RayVectorEnv(VectorApi, gym.vector.VectorEnv):
         parts = []
         for j, job, (obs, infos) in results:
             self._last_obs[j] = obs
-            parts.append((_flag_restart(infos, job, len(self.shares[j])),
-                          self.shares[j].start))
+            parts.append((_flag_restart(infos, job, len(self.shares[j])), self.shares[j].start))
         obs = concat_batches(self.single_observation_space, self._last_obs)
         return obs, merge_infos(sorted(parts, key=lambda p: p[1]), self.num_envs)
 
@@ -160,24 +119,15 @@ class RayVectorEnv(VectorApi, gym.vector.VectorEnv):
         return self.step_wait()
 
     def step_async(self, actions: Any) -> None:
-        """Checks and splits the actions and posts one step per actor; returns at once.
-
-        Raises:
-            ValueError: a malformed action (naming the field, the expected and
-                the actual shape and dtype); nothing was sent.
-        """
+        """Checks and splits the actions and posts one step per actor; returns at once
+        (a malformed action raises ``ValueError``, nothing sent)."""
         self._calls.check_ready("step_async")
-        if self.is_async:
-            if not self._last_actors:
-                raise self._calls.no_recv_yet()
-            actors = self._last_actors
-        else:
-            if self._group.busy():
-                raise AlreadyPendingCallError(
-                    f"step_async: actors {self._group.busy()} still run jobs of "
-                    f"send()/async_reset(); recv() them first", "step")
-            actors = list(range(self.num_actors))
-        self._send(actions, actors)
+        if self.is_async and not self._last_actors:
+            raise self._calls.no_recv_yet()
+        if not self.is_async and self._group.busy():
+            raise AlreadyPendingCallError(f"step_async: actors {self._group.busy()} still run jobs "
+                                          f"of send()/async_reset(); recv() them first", "step")
+        self._send(actions, self._last_actors if self.is_async else list(range(self.num_actors)))
         self._calls.pending = AsyncState.WAITING_STEP
 
     def step_wait(self, timeout: Optional[float] = None) -> Step:
@@ -213,9 +163,8 @@ class RayVectorEnv(VectorApi, gym.vector.VectorEnv):
         return self.get_attr("np_random_seed")
 
     def actor_info(self) -> List[Dict[str, Any]]:
-        """Where each actor runs: its ``envs``, ``node`` (host and IP), Ray's
-        ``node_id``, its ``pid``, the ``worker_pids`` of its env workers and
-        how many ``restarts`` it had."""
+        """Where each actor runs: its ``envs``, ``node`` (host and IP), Ray's ``node_id``,
+        ``pid``, the ``worker_pids`` of its env workers and its ``restarts``."""
         self._calls.check_running()
         return self._group.info()
 
@@ -223,8 +172,6 @@ class RayVectorEnv(VectorApi, gym.vector.VectorEnv):
         """The Ray actor handles, by actor index (for monitoring and fault injection)."""
         self._calls.check_running()
         return list(self._group.actors)
-
-    # -- the EnvPool API ----------------------------------------------------------
 
     def async_reset(self) -> None:
         self._calls.check_ready("async_reset")
@@ -241,30 +188,22 @@ class RayVectorEnv(VectorApi, gym.vector.VectorEnv):
         self._calls.check_ready("recv")
         return self._receive(timeout, "recv")
 
-    # -- closing ------------------------------------------------------------------
-
     def close_extras(self, timeout: Optional[float] = None, terminate: bool = False) -> None:
-        """Closes the actors' envs (politely unless ``terminate``), kills every
-        actor and waits until Ray confirms it is gone; bounded by ``timeout``
-        (default 10 s) plus Ray's confirmation (at most 10 s)."""
+        """Closes the actors' envs (unless ``terminate``; within ``timeout``, default 10 s),
+        then kills every actor and waits (at most 10 s) until Ray confirms it is gone."""
         if self._group is not None:
             self._calls.close()
             self._group.close(terminate=terminate, timeout=timeout)
 
     def __del__(self) -> None:
         if not getattr(self, "closed", True) and getattr(self, "_group", None) is not None:
-            try:
+            with contextlib.suppress(Exception):  # Ray may be shut down already
                 self.close(terminate=True)
-            except Exception:  # noqa: BLE001 -- Ray may be shut down already
-                pass
-
-    # -- internals ------------------------------------------------------------------
 
     def _send(self, actions: Any, actors: List[int]) -> None:
         n = len(actors) * self._share if self.is_async else self.num_envs
         self._act.encode_batch(actions, n)  # raises ValueError naming the field
-        ids = np.concatenate([np.arange(self.shares[j].start, self.shares[j].stop)
-                              for j in actors])
+        ids = np.array([i for j in actors for i in self.shares[j]])
         if self.autoreset_mode is AutoresetMode.DISABLED and self._needs_reset[ids].any():
             ended = ids[self._needs_reset[ids]].tolist()
             raise AssertionError(
@@ -290,8 +229,7 @@ class RayVectorEnv(VectorApi, gym.vector.VectorEnv):
                 f"are in flight; send() or async_reset() first", "recv")
         results = self._collect(busy, k, timeout, during, keep_on_failure=True)
         out = self._join(results, self.batch_size)
-        ids = np.concatenate([np.arange(self.shares[j].start, self.shares[j].stop)
-                              for j, _, _ in results])
+        ids = np.array([i for j, _, _ in results for i in self.shares[j]])
         out[4]["env_id"] = ids.astype(ENV_ID_DTYPE)
         self._last_actors = [j for j, _, _ in results]
         return out
@@ -316,18 +254,14 @@ class RayVectorEnv(VectorApi, gym.vector.VectorEnv):
             truncated.append(tr)
             parts.append((info, offset))
             offset += k
-            s = self.shares[j]
-            self._needs_reset[s] = np.logical_or(te, tr)
+            self._needs_reset[self.shares[j]] = np.logical_or(te, tr)
         return (concat_batches(self.single_observation_space, obs), np.concatenate(rewards),
                 np.concatenate(terminated), np.concatenate(truncated), merge_infos(parts, n))
 
     def _collect(self, actors: Sequence[int], count: int, timeout: Optional[float],
                  during: str, keep_on_failure: bool = False) -> List[Tuple[int, Job, Any]]:
-        """Collects ``count`` jobs; the call ends (state DEFAULT) unless it timed out.
-
-        An env exception is raised once all are in; with ``keep_on_failure``
-        (``recv``) the other actors' results stay for the next ``recv``.
-        """
+        """Collects ``count`` jobs (the call ends unless it timed out); an env exception
+        is raised once all are in, ``keep_on_failure`` keeps the others' for ``recv``."""
         results = self._calls.guard(lambda: self._group.collect(actors, count, timeout, during))
         self._calls.pending = AsyncState.DEFAULT
         if keep_on_failure and any(isinstance(v, Failure) for _, _, v in results):

@@ -1,14 +1,5 @@
-"""SB3's actions, one per env, to the envs: through shared memory, or as given.
-
-SB3's ``SubprocVecEnv`` sends env ``i`` the item ``actions[i]`` as it is;
-:class:`ActionRouter` keeps that contract on :class:`~alf_env.vector.FastVectorEnv`,
-whose batches have gymnasium's layout. An env's action that the shared rows carry
-exactly (see :mod:`alf_env.front_ends.gym.action_items`) goes through them; any
-other is *passed*: sent to that env as it is, on the pipe, so the env decides.
-The rules: ``docs/migration.rst`` ("From stable-baselines3 SubprocVecEnv"). A
-batch of the space's dtype and shape, what SB3's algorithms pass, takes the rows
-with no per-env work.
-"""
+"""ActionRouter: SB3's per-env actions, through the shared rows or, as given, on the
+pipe (SB3's vec envs send env ``i`` the item ``actions[i]`` as it is; docs/migration.rst)."""
 
 from typing import Any, Dict, List, Mapping, Tuple
 
@@ -27,20 +18,14 @@ class ActionRouter:
     def __init__(self, space: spaces.Space[Any], num_envs: int) -> None:
         self.space = space
         self.num_envs = num_envs
-        # The checks of the vector env's rows (the same code), to find the
-        # envs whose actions they refuse before anything is sent.
+        # The vector env's own row checks, to find the actions they refuse.
         self._layout = action_layout(space)
         self._array = isinstance(space, ARRAY_SPACES)
         self._blank = _blank(space)
 
     def split(self, actions: Any) -> Tuple[Any, Dict[int, Any]]:
-        """``(batch, passed)``: the batch for the vector env (gymnasium's layout, a
-        blank action for each passed env) and ``{env: its action as given}``.
-
-        Raises:
-            ValueError: not one action per env (a dict, or a wrong count).
-            TypeError: ``actions`` cannot be iterated over.
-        """
+        """``(batch, passed)``: the vector env's batch (a blank action for each passed env) and
+        ``{env: its action as given}``; ``ValueError`` or ``TypeError`` if not one per env."""
         n = self.num_envs
         space = self.space
         if (self._array and type(actions) is np.ndarray and actions.dtype == space.dtype
@@ -67,8 +52,7 @@ class ActionRouter:
 
     def _carried(self, items: List[Any], batch: Any = None) -> Any:
         """``batch`` (default: ``items`` in gymnasium's layout) if the rows carry
-        these actions exactly; ``None`` if not, or if some item does not have the
-        space's structure."""
+        these actions exactly, else ``None``."""
         try:
             if batch is None:
                 batch = _batched(self.space, items)
@@ -79,12 +63,8 @@ class ActionRouter:
 
 
 def _batched(space: spaces.Space[Any], items: List[Any]) -> Any:
-    """Per-env actions in gymnasium's batched layout (a dict / tuple of batches).
-
-    Raises:
-        KeyError, IndexError, TypeError, ValueError: an item does not have the
-            structure of ``space``.
-    """
+    """Per-env actions in gymnasium's batched layout (raises if an item does not
+    have the structure of ``space``)."""
     if isinstance(space, spaces.Dict):
         for item in items:
             if not isinstance(item, Mapping) or set(item) != set(space.spaces):

@@ -1,24 +1,10 @@
-"""A stable-baselines3 ``VecEnv`` on alf_env's shared-memory workers.
+"""FastSubprocVecEnv: a stable-baselines3 ``VecEnv`` on alf_env's shared-memory workers.
 
-:class:`FastSubprocVecEnv` is a drop-in for SB3's ``SubprocVecEnv``; what it
-returns and where it differs: ``docs/training.rst`` ("stable-baselines3:
-FastSubprocVecEnv") and ``docs/migration.rst`` ("From stable-baselines3
-SubprocVecEnv"). It needs the ``sb3`` extra; ``import alf_env`` does not
-import this module.
-
-The envs run in a :class:`alf_env.vector.FastVectorEnv` in its ``SAME_STEP``
-autoreset mode, which is SB3's, with ``batch_infos=False``: each env's info
-dict comes back as the env wrote it (fixed-size values of the types learned
-through shared memory, anything else on the pipe; ``docs/contract.rst``), and
-no gymnasium batching rule touches it. Per-env requests (``get_attr``,
-``env_method``, ...) run on each env's
-:class:`~alf_env.front_ends.sb3.worker.Port` and reach only the workers of the
-envs they name (``FastVectorEnv.call_envs``). An action the shared rows cannot
-carry exactly goes to its env as given, on the pipe
-(:mod:`~alf_env.front_ends.sb3.actions`).
-"""
+On a ``FastVectorEnv`` in SB3's ``SAME_STEP`` autoreset mode, with ``batch_infos=False``
+so that no gymnasium batching rule touches an env's info dict (docs/training.rst)."""
 
 import collections
+import contextlib
 import functools
 import multiprocessing as mp
 import warnings
@@ -53,45 +39,27 @@ __all__ = ["FastSubprocVecEnv"]
 
 
 class FastSubprocVecEnv(NotCopyable, VecEnv):
-    """SB3's ``VecEnv`` API over :class:`alf_env.vector.FastVectorEnv` workers.
-
-    A drop-in for ``SubprocVecEnv(env_fns, start_method=None)``: the same
-    results as SB3's ``DummyVecEnv`` for the same seeded envs and actions.
-    The keyword arguments are ``FastVectorEnv``'s (``docs/options.rst``).
+    """SB3's ``VecEnv`` API over :class:`alf_env.vector.FastVectorEnv` workers, a drop-in for
+    ``SubprocVecEnv(env_fns, start_method=None)``; the keyword arguments are
+    ``FastVectorEnv``'s (docs/options.rst).
 
     Args:
-        env_fns: one constructor per env (called in the workers; lambdas and
-            closures work with every start method).
         start_method: ``"fork"``, ``"spawn"`` or ``"forkserver"``; ``None``:
-            ``"forkserver"`` where available, else ``"spawn"``, as ``SubprocVecEnv``
-            (both need an ``if __name__ == "__main__":`` guard in the main script).
-        num_workers: worker processes (default: as ``FastVectorEnv``).
-        envs_per_worker: or envs per worker (``1``: one process per env, as
-            ``SubprocVecEnv``).
-        spin_us: how long waiters spin before sleeping (-1 adaptive, 0 never).
-        worker_cpus: where the workers run (``"auto"``, ``None``, ``"spread"``
-            or CPU ids).
-        restart_policy: a :class:`~alf_env.control_plane.restart.RestartPolicy`:
-            a dead worker is started again and each of its envs ends its episode
-            with ``done=True``, ``info["TimeLimit.truncated"]``,
-            ``info["env_restarted"]`` and, as ``terminal_observation``, the last
-            observation this vec env returned for it (``docs/contract.rst``,
-            "Restarts"). ``None``: a death raises ``WorkerDiedError``.
+            ``"forkserver"`` where available, else ``"spawn"``, as ``SubprocVecEnv``.
+        restart_policy: restart a dead worker; each of its envs ends its episode,
+            truncated (docs/contract.rst, "Restarts").
 
     Raises:
-        ValueError: bad arguments (naming the argument).
         RuntimeError: the envs' observation or action spaces differ.
     """
 
-    def __init__(self, env_fns: Sequence[Callable[[], gym.Env]],
-                 start_method: Optional[str] = None, *, num_workers: Optional[int] = None,
-                 envs_per_worker: Optional[int] = None, spin_us: int = SPIN_ADAPTIVE,
-                 worker_cpus: WorkerCpus = AUTO,
+    def __init__(self, env_fns: Sequence[Callable[[], gym.Env]], start_method: Optional[str] = None,
+                 *, num_workers: Optional[int] = None, envs_per_worker: Optional[int] = None,
+                 spin_us: int = SPIN_ADAPTIVE, worker_cpus: WorkerCpus = AUTO,
                  restart_policy: Optional[RestartPolicy] = None) -> None:
         env_fns = list(env_fns)
         if start_method is None:
-            start_method = ("forkserver" if "forkserver" in mp.get_all_start_methods()
-                            else "spawn")
+            start_method = ("forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn")
         try:
             mp.get_context(start_method)  # SubprocVecEnv's check, and its words
         except ValueError as exc:
@@ -122,19 +90,16 @@ class FastSubprocVecEnv(NotCopyable, VecEnv):
 
     @property
     def vector_env(self) -> FastVectorEnv:
-        """The gymnasium vector env underneath (for ``worker_pids()`` and the like)."""
+        """The ``FastVectorEnv`` underneath."""
         return self._vector_env
 
     def timings(self) -> StepTimings:
-        """``FastVectorEnv.timings()`` of the vector env underneath (one lockstep
-        batch per ``step``): where the steps since the last call spent their time."""
+        """The vector env's ``timings()`` (one lockstep batch per ``step``)."""
         return self._vector_env.timings()
 
     def worker_pids(self) -> List[int]:
-        """The pids of the worker processes (for monitoring and CPU pinning)."""
+        """The pids of the worker processes."""
         return self._vector_env.worker_pids()
-
-    # -- stepping -----------------------------------------------------------------
 
     def reset(self) -> VecEnvObs:
         """Resets every env with the seeds and options set since the last reset
@@ -167,22 +132,16 @@ class FastSubprocVecEnv(NotCopyable, VecEnv):
         return obs
 
     def step_async(self, actions: np.ndarray) -> None:
-        """Sends env ``i`` its action ``actions[i]``, as given (see the module doc).
-
-        Raises:
-            ValueError: not one action per env.
-        """
+        """Sends env ``i`` its ``actions[i]``, as given (``ValueError`` if not one per env)."""
         batch, passed = self._actions.split(actions)
         if passed:  # each to its env, as it is, before the step that uses it
             self._call_ports({i: ("stage", 1, action) for i, action in passed.items()})
         try:
             self._vector_env.step_async(batch)
         except BaseException:
-            if passed:  # no step uses them
-                try:
+            if passed:  # no step uses them; the step's own error is the one to raise
+                with contextlib.suppress(Exception):
                     self._call_ports({i: ("unstage", 1) for i in passed})
-                except Exception:  # noqa: BLE001 -- the step's own error is the one to raise
-                    pass
             raise
         self.waiting = True
 
@@ -193,16 +152,13 @@ class FastSubprocVecEnv(NotCopyable, VecEnv):
         finally:
             self.waiting = False
         dones = terminated | truncated
-        # Each env's own info dict (with "TimeLimit.truncated", set by Sb3Env.step);
-        # an env that ended has {"final_obs", "final_info", RESET_INFO} (SAME_STEP
-        # autoreset), the finished step's taken before the reset.
+        # An ended env's info is {"final_obs", "final_info", RESET_INFO} (SAME_STEP autoreset).
         env_infos = cast(List[Dict[Any, Any]], infos)  # batch_infos=False: a list
         for i in np.flatnonzero(dones).tolist():
             ended = env_infos[i]
             self.reset_infos[i] = ended[RESET_INFO]
             if RESTARTED_INFO_KEY in ended:
-                # Its worker died and was restarted: no final step to report, so
-                # the episode ends truncated at the last observation returned.
+                # Its worker was restarted: it ends truncated at the last observation returned.
                 env_infos[i] = {"TimeLimit.truncated": True, RESTARTED_INFO_KEY: True,
                                 "terminal_observation": _obs_of(self._last_obs, i)}
                 continue
@@ -219,8 +175,6 @@ class FastSubprocVecEnv(NotCopyable, VecEnv):
         self._vector_env.close()
         self.waiting = False
         self.closed = True
-
-    # -- per-env requests ----------------------------------------------------------
 
     def get_attr(self, attr_name: str, indices: VecEnvIndices = None) -> List[Any]:
         """Attribute ``attr_name`` of each env (``env.get_wrapper_attr``)."""
@@ -253,8 +207,7 @@ class FastSubprocVecEnv(NotCopyable, VecEnv):
         return list(self._vector_env.render())
 
     def _request(self, op: str, indices: VecEnvIndices, *args: Any) -> List[Any]:
-        """Runs ``op`` on the envs ``indices`` (in that order, repeats included;
-        negative ones count from the end, as SB3's list indexing does)."""
+        """Runs ``op`` on the envs ``indices`` (in order, repeats and negatives as SB3's)."""
         if isinstance(indices, np.integer):
             indices = int(indices)
         n = self.num_envs
@@ -276,8 +229,7 @@ class FastSubprocVecEnv(NotCopyable, VecEnv):
 
 
 def _obs_of(obs: Any, i: int) -> Any:
-    """A copy of env ``i``'s observation in the batch ``obs`` (an array, or a
-    dict or tuple of arrays, as SB3 batches them)."""
+    """A copy of env ``i``'s observation in the batch ``obs`` (as SB3 batches them)."""
     if isinstance(obs, dict):
         return {key: _obs_of(value, i) for key, value in obs.items()}
     if isinstance(obs, tuple):

@@ -1,18 +1,12 @@
-"""The worker side of :class:`alf_env.sb3.FastSubprocVecEnv`.
-
-Each env of a worker is hosted as an :class:`Sb3Env`, with a :class:`Port` that
-runs SB3's per-env requests and holds an action passed as given (see
-:mod:`alf_env.front_ends.sb3.actions`). Kept apart from :mod:`alf_env.sb3` so
-that a worker started with spawn or forkserver imports stable-baselines3 (and
-torch) only for an env that needs SB3's patching of old ``gym`` envs.
-"""
+"""The worker side of :class:`alf_env.sb3.FastSubprocVecEnv`: Sb3Env and its Port (apart,
+so that a worker imports stable-baselines3 only for an old ``gym`` env SB3 must patch)."""
 
 import enum
 from typing import Any, Callable, Dict, List, Tuple, Type
 
 import gymnasium as gym
 
-#: Name by which the vector env's calls reach an env's :class:`Port`.
+#: The vector env's calls reach an env's :class:`Port` by this name.
 PORT_ATTR = "_alf_env_sb3_port"
 
 
@@ -71,31 +65,20 @@ class Port:
 
     def action_for(self, action: Any) -> Any:
         """The action of this step: the staged one (used up), else ``action``."""
-        if self._staged:
-            return self._staged.pop()
-        return action
+        return self._staged.pop() if self._staged else action
 
 
 class Sb3Env:
-    """What a worker hosts for each SB3 env: the env and its :class:`Port`.
-
-    It forwards everything to the env (``__getattr__``) but a step (which takes the port's staged
-    action, if any), a reset (see :meth:`reset`) and :data:`PORT_ATTR`, so the
-    env is neither wrapped nor given attributes: its ``spec`` and wrappers stay
-    as SB3's vec envs show them.
-    """
+    """What a worker hosts for each SB3 env: the env, unwrapped so that its ``spec`` and
+    wrappers stay as SB3 shows them, and its :class:`Port` (:data:`PORT_ATTR`)."""
 
     def __init__(self, env: gym.Env) -> None:
         self.env = env
         self.port = Port(env)
 
     def step(self, action: Any) -> Any:
-        """The env's step, with ``info["TimeLimit.truncated"]`` set in the env's own
-        info dict, as SB3's vec envs set it (the value's type follows the env's flags).
-
-        Raises:
-            TypeError: the env's info is not a dict (the vector env names the env).
-        """
+        """The env's step (of the port's staged action, if any), with SB3's
+        ``info["TimeLimit.truncated"]`` set in the env's own info dict (``TypeError`` if none)."""
         obs, reward, terminated, truncated, info = self.env.step(self.port.action_for(action))
         if not isinstance(info, dict):
             raise TypeError(f"step() returned an info of type {type(info).__name__}; "
@@ -104,10 +87,8 @@ class Sb3Env:
         return obs, reward, terminated, truncated, info
 
     def reset(self, **kwargs: Any) -> Any:
-        """The env's reset, its info under :data:`RESET_INFO`: the vector env's
-        ``SAME_STEP`` autoreset merges the reset info into the step's, and
-        under that key none of the env's own keys can collide with
-        ``final_obs`` or ``final_info``."""
+        """The env's reset, its info under :data:`RESET_INFO`, where the ``SAME_STEP``
+        autoreset's merge cannot collide with ``final_obs`` or ``final_info``."""
         obs, info = self.env.reset(**kwargs)
         return obs, {RESET_INFO: info}
 
@@ -121,8 +102,7 @@ class Sb3Env:
 
 
 def build_env(env_fn: Callable[[], gym.Env]) -> Sb3Env:
-    """Builds an env in its worker as SB3 does (an old ``gym`` env is patched by
-    SB3) and hosts it with its :class:`Port`."""
+    """Builds an env in its worker as SB3 does (patching an old ``gym`` env)."""
     env = env_fn()
     if not isinstance(env, gym.Env):
         from stable_baselines3.common.vec_env.patch_gym import _patch_env

@@ -1,29 +1,6 @@
-"""The benchmark's synthetic envs: gymnasium environments with fixed, cheap logic.
-
-The same env logic is run by every backend (alf_env's ALF-style envs wrap it
-with :class:`~alf_env.environments.alf_gym_wrapper.AlfGymWrapper`):
-
-- ``W1`` (:class:`TrivialEnv`): float32[4] observation, almost no work per
-  step; measures pure transport overhead.
-- ``W2`` (:class:`ImageEnv`): uint8[84, 84, 4] observation (an Atari-like
-  frame stack); measures the cost of moving bytes.
-- ``W3`` (:class:`BusyEnv`): about 1 ms of CPU per step (measured with the
-  thread's CPU clock, so a worker that is preempted does not get free steps);
-  measures how well the workers' work overlaps.
-
-- ``W4`` (:class:`UnevenEnv`): 0.2-2 ms of CPU per step, drawn at random for
-  every step; measures what the asynchronous mode gains when envs finish at
-  different times.
-- ``S10`` ... ``S1000`` (:class:`SweepEnv`): 10, 30, 100, 300 or 1000 µs of
-  CPU per step and a 4-key float info every step (like MuJoCo's
-  HalfCheetah); together they measure the whole range of step lengths.
-
-:mod:`alf_env.bench.workloads` names the benchmark's workloads: these envs
-and the real ones (MuJoCo, Atari, CartPole).
-
-Observations encode the env id and the step count (``obs[0]``/``obs[1]`` for
-W1 and W3, the first two pixels for W2), so tests can check that every row
-came from the right env at the right step.
+"""The benchmark's synthetic envs: gymnasium envs with fixed, cheap logic, run by every
+backend (docs/benchmarks.md, "Workloads"). Observations encode the env id and the step
+(``obs[0]``/``obs[1]``), so tests can check that every row came from the right env and step.
 """
 
 import functools
@@ -40,12 +17,8 @@ W3_STEP_SECONDS = 1e-3
 
 
 class TrivialEnv(gym.Env):
-    """W1: float32[4] observations, a Discrete(2) action, next to no work.
-
-    Args:
-        env_id: written into ``obs[0]``.
-        episode_length: steps before the episode is truncated.
-    """
+    """W1: float32[4] observations (``obs[0]`` the env id), a Discrete(2) action, next to no
+    work: the transport alone. Episodes are truncated after ``episode_length`` steps."""
 
     metadata = {"render_modes": ["rgb_array"]}
 
@@ -105,8 +78,7 @@ class BusyEnv(TrivialEnv):
         self.step_seconds = step_seconds
 
     def step(self, action: Any) -> Tuple[np.ndarray, float, bool, bool, Dict[str, Any]]:
-        # Busy on purpose: a CPU-bound env. The thread's CPU clock, not the wall
-        # clock, so time spent preempted does not count as work done.
+        # The thread's CPU clock: time spent preempted does not count as work done.
         end = time.thread_time() + self.step_seconds
         while time.thread_time() < end:
             pass
@@ -117,11 +89,8 @@ W4_STEP_SECONDS = (0.2e-3, 2e-3)
 
 
 class UnevenEnv(BusyEnv):
-    """W4: like W3, but each step burns a random 0.2-2 ms of CPU.
-
-    The step times come from an RNG of their own, seeded with the env id, so
-    they are the same in every backend and do not disturb the observations.
-    """
+    """W4: like W3, but each step burns a random 0.2-2 ms of CPU, from an RNG seeded with the
+    env id: the same in every backend, and the observations undisturbed."""
 
     def __init__(self, env_id: int = 0, episode_length: int = EPISODE_LENGTH,
                  step_seconds: Tuple[float, float] = W4_STEP_SECONDS) -> None:
@@ -141,13 +110,7 @@ SWEEP_INFO_KEYS = ("x_position", "x_velocity", "reward_forward", "reward_ctrl")
 
 
 class SweepEnv(BusyEnv):
-    """``S<µs>``: like W3 with another CPU cost, and a 4-key float info every step.
-
-    Args:
-        env_id: written into ``obs[0]``.
-        episode_length: steps before the episode is truncated.
-        step_seconds: CPU time burnt by every step.
-    """
+    """``S<µs>``: like W3 with another CPU cost, and a 4-key float info every step."""
 
     def reset(self, *, seed: Optional[int] = None,
               options: Optional[Dict[str, Any]] = None) -> Tuple[np.ndarray, Dict[str, Any]]:
@@ -163,33 +126,16 @@ class SweepEnv(BusyEnv):
         return dict(zip(SWEEP_INFO_KEYS, (0.1 * t, 1.0 + t, 0.5 * t, -0.01 * t)))
 
 
-def _sweep(microseconds: int) -> Callable[..., gym.Env]:
-    return functools.partial(SweepEnv, step_seconds=microseconds * 1e-6)
-
-
 #: The synthetic envs by workload name; each takes ``env_id`` as a keyword.
 SYNTHETIC_ENVS: Dict[str, Callable[..., gym.Env]] = {
-    "W1": TrivialEnv,
-    "W2": ImageEnv,
-    "W3": BusyEnv,
-    "W4": UnevenEnv,
-    **{f"S{us}": _sweep(us) for us in SWEEP_MICROSECONDS},
-}
+    "W1": TrivialEnv, "W2": ImageEnv, "W3": BusyEnv, "W4": UnevenEnv,
+    **{f"S{us}": functools.partial(SweepEnv, step_seconds=us * 1e-6)
+       for us in SWEEP_MICROSECONDS}}
 
 
 def make_synthetic_env(name: str, env_id: int = 0) -> gym.Env:
-    """Creates the synthetic env of workload ``name``.
-
-    Any workload by name, synthetic or real, is
-    :func:`alf_env.bench.workloads.make_env`.
-
-    Args:
-        name: ``"W1"`` ... ``"W4"`` or ``"S10"`` ... ``"S1000"``.
-        env_id: the env's id (written into its observations).
-
-    Raises:
-        ValueError: ``name`` is not a synthetic workload.
-    """
+    """Creates the synthetic env of workload ``name``, e.g. ``"W1"`` or ``"S10"`` (any
+    workload: ``bench.workloads.make_env``); ``ValueError`` for another name."""
     try:
         make = SYNTHETIC_ENVS[name]
     except KeyError:
