@@ -83,17 +83,20 @@ class EnvActors:
         described, self.where[j] = value
         return described
 
-    def _get_all(self, refs: List[Any], timeout: float, during: str) -> List[Any]:
+    def _get_all(self, refs: List[Any], timeout: float, during: str,
+                 actors: Optional[List[int]] = None) -> List[Any]:
+        """The values of ``refs``, the jobs of ``actors`` (default: actor ``k`` for ``refs[k]``)."""
+        actors = list(range(len(refs))) if actors is None else actors
         ready, pending = self._ray.wait(refs, num_returns=len(refs), timeout=timeout)
         if pending:
-            late = [refs.index(r) for r in pending]
+            late = [actors[refs.index(r)] for r in pending]
             raise EnvTimeoutError(
                 f"Ray actors {late} (envs {self._env_ids(late)}) did not {during} within "
                 f"{timeout:.3g} s: are there nodes with the resources of actor_options="
                 f"{[self._options[j] for j in late]}? (`ray status` shows what the "
                 f"cluster has)")
         values = []
-        for j, ref in enumerate(refs):
+        for j, ref in zip(actors, refs):
             try:
                 values.append(self._ray.get(ref))
             except self._ray.exceptions.RayError as exc:
@@ -261,7 +264,7 @@ class EnvActors:
         self._ray.kill(self.actors[j], no_restart=True)
         try:
             ref = self._create(j)
-            value = self._get_all([ref], self.budget.start_timeout, "restart")[0]
+            value = self._get_all([ref], self.budget.start_timeout, "restart", [j])[0]
             self._started(j, value)
         except BaseException as restart_error:
             self.broken = death

@@ -347,6 +347,25 @@ def test_restart_policy_recreates_the_actor_and_reports_it(ray_local):
     assert_gone(pids)
 
 
+def test_a_restart_that_cannot_be_placed_names_the_dead_actors_envs(ray_local):
+    # The recreated actor asks for more CPUs than the instance has: its start times out.
+    policy = RestartPolicy(max_restarts=1, start_timeout=2.0, actor_options={"num_cpus": 64})
+    env = make([cartpole] * 4, restart_policy=policy)
+    pids = pids_of(env)
+    try:
+        env.reset(seed=0)
+        kill_actor(ray_local, env.actor_handles()[1])
+        with pytest.raises(ActorDiedError, match=r"actor 1 .*envs \[2, 3\]") as info:
+            env.step(np.zeros(4, np.int64))
+        cause = info.value.__cause__
+        assert isinstance(cause, EnvTimeoutError), repr(cause)
+        assert "Ray actors [1] (envs [2, 3]) did not restart within 2 s" in str(cause)
+        assert "'num_cpus': 64" in str(cause)
+    finally:
+        env.close()
+    assert_gone(pids)
+
+
 def test_restart_during_a_call_reports_at_the_next_step(ray_local):
     with make([cartpole] * 4, batch_size=2,
               restart_policy=RestartPolicy(max_restarts=2)) as env:
