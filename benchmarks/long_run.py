@@ -23,8 +23,8 @@ from typing import Any, Callable, List, NamedTuple, Optional
 import numpy as np
 import psutil
 
-from alf_env.environments.alf_gym_wrapper import AlfGymWrapper
 from alf_env.bench.synthetic_envs import TrivialEnv
+from alf_env.environments.alf_gym_wrapper import AlfGymWrapper
 
 BACKENDS = ("fast", "parallel", "vector", "vector_pipe", "process")
 

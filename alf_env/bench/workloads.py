@@ -24,8 +24,8 @@ from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import gymnasium as gym
 
-from alf_env.lazy_import import import_from
 from alf_env.bench.synthetic_envs import SWEEP_MICROSECONDS, SYNTHETIC_ENVS, make_synthetic_env
+from alf_env.lazy_import import import_from
 
 #: The name ``--workload`` expands to every sweep workload.
 SWEEP = "sweep"

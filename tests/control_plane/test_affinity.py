@@ -6,12 +6,12 @@ import os
 import psutil
 import pytest
 
+from alf_env.bench.synthetic_envs import make_synthetic_env
 from alf_env.control_plane import affinity
 from alf_env.control_plane.affinity import pin_workers, pinned_cpus, plan_worker_cpus, usable_cpus
 from alf_env.environments.alf_gym_wrapper import AlfGymWrapper
 from alf_env.environments.fast_parallel_environment import FastParallelEnvironment
 from alf_env.environments.parallel_environment import ParallelAlfEnvironment
-from alf_env.bench.synthetic_envs import make_synthetic_env
 from alf_env.vector import FastVectorEnv
 
 CPUS = usable_cpus()

@@ -11,11 +11,11 @@ import numpy as np
 import torch
 
 from alf_env import nest
+from alf_env.bench.synthetic_envs import ImageEnv, TrivialEnv
 from alf_env.data_structures import StepType
 from alf_env.environments import suite_gym
 from alf_env.environments.alf_gym_wrapper import AlfGymWrapper
 from alf_env.environments.random_alf_environment import RandomAlfEnvironment
-from alf_env.bench.synthetic_envs import ImageEnv, TrivialEnv
 from alf_env.tensor_specs import BoundedTensorSpec
 from tests.support.alf_envs import NUM_ACTIONS
 

@@ -1,38 +1,14 @@
 """The caller's actions through shared memory, each env receiving exactly its item.
 
-gymnasium's ``AsyncVectorEnv`` splits a batch of actions with
-``gymnasium.vector.utils.iterate`` and pickles each env its item, so an env
-receives what the caller put in the batch: a float64 array for a float32
-``Box`` when the policy made float64, ``np.float64`` scalars for a ``(n,)``
-batch of a ``(1,)`` space, Python lists and floats from a list of lists.
-:func:`action_layout` gives a :class:`~alf_env.front_ends.gym.space_layout.SpaceLayout`
-whose array leaves (Box, Discrete, MultiDiscrete, MultiBinary) are
-:class:`ItemNode`: each env's row holds the **bytes** of its item (up to 8 bytes
-per element of the space) and the item's *kind* (container, dtype, shape), so the
-worker rebuilds the very item, of the same type, dtype, shape and value:
-
-==============================  ==========================================
-the batch (or a list item)      what each env receives
-==============================  ==========================================
-ndarray ``(n, *s)``             ndarray of shape ``s``, the batch's dtype
-ndarray ``(n,)``                numpy scalar of the batch's dtype
-numpy scalar in a list          the same numpy scalar
-Python bool / int / float       the same Python number
-list / tuple (of numbers)       a list / tuple (of Python numbers)
-==============================  ==========================================
-
-The common case (an array of the space's dtype and shape) is written and read
-straight through a typed view of the rows, with no kind to rebuild.
-
-What is refused (``ValueError`` naming the path, and the env where one env is
-at fault; nothing is sent): a dtype that does not cast to the space's under
-numpy's ``"same_kind"`` rule (e.g. floats for a Discrete, so NaN never
-reaches an integer space; any integer dtype may serve an integer space), an
-integer out of the range of an integer space's dtype, an item whose shape
-does not broadcast to the space's shape, a wrong number of items, and dtypes
-wider than 8 bytes. A batch that cannot be iterated at all (``step(0)``)
-raises ``TypeError``, as ``iterate`` does. Objects with ``__array__`` other
-than lists and arrays (torch tensors) are taken as numpy arrays.
+gymnasium's ``AsyncVectorEnv`` pickles each env its item of the batch, so an env
+receives what the caller put there (a float64 array for a float32 ``Box``, a numpy
+scalar from a ``(n,)`` batch, Python lists from a list of lists). To keep that,
+:func:`action_layout`'s array leaves are :class:`ItemNode`: each env's row holds the
+**bytes** of its item (up to ``ITEM_BYTES`` per element) and its *kind*
+(container, dtype, shape), from which the worker rebuilds the very item. An array
+of the space's own dtype and shape (the common case) needs no kind. What is
+refused, and how it differs from ``AsyncVectorEnv``: ``docs/migration.rst``
+("From gymnasium AsyncVectorEnv").
 """
 
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
@@ -67,12 +43,7 @@ def _not_iterable(values: Any, n: int) -> TypeError:
 
 
 class ItemRows:
-    """One action leaf's rows: the items' bytes, their kinds and typed views of them.
-
-    Takes the place of the leaf's byte field in a layout's ``views`` list (see
-    :meth:`ItemNode.bind`). ``rows[r] = batch`` writes items of the space's own
-    dtype and shape (the fast path).
-    """
+    """One action leaf's rows: the items' bytes, their kinds and typed views of them."""
 
     def __init__(self, data: np.ndarray, kinds: np.ndarray, shape: Tuple[int, ...],
                  dtype: np.dtype) -> None:
@@ -103,8 +74,7 @@ class ItemRows:
             self._marked[rows] = False
             self._any_marked = bool(self._marked.any())
 
-    def write_items(self, rows: Rows, dtype: np.dtype, flat: np.ndarray,
-                    kind: np.ndarray) -> None:
+    def write_items(self, rows: Rows, dtype: np.dtype, flat: np.ndarray, kind: np.ndarray) -> None:
         """Writes items of one kind: ``flat`` is ``(len(rows), elements)`` of ``dtype``."""
         self.typed(dtype)[rows, :flat.shape[1]] = flat
         if kind is self._all_kind:
@@ -142,8 +112,7 @@ class ItemRows:
 
 
 class _ItemBatch:
-    """A checked batch of items that are not all of the space's kind: what
-    :meth:`ItemNode.encode_batch` hands to ``SpaceLayout.write_rows``."""
+    """A checked batch of items not all of the space's kind, for ``SpaceLayout.write_rows``."""
 
     def __init__(self, groups: List[Tuple[Optional[List[int]], np.dtype, np.ndarray,
                                           np.ndarray]]) -> None:
@@ -162,11 +131,8 @@ class _ItemBatch:
 
 
 class ItemNode(Node):
-    """An array leaf of an action space whose rows carry the caller's items.
-
-    Fields: the item's bytes (``ITEM_BYTES`` per element of the space) and its
-    kind (``code, ndim, *dims``).
-    """
+    """An array leaf of an action space whose rows carry the caller's items: their
+    bytes (``ITEM_BYTES`` per element) and kinds (``code, ndim, *dims``)."""
 
     is_leaf = True
 
@@ -186,13 +152,9 @@ class ItemNode(Node):
         views[self.first] = ItemRows(views[self.first], views[self.first + 1], self.shape,
                                      self.dtype)
 
-    # -- the parent: checking and writing a batch ------------------------------
-
     def exact_batch_writer(self, views: Sequence[Any], rows: slice,
                            n: int) -> Optional[Callable[[Any], bool]]:
-        """Writes a batch array of exactly the space's dtype and ``(n, *shape)``
-        into ``rows`` (what :meth:`encode_batch` then ``ItemRows.__setitem__``
-        do for it, without the layout's walk); ``False`` for anything else."""
+        """See ``SpaceLayout.exact_batch_writer``: ``ItemRows.__setitem__``, with no walk."""
         item_rows: ItemRows = views[self.first]
         dtype, shape = self.dtype, (n,) + self.shape
 
@@ -244,8 +206,7 @@ class ItemNode(Node):
     def _item_batch(self, values: Sequence[Any], n: int) -> _ItemBatch:
         """A list or tuple of items: checked one by one, grouped by kind."""
         if len(values) != n:
-            raise ValueError(f"{self.path}: expected {n} actions (one per env), got "
-                             f"{len(values)}")
+            raise ValueError(f"{self.path}: expected {n} actions (one per env), got {len(values)}")
         items = [self._item(value, env) for env, value in enumerate(values)]
         first = items[0]
         if all((c, d, a.shape) == (first[0], first[1], first[2].shape) for c, d, a in items):
@@ -279,7 +240,6 @@ class ItemNode(Node):
         return container, array.dtype, array
 
     def _fits(self, shape: Tuple[int, ...]) -> bool:
-        """Whether an item of ``shape`` broadcasts to the space's shape."""
         if len(shape) > len(self.shape):
             return False
         tail = self.shape[len(self.shape) - len(shape):]
@@ -290,8 +250,7 @@ class ItemNode(Node):
         dtype = array.dtype
         who = f"env {env}'s action" if env is not None else "the actions"
         integers = self.dtype.kind in "iu" and dtype.kind in "biu"  # range-checked below
-        if dtype != self.dtype and not integers and not can_cast(dtype, self.dtype,
-                                                                 "same_kind"):
+        if dtype != self.dtype and not integers and not can_cast(dtype, self.dtype, "same_kind"):
             bad = "" if env is not None else self._first_bad_env(array)
             raise ValueError(
                 f"{self.path}: expected dtype {self.dtype} (or one that casts to it "
@@ -304,8 +263,7 @@ class ItemNode(Node):
                                  f"{ITEM_BYTES} bytes per element; convert them, e.g. "
                                  f".astype({self.dtype.name!r})")
             array = array.astype(native)
-        if self.dtype.kind in "iu" and array.size and not can_cast(array.dtype, self.dtype,
-                                                                  "safe"):
+        if self.dtype.kind in "iu" and array.size and not can_cast(array.dtype, self.dtype, "safe"):
             info = np.iinfo(self.dtype)
             flat = array.reshape(len(array) if env is None else 1, -1)
             out = (flat < info.min) | (flat > info.max)
@@ -329,7 +287,6 @@ class ItemNode(Node):
         return f" (env {env}'s action holds {flat[env][bad[env]][0]}, which is no integer)"
 
     def _kind(self, container: int, dtype: np.dtype, shape: Tuple[int, ...]) -> np.ndarray:
-        """The kind row of items of ``container``, ``dtype`` and ``shape`` (cached)."""
         key = (container, dtype.str, tuple(shape))
         kind = self._kinds.get(key)
         if kind is None:
@@ -342,8 +299,6 @@ class ItemNode(Node):
                 kind[2:2 + len(shape)] = shape
         return kind
 
-    # -- the worker: rebuilding an env's item ------------------------------------
-
     def decode(self, views: Sequence[Any], row: int, pipe: Any) -> Any:
         rows: ItemRows = views[self.first]
         if rows.codes[row]:
@@ -354,9 +309,6 @@ class ItemNode(Node):
 
 def action_layout(space: spaces.Space[Any], prefix: str = "act",
                   path: str = "action") -> SpaceLayout:
-    """The layout of an action space whose envs receive exactly the caller's items.
-
-    Array leaves under a ``OneOf`` are cast into the space's dtypes (numpy's
-    ``"same_kind"`` rule) instead.
-    """
+    """The layout of an action space whose envs receive exactly the caller's items
+    (under a ``OneOf``: cast to the space's dtypes, numpy's ``"same_kind"`` rule)."""
     return SpaceLayout(space, prefix, path, leaf=ItemNode)

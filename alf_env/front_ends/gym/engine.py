@@ -1,10 +1,8 @@
 """The job engine of ``FastVectorEnv``: posting STEP and RESET jobs and collecting them.
 
 Jobs go to whole workers, so the unit of asynchrony is a worker: ``send`` takes
-all the envs of each (:meth:`JobEngine.check_ids`). A dead worker breaks the env;
-any other error but a timeout ends the pending call (:meth:`CallState.guard
-<alf_env.front_ends.gym.state.CallState.guard>`). Both modes, call by call:
-``docs/architecture.rst`` ("One step of FastVectorEnv").
+all the envs of each. Both modes, call by call: ``docs/architecture.rst`` ("One
+step of FastVectorEnv").
 """
 
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
@@ -18,60 +16,46 @@ from alf_env.control_plane.process_environment import ProcessEnvironment
 from alf_env.data_plane.job_board import Board
 from alf_env.data_plane.shared_block import JobType
 from alf_env.errors import EnvTimeoutError, WorkerDiedError
-from alf_env.front_ends.gym.gym_rows import EnvCall, StagedReset
-from alf_env.front_ends.gym.results import ResultAssembler, worker_of_rows
-from alf_env.front_ends.gym.space_layout import RowLayout, Rows
+from alf_env.front_ends.gym.gym_rows import RESET_DEFAULT, RESET_STAGED, EnvCall, StagedReset
+from alf_env.front_ends.gym.results import worker_of_rows
+from alf_env.front_ends.gym.space_layout import Rows
+from alf_env.front_ends.gym.startup import Transport
 from alf_env.front_ends.gym.state import AsyncState, CallState, Step
 
 __all__ = ["JobEngine"]
 
 
 class JobEngine:
-    """Posts jobs to the workers, tracks those in flight and waits for them.
+    """Posts jobs to the workers, tracks those in flight and waits for them; ``calls``'
+    pending call ends, or the env breaks, as the jobs say (``CallState.guard``)."""
 
-    ``calls`` is the env's :class:`~alf_env.front_ends.gym.state.CallState`: its
-    pending call ends, or the env breaks, as the jobs say. ``board`` is a
-    ``JobBoard``, or a ``PipeBoard`` on the pipe path. ``action`` checks and
-    encodes a batch of actions, which it writes into its rows ``action_views``
-    (a ``SpaceLayout`` and the block's action fields, or on the pipe path
-    possibly a ``PipeLayout`` and the rows the ``PipeBoard`` sends from).
-    """
-
-    def __init__(self, calls: CallState, board: Board, workers: Sequence[ProcessEnvironment],
-                 bounds: Sequence[Tuple[int, int]], batch_size: int, action: RowLayout,
-                 action_views: Sequence[np.ndarray], results: ResultAssembler) -> None:
+    def __init__(self, calls: CallState, transport: Transport,
+                 workers: Sequence[ProcessEnvironment], bounds: Sequence[Tuple[int, int]],
+                 batch_size: int, envs_per_worker: Optional[int]) -> None:
         self._calls = calls
-        self._board: Optional[Board] = board  # None once closed
+        self._board: Optional[Board] = transport.board  # None once closed
         self._workers = workers
         self._bounds = bounds
         self._batch_size = batch_size
-        self._act, self._act_views = action, action_views
-        self._results = results
+        self._envs_per_worker = envs_per_worker  # None: workers of different sizes
+        self._act, self._act_views = transport.action, transport.action_views
+        self._results = transport.results
         self._num_envs = bounds[-1][1]
-        sizes = {end - begin for begin, end in bounds}
-        self._envs_per_worker: Optional[int] = sizes.pop() if len(sizes) == 1 else None
         self._row_worker = worker_of_rows(bounds)
         self._all_ids = np.arange(self._num_envs)
         self._all_rows = slice(0, self._num_envs)
         self._all_workers = list(range(len(bounds)))
         # step_all's shortcut for a batch of exactly the action space's dtype and
         # shape (not under DISABLED autoreset, whose ended envs refuse a step).
-        self._write_exact = None if results.refuses_ended else action.exact_batch_writer(
-            action_views, self._all_rows, self._num_envs)
+        self._write_exact = None if self._results.refuses_ended else self._act.exact_batch_writer(
+            self._act_views, self._all_rows, self._num_envs)
         #: The workers with an unreceived STEP/RESET.
         self.in_flight: Set[int] = set()
         #: The env ids, rows and workers of the last ``recv()`` (None before the first).
         self.last_received: Optional[Tuple[np.ndarray, Rows, List[int]]] = None
 
-    def workers_of(self, mask: Optional[np.ndarray]) -> List[int]:
-        """The workers hosting an env of ``mask`` (``None``: every worker)."""
-        if mask is None:
-            return self._all_workers
-        return [w for w in self._all_workers if mask[slice(*self._bounds[w])].any()]
-
     @property
     def board(self) -> Board:
-        """The board the jobs go through (until :meth:`close`)."""
         assert self._board is not None, "the engine was closed"
         return self._board
 
@@ -89,13 +73,10 @@ class JobEngine:
             self._calls.guard(lambda: self.board.wait_for(
                 workers, "finishing jobs in flight", raise_errors=False))
 
-    # -- stepping ---------------------------------------------------------------------
-
     def send(self, actions: Any, env_ids: Optional[npt.ArrayLike],
              received: Optional[Tuple[np.ndarray, Rows, List[int]]] = None) -> None:
         """Checks ids and actions, writes the actions, posts STEP to their workers
-        (``env_ids=None``: every env, or ``received``: :attr:`last_received`,
-        checked then, so only their idleness is checked)."""
+        (``env_ids=None``: every env, or those of ``received``, :attr:`last_received`)."""
         rows: Rows
         if received is not None:
             ids, rows, workers = received
@@ -103,8 +84,8 @@ class JobEngine:
         elif env_ids is None:
             ids, rows, workers = self._all_ids, self._all_rows, self._all_workers
         else:
-            ids = rows = self.check_ids(env_ids)
-            workers = sorted(set(self._row_worker[ids].tolist()))
+            ids, workers = self.check_ids(env_ids)
+            rows = ids
         self._write_actions(actions, ids, rows)
         self.post(workers, JobType.STEP, 0)
 
@@ -116,12 +97,10 @@ class JobEngine:
         self._calls.guard(lambda: self.board.run(self._all_workers, JobType.STEP, 0, "step"))
 
     def returned(self) -> None:
-        """Notes that :meth:`step_all`'s results went to the trainer's code (the
-        board parks torch's threads for the next step only after a torch op)."""
+        """Notes that :meth:`step_all`'s results went to the trainer's code."""
         self.board.returned()
 
     def _write_actions(self, actions: Any, ids: np.ndarray, rows: Rows) -> None:
-        """Checks ``actions`` (one per env of ``ids``) and writes them to ``rows``."""
         write_exact = self._write_exact
         if write_exact is not None and rows is self._all_rows and write_exact(actions):
             return
@@ -129,19 +108,18 @@ class JobEngine:
         self._results.check_not_ended(ids)
         self._act.write_rows(self._act_views, rows, arrays)
 
-    def check_ids(self, env_ids: npt.ArrayLike) -> np.ndarray:
-        """The ids of ``send(actions, env_ids)``, checked: whole, idle workers."""
+    def check_ids(self, env_ids: npt.ArrayLike) -> Tuple[np.ndarray, List[int]]:
+        """The ids of ``send(actions, env_ids)``, checked (whole, idle workers); their workers."""
         ids = np.asarray(env_ids)
         if ids.ndim != 1 or (ids.size and not np.issubdtype(ids.dtype, np.integer)):
             raise ValueError(f"env_ids: expected a 1-d sequence of ints, got "
-                             f"{np.asarray(env_ids).dtype} of shape {ids.shape}")
+                             f"{ids.dtype} of shape {ids.shape}")
         ids = ids.astype(np.int64)
         if ids.size == 0:
             raise ValueError("env_ids: expected at least one env id")
         bad = ids[(ids < 0) | (ids >= self._num_envs)]
         if bad.size:
-            raise ValueError(f"env_ids: expected ids in [0, {self._num_envs}), got "
-                             f"{bad.tolist()}")
+            raise ValueError(f"env_ids: expected ids in [0, {self._num_envs}), got {bad.tolist()}")
         if np.unique(ids).size != ids.size:
             raise ValueError(f"env_ids: each env may be listed once, got {ids.tolist()}")
         e = self._envs_per_worker
@@ -151,12 +129,12 @@ class JobEngine:
                              f"size; these {self._num_envs} envs are spread {sizes} over "
                              f"{len(self._bounds)} workers (pass envs_per_worker, or a "
                              f"num_workers that divides the number of envs)")
-        workers = set(self._row_worker[ids].tolist())
+        workers = sorted(set(self._row_worker[ids].tolist()))
         if len(workers) * e != ids.size:
             raise ValueError(f"env_ids: with envs_per_worker={e} a worker is stepped "
                              f"whole; list all envs of each worker, got {ids.tolist()}")
         self._check_idle(workers)
-        return ids
+        return ids, workers
 
     def _check_idle(self, workers: Iterable[int]) -> None:
         busy = sorted(self._bounds[w][0] for w in workers if w in self.in_flight)
@@ -164,17 +142,14 @@ class JobEngine:
             raise ValueError(f"env_ids: envs {busy} are still in flight (sent, not yet "
                              f"received); recv() them first")
 
-    # -- waiting ----------------------------------------------------------------------
-
     def wait_all(self, during: str, timeout: Optional[float]) -> None:
         """Waits for every in-flight worker (synchronous mode); the call ends."""
         workers = sorted(self.in_flight)
         try:
             self._calls.guard(lambda: self.board.wait_for(workers, during, timeout))
-        except EnvTimeoutError:
-            raise
-        except BaseException:
-            self.in_flight.clear()  # every job finished (or the env is broken)
+        except BaseException as exc:
+            if not isinstance(exc, EnvTimeoutError):  # a timeout: still in flight
+                self.in_flight.clear()  # every job finished (or the env is broken)
             raise
         self.in_flight.clear()
         self._calls.pending = AsyncState.DEFAULT
@@ -200,10 +175,9 @@ class JobEngine:
         k = self._batch_size // e
         if len(self.in_flight) < k:
             self._calls.pending = AsyncState.DEFAULT
-            raise NoAsyncCallError(
-                f"recv() returns {self._batch_size} envs, but only "
-                f"{len(self.in_flight) * e} are in flight; send() or async_reset() first",
-                "recv")
+            raise NoAsyncCallError(f"recv() returns {self._batch_size} envs, but only "
+                                   f"{len(self.in_flight) * e} are in flight; send() or "
+                                   "async_reset() first", "recv")
         workers = self._calls.guard(lambda: self.board.wait_first(self.in_flight, k, "recv",
                                                                   timeout))
         self._calls.pending = AsyncState.DEFAULT
@@ -224,8 +198,6 @@ class JobEngine:
         self._board = None
         self.in_flight.clear()
 
-    # -- pipe requests ------------------------------------------------------------------
-
     def call_some(self, name: str, calls: Mapping[int, EnvCall]) -> Dict[int, Any]:
         """Calls ``name`` of the envs of ``calls`` (checked ids); only their workers are asked."""
         self.settle()
@@ -239,6 +211,19 @@ class JobEngine:
         return {self._bounds[w][0] + k: value
                 for w, answer in zip(workers, answers) for k, value in answer.items()}
 
-    def stage_reset(self, worker: int, staged: StagedReset) -> None:
-        """Sends ``worker`` the arguments of its next RESET job."""
-        self._calls.resolve([self._workers[worker].call("stage_reset", staged)], None)
+    def reset(self, mask: Optional[np.ndarray],
+              staged: Optional[Tuple[List[Optional[int]], Optional[Dict[str, Any]]]]) -> None:
+        """Posts RESET to the workers of ``mask`` (``None``: every worker), after the jobs in
+        flight; ``staged``: the envs' seeds and the options, sent first (else the default)."""
+        self.drain_in_flight()
+        workers = (self._all_workers if mask is None else
+                   [w for w in self._all_workers if mask[slice(*self._bounds[w])].any()])
+        self._results.forget_ended(mask)
+        if staged is not None:
+            seeds, options = staged
+            for w in workers:
+                rows = slice(*self._bounds[w])
+                local_mask = [True] * (rows.stop - rows.start) if mask is None else mask[rows]
+                self._calls.resolve([self._workers[w].call(
+                    "stage_reset", StagedReset(seeds[rows], options, local_mask))], None)
+        self.post(workers, JobType.RESET, RESET_DEFAULT if staged is None else RESET_STAGED)

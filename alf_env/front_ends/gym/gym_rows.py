@@ -1,31 +1,12 @@
 """The worker side of :class:`alf_env.vector.FastVectorEnv`.
 
-A worker process hosts a :class:`GymEnvBatch` (its gymnasium envs) and, once
-in the job loop, a :class:`GymRowsHandler` (a
-:class:`~alf_env.data_plane.handlers.JobHandler`) that runs STEP and RESET jobs:
-
-* it reads each env's action from the shared action rows, steps the env,
-  auto-resets it as the autoreset mode says (exactly like ``SyncVectorEnv``),
-  and writes observation, reward, terminated and truncated into the env's rows;
-* the fixed-size part of each env's info dict goes into the env's info area
-  (:class:`~alf_env.front_ends.gym.info_codec.InfoEncoder`), the id of its
-  layout into the env's ``info_layout`` row;
-* whatever has no fixed size (info values that do not fit a layout, the
-  observation leaves of spaces such as Graph and Sequence) and the signatures
-  of layouts learned during the job go into one *report* per job
-  (:data:`Report`, with the new layouts) sent on the pipe as an unsolicited
-  ``RESULT``; the env's ``report`` flag row says it has an entry. A job whose
-  envs return empty infos, or infos of layouts already learned with no pipe
-  values, sends nothing on the pipe.
-
-Reports up to ``INLINE_REPORT_BYTES`` are sent before the job is reported
-finished. A larger one could fill the pipe's buffer while the parent still
-waits for the job, so a sender thread sends it and the job finishes at once;
-the parent reads the report right after it sees the job finish, before it
-sends this worker anything else, so pipe order is kept. Reset arguments that
-are not the default reach the worker on the pipe first
-(``GymEnvBatch.stage_reset``), and the RESET job's argument says to use them
-(``RESET_STAGED``).
+A worker hosts a :class:`GymEnvBatch` (its envs) and, in the job loop, a
+:class:`GymRowsHandler` that steps them and writes their rows; what has no fixed size
+goes home as one *report* per job: ``docs/architecture.rst`` ("One step of
+FastVectorEnv", steps 9 to 13). A report larger than ``INLINE_REPORT_BYTES`` could fill
+the pipe while the parent still waits for the job, so a thread sends it and the job
+finishes at once; the parent reads it before it sends this worker anything else, so the
+pipe stays in order.
 """
 
 import copy
@@ -51,8 +32,7 @@ from alf_env.front_ends.gym.space_layout import SpaceLayout
 RESET_DEFAULT = 0   # every env, no seed, no options
 RESET_STAGED = 1    # use what GymEnvBatch.stage_reset() stored
 
-# Larger reports are sent by a thread (see the module docstring). Well below
-# the smallest socket buffer Linux gives a multiprocessing pipe.
+# Well below the smallest socket buffer Linux gives a multiprocessing pipe.
 INLINE_REPORT_BYTES = 32 * 1024
 
 #: A job's report, by local env: its info payload and its observation's pipe leaves
@@ -90,16 +70,9 @@ def block_fields(observation: SpaceLayout, action: SpaceLayout,
 
 
 class EnvRows:
-    """The views of a FastVectorEnv block, the same in the parent and the workers.
+    """The views of a FastVectorEnv block, the same in the parent and the workers."""
 
-    Attributes:
-        obs, act: the observation and action field views (layout order).
-        reward, terminated, truncated, report, info_layout: ``(num_envs,)`` views.
-        info: the ``(num_envs, info_bytes)`` info area, or ``None``.
-    """
-
-    def __init__(self, block: SharedBlock, observation: SpaceLayout,
-                 action: SpaceLayout) -> None:
+    def __init__(self, block: SharedBlock, observation: SpaceLayout, action: SpaceLayout) -> None:
         views = block.views
         self.obs = observation.views(views)
         self.act = action.views(views)
@@ -109,28 +82,16 @@ class EnvRows:
 
 
 class StagedReset(NamedTuple):
-    """What the next ``RESET_STAGED`` job does, per local env."""
-    #: A seed (or ``None``) per local env.
+    """What the next ``RESET_STAGED`` job does: per local env a seed and whether to
+    reset it, and the options of every reset."""
     seeds: Sequence[Optional[int]]
-    #: The options passed to every reset env's ``reset``.
     options: Optional[Dict[str, Any]]
-    #: Which local envs to reset.
     mask: Union[Sequence[bool], np.ndarray]
 
 
 class GymEnvBatch:
-    """The object a worker serves: its envs, and the pipe-side operations on them.
-
-    Which path serves the envs is known only once their spaces are
-    (``describe``): the shared-memory path runs a :class:`GymRowsHandler` on
-    these envs, the pipe path (:mod:`~alf_env.front_ends.gym.pipe_path`) calls
-    :meth:`step` and :meth:`reset` over the pipe.
-
-    Args:
-        env_fns: constructors of this worker's envs.
-        env_id: index of the first env (given by ``ProcessEnvironment``).
-        autoreset_mode: a ``gymnasium.vector.AutoresetMode`` (the pipe path's).
-    """
+    """The object a worker serves: its envs and the pipe-side operations on them, for
+    either path (which one is known only once their spaces are)."""
 
     def __init__(self, env_fns: Sequence[Callable[[], gym.Env]], env_id: Optional[int] = None,
                  autoreset_mode: gym.vector.AutoresetMode = gym.vector.AutoresetMode.NEXT_STEP
@@ -146,8 +107,7 @@ class GymEnvBatch:
             self.close()
             raise
         self.staged: Optional[StagedReset] = None
-        #: Each env's step times (the worker answers ``timings()`` from it;
-        #: control_plane/step_timings.py), kept by whichever path steps the envs.
+        # Each env's step times (for ``timings()``), kept by whichever path steps them.
         self.step_clock = StepClock(len(self.envs))
         self.autoreset = Autoreset(autoreset_mode, len(self.envs))
         self._observation: Optional[SpaceLayout] = None
@@ -166,10 +126,8 @@ class GymEnvBatch:
         """``env.name(*args, **kwargs)`` (or the attribute) for each env, like gymnasium."""
         return [self._call(k, name, args, kwargs) for k in range(len(self.envs))]
 
-    def call_some(self, name: str,
-                  calls: Dict[int, EnvCall]) -> Dict[int, Any]:
-        """``name`` of local env ``k`` with its own ``(args, kwargs)``, for each ``k`` of
-        ``calls``."""
+    def call_some(self, name: str, calls: Dict[int, EnvCall]) -> Dict[int, Any]:
+        """``name`` of each local env of ``calls``, with its own ``(args, kwargs)``."""
         return {k: self._call(k, name, args, kwargs) for k, (args, kwargs) in calls.items()}
 
     def _call(self, k: int, name: str, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Any:
@@ -183,7 +141,6 @@ class GymEnvBatch:
             raise
 
     def set_each(self, name: str, values: Sequence[Any]) -> None:
-        """Sets attribute ``name`` of env ``k`` to ``values[k]``."""
         for k, (env, value) in enumerate(zip(self.envs, values)):
             try:
                 env.set_wrapper_attr(name, value)
@@ -192,20 +149,17 @@ class GymEnvBatch:
                 raise
 
     def stage_reset(self, staged: StagedReset) -> None:
-        """Stores the arguments of the next ``RESET_STAGED`` job."""
         self.staged = staged
 
     def check_observations(self, layout: SpaceLayout) -> None:
-        """From now on (the pipe path), checks each observation against ``layout``
-        (shape and dtype, as the shared-memory path writes them), so that one
-        that does not fit is refused here, naming its env, as there."""
+        """From now on (the pipe path), refuses an observation that ``layout`` refuses,
+        naming its env, as the shared-memory path does."""
         self._observation = layout
         self._scratch = layout.views({name: np.zeros((1, *shape), dtype)
                                       for name, shape, dtype in layout.fields})
 
     def step(self, actions: Sequence[Any]) -> List[EnvResult]:
-        """The pipe path's STEP: steps env ``k`` with ``actions[k]`` under the
-        autoreset rule; their results."""
+        """The pipe path's STEP: each env ``k`` steps with ``actions[k]``; their results."""
         results = []
         now, record = self.step_clock.now, self.step_clock.record
         for k, (env, action) in enumerate(zip(self.envs, actions)):
@@ -222,15 +176,10 @@ class GymEnvBatch:
                                   self.first_env + k)
         return results
 
-    def reset(self, arg: int, autoreset: Optional["Autoreset"] = None
-              ) -> List[Optional[EnvResult]]:
-        """Runs a RESET job with argument ``arg``: the staged reset (``RESET_STAGED``,
-        used up), else every env with no seed and no options. Per env, its
-        result, or ``None`` for an env that ``reset_mask`` left alone.
-
-        Args:
-            autoreset: the rule whose state the resets clear (default: the pipe path's).
-        """
+    def reset(self, arg: int, autoreset: Optional["Autoreset"] = None) -> List[Optional[EnvResult]]:
+        """Runs a RESET job: the staged reset (``RESET_STAGED``, used up), else every env
+        with no seed and no options. Per env, its result (``None``: left alone).
+        ``autoreset``: the rule whose state the resets clear (default: the pipe path's)."""
         autoreset = autoreset or self.autoreset
         n = len(self.envs)
         staged = StagedReset([None] * n, None, [True] * n)
@@ -268,17 +217,9 @@ def check_observation(layout: SpaceLayout, views: Sequence[np.ndarray], row: int
 
 
 class Autoreset:
-    """gymnasium's autoreset rule (``SyncVectorEnv``'s) for the envs of one worker.
-
-    Shared by :class:`GymRowsHandler` (shared memory) and the pipe path of
-    ``FastVectorEnv``, so that both step and reset an env exactly alike.
-
-    Attributes:
-        step: ``step(k, env, action) -> (obs, reward, terminated, truncated,
-            info)``: steps local env ``k`` under the mode's rule.
-        needs_reset: per local env, whether it ended (NEXT_STEP resets it at
-            its next step).
-    """
+    """gymnasium's autoreset rule (``SyncVectorEnv``'s) for the envs of one worker, shared
+    by both paths so that they step and reset an env alike. ``step(k, env, action)``
+    steps local env ``k`` under the mode's rule."""
 
     def __init__(self, mode: gym.vector.AutoresetMode, num_envs: int) -> None:
         self.needs_reset = [False] * num_envs
@@ -288,7 +229,6 @@ class Autoreset:
 
     def reset(self, k: int, env: gym.Env, seed: Optional[int],
               options: Optional[Dict[str, Any]]) -> Tuple[Any, Dict[str, Any]]:
-        """Resets local env ``k``: ``(obs, info)``."""
         obs, info = env.reset(seed=seed, options=options)
         self.needs_reset[k] = False
         return obs, info
@@ -309,10 +249,9 @@ class Autoreset:
             # its observation array) and clear or overwrite it in reset(), and
             # SyncVectorEnv batches the finished step's values before it resets.
             final_obs, final_info = copy.deepcopy(obs), copy.deepcopy(info)
-            reset_obs, reset_info = env.reset()
+            obs, reset_info = env.reset()
             # The order in which SyncVectorEnv adds them to the batched info.
             info = {"final_obs": final_obs, "final_info": final_info, **reset_info}
-            obs = reset_obs
         return obs, reward, terminated, truncated, info
 
     def _step_disabled(self, k: int, env: gym.Env, action: Any) -> Tuple[Any, ...]:
@@ -321,23 +260,11 @@ class Autoreset:
 
 
 class GymRowsHandler:
-    """The job handler (and its factory) of FastVectorEnv's workers.
+    """The :class:`~alf_env.data_plane.handlers.HandlerFactory` (in the parent) and, bound,
+    :class:`~alf_env.data_plane.handlers.JobHandler` (in the worker) of FastVectorEnv's
+    workers. ``rows``: ``(begin, end)``, the env rows it owns."""
 
-    Implements :class:`~alf_env.data_plane.handlers.HandlerFactory` (in the
-    parent) and :class:`~alf_env.data_plane.handlers.JobHandler` (bound, in
-    the worker).
-
-    Args:
-        rows: ``(begin, end)``: the env rows this worker owns.
-        observation: layout of the observation space (field prefix ``obs``).
-        action: layout of the action space (field prefix ``act``).
-        autoreset_mode: a ``gymnasium.vector.AutoresetMode``.
-        info_bytes: size of each env's info area (0: infos on the pipe).
-        declared_infos: signatures of declared infos (layouts known upfront).
-    """
-
-    #: Once a step is reported: count its envs' step times (the autoreset is
-    #: part of the step). Set when bound.
+    # Once a step is reported: count its envs' step times (the autoreset included).
     after_step: Optional[Callable[[], None]] = None
 
     def __init__(self, rows: Tuple[int, int], observation: SpaceLayout,
@@ -353,25 +280,19 @@ class GymRowsHandler:
     def __call__(self, group: GymEnvBatch, block: SharedBlock,
                  conn: multiprocessing.connection.Connection,
                  env_id: Optional[int], clock: Optional[StepClock] = None) -> "GymRowsHandler":
-        """Binds to the worker's env group, the shared block and the pipe (in the worker).
-
-        Each env's step is counted into ``clock``, the worker's, which it took
-        from the group (``None``: the group's ``step_clock``).
-        """
+        """Binds to the worker's env group, the shared block and the pipe (in the worker)."""
         self._clock = group.step_clock if clock is None else clock
         self._group = group
         self._conn = conn
-        self._rows = EnvRows(block, self.observation, self.action)
+        self._rows = rows = EnvRows(block, self.observation, self.action)
         n = len(group.envs)
         self._autoreset = Autoreset(self.autoreset_mode, n)
         self._encoder = InfoEncoder(self.info_bytes if self._rows.info is not None else 0, n,
                                     self.declared_infos)
         self._new_layouts: List[Tuple[int, Signature]] = []
         self._sender: Optional[threading.Thread] = None
-        rows = self._rows
-        # The exact write (see _write_exact): each env's row views of
-        # observation, reward, terminated and truncated, then (per layout id,
-        # made when first used) the fields of its info record.
+        # _write_exact's views per env: observation, reward, terminated, truncated,
+        # then (per layout id, made when first used) its info record's fields.
         self._exact_rows: Optional[List[List[Any]]] = None
         if self.observation.is_single_array:
             self._exact_rows = [[rows.obs[0][row, ...], rows.reward[row, ...],
@@ -385,17 +306,10 @@ class GymRowsHandler:
         self.after_step = self._clock.commit
         return self
 
-    # -- jobs -------------------------------------------------------------------
-
     def step(self, arg: int) -> None:
-        """Steps every env of the group with its action row, then writes their rows.
-
-        The writes come after all the steps, not after each: an env's step
-        (MuJoCo's, say) evicts the caches that the write's Python objects
-        live in, and written one after another they stay warm: the handler cost
-        HalfCheetah 11-13 µs per env step interleaved, about 4 µs so
-        (docs/benchmarks.md, "A lockstep step on a quiet machine").
-        """
+        """Steps every env with its action row, then writes their rows: after all the steps,
+        which evict the caches the writes use (docs/performance_analysis.md, "A lockstep
+        step on a quiet machine")."""
         report: Report = {}
         begin = self.rows[0]
         read_row, act, step_one = self.action.read_row, self._rows.act, self._step_one
@@ -443,11 +357,8 @@ class GymRowsHandler:
                 raise
         self._send(report)
 
-    # -- rows and reports --------------------------------------------------------
-
-    def _write(self, k: int, row: int, obs: Any, reward: Any, terminated: Any,
-               truncated: Any, info: Dict[str, Any],
-               report: Report) -> None:
+    def _write(self, k: int, row: int, obs: Any, reward: Any, terminated: Any, truncated: Any,
+               info: Dict[str, Any], report: Report) -> None:
         if (self._exact_rows is not None and self._write_exact(
                 self._exact_rows[k], k, row, obs, reward, terminated, truncated, info)):
             return
@@ -460,8 +371,7 @@ class GymRowsHandler:
         learned = len(self._new_layouts)
         layout_id, payload = self._encoder.encode(k, info, rows.info, row, self._new_layouts)
         rows.info_layout[row] = layout_id
-        has_report = (payload is not None or bool(pipe_leaves)
-                      or len(self._new_layouts) > learned)
+        has_report = payload is not None or bool(pipe_leaves) or len(self._new_layouts) > learned
         rows.report[row] = has_report
         self._marks[k] = (layout_id, has_report)
         if has_report:
@@ -469,12 +379,9 @@ class GymRowsHandler:
 
     def _write_exact(self, dst: List[Any], k: int, row: int, obs: Any, reward: Any,
                      terminated: Any, truncated: Any, info: Dict[str, Any]) -> bool:
-        """The common step's write, in one native copy: an observation array of
-        the space's exact dtype and shape, scalars the rows take exactly
-        (``copy_leaves``), and an empty info or one of the env's last
-        layout with no pipe values. Returns ``False`` for anything else (the
-        caller's :meth:`_write` converts, checks and reports; what was copied
-        here is written again there)."""
+        """The common step's write in one native copy: an observation of the space's exact
+        dtype and shape, exact scalars, an info of the env's last layout (or none).
+        ``False`` for anything else, which :meth:`_write` then writes whole."""
         leaves: Tuple[Any, ...] = (obs, reward, terminated, truncated)
         lid = 0
         if info:
@@ -498,7 +405,7 @@ class GymRowsHandler:
         return True
 
     def _send(self, report: Report) -> None:
-        """Sends the job's report (if any) home; see the module docstring."""
+        """Sends the job's report (if any) home, by a thread if it is large."""
         if self._sender is not None:
             self._sender.join()
             self._sender = None

@@ -1,46 +1,14 @@
 """Info dicts through shared memory: the info codec of :class:`~alf_env.vector.FastVectorEnv`.
 
-Real environments fill their info dict every step (MuJoCo's ``x_position``,
-``reward_ctrl``...; ALE's ``lives``, ``frame_number``...). Sending it on the
-pipe costs a message per worker per step; this module moves the fixed-size
-part of it through a per-env byte area of the shared block instead.
-
-Design
-------
-A *signature* describes one info dict, key by key: fixed-size values (numbers,
-numeric arrays) by their exact type, dtype and shape, anything else as a pipe
-value (:mod:`~alf_env.front_ends.gym.info_layout` defines both, and layouts)::
-
-    (("x_position", (float, "<f8", ())), ("lives", (int, "<i8", ())),
-     ("final_obs", PIPE))
-
-A *layout* is a signature placed in the env's info area: a numpy structured
-dtype with one field per fixed-size key. Each worker learns layouts from what
-its envs return (first reset/step, and whenever a key comes, goes or changes
-type) and numbers them ``1, 2, ...`` (``0``: no layout, the whole info, if
-any, travels on the pipe). The layout id of each env's last info is written in
-the env's ``info_layout`` row. A new layout's signature goes home once, in the
-worker's pipe report of the step that introduced it; after that, an env whose
-info keeps its keys and types costs no pipe message: its values are packed in
-one structured assignment, and the parent batches a step whose envs share a
-layout with one numpy copy per key.
-
-Exactness
----------
-The batched info is the one gymnasium's ``SyncVectorEnv`` builds (``info[k]``
-plus the mask ``info["_k"]``; the array's dtype set by the first env that has
-the key). When the envs of a batch share one layout with no pipe values, and
-no key of it is another key's mask name (``x`` and ``_x``: gymnasium's result
-then depends on the order of its writes), each ``info[k]`` is the field's rows
-(the field dtype is what gymnasium picks for that kind). Otherwise each env's
-dict is rebuilt value for value (same types, same key order; pipe values from
-the report) and batched by :func:`add_info`, the gymnasium algorithm.
-:meth:`InfoDecoder.each` returns those rebuilt dicts themselves, unbatched
-(``FastVectorEnv(batch_infos=False)``, which ``FastSubprocVecEnv`` uses): each
-env's info as the env returned it. A value that cannot be packed
-(e.g. an ``int`` beyond int64) sends that env's whole info on the pipe for
-that step, and a layout bigger than the info area, or past
-``MAX_LAYOUTS`` per worker, does the same: nothing is lost, only slower.
+Real envs fill their info dict every step (MuJoCo's ``x_position``, ALE's ``lives``)
+and the pipe costs a message per worker per step, so the fixed-size part goes through a
+per-env area of the shared block. Each worker learns *layouts* from what its envs
+return, numbers them ``1, 2, ...`` (0: the whole info on the pipe) and sends a new
+one home once; what does not fit goes on the pipe (``docs/shared_memory.rst``,
+"Layout"; ``docs/contract.rst``). The batched info is exactly ``SyncVectorEnv``'s:
+envs of one layout with no pipe values are batched with one copy per key, unless a
+key is another's mask name (``x`` and ``_x``: gymnasium's result then depends on the
+order of its writes); any other batch by :func:`add_info`, gymnasium's algorithm.
 """
 
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
@@ -50,8 +18,7 @@ from absl import logging
 
 from alf_env.front_ends.gym.info_layout import InfoLayout, Signature, signature_of
 
-__all__ = ["DEFAULT_INFO_BYTES", "MAX_LAYOUTS", "Payload", "InfoEncoder", "InfoDecoder",
-           "add_info"]
+__all__ = ["DEFAULT_INFO_BYTES", "MAX_LAYOUTS", "Payload", "InfoEncoder", "InfoDecoder", "add_info"]
 
 #: Default size of each env's info area in the shared block, in bytes.
 DEFAULT_INFO_BYTES = 512
@@ -64,17 +31,10 @@ Payload = Union[None, Dict[Any, Any], List[Any]]
 
 
 class InfoEncoder:
-    """The worker side: packs each env's info into its row of the info area.
+    """The worker side: packs each env's info into its row of the info area (``capacity``
+    bytes; 0: every info on the pipe), ``declared`` signatures known from the start."""
 
-    Args:
-        capacity: bytes of each env's info area (0: every info on the pipe).
-        num_envs: envs of this worker.
-        declared: signatures to register first (from the user's declared
-            example infos), so even the first step sends nothing.
-    """
-
-    def __init__(self, capacity: int, num_envs: int,
-                 declared: Sequence[Signature] = ()) -> None:
+    def __init__(self, capacity: int, num_envs: int, declared: Sequence[Signature] = ()) -> None:
         self.capacity = capacity
         self._by_signature: Dict[Signature, int] = {}
         self._layouts = [InfoLayout((), 0)]  # layout id 0: the info cannot be packed
@@ -91,24 +51,20 @@ class InfoEncoder:
         if lid is not None:
             return lid
         layout = InfoLayout(signature, self.capacity)
-        if not layout.fits or len(self._layouts) > MAX_LAYOUTS:
-            if layout.fits and not self._warned:
-                self._warned = True
-                logging.warning("alf_env: more than %d info layouts in one worker; infos "
-                                "of new shapes now travel on the pipe", MAX_LAYOUTS)
-            self._by_signature[signature] = 0
-            return 0
-        lid = len(self._layouts)
-        self._layouts.append(layout)
+        if layout.fits and len(self._layouts) > MAX_LAYOUTS and not self._warned:
+            self._warned = True
+            logging.warning("alf_env: more than %d info layouts in one worker; infos "
+                            "of new shapes now travel on the pipe", MAX_LAYOUTS)
+        lid = len(self._layouts) if layout.fits and len(self._layouts) <= MAX_LAYOUTS else 0
+        if lid:
+            self._layouts.append(layout)
         self._by_signature[signature] = lid
         return lid
 
     def cached_record(self, k: int, info: Dict[Any, Any]
                       ) -> Optional[Tuple[int, InfoLayout, Tuple[Any, ...]]]:
-        """``(layout id, layout, record values)`` when env ``k``'s ``info`` has
-        the layout of its last packed info and no pipe values (the common
-        step, which the caller may then store itself); ``None`` otherwise
-        (ask :meth:`encode`)."""
+        """``(layout id, layout, record values)`` when env ``k``'s ``info`` has its last
+        layout and no pipe values (the common step; the caller stores it), else ``None``."""
         layout, lid = self._cache[k]
         if layout is None or layout.pipe:
             return None
@@ -118,8 +74,7 @@ class InfoEncoder:
         return lid, layout, layout.record_values(values)
 
     def record_rows(self, lid: int, info_view: Optional[np.ndarray]) -> np.ndarray:
-        """Every row of ``info_view`` (the block's ``info`` field) seen as a record
-        of layout ``lid`` (made once per layout)."""
+        """Every row of ``info_view`` (the ``info`` field) as a record of layout ``lid``."""
         records = self._records.get(lid)
         if records is None:
             dtype = self._layouts[lid].dtype
@@ -129,10 +84,9 @@ class InfoEncoder:
 
     def encode(self, k: int, info: Dict[Any, Any], info_view: Optional[np.ndarray], row: int,
                new_layouts: List[Tuple[int, Signature]]) -> Tuple[int, Payload]:
-        """Packs the ``info`` of the worker's env ``k`` into row ``row`` of
-        ``info_view`` (the block's ``info`` field); a layout learned now is
-        appended to ``new_layouts``, to go home. Returns ``(layout id,
-        payload)``: the id for the env's ``info_layout`` row and what goes on the pipe."""
+        """Packs the ``info`` of the worker's env ``k`` into row ``row`` of ``info_view``;
+        a layout learned now is appended to ``new_layouts``, to go home. Returns
+        ``(layout id, payload)``: the ``info_layout`` row's id and what goes on the pipe."""
         if not info:
             return 0, None
         if self.capacity <= 0:
@@ -155,19 +109,13 @@ class InfoEncoder:
         try:
             records[row] = layout.record_values(values)
         except (OverflowError, ValueError, TypeError):
-            return 0, info  # e.g. an int beyond int64: this step's info on the pipe
+            return 0, info  # e.g. an int beyond int64
         return lid, layout.pipe_values(values)
 
 
 class InfoDecoder:
-    """The parent side: batches the infos of a step from the info area and the reports.
-
-    Args:
-        info_view: the block's ``info`` field (``(num_rows, capacity)`` uint8).
-        layout_view: the block's ``info_layout`` field (``(num_rows,)`` int32).
-        row_worker: the worker of each row.
-        num_workers: number of workers.
-    """
+    """The parent side: batches the infos of a step from the info area and the reports
+    (``info_view`` and ``layout_view``: the block's ``info`` and ``info_layout`` fields)."""
 
     def __init__(self, info_view: np.ndarray, layout_view: np.ndarray,
                  row_worker: np.ndarray, num_workers: int) -> None:
@@ -188,11 +136,8 @@ class InfoDecoder:
         # masks by batch size (copied for each batch, see _batch_shared).
         self._key_pairs: List[List[Tuple[Any, str]]] = [[]]
         self._true_masks: List[Dict[int, np.ndarray]] = [{}]
-        # A slice of rows and their ``info_layout`` values (bytes) -> the global
-        # id of the one pure layout all its envs have, or 0 for "no env has an
-        # info". Mixed rows are not kept: their combinations could grow without
-        # bound, and they take the slow path anyway. Cleared when a layout is
-        # registered.
+        # (slice, info_layout bytes) -> the one pure layout of all its envs, or 0
+        # for none. Not for mixed rows: their combinations are unbounded.
         self._whole_batch: Dict[Tuple[Any, ...], int] = {}
 
     def register(self, worker: int, lid: int, signature: Signature) -> None:
@@ -202,21 +147,17 @@ class InfoDecoder:
             layout = InfoLayout(signature, self._capacity)
             # Workers register only layouts that fit: a structured dtype.
             assert layout.dtype is not None and layout.dtype.fields is not None
-            gid = len(self._layouts)
-            self._gids[signature] = gid
+            self._gids[signature] = gid = len(self._layouts)
             self._layouts.append(layout)
             self._records.append(self._info.view(layout.dtype)[:, 0])
-            # A key that is another key's mask name (``x`` and ``_x``) is batched
-            # by add_info, whose order of writes decides what ``_x`` holds.
-            keys = set(layout.keys)
+            keys = set(layout.keys)  # ``x`` and ``_x``: add_info's (module docstring)
             self._pure.append(not layout.pipe
                               and not any(f"_{key}" in keys for key in layout.keys))
-            groups: Dict[Tuple[str, Tuple[int, ...]], List[Tuple[Any, str]]] = {}
+            groups: Dict[Tuple[np.dtype, Tuple[int, ...]], List[Tuple[Any, str]]] = {}
             for _, key, name, kind in layout.shm:
-                groups.setdefault((kind[1], kind[2]), []).append((key, name))
-            self._groups.append([(np.dtype(d), shape, fields,
-                                  self._group_view(layout.dtype.fields, np.dtype(d), shape,
-                                                   fields))
+                groups.setdefault((np.dtype(kind[1]), kind[2]), []).append((key, name))
+            self._groups.append([(d, shape, fields, self._group_view(layout.dtype.fields, d,
+                                                                     shape, fields))
                                  for (d, shape), fields in groups.items()])
             self._key_pairs.append([(key, f"_{key}") for _, key, _, _ in layout.shm])
             self._true_masks.append({})
@@ -236,9 +177,8 @@ class InfoDecoder:
         return area.view(dtype).reshape((area.shape[0], len(fields)) + tuple(shape))
 
     def _shared_layout(self, rows: Union[slice, np.ndarray], lids: np.ndarray) -> int:
-        """What the envs of ``rows`` have: the global id of the one pure layout
-        they all share, 0 if none has an info, -1 otherwise (remembered for a
-        slice of rows, e.g. the whole batch, and what its ``info_layout`` rows say)."""
+        """The global id of the one pure layout all envs of ``rows`` share, 0 if none has
+        an info, -1 otherwise (remembered for a slice)."""
         seen = None
         if isinstance(rows, slice):
             seen = (rows.start, rows.stop, rows.step, lids.tobytes())
@@ -254,16 +194,9 @@ class InfoDecoder:
             self._whole_batch[seen] = gid
         return gid
 
-    def _batch_shared(self, gid: int, rows: Union[slice, np.ndarray],
-                      n: int) -> Dict[str, Any]:
-        """The batched info of ``n`` envs that all have pure layout ``gid``: each
-        key's rows, and an all-True mask, in the layout's key order.
-
-        The keys of one (dtype, shape) are copied into one new array, a row
-        per key, and the masks are the rows of one new array: each value is
-        a C-contiguous array of its own rows (fewer allocations than an array
-        per key).
-        """
+    def _batch_shared(self, gid: int, rows: Union[slice, np.ndarray], n: int) -> Dict[str, Any]:
+        """The batched info of ``n`` envs of pure layout ``gid``: the keys of one (dtype,
+        shape), and the masks, are the rows of one new array each (fewer allocations)."""
         keys = self._key_pairs[gid]
         ones = self._true_masks[gid].get(n)
         if ones is None:
@@ -294,19 +227,9 @@ class InfoDecoder:
     def each(self, rows: Union[slice, np.ndarray], row_list: List[int],
              payloads: Dict[int, Payload],
              include: Optional[Sequence[int]] = None) -> List[Dict[Any, Any]]:
-        """Each env's own info dict, as the env returned it (no batching).
-
-        Same keys in the same order, same values of the same types: fixed-size
-        values from the info area (:meth:`InfoLayout.decode`), the rest from
-        the pipe payloads. A new dict per env (``{}``: no info, or a row left
-        out of ``include``).
-
-        Args:
-            rows: the rows, as a slice or an index array.
-            row_list: the same rows as ints.
-            payloads: pipe payload of each row that has one.
-            include: only these rows have an info (default: all).
-        """
+        """Each env's own info dict, a new one, as the env returned it (keys, order, values,
+        types); ``{}`` for no info or a row left out of ``include`` (default: all).
+        ``row_list``: ``rows`` (a slice or an index array) as ints."""
         if not payloads and include is None:
             # The common steps: no env has an info, or all share one pure layout.
             gid = self._shared_layout(rows, self._lid[rows])
@@ -338,8 +261,7 @@ class InfoDecoder:
     def batch(self, rows: Union[slice, np.ndarray], row_list: List[int],
               payloads: Dict[int, Payload],
               include: Optional[Sequence[int]] = None) -> Dict[str, Any]:
-        """The batched info of ``rows`` (position ``i``: row ``row_list[i]``);
-        the arguments are :meth:`each`'s."""
+        """The batched info of ``rows``; the arguments are :meth:`each`'s."""
         n = len(row_list)
         infos: Dict[str, Any] = {}
         lids = self._lid[rows]
@@ -358,14 +280,9 @@ class InfoDecoder:
         return infos
 
 
-def add_info(infos: Dict[str, Any], info: Dict[str, Any], index: int,
-             n: int) -> Dict[str, Any]:
-    """Adds one env's ``info`` to the batched ``infos`` at ``index`` (of ``n``).
-
-    The semantics of gymnasium's ``VectorEnv._add_info``: every key gets an
-    array of ``n`` values and a boolean mask ``_key`` of the envs that had it;
-    nested dicts are batched recursively; ``final_obs`` is an object array.
-    """
+def add_info(infos: Dict[str, Any], info: Dict[str, Any], index: int, n: int) -> Dict[str, Any]:
+    """Adds one env's ``info`` to the batched ``infos`` at ``index`` (of ``n``), as
+    gymnasium's ``VectorEnv._add_info`` does (``final_obs``: an object array)."""
     for key, value in info.items():
         if key == "final_obs":
             array = infos[key] if key in infos else np.full(n, None, dtype=object)

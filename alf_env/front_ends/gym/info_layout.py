@@ -1,17 +1,9 @@
 """What an info dict's layout is: signatures and layouts, for the info codec.
 
-A *signature* describes one info dict: its keys in order, each with a
-*kind*: the value's exact Python type, numpy dtype and shape when the value
-has a fixed size, or :data:`PIPE` when it has not. Fixed-size values are
-Python ``int`` / ``float`` / ``bool``, numpy numbers and numeric or boolean
-arrays (``np.ndarray``) under a str key; everything else (str, None, nested
-dicts, object arrays, numpy bools, a value under any other key, and the key
-``final_obs``, which gymnasium batches as an object array) is a pipe value.
-An :class:`InfoLayout` places a signature in an env's info area (a numpy
-structured dtype with one field per fixed-size key), checks whether an info
-has it, and turns a record back into the info, value for value and type for
-type. How the workers and the parent use them: the module docstring of
-:mod:`~alf_env.front_ends.gym.info_codec`.
+A *signature* is an info dict's keys in order, each with a *kind*: the value's exact
+type, dtype and shape when it has a fixed size (a Python or numpy number, a numeric
+array, under a str key), else :data:`PIPE`. An :class:`InfoLayout` places a signature
+in an env's info area.
 """
 
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
@@ -26,8 +18,7 @@ PIPE = "pipe"
 # The key gymnasium batches into an object array whatever its value.
 _OBJECT_KEYS = frozenset(["final_obs"])
 # Python scalar types and the dtype gymnasium's batched array gets for them.
-_PY_DTYPES = {int: np.dtype(np.int64), float: np.dtype(np.float64),
-              bool: np.dtype(np.bool_)}
+_PY_DTYPES = {int: np.dtype(np.int64), float: np.dtype(np.float64), bool: np.dtype(np.bool_)}
 _NUMERIC_KINDS = frozenset("biufc")
 
 Kind = Union[str, Tuple[type, str, Tuple[int, ...]]]
@@ -35,7 +26,7 @@ Signature = Tuple[Tuple[Any, Kind], ...]
 
 
 def _kind(key: Any, value: Any) -> Kind:
-    """The kind of one info value (see the module docstring)."""
+    """The kind of one info value (see the module docstring; numpy bools: :data:`PIPE`)."""
     if key in _OBJECT_KEYS or not isinstance(key, str):
         return PIPE
     t = type(value)
@@ -55,17 +46,9 @@ def signature_of(info: Dict[Any, Any]) -> Signature:
 
 
 class InfoLayout:
-    """A signature placed in an env's info area.
-
-    Attributes:
-        keys: the keys, in order (a tuple).
-        dtype: structured dtype of the info area (``itemsize`` = the area's
-            size) with a field ``f<i>`` for each fixed-size key ``i``.
-        shm: ``[(position, key, field name, kind)]`` of the fixed-size keys.
-        pipe: positions of the pipe values.
-        nbytes: bytes the fixed-size values take.
-        fits: whether they fit in the area (and there is at least one).
-    """
+    """A signature placed in an env's info area: ``dtype`` has a field ``f<i>`` for each
+    fixed-size key ``i`` (``shm``: ``[(position, key, field name, kind)]``), ``pipe``
+    the positions of the others; ``fits``: the ``nbytes`` fit, and there is one."""
 
     def __init__(self, signature: Signature, capacity: int) -> None:
         self.keys = tuple(key for key, _ in signature)
@@ -100,7 +83,6 @@ class InfoLayout:
         self._scalars_only = not self.pipe and not self._array_checks
 
     def matches(self, keys: Tuple[Any, ...], values: Sequence[Any]) -> bool:
-        """Whether an info with these keys and values has this layout's signature."""
         if keys != self.keys:
             return False
         if self._scalars_only:
@@ -143,15 +125,13 @@ class InfoLayout:
         return dict(zip(self.keys, values))
 
     def decode_rows(self, records: np.ndarray) -> List[Dict[Any, Any]]:
-        """The infos of envs whose records (``records``, a structured array) are
-        all of this layout and that have no pipe values, one new dict each."""
+        """The infos (new dicts) of ``records`` of this layout with no pipe values."""
         if self._scalars_only:  # one tolist() reads them all
             keys, types = self.keys, self._types
-            return [dict(zip(keys, map(_as_type, types, values)))
-                    for values in records.tolist()]
+            return [dict(zip(keys, map(_as_type, types, values))) for values in records.tolist()]
         return [self.decode(record, None) for record in records]
 
 
 def _as_type(t: Any, value: Any) -> Any:
-    """``value`` (a Python scalar read from a record) as the type ``t`` it was written as."""
+    """``value``, read from a record, as the type ``t`` it was written as."""
     return t(value)

@@ -1,5 +1,4 @@
-"""``make``: a :class:`FastVectorEnv` of copies of a registered gymnasium env
-(the counterpart of ``gymnasium.make_vec``)."""
+"""``make``: copies of a registered env in a FastVectorEnv (``gymnasium.make_vec``'s twin)."""
 
 import functools
 from typing import Any, Callable, Dict, Optional, Sequence, Tuple, Union
@@ -13,11 +12,9 @@ def make(env_id: Union[str, gym.envs.registration.EnvSpec], num_envs: int = 1, *
          vector_kwargs: Optional[Dict[str, Any]] = None,
          wrappers: Optional[Sequence[Callable[[gym.Env], gym.Wrapper]]] = None,
          **kwargs: Any) -> FastVectorEnv:
-    """Builds a :class:`FastVectorEnv` of ``num_envs`` copies of a registered env.
-
-    Like ``gymnasium.make_vec``: ``kwargs`` go to ``gymnasium.make``,
-    ``wrappers`` wrap each env, ``vector_kwargs`` go to :class:`FastVectorEnv`.
-    """
+    """Builds a :class:`FastVectorEnv` of ``num_envs`` copies of a registered env, as
+    ``gymnasium.make_vec``: ``kwargs`` go to ``gymnasium.make``, ``vector_kwargs`` to
+    :class:`FastVectorEnv`."""
     env_fn = functools.partial(_make_one, env_id, tuple(wrappers or ()), kwargs)
     env = FastVectorEnv([env_fn] * num_envs, **(vector_kwargs or {}))
     try:

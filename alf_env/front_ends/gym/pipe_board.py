@@ -1,12 +1,8 @@
 """The job board of ``FastVectorEnv``'s pipe path: jobs as pipe requests.
 
-:class:`PipeBoard` is a :class:`~alf_env.data_plane.job_board.Board`, as
-:class:`~alf_env.data_plane.job_board.JobBoard` is, so both paths share every
-rule of :class:`~alf_env.front_ends.gym.engine.JobEngine` and of the API. Here
-a job is one pipe request per worker (``ProcessEnvironment.call``); waiting
-watches every worker's pipe and process together
-(:func:`~alf_env.control_plane.channel.wait_answers`): a dead worker raises
-``WorkerDiedError`` at once, a timeout loses nothing.
+A :class:`~alf_env.data_plane.job_board.Board` as ``JobBoard`` is, so both paths
+share every rule of the engine and the API. Waiting watches every worker's pipe
+and process together: a dead worker raises at once, a timeout loses nothing.
 """
 
 import time
@@ -31,20 +27,11 @@ ResultHook = Callable[[int, JobType, List[Optional[EnvResult]]], None]
 
 
 class PipeBoard:
-    """Posts STEP and RESET jobs to workers as pipe requests and collects the answers.
+    """Posts STEP and RESET jobs to workers as pipe requests and collects the answers
+    (what ``on_result`` raises is raised by the waits as the job's error)."""
 
-    Args:
-        envs: the workers (not in a job loop).
-        actions_of: ``actions_of(worker)``: the actions of the worker's envs,
-            in order, for a STEP job.
-        on_result: called with each finished job's answer (what it raises
-            is raised by the waits as the job's error).
-        on_death: may replace a dead worker, as ``JobBoard``'s (``DeathHook``).
-    """
-
-    def __init__(self, envs: Sequence[ProcessEnvironment],
-                 actions_of: Callable[[int], List[Any]], on_result: ResultHook,
-                 on_death: Optional[DeathHook] = None) -> None:
+    def __init__(self, envs: Sequence[ProcessEnvironment], actions_of: Callable[[int], List[Any]],
+                 on_result: ResultHook, on_death: Optional[DeathHook] = None) -> None:
         self.envs = envs
         self._actions_of = actions_of
         self._on_result = on_result
@@ -52,10 +39,7 @@ class PipeBoard:
         self._promises: Dict[int, Promise] = {}   # the answer each busy worker owes
 
     def set_death_hook(self, on_death: Optional[DeathHook]) -> None:
-        """Sets the hook that may replace a dead worker (see ``on_death``)."""
         self.ledger.set_death_hook(on_death)
-
-    # -- posting ---------------------------------------------------------------
 
     def post(self, workers: Iterable[int], job: JobType, arg: int = 0) -> None:
         """Sends ``job`` to ``workers``, first finishing any job they still run."""
@@ -67,27 +51,16 @@ class PipeBoard:
             raise ValueError(f"the pipe path runs STEP and RESET jobs, not {job!r}")
         self.ledger.posted(workers, job)
         for w in workers:
-            if job is JobType.STEP:
-                self._promises[w] = self.envs[w].call("step", self._actions_of(w))
-            else:
-                self._promises[w] = self.envs[w].call("reset", arg)
+            self._promises[w] = (self.envs[w].call("step", self._actions_of(w))
+                                 if job is JobType.STEP else self.envs[w].call("reset", arg))
 
     def run(self, workers: Sequence[int], job: JobType, arg: int, during: str,
             timeout: Optional[float] = None) -> None:
-        """:meth:`post`, then :meth:`wait_for` the same workers."""
         self.post(workers, job, arg)
         self.wait_for(workers, during, timeout)
 
     def returned(self) -> None:
-        """Nothing: the pipe path's workers are woken by pipe messages, and the
-        trainer's OpenMP threads are parked only for a shared-memory step
-        (``JobBoard.returned``)."""
-
-    def job_of(self, worker: int) -> Optional[JobType]:
-        """The last job posted to ``worker``, or ``None``."""
-        return self.ledger.jobs.get(worker)
-
-    # -- waiting ---------------------------------------------------------------
+        """Nothing: torch's threads are parked only for a shared-memory step."""
 
     def wait_for(self, workers: Iterable[int], during: str,
                  timeout: Optional[float] = None, raise_errors: bool = True) -> None:
@@ -108,8 +81,7 @@ class PipeBoard:
 
     def wait_first(self, candidates: Set[int], k: int, during: str,
                    timeout: Optional[float] = None) -> List[int]:
-        """The first ``k`` of ``candidates`` to answer, in the order of their answers
-        (those that finished earlier first); as ``Board.wait_first``."""
+        """The first ``k`` of ``candidates`` to answer, in order; as ``Board.wait_first``."""
         ready = self.ledger.finished_among(candidates)
         while len(ready) < k:
             busy = sorted(w for w in candidates if w in self._promises)
@@ -143,29 +115,20 @@ class PipeBoard:
             self.ledger.errors[worker] = exc
 
     def pop_errors(self, workers: Iterable[int]) -> Dict[int, BaseException]:
-        """Removes and returns what the finished jobs of ``workers`` raised."""
         return self.ledger.pop_errors(workers)
 
-    # -- closing ---------------------------------------------------------------
-
     def release(self, timeout: Optional[float] = None) -> None:
-        """Lets the workers finish their jobs before they are closed; never raises.
-
-        Reading the answers keeps a worker from blocking on a full pipe while
-        it should be closing. Workers still in a job when ``timeout`` (default
-        ``CLOSE_POLITE_TIMEOUT``) passes are terminated, side by side.
-        """
+        """Lets the workers finish their jobs before they are closed; never raises (reading
+        the answers keeps a worker from blocking on a full pipe while it should close)."""
         total = shutdown.CLOSE_POLITE_TIMEOUT if timeout is None else timeout
         deadline = time.monotonic() + total
         self.ledger.on_death = None  # closing: a worker that dies now stays dead
-        pending = dict(self._promises)
-        self._promises.clear()
+        pending, self._promises = self._promises, {}
         while pending:
             workers = sorted(pending)
             promises = [pending[w] for w in workers]
             try:
-                wait_answers(promises, None, max(0.0, deadline - time.monotonic()),
-                             "closing")
+                wait_answers(promises, None, max(0.0, deadline - time.monotonic()), "closing")
                 return
             except WorkerDiedError as exc:  # that worker owes nothing any more
                 dead = [w for w in workers if self.envs[w].env_id == exc.env_id]

@@ -1,20 +1,8 @@
 """``GymProxy``: one gymnasium env in a worker process of its own, as a plain ``gymnasium.Env``.
 
-A robot simulator (ROS and Gazebo, Unity, an emulator) is one heavy env that
-wants a process of its own: it may crash, hold a GPU context, or clash with
-the trainer's libraries. :class:`GymProxy` builds the env in a worker process
-and is itself a ``gymnasium.Env``, so anything that takes an env takes it.
-
-The proxy composes a
-:class:`~alf_env.control_plane.process_environment.ProcessEnvironment` (the
-worker, its pipe protocol, shutdown, death detection, remote exceptions); the
-worker serves a :class:`ProxyHost`, which holds the env. A ``Box``
-observation that fits the proxy's one-row
-:class:`~alf_env.data_plane.shared_block.SharedBlock` exactly crosses as a
-memcpy instead of a pickle (a 480x640x3 uint8 frame is 0.9 MB;
-``benchmarks/proxy_frame.py``); anything else is pickled, so every value
-arrives exactly as the env returned it. What it returns, forwards, raises and
-how it restarts: docs/simulators.rst.
+The proxy composes a ``ProcessEnvironment``; the worker serves a :class:`ProxyHost`,
+which holds the env. What it returns, forwards, raises and how it restarts, and
+why a ``Box`` observation crosses in shared memory: docs/simulators.rst.
 """
 
 import enum
@@ -22,7 +10,7 @@ import functools
 import inspect
 import pickle
 import weakref
-from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple, Union
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple, Union, cast
 
 import gymnasium as gym
 import numpy as np
@@ -56,12 +44,10 @@ _OBS_FIELD = "obs"
 
 
 class _Marker(enum.Enum):
-    """What the host sends in place of an observation it wrote into the shared row
-    (an enum: unpickled, it is the same object)."""
+    """Sent for an observation written into the shared row (an enum: unpickled, the same)."""
     IN_BLOCK = "observation in the shared row"
 
 
-#: Stands for the observation in a step's or reset's answer when it is in the shared row.
 IN_BLOCK = _Marker.IN_BLOCK
 
 
@@ -74,29 +60,15 @@ class Description(NamedTuple):
     spec: Optional[EnvSpec]  # None also when the env's does not pickle
 
 
-# -- the worker side ----------------------------------------------------------
-
-
 def _build_host(env_fn: Callable[[], Any]) -> "ProxyHost":
-    """The worker's env constructor: ``ProxyHost(env_fn())`` (takes no ``env_id``,
-    so ``env_fn`` is called without arguments)."""
+    """The worker's env constructor (it takes no ``env_id``, so ``env_fn`` gets no arguments)."""
     return ProxyHost(env_fn())
 
 
 class ProxyHost:
-    """What a proxy's worker serves: the env, and the shared row of its observations.
-
-    The worker (``control_plane.worker``) calls its methods by name. ``step``
-    and ``reset`` are the env's, with the observation replaced by
-    :data:`IN_BLOCK` when it was written into the shared row; any other name
-    (``render`` too) is read from the env with ``get_wrapper_attr`` (so ``ACCESS`` of an env's
-    method answers ``RemoteMethod``, and ``CALL`` of it calls the env's).
-    Its own attributes are prefixed ``_alf_env_`` so that they never hide
-    one of the env's.
-
-    Args:
-        env: the env (a ``gymnasium.Env``, or any object with its methods).
-    """
+    """What a proxy's worker serves: the env, and the shared row of its observations. Any
+    name but ``step`` and ``reset`` is read from the env with ``get_wrapper_attr`` (a method
+    answers ``RemoteMethod``); its own are prefixed ``_alf_env_``, never to hide the env's."""
 
     def __init__(self, env: Any) -> None:
         self._alf_env_env = env
@@ -105,7 +77,6 @@ class ProxyHost:
         self._alf_env_block: Optional[SharedBlock] = None
 
     def _alf_env_describe(self) -> Description:
-        """The env's spaces, metadata, render mode and spec (``None`` if it does not pickle)."""
         env = self._alf_env_env
         spec = getattr(env, "spec", None)
         try:
@@ -128,8 +99,7 @@ class ProxyHost:
         return getattr(self._alf_env_env.unwrapped, name)
 
     def _observation_out(self, result: Any, size: int) -> Any:
-        """``result`` (a step's or reset's tuple of ``size``) with :data:`IN_BLOCK` for
-        its observation if that was written into the shared row."""
+        """``result`` (a tuple of ``size``), :data:`IN_BLOCK` for an observation put in the row."""
         row = self._alf_env_row
         if (row is not None and type(result) is tuple and len(result) == size
                 and type(result[0]) is np.ndarray and copy_leaves(row, (result[0],))):
@@ -137,22 +107,16 @@ class ProxyHost:
         return result
 
     def step(self, action: Any) -> Any:
-        """The env's step; a fitting observation goes into the shared row."""
         return self._observation_out(self._alf_env_env.step(action), 5)
 
     def reset(self, seed: Optional[int] = None, options: Optional[Dict[str, Any]] = None) -> Any:
-        """The env's reset; a fitting observation goes into the shared row."""
         return self._observation_out(self._alf_env_env.reset(seed=seed, options=options), 2)
 
     def get_wrapper_attr(self, name: str) -> Any:
-        """The env's ``get_wrapper_attr(name)``; a method is answered by ``RemoteMethod``."""
         value = self.__getattr__(name)
-        if inspect.ismethod(value) or inspect.isbuiltin(value):
-            return RemoteMethod(name)
-        return value
+        return RemoteMethod(name) if inspect.ismethod(value) or inspect.isbuiltin(value) else value
 
     def set_wrapper_attr(self, name: str, value: Any, force: bool = True) -> bool:
-        """The env's ``set_wrapper_attr(name, value, force=force)``."""
         env = self._alf_env_env
         setter = getattr(env, "set_wrapper_attr", None)
         if setter is None:  # not a gymnasium.Env: what Env.set_wrapper_attr does
@@ -160,17 +124,14 @@ class ProxyHost:
                 setattr(env, name, value)
                 return True
             return False
-        done: bool = setter(name, value, force=force)
-        return done
+        return cast(bool, setter(name, value, force=force))
 
     def has_wrapper_attr(self, name: str) -> bool:
-        """The env's ``has_wrapper_attr(name)``."""
         env = self._alf_env_env
         checker = getattr(env, "has_wrapper_attr", None)
         return bool(checker(name)) if checker is not None else hasattr(env, name)
 
     def close(self) -> None:
-        """Closes the env, then lets go of the shared block."""
         try:
             self._alf_env_env.close()
         finally:
@@ -180,7 +141,6 @@ class ProxyHost:
                 self._alf_env_block = None
 
     def __getattr__(self, name: str) -> Any:
-        """The env's attribute ``name``, read with gymnasium's ``get_wrapper_attr``."""
         if name.startswith("__") or name.startswith("_alf_env_"):
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
         env = self._alf_env_env
@@ -188,14 +148,8 @@ class ProxyHost:
         return getter(name) if getter is not None else getattr(env, name)
 
 
-# -- the trainer side ---------------------------------------------------------
-
-
 class _Pending:
-    """A request of a step or a reset whose answer the proxy has not decoded yet.
-
-    Holds no reference to the proxy (the proxy holds the latest one).
-    """
+    """A step or reset whose answer is not decoded yet (no reference to the proxy)."""
 
     __slots__ = ("kind", "promise", "death", "reset_args", "done", "value", "error")
 
@@ -210,10 +164,8 @@ class _Pending:
 
 
 class StepPromise:
-    """The answer of ``GymProxy.step(action, blocking=False)``: call it for the 5-tuple.
-
-    Calling it again returns the same value (or raises the same error).
-    """
+    """The answer of ``GymProxy.step(action, blocking=False)``: call it for the 5-tuple
+    (again: the same value or error)."""
 
     __slots__ = ("_proxy", "_pending")
 
@@ -230,39 +182,16 @@ class StepPromise:
 class GymProxy(NotCopyable, gym.Env):
     """One env in a worker process of its own, as a plain ``gymnasium.Env``.
 
-    ``step``, ``reset``, ``render`` and ``close`` return what the env returns
-    in-process, value and type. ``observation_space``, ``action_space``,
-    ``metadata``, ``render_mode`` and ``spec`` are read once when the worker
-    starts; any other attribute is the worker env's (a method comes back as a
-    callable that runs in the worker); ``setattr`` sets an attribute of the
-    proxy itself, as on a gymnasium wrapper; ``unwrapped`` is the proxy. The
-    full list: docs/simulators.rst ("What is forwarded").
-
-    Not thread-safe (a second thread raises ``ConcurrentUseError``) and not
-    copyable (``pickle`` and ``copy.deepcopy`` raise ``TypeError``). ``close``
-    is idempotent and bounded; a proxy dropped unclosed ends its worker; at
-    exit every worker still running is closed.
+    What it returns, forwards and raises, how it closes and restarts, and the
+    arguments ``env_fn``, ``context`` and ``shared_memory``: docs/simulators.rst
+    ("One env in its own process").
 
     Args:
-        env_fn: builds the env in the worker, called without arguments (sent
-            with cloudpickle under ``spawn`` and ``forkserver``).
-        context: the start method, ``"fork"``, ``"spawn"`` or ``"forkserver"``
-            (``None``: multiprocessing's default).
         restart_policy: restart a worker that dies during ``step`` or ``reset``
-            (``None``: a death raises ``WorkerDiedError``). The call returns the
-            new episode's first observation, reward ``0.0``,
-            ``terminated=False``, ``truncated=True`` and
-            ``info["env_restarted"] = True`` (the new worker's env is reset
-            without a seed; a ``reset`` that saw the death is done again with
-            its seed and options, and its ``info`` flagged). Each restart, a
-            failed one too, counts against ``max_restarts``; past it the
-            ``WorkerDiedError`` is raised and only ``close()`` is left.
-        timeout: seconds each answer of the worker may take (``None``: no
-            limit); past it ``EnvTimeoutError``. Starting the worker is not
-            bounded by it (a restart is, by ``restart_policy.start_timeout``).
-        shared_memory: send ``Box`` observations through shared memory
-            (``False``: every observation is pickled through the pipe, for
-            comparison).
+            (``None``: a death raises ``WorkerDiedError``); a ``reset`` that saw
+            the death is done again with its seed and options.
+        timeout: seconds each answer of the worker may take (``None``: no limit;
+            starting the worker is not bounded by it); past it ``EnvTimeoutError``.
 
     Raises:
         Exception: what the env constructor raised (its type, with the
@@ -314,24 +243,15 @@ class GymProxy(NotCopyable, gym.Env):
     def make(cls, env_id: Union[str, EnvSpec], *args: Any, context: Optional[str] = None,
              restart_policy: Optional[RestartPolicy] = None, timeout: Optional[float] = None,
              shared_memory: bool = True, **kwargs: Any) -> "GymProxy":
-        """A proxy of ``gymnasium.make(env_id, *args, **kwargs)``, built in the worker.
-
-        ``context``, ``restart_policy``, ``timeout`` and ``shared_memory`` are
-        the proxy's (see the class), not passed to ``gymnasium.make``. The
-        worker imports what registers ``env_id`` (``"module:Env-v0"`` works as
-        in ``gymnasium.make``).
-        """
+        """A proxy of ``gymnasium.make(env_id, *args, **kwargs)``, built in the worker."""
         return cls(functools.partial(gym.make, env_id, *args, **kwargs), context=context,
-                   restart_policy=restart_policy, timeout=timeout,
-                   shared_memory=shared_memory)
+                   restart_policy=restart_policy, timeout=timeout, shared_memory=shared_memory)
 
     # -- the worker -----------------------------------------------------------
-
     def _new_worker(self) -> ProcessEnvironment:
         """Starts a worker (not waiting for its env); ends it if the proxy is collected."""
-        pe = ProcessEnvironment(self._host_fn, env_id=self._env_id,
-                                torch_num_threads_per_env=None, start_method=self._context,
-                                name="alf_env-proxy")
+        pe = ProcessEnvironment(self._host_fn, env_id=self._env_id, torch_num_threads_per_env=None,
+                                start_method=self._context, name="alf_env-proxy")
         pe.start(wait_to_start=False)
         if self._finalizer is not None:
             self._finalizer.detach()
@@ -339,7 +259,6 @@ class GymProxy(NotCopyable, gym.Env):
         return pe
 
     def _channel(self) -> ProcessEnvironment:
-        """The worker's handle, for a request."""
         if self._closed:
             raise EnvironmentClosedError(
                 f"GymProxy of env {self._env_id} is closed; create a new one")
@@ -353,29 +272,18 @@ class GymProxy(NotCopyable, gym.Env):
         return None if self._closed else self._pe.pid
 
     # -- gymnasium.Env --------------------------------------------------------
-
     def step(self, action: Any, blocking: bool = True) -> Any:
-        """Steps the env in the worker.
-
-        Args:
-            action: the env's action (pickled to the worker as it is).
-            blocking: ``False`` returns a promise (a :class:`StepPromise`,
-                call it for the 5-tuple) right after sending the action.
-        Returns:
-            ``(observation, reward, terminated, truncated, info)`` as the env
-            returned them, or a promise of them.
-        """
+        """Steps the env in the worker: ``(observation, reward, terminated, truncated,
+        info)`` as the env returned them, or with ``blocking=False`` at once a
+        :class:`StepPromise` of them."""
         pending = self._send("step", action)
-        if not blocking:
-            return StepPromise(self, pending)
-        return self._finish(pending, None)
+        return self._finish(pending, None) if blocking else StepPromise(self, pending)
 
     def reset(self, *, seed: Optional[int] = None,
               options: Optional[Dict[str, Any]] = None) -> Tuple[Any, Dict[str, Any]]:
         """Resets the env in the worker; returns ``(observation, info)`` as the env did."""
         pending = self._send("reset", seed, options)
-        value: Tuple[Any, Dict[str, Any]] = self._finish(pending, None)
-        return value
+        return cast(Tuple[Any, Dict[str, Any]], self._finish(pending, None))
 
     def render(self) -> Any:
         """The env's ``render()`` in the worker (a frame is pickled back)."""
@@ -397,8 +305,7 @@ class GymProxy(NotCopyable, gym.Env):
     @property
     def np_random(self) -> np.random.Generator:
         """The worker env's ``np_random`` (a copy; set it with ``proxy.np_random = ...``)."""
-        rng: np.random.Generator = self._read("np_random")
-        return rng
+        return cast(np.random.Generator, self._read("np_random"))
 
     @np_random.setter
     def np_random(self, value: np.random.Generator) -> None:
@@ -407,27 +314,21 @@ class GymProxy(NotCopyable, gym.Env):
     @property
     def np_random_seed(self) -> Optional[int]:  # type: ignore[override]
         """The worker env's ``np_random_seed``."""
-        seed: Optional[int] = self._read("np_random_seed")
-        return seed
+        return cast(Optional[int], self._read("np_random_seed"))
 
     @property
     def _np_random(self) -> Optional[np.random.Generator]:  # type: ignore[override]
         """The worker's ``env.unwrapped._np_random`` (a copy), which gymnasium's checker reads."""
-        rng: Optional[np.random.Generator] = self._call_remote("_alf_env_unwrapped",
-                                                               "_np_random")
-        return rng
+        return cast(Optional[np.random.Generator],
+                    self._call_remote("_alf_env_unwrapped", "_np_random"))
 
     def get_wrapper_attr(self, name: str) -> Any:
         """The proxy's attribute ``name``, else the worker env's ``get_wrapper_attr(name)``."""
         return getattr(self, name)
 
     def set_wrapper_attr(self, name: str, value: Any, *, force: bool = True) -> bool:
-        """Calls ``set_wrapper_attr(name, value, force=force)`` on the worker's env.
-
-        The proxy's copies of the attributes it read at start
-        (``observation_space``, ``action_space``, ``metadata``, ``render_mode``,
-        ``spec``) are set too.
-        """
+        """Calls ``set_wrapper_attr(name, value, force=force)`` on the worker's env (and
+        sets the proxy's copy of an attribute it read at start)."""
         done: bool = self._call_remote("set_wrapper_attr", name, value, force=force)
         if done and name in Description._fields:
             setattr(self, name, value)
@@ -435,19 +336,11 @@ class GymProxy(NotCopyable, gym.Env):
 
     def has_wrapper_attr(self, name: str) -> bool:
         """Whether the proxy or the worker's env has attribute ``name``."""
-        if name in self.__dict__ or hasattr(type(self), name):
-            return True
-        has: bool = self._call_remote("has_wrapper_attr", name)
-        return has
+        return (name in self.__dict__ or hasattr(type(self), name)
+                or cast(bool, self._call_remote("has_wrapper_attr", name)))
 
     def __getattr__(self, name: str) -> Any:
-        """The worker env's attribute ``name`` (a method: a callable that runs there).
-
-        Raises:
-            AttributeError: the env has no such attribute (raised in the worker,
-                naming it), or the name is a dunder, or the proxy is not built yet.
-            EnvironmentClosedAttributeError: the proxy is closed.
-        """
+        """The worker env's attribute ``name`` (a method: a callable that runs there)."""
         if (name.startswith("__") and name.endswith("__")) or "_ready" not in self.__dict__:
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
         if self._closed:
@@ -464,16 +357,12 @@ class GymProxy(NotCopyable, gym.Env):
     __str__ = __repr__
 
     # -- requests -------------------------------------------------------------
-
     def _read(self, name: str) -> Any:
-        """The worker env's attribute ``name``; a method as a callable that runs there."""
         value = self._call_remote("get_wrapper_attr", name)
-        if isinstance(value, RemoteMethod):
-            return functools.partial(self._call_remote, value.name)
-        return value
+        return (functools.partial(self._call_remote, value.name)
+                if isinstance(value, RemoteMethod) else value)
 
     def _call_remote(self, name: str, *args: Any, **kwargs: Any) -> Any:
-        """Calls the worker env's method ``name``."""
         self._settle()
         return self._channel().call(name, *args, **kwargs)(self._timeout)
 
@@ -490,8 +379,7 @@ class GymProxy(NotCopyable, gym.Env):
         return pending
 
     def _settle(self) -> None:
-        """Decodes the answer of an outstanding step before the next request:
-        the next step would overwrite the shared row it may be in."""
+        """Decodes an outstanding step first: the next would overwrite its shared row."""
         pending = self._pending
         if pending is not None and not pending.done:
             try:
@@ -518,7 +406,6 @@ class GymProxy(NotCopyable, gym.Env):
         return pending.value
 
     def _answer(self, pending: _Pending, timeout: Optional[float]) -> Any:
-        """The decoded answer of ``pending``; a death restarts the worker if allowed."""
         try:
             if pending.death is not None:
                 raise pending.death
@@ -527,11 +414,8 @@ class GymProxy(NotCopyable, gym.Env):
         except WorkerDiedError as death:
             if not self._budget.enabled or self._closed:
                 raise
-            seed, options = pending.reset_args
-            obs, info = self._restart(death, seed, options)
-            if pending.kind == "reset":
-                return obs, info
-            return obs, 0.0, False, True, info
+            obs, info = self._restart(death, *pending.reset_args)
+            return (obs, info) if pending.kind == "reset" else (obs, 0.0, False, True, info)
         return self._decode(result)
 
     def _decode(self, result: Any) -> Any:
@@ -548,14 +432,9 @@ class GymProxy(NotCopyable, gym.Env):
     _finish = one_thread_at_a_time(_finish, "waiting for an answer")
 
     # -- restarts -------------------------------------------------------------
-
     def _restart(self, death: WorkerDiedError, seed: Optional[int],
                  options: Optional[Dict[str, Any]]) -> Tuple[Any, Dict[str, Any]]:
-        """Replaces the dead worker and resets its env; returns ``(obs, info)`` flagged.
-
-        Each try (a failed one too) counts against the budget; past it the
-        last death is raised and the proxy is broken (only ``close()`` works).
-        """
+        """Replaces the dead worker and resets its env; each try counts against the budget."""
         budget = self._budget
         last: BaseException = death
         while budget.allows(0):
@@ -569,9 +448,7 @@ class GymProxy(NotCopyable, gym.Env):
                 if isinstance(exc, WorkerDiedError):
                     death = exc
                 continue
-            info = dict(info)
-            info[RESTARTED_INFO_KEY] = True
-            return obs, info
+            return obs, {**info, RESTARTED_INFO_KEY: True}
         self._gave_up = death
         if last is not death:
             raise death from last
@@ -585,8 +462,7 @@ class GymProxy(NotCopyable, gym.Env):
         self._pe = pe = self._new_worker()
         pe.wait_start(self._budget.start_timeout)  # past it: EnvTimeoutError, ended
         new: Description = pe.call("_alf_env_describe")(self._timeout)
-        if (new.observation_space, new.action_space) != (self.observation_space,
-                                                         self.action_space):
+        if (new.observation_space, new.action_space) != (self.observation_space, self.action_space):
             raise RuntimeError(
                 f"GymProxy of env {self._env_id}: the restarted env has observation space "
                 f"{new.observation_space} and action space {new.action_space}; expected "

@@ -1,12 +1,8 @@
 """Restarting a dead worker of a ``FastVectorEnv`` (``restart_policy``).
 
-:meth:`WorkerRestarter.restart` is the board's death hook
-(:data:`~alf_env.data_plane.job_board.DeathHook`): only the death branch of a
-wait calls it, so a step costs nothing more with a policy than without. The
-new worker takes the old one's job slot and rows while the surviving workers'
-jobs run on. The count, the limit and the log line are
-:class:`~alf_env.control_plane.restart.RestartBudget`'s; what a restarted env
-returns: ``docs/contract.rst`` ("Restarts").
+:meth:`WorkerRestarter.restart` is the board's death hook: only a wait's death
+branch calls it, so a policy costs a step nothing. ``docs/simulators.rst``
+("Restarting workers that die").
 """
 
 from typing import Any, Callable, List, Optional, Sequence, Tuple
@@ -25,14 +21,8 @@ __all__ = ["WorkerRestarter"]
 
 
 class WorkerRestarter:
-    """Replaces the dead workers of one ``FastVectorEnv`` under its budget.
-
-    ``workers`` is the env's list of workers, shared with its board, engine and
-    results (a new worker replaces the dead one in it); ``make_worker(w)``
-    makes a new, unstarted worker ``w``; ``each_env`` holds the spaces of each
-    env; ``rejoin`` is ``Transport.rejoin``; ``cpus`` are the CPUs the workers
-    are pinned to (``None``: not pinned).
-    """
+    """Replaces the dead workers of one ``FastVectorEnv`` under its budget, in
+    ``workers``, the list its board, engine and results share."""
 
     def __init__(self, budget: RestartBudget, workers: List[ProcessEnvironment],
                  bounds: Sequence[Tuple[int, int]],
@@ -50,17 +40,9 @@ class WorkerRestarter:
         self._cpus = cpus
 
     def restart(self, worker: int, error: BaseException, during: str) -> bool:
-        """Restarts ``worker``, dead with ``error`` during ``during``; returns whether
-        it did (``False``: the budget is spent, or the death came during a pipe
-        request (``call``, ``get_attr``, ``set_attr``), which raises as without
-        a policy).
-
-        Raises:
-            WorkerDiedError: ``error``, from what failed, when the new worker
-                could not start (its constructor raised, ``start_timeout``
-                passed) or its spaces differ (naming the env); the failed
-                rebuild counted as a restart.
-        """
+        """Restarts ``worker``, dead with ``error``; ``False`` if the budget is spent or the
+        death came during a pipe request (which raises as without a policy). Raises
+        ``error`` when the new worker failed (which counts)."""
         if during == PIPE_CALL or not self._budget.allows(worker):
             return False
         begin, end = self._bounds[worker]
@@ -84,7 +66,7 @@ class WorkerRestarter:
             answers: List[Any] = new.call("reset", RESET_DEFAULT)(timeout)
             for row, (obs, _, _, _, info) in enumerate(answers, start=begin):
                 self._results.write_restarted(row, obs, info)
-            self._workers[worker] = new  # in the board's, engine's and results' list too
+            self._workers[worker] = new  # the board's, engine's and results' list too
             self._rejoin(worker, new)
         except BaseException as exc:
             close_all([new], polite_timeout=0.0)

@@ -1,13 +1,11 @@
 """What the workers of a ``FastVectorEnv`` return: pipe reports, and batches from the rows.
 
-What takes the pipe rather than the rows: ``docs/architecture.rst`` ("Data
-plane") and ``docs/options.rst`` (``info_bytes``). A worker sends at most one
-report per job and the parent reads it as soon as it sees the job finish
-(:meth:`ResultAssembler.collect_reports`, the ``JobBoard``'s ``on_ok`` hook), so
-the pipe never gets out of step.
+A worker sends at most one report per job and the parent reads it as soon as it
+sees the job finish (the ``JobBoard``'s ``on_ok`` hook), so the pipe never gets out
+of step. What takes the pipe: ``docs/architecture.rst`` ("Data plane").
 """
 
-from typing import Any, Dict, List, Mapping, Optional, Protocol, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 from gymnasium.vector import AutoresetMode
@@ -15,9 +13,11 @@ from gymnasium.vector import AutoresetMode
 from alf_env.control_plane.process_environment import ProcessEnvironment
 from alf_env.control_plane.restart import RESTARTED_INFO_KEY
 from alf_env.data_plane.shared_block import JobType
+from alf_env.front_ends.gym.gym_rows import EnvRows
 from alf_env.front_ends.gym.info_codec import InfoDecoder, Payload
 from alf_env.front_ends.gym.info_layout import Signature
-from alf_env.front_ends.gym.space_layout import RowLayout, Rows
+from alf_env.front_ends.gym.pipe_path import PipeRows, RowLayout
+from alf_env.front_ends.gym.space_layout import Rows
 from alf_env.front_ends.gym.state import Step
 
 __all__ = ["ENV_ID_DTYPE", "ResultRows", "ResultAssembler", "worker_of_rows"]
@@ -26,46 +26,23 @@ __all__ = ["ENV_ID_DTYPE", "ResultRows", "ResultAssembler", "worker_of_rows"]
 ENV_ID_DTYPE = np.int32
 
 
+#: The rows of the results, one per env: the shared block's views or the pipe path's.
+ResultRows = Union[EnvRows, PipeRows]
+
 
 def worker_of_rows(bounds: Sequence[Tuple[int, int]]) -> np.ndarray:
-    """The worker of each env row, given the rows ``(begin, end)`` of each worker."""
     return np.concatenate([np.full(end - begin, w, dtype=np.int64)
                            for w, (begin, end) in enumerate(bounds)])
 
 
-class ResultRows(Protocol):
-    """The rows of the results, one per env: the shared block's views
-    (:class:`~alf_env.front_ends.gym.gym_rows.EnvRows`, which the workers write) or
-    the pipe path's (:class:`~alf_env.front_ends.gym.pipe_path.PipeRows`, written
-    here from each worker's answer)."""
-
-    #: The observations' rows (their layout's views).
-    obs: List[np.ndarray]
-    reward: np.ndarray
-    terminated: np.ndarray
-    truncated: np.ndarray
-    #: "This env has an entry in its worker's pipe report".
-    report: np.ndarray
-    #: The id of the layout of each env's info in the info area (0: none).
-    info_layout: np.ndarray
-
-
 class ResultAssembler:
-    """Reads the workers' reports and batches observations and infos from the rows.
+    """Reads the workers' reports and batches observations and infos from the rows; it owns
+    the pipe parts of the last results and, under DISABLED autoreset, which envs ended."""
 
-    It owns the pipe parts of the last results (per env: the info payload and
-    the observation leaves of no fixed size) and, under DISABLED autoreset,
-    which envs ended (the one mode that refuses to step them). ``info`` is
-    ``None`` when every info is a pipe payload; the pipe path's rows write
-    ``payloads`` too. ``observation`` reads and writes the observations' rows.
-    """
-
-    def __init__(self, rows: ResultRows, info: Optional[np.ndarray], observation: RowLayout,
+    def __init__(self, rows: ResultRows, observation: RowLayout, copy: bool,
                  workers: Sequence[ProcessEnvironment], bounds: Sequence[Tuple[int, int]],
-                 copy: bool, autoreset_mode: AutoresetMode,
-                 declared_infos: Sequence[Signature] = (),
-                 payloads: Optional[Dict[int, Payload]] = None,
-                 batch_infos: bool = True) -> None:
+                 autoreset_mode: AutoresetMode, declared_infos: Sequence[Signature] = (),
+                 payloads: Optional[Dict[int, Payload]] = None, batch_infos: bool = True) -> None:
         num_envs = bounds[-1][1]
         self._obs, self._obs_views = observation, rows.obs
         self._reward, self._terminated = rows.reward, rows.terminated
@@ -73,7 +50,6 @@ class ResultAssembler:
         self._workers = workers
         self._bounds = bounds
         self._copy = copy
-        #: DISABLED autoreset: an env that ended refuses a step until it is reset.
         self.refuses_ended = autoreset_mode is AutoresetMode.DISABLED
         self._num_envs = num_envs
         self._all_rows = slice(0, num_envs)
@@ -81,7 +57,7 @@ class ResultAssembler:
         # gather_all's read of every observation, when they are one field (else None).
         self._read_all_obs = observation.batch_reader(rows.obs, self._all_rows, copy)
         row_worker = worker_of_rows(bounds)
-        info_view = info if info is not None else np.zeros((num_envs, 0), np.uint8)
+        info_view = rows.info if rows.info is not None else np.zeros((num_envs, 0), np.uint8)
         self._info_decoder = InfoDecoder(info_view, rows.info_layout, row_worker, len(bounds))
         for w in range(len(bounds)):
             for lid, signature in enumerate(declared_infos, start=1):
@@ -89,25 +65,18 @@ class ResultAssembler:
         self._payloads: Dict[int, Payload] = {} if payloads is None else payloads
         self._pipe_leaves: Dict[int, List[Any]] = {}
         self._needs_reset = np.zeros(num_envs, dtype=np.bool_)
-        # batch_infos=False: each env's own info dict, in a list, not batched.
         self._infos_of = self._info_decoder.batch if batch_infos else self._info_decoder.each
-
-    # -- reading the pipe reports ---------------------------------------------------
 
     def collect_reports(self, workers: List[int],
                         jobs: Mapping[int, JobType]) -> Dict[int, BaseException]:
-        """Reads the pipe reports of the STEP/RESET jobs of ``workers`` that finished OK.
-
-        Returns:
-            What reading a worker's report raised (e.g. the worker died), by worker.
-        """
+        """Reads the pipe reports of the STEP/RESET jobs of ``workers`` that finished OK;
+        returns what reading a worker's report raised (e.g. it died), by worker."""
         errors: Dict[int, BaseException] = {}
         if not self._payloads and not np.count_nonzero(self._report):
             return errors  # the hot path: nobody reported anything (count_nonzero: 5x any())
         promises = {}
         for worker in workers:
-            job = jobs.get(worker)
-            if job is not JobType.STEP and job is not JobType.RESET:
+            if jobs.get(worker) not in (JobType.STEP, JobType.RESET):
                 continue
             begin, end = self._bounds[worker]
             for row in range(begin, end):
@@ -134,8 +103,6 @@ class ResultAssembler:
                 if leaves:
                     self._pipe_leaves[begin + k] = leaves
         return errors
-
-    # -- the batches ----------------------------------------------------------------
 
     def gather_all(self, info_rows: List[int]) -> Tuple[Any, Any]:
         """Observations of every env (synchronous mode) and the infos of ``info_rows``
@@ -180,17 +147,10 @@ class ResultAssembler:
             self._needs_reset[rows] = terminated | truncated
         return (obs, reward, terminated, truncated, infos), ids, rows
 
-    # -- restarted envs ---------------------------------------------------------------
-
     def write_restarted(self, row: int, obs: Any, info: Dict[str, Any]) -> None:
-        """Writes the results of env ``row`` whose worker was restarted (the death
-        branch only): the first observation of its new episode, reward 0, not
-        terminated, truncated, and its reset info with ``info[RESTARTED_INFO_KEY]``,
-        as a pipe payload (which the next finished job of its worker drops).
-
-        Raises:
-            ValueError: the observation does not fit the observation space.
-        """
+        """Writes the results of env ``row`` whose worker was restarted: its new first
+        observation, truncated, its flagged reset info a pipe payload (which the next
+        finished job of its worker drops); ``ValueError`` if the observation does not fit."""
         leaves = self._obs.write_row(self._obs_views, row, obs)
         if leaves:
             self._pipe_leaves[row] = leaves
@@ -199,8 +159,6 @@ class ResultAssembler:
         self._truncated[row] = True
         self._report[row] = False
         self._payloads[row] = {**info, RESTARTED_INFO_KEY: True}
-
-    # -- the envs that ended (DISABLED mode) ----------------------------------------
 
     def check_not_ended(self, ids: np.ndarray) -> None:
         """Raises gymnasium's ``AssertionError`` if an env of ``ids`` ended (DISABLED)."""
@@ -212,18 +170,12 @@ class ResultAssembler:
 
     def forget_ended(self, mask: Optional[np.ndarray] = None) -> None:
         """The envs of ``mask`` (default: every env) are being reset."""
-        if mask is None:
-            self._needs_reset[:] = False
-        else:
-            self._needs_reset[mask] = False
+        self._needs_reset[slice(None) if mask is None else mask] = False
 
     def _payloads_of(self, row_list: List[int]) -> Dict[int, Payload]:
-        """The pipe payloads of the infos of ``row_list`` (most steps: none)."""
         if not self._payloads:
             return {}
         return {row: self._payloads[row] for row in row_list if row in self._payloads}
 
     def _pipe_rows(self, row_list: List[int]) -> Optional[List[List[Any]]]:
-        if not self._obs.num_pipe_leaves:
-            return None
-        return [self._pipe_leaves[row] for row in row_list]
+        return [self._pipe_leaves[row] for row in row_list] if self._obs.num_pipe_leaves else None

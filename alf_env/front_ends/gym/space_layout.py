@@ -1,52 +1,16 @@
 """Gymnasium spaces as fixed-size shared-memory fields, and back.
 
-:class:`SpaceLayout` turns one (per-env) gymnasium space into a list of
-*fields* ``(name, row shape, dtype)`` for a ``SharedBlock`` (one row per env)
-and moves values between Python objects and the rows:
-
-==================  ==========================================  ===============================
-space               fields (per env row)                        value read back
-==================  ==========================================  ===============================
-Box                 ``shape``, ``dtype``                        ndarray (batched: ``(n, *shape)``)
-Discrete            ``()``, int64                               np.int64 (batched: int64 ``(n,)``)
-MultiDiscrete       ``nvec.shape``, ``dtype``                   ndarray
-MultiBinary         ``shape``, int8                             ndarray
-Text                codes ``(max_length,)`` uint32 (UTF-32      str (batched: tuple of str)
-                    code points) + length ``()`` int64
-Tuple / Dict        the fields of each sub-space                tuple / dict of the sub-values
-OneOf               index ``()`` int64 + the fields of every    ``(np.int64 index, value)``
-                    sub-space (only the chosen one is written)  (batched: tuple of those)
-Graph, Sequence,    none: the value travels on the pipe         whatever the env returned
-other spaces        (a *pipe leaf*)                             (batched: tuple of values)
-==================  ==========================================  ===============================
-
-Batched values have the structure of ``gymnasium.vector.utils.concatenate``
-over ``batch_space(space, n)``, so a vector env built on this returns what
-``SyncVectorEnv`` returns. A OneOf with a sub-space of no fixed size is one
-pipe leaf as a whole. Field names are positional (``"obs.0"``, ``"obs.1"``,
-...), so no space can make two fields collide; error messages use Python
-paths such as ``observation['pos'][1]``.
-
-Writing checks shape and dtype: one row (what an env returned) follows numpy's
-``"same_kind"`` casting rule (like ``np.stack(..., out=...)`` in gymnasium),
-a batch the rule its caller names (``"safe"`` by default); a violation raises
-``ValueError`` naming the path and the expected and actual shape and dtype.
-The array sub-spaces may be other nodes (``leaf``): actions use
-:mod:`~alf_env.front_ends.gym.action_items`, which carries each env's item as given.
+:class:`SpaceLayout` turns one per-env space into *fields* ``(name, row shape, dtype)``
+of a ``SharedBlock`` (one row per env), a :class:`Node` per sub-space; a space of no
+fixed size (Graph, Sequence) is a *pipe leaf*, whose value travels on the pipe. Batched
+values are what gymnasium's ``concatenate`` makes, so a vector env returns what
+``SyncVectorEnv`` does. Field names are positional (``"obs.0"``, ...), so no space can
+make two collide. A row takes numpy's ``"same_kind"`` casts (as gymnasium's
+``np.stack(..., out=...)``), a batch its caller's rule; anything else raises
+``ValueError`` naming the path (``observation['pos'][1]``), shapes and dtypes.
 """
 
-from typing import (
-    Any,
-    Callable,
-    Iterator,
-    List,
-    Mapping,
-    Optional,
-    Protocol,
-    Sequence,
-    Tuple,
-    Union,
-)
+from typing import Any, Callable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 from gymnasium import spaces
@@ -68,27 +32,23 @@ _TEXT_ENCODING = "utf-32-le"
 #: dtype of Text lengths and OneOf indices.
 INDEX_DTYPE = np.dtype(np.int64)
 
-class Node:
-    """One sub-space of a layout: its fields and how its values move.
 
-    Attributes:
-        path: the Python path of the sub-space, for error messages.
-        first: index of its first field in the layout's field list.
-        fields: its fields (``first`` onwards), positional names.
-        num_pipe: how many pipe leaves it has.
-    """
+class Node:
+    """One sub-space of a layout: its fields (from the layout's ``first``) and how its
+    values move; ``path`` names it in error messages."""
 
     is_leaf = False  # an array leaf: a layout of it alone reads its row directly
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, children: Optional[List["Node"]] = None) -> None:
         self.path = path
         self.first = 0
         self.fields: List[FieldSpec] = []
         self.num_pipe = 0
+        self.children: List[Node] = children or []
 
     def bind(self, views: List[Any]) -> None:
         """Lets leaves replace their raw field views in a layout's ``views`` list."""
-        for child in _children(self):
+        for child in self.children:
             child.bind(views)
 
     def encode(self, value: Any, casting: str, arrays: List[Optional[np.ndarray]],
@@ -170,13 +130,11 @@ class _TextNode(Node):
     def __init__(self, path: str, space: spaces.Text) -> None:
         super().__init__(path)
         self.max_length = int(space.max_length)
-        self.fields = [("codes", (self.max_length,), TEXT_CODE_DTYPE),
-                       ("length", (), INDEX_DTYPE)]
+        self.fields = [("codes", (self.max_length,), TEXT_CODE_DTYPE), ("length", (), INDEX_DTYPE)]
 
     def _padded(self, value: Any) -> np.ndarray:
         if not isinstance(value, str) or len(value) > self.max_length:
-            got = (f"{len(value)} characters" if isinstance(value, str)
-                   else type(value).__name__)
+            got = f"{len(value)} characters" if isinstance(value, str) else type(value).__name__
             raise ValueError(f"{self.path}: expected a str of at most {self.max_length} "
                              f"characters, got {got}")
         codes = np.frombuffer(value.encode(_TEXT_ENCODING), TEXT_CODE_DTYPE)
@@ -202,10 +160,6 @@ class _TextNode(Node):
 class _TupleNode(Node):
     """Tuple: the fields of each sub-space, in order."""
 
-    def __init__(self, path: str, children: List[Node]) -> None:
-        super().__init__(path)
-        self.children = children
-
     def encode(self, value: Any, casting: str, arrays: List[Any], pipe: List[Any]) -> None:
         self._check_sequence(value, len(self.children), "values")
         for child, item in zip(self.children, value):
@@ -229,9 +183,8 @@ class _DictNode(Node):
     """Dict: the fields of each sub-space, in the space's key order."""
 
     def __init__(self, path: str, keys: List[str], children: List[Node]) -> None:
-        super().__init__(path)
+        super().__init__(path, children)
         self.keys = keys
-        self.children = children
 
     def _items(self, value: Any) -> List[Any]:
         if not isinstance(value, Mapping):
@@ -264,8 +217,7 @@ class _OneOfNode(Node):
     """OneOf: the index of the chosen sub-space, then every sub-space's fields."""
 
     def __init__(self, path: str, children: List[Node]) -> None:
-        super().__init__(path)
-        self.children = children
+        super().__init__(path, children)
         self.fields = [("index", (), INDEX_DTYPE)]
         self._child_fields = [_all_fields(child) for child in children]
 
@@ -331,20 +283,15 @@ class _PipeNode(Node):
         return tuple(leaves[self.pipe_index] for leaves in pipe_rows)
 
 
-def _children(node: Node) -> List[Node]:
-    return getattr(node, "children", [])
-
-
 def _all_fields(node: Node) -> List[FieldSpec]:
-    """The fields of ``node`` and its descendants, in layout order."""
     out = list(node.fields)
-    for child in _children(node):
+    for child in node.children:
         out.extend(_all_fields(child))
     return out
 
 
 def _has_pipe(node: Node) -> bool:
-    return node.num_pipe > 0 or any(_has_pipe(c) for c in _children(node))
+    return node.num_pipe > 0 or any(_has_pipe(c) for c in node.children)
 
 
 def _build(space: spaces.Space[Any], path: str, leaf: LeafFactory) -> Node:
@@ -362,9 +309,7 @@ def _build(space: spaces.Space[Any], path: str, leaf: LeafFactory) -> Node:
                                       for k in keys])
     if isinstance(space, spaces.OneOf):  # its children write single rows: plain leaves
         children = [_build(s, f"{path}[{i}]", _ArrayNode) for i, s in enumerate(space.spaces)]
-        if any(_has_pipe(c) for c in children):
-            return _PipeNode(path)
-        return _OneOfNode(path, children)
+        return _PipeNode(path) if any(map(_has_pipe, children)) else _OneOfNode(path, children)
     return _PipeNode(path)  # Graph, Sequence, custom spaces
 
 
@@ -379,78 +324,17 @@ def _number(node: Node, prefix: str, field_index: int, pipe_index: int,
         node.pipe_index = pipe_index
         pipe_paths.append(node.path)
         pipe_index += 1
-    for child in _children(node):
+    for child in node.children:
         field_index, pipe_index = _number(child, prefix, field_index, pipe_index,
                                           fields, pipe_paths)
     return field_index, pipe_index
 
 
-class RowLayout(Protocol):
-    """How the values of one per-env space move between Python objects and rows.
-
-    What ``FastVectorEnv``'s engine calls to check and write a batch of actions
-    (:meth:`encode_batch`, then :meth:`write_rows`) and its results to read a batch
-    of observations (:meth:`read_rows`). :class:`SpaceLayout` keeps the values in
-    shared-memory fields (its methods say what each does); the pipe path's
-    :class:`~alf_env.front_ends.gym.pipe_path.PipeLayout` keeps one object per env.
-    """
-
-    #: The per-env space.
-    space: spaces.Space[Any]
-
-    @property
-    def num_pipe_leaves(self) -> int:
-        """How many sub-values of a value travel on the pipe beside the rows."""
-
-    def write_row(self, views: Sequence[np.ndarray], row: int, value: Any) -> List[Any]:
-        """Writes one env's ``value`` into ``row``; returns its pipe leaves."""
-
-    def read_row(self, views: Sequence[np.ndarray], row: int,
-                 pipe_leaves: Sequence[Any] = ()) -> Any:
-        """The value of ``row`` (its pipe leaves from ``pipe_leaves``)."""
-
-    def encode_batch(self, values: Any, n: int, casting: str = "safe") -> List[Any]:
-        """Checks a batched value of ``n`` envs; returns it encoded for :meth:`write_rows`."""
-
-    def write_rows(self, views: Sequence[np.ndarray], rows: Rows,
-                   arrays: Sequence[Any]) -> None:
-        """Writes what :meth:`encode_batch` returned into ``rows``."""
-
-    def read_rows(self, views: Sequence[np.ndarray], rows: Rows, row_list: List[int],
-                  pipe_rows: Optional[Sequence[Sequence[Any]]] = None,
-                  copy: bool = True) -> Any:
-        """The batched value of ``rows``, structured as gymnasium's ``concatenate`` makes it."""
-
-    def exact_batch_writer(self, views: Sequence[Any], rows: slice,
-                           n: int) -> Optional[Callable[[Any], bool]]:
-        """For the synchronous step: a function that writes a batch of ``n`` values
-        in exactly the space's own dtype and shape into ``rows`` with one copy and
-        returns ``True``, and returns ``False`` for anything else (which then goes
-        through :meth:`encode_batch`); ``None`` if the layout has no such copy."""
-
-    def batch_reader(self, views: Sequence[np.ndarray], rows: slice,
-                     copy: bool) -> Optional[Callable[[], Any]]:
-        """For the synchronous step: a function that reads the batch of ``rows`` as
-        :meth:`read_rows` does, for a layout whose batch is one field with nothing
-        on the pipe; ``None`` for any other layout."""
-
-
 class SpaceLayout:
-    """How values of one gymnasium space live in shared-memory rows (a :class:`RowLayout`).
-
-    Args:
-        space: the per-env space.
-        prefix: prefix of the field names (unique per block, e.g. ``"obs"``).
-        path: the name of the value in error messages (e.g. ``"observation"``).
-        leaf: builds the node of each array sub-space (Box, Discrete, ...)
-            from ``(path, shape, dtype)``; default: one field of that shape and dtype.
-
-    Attributes:
-        space: the space.
-        fields: ``(name, row shape, dtype)`` of every field, in order.
-        field_names: the names alone.
-        pipe_paths: paths of the sub-values that travel on the pipe.
-    """
+    """How values of one gymnasium ``space`` (per env) live in shared-memory rows (the pipe
+    path's twin: ``PipeLayout``). ``prefix`` starts the field names (unique per block,
+    e.g. ``"obs"``), ``path`` names the value in errors (e.g. ``"observation"``), ``leaf``
+    builds the node of each array sub-space (default: one field of its shape and dtype)."""
 
     def __init__(self, space: spaces.Space[Any], prefix: str, path: str,
                  leaf: Optional[LeafFactory] = None) -> None:
@@ -482,15 +366,10 @@ class SpaceLayout:
         self._root.bind(views)
         return views
 
-    # -- one row (a worker writes what its env returned / reads its action) --
-
     def write_row(self, views: Sequence[np.ndarray], row: int, value: Any,
                   casting: str = "same_kind") -> List[Any]:
-        """Writes ``value`` into ``row``; returns its pipe leaves (in order).
-
-        Raises:
-            ValueError: ``value`` does not fit the space (nothing written).
-        """
+        """Writes one env's ``value`` into ``row`` (a worker, what its env returned); its
+        pipe leaves. ``ValueError`` if it does not fit the space (nothing written)."""
         single = self._single
         if (single is not None and type(value) is np.ndarray and value.dtype == single.dtype
                 and value.shape == single.shape):
@@ -506,31 +385,21 @@ class SpaceLayout:
 
     def read_row(self, views: Sequence[np.ndarray], row: int,
                  pipe_leaves: Sequence[Any] = ()) -> Any:
-        """Reads the value of ``row`` (a copy), taking pipe leaves from ``pipe_leaves``."""
+        """The value of ``row``, a copy (a worker reads its action)."""
         if self._leaf is not None:
             return self._leaf.decode(views, row, None)
         return self._root.decode(views, row, iter(pipe_leaves))
 
-    # -- a batch (the parent writes actions / reads observations) -------------
-
     def encode_batch(self, values: Any, n: int, casting: str = "safe") -> List[Any]:
-        """Checks a batched value of ``n`` rows; returns one entry per field for
-        :meth:`write_rows`: an ``(n, *shape)`` array, or what a leaf that keeps its
-        own rows writes itself (``write(view, rows)``: an action item leaf's), or
-        ``None`` (nothing to write).
-
-        Raises:
-            ValueError: naming the offending path and the expected and actual
-                shape and dtype.
-        """
+        """Checks a batched value of ``n`` envs (``ValueError`` naming the path, shapes and
+        dtypes); for :meth:`write_rows`, per field an ``(n, *shape)`` array, what a leaf
+        that keeps its own rows writes itself (``write(view, rows)``), or ``None``."""
         arrays: List[Any] = []
         self._root.encode_batch(values, n, casting, arrays)
         return arrays
 
     @staticmethod
     def write_rows(views: Sequence[Any], rows: Rows, arrays: Sequence[Any]) -> None:
-        """Writes what :meth:`encode_batch` returned into ``rows`` (an entry that
-        is no array writes itself; ``None`` writes nothing)."""
         for view, array in zip(views, arrays):
             if type(array) is np.ndarray:
                 view[rows] = array
@@ -539,16 +408,15 @@ class SpaceLayout:
 
     def exact_batch_writer(self, views: Sequence[Any], rows: slice,
                            n: int) -> Optional[Callable[[Any], bool]]:
-        """See :class:`RowLayout`: a layout of one leaf that keeps its own rows
-        (an action item leaf) writes an exact batch itself."""
-        if self._leaf is None:
-            return None
-        return self._leaf.exact_batch_writer(views, rows, n)
+        """For the synchronous step: a function that writes a batch of ``n`` values of exactly
+        the space's dtype and shape into ``rows`` in one copy and returns ``True``, else
+        ``False``; ``None`` but for a leaf that keeps its own rows (action items)."""
+        return None if self._leaf is None else self._leaf.exact_batch_writer(views, rows, n)
 
     def batch_reader(self, views: Sequence[np.ndarray], rows: slice,
                      copy: bool) -> Optional[Callable[[], Any]]:
-        """See :class:`RowLayout`: a copy (or a view, without ``copy``) of the
-        rows of the one array field."""
+        """For the synchronous step: a function that reads the batch of ``rows`` as
+        :meth:`read_rows` does, when it is one field; else ``None``."""
         if self._single is None:
             return None
         field = views[self._single.first]
@@ -556,16 +424,8 @@ class SpaceLayout:
         return head.copy if copy else lambda: field[rows]
 
     def read_rows(self, views: Sequence[np.ndarray], rows: Rows, row_list: List[int],
-                  pipe_rows: Optional[Sequence[Sequence[Any]]] = None,
-                  copy: bool = True) -> Any:
-        """Reads the batched value of ``rows``, structured like gymnasium's.
-
-        Args:
-            views: the field views.
-            rows: a slice (array leaves are views of the rows unless ``copy``)
-                or an index array (leaves are copies).
-            row_list: the same rows as a list of ints.
-            pipe_rows: per row (in order), its pipe leaves.
-            copy: copy array leaves read through a slice.
-        """
+                  pipe_rows: Optional[Sequence[Sequence[Any]]] = None, copy: bool = True) -> Any:
+        """The batched value of ``rows``, as gymnasium's ``concatenate`` makes it. ``rows``:
+        a slice (array leaves view the rows unless ``copy``) or an index array (copies);
+        ``row_list``: the same rows as ints; ``pipe_rows``: each row's pipe leaves."""
         return self._root.decode_batch(views, rows, row_list, pipe_rows or (), copy)

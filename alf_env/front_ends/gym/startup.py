@@ -1,24 +1,7 @@
 """Starting a ``FastVectorEnv``: the plan of its workers, the workers and its shared rows.
 
-**Processes.** Worker ``w`` is a ``ProcessEnvironment(fast=True)`` hosting a
-:class:`~alf_env.front_ends.gym.gym_rows.GymEnvBatch` of consecutive envs
-(:func:`plan_workers`). By default there are as many workers as CPUs this
-process may use (``num_workers``), the envs spread over them as evenly as
-possible (EnvPool's ``num_threads``); ``envs_per_worker=1`` gives one process
-per env. Once every worker is up and the spaces are checked, each enters the
-native job loop with a :class:`~alf_env.front_ends.gym.gym_rows.GymRowsHandler`;
-the pipe is then reached through CALL jobs (the doorbell of
-:class:`~alf_env.data_plane.job_board.JobBoard`). The pipe path
-(:mod:`~alf_env.front_ends.gym.pipe_path`) serves the envs instead when
-shared memory cannot or is not wanted; observations of no fixed size need no
-pipe path: they travel beside the rows (pipe leaves).
-
-**Shared memory** (one ``SharedBlock``, one row per env, :func:`block_fields
-<alf_env.front_ends.gym.gym_rows.block_fields>`) holds every fixed-size datum
-of the hot path: the observation and action fields
-(:mod:`~alf_env.front_ends.gym.space_layout`), reward, terminated, truncated,
-and the fixed-size values of each env's info dict
-(:mod:`~alf_env.front_ends.gym.info_codec`).
+Each worker hosts a ``GymEnvBatch`` of consecutive envs, served from its native job
+loop or by the pipe path: ``docs/architecture.rst`` ("Front ends").
 """
 
 import functools
@@ -34,7 +17,6 @@ from gymnasium.vector.utils import batch_differing_spaces, batch_space
 
 from alf_env.control_plane.affinity import normal_scheduling, usable_cpu_count
 from alf_env.control_plane.channel import resolve_all
-from alf_env.control_plane.launch import start_environments
 from alf_env.control_plane.process_environment import ProcessEnvironment
 from alf_env.control_plane.protocol import START_METHODS
 from alf_env.data_plane.job_board import Board, JobBoard
@@ -44,26 +26,20 @@ from alf_env.front_ends.gym.action_items import action_layout
 from alf_env.front_ends.gym.gym_rows import EnvRows, GymEnvBatch, GymRowsHandler, block_fields
 from alf_env.front_ends.gym.info_layout import InfoLayout, Signature, signature_of
 from alf_env.front_ends.gym.pipe_board import PipeBoard
-from alf_env.front_ends.gym.pipe_path import PipeLayout, PipeRows
+from alf_env.front_ends.gym.pipe_path import PipeLayout, PipeRows, RowLayout
 from alf_env.front_ends.gym.results import ResultAssembler
-from alf_env.front_ends.gym.space_layout import RowLayout, SpaceLayout
+from alf_env.front_ends.gym.space_layout import SpaceLayout
 
 __all__ = ["ObservationMode", "check_arguments", "resolve_context", "plan_workers",
-           "check_max_concurrency", "declared_infos", "observation_spaces", "Spaces",
-           "Transport", "start_workers", "make_worker", "describe_workers", "attach_workers"]
+           "declared_infos", "observation_spaces", "Spaces", "Transport", "make_worker",
+           "describe_workers", "attach_workers"]
 
-#: What ``observation_mode`` takes: ``"same"``, ``"different"`` or a pair
-#: ``(observation_space, single_observation_space)``.
+#: ``"same"``, ``"different"`` or ``(observation_space, single_observation_space)``.
 ObservationMode = Union[str, Tuple[gym.Space[Any], gym.Space[Any]]]
 
 
 def resolve_context(context: Optional[str]) -> str:
-    """The start method: ``context``, or for ``None`` multiprocessing's default
-    (as ``AsyncVectorEnv(context=None)`` takes it).
-
-    Raises:
-        ValueError: ``context`` is no start method.
-    """
+    """The start method: ``context``, or for ``None`` multiprocessing's default."""
     resolved = multiprocessing.get_context().get_start_method() if context is None else context
     if resolved not in START_METHODS:
         raise ValueError(f"context: expected None or one of {START_METHODS}, got {context!r}")
@@ -71,14 +47,15 @@ def resolve_context(context: Optional[str]) -> str:
 
 
 def check_arguments(env_fns: Sequence[Callable[[], gym.Env]], batch_size: int,
-                    autoreset_mode: AutoresetMode, worker: Optional[Callable[..., None]] = None,
-                    observation_mode: ObservationMode = "same") -> None:
-    """Raises ValueError/TypeError for arguments FastVectorEnv cannot work with."""
+                    autoreset_mode: AutoresetMode, worker: Optional[Callable[..., None]],
+                    observation_mode: ObservationMode, max_concurrency: object,
+                    batch_infos: bool) -> Optional[int]:
+    """Raises ValueError/TypeError for arguments FastVectorEnv cannot work with (gymnasium's
+    checks and words, where it has them); returns ``max_concurrency``."""
     if worker is not None:
-        raise TypeError("worker: a custom worker function is not supported by "
-                        "FastVectorEnv, whose workers run alf_env's own loop; wrap the env "
-                        "instead (a gymnasium.Wrapper changes what step and reset do) or "
-                        "use gymnasium.vector.AsyncVectorEnv")
+        raise TypeError("worker: a custom worker function is not supported by FastVectorEnv, whose "
+                        "workers run alf_env's own loop; wrap the env instead (a gymnasium.Wrapper "
+                        "changes what step and reset do) or use gymnasium.vector.AsyncVectorEnv")
     mode = observation_mode  # gymnasium's checks, with its messages
     if isinstance(mode, tuple) and len(mode) == 2:
         if not isinstance(mode[0], gym.Space) or not isinstance(mode[1], gym.Space):
@@ -105,20 +82,24 @@ def check_arguments(env_fns: Sequence[Callable[[], gym.Env]], batch_size: int,
                          "< num_envs) returns other envs at each recv(), so no batched "
                          "space describes its observations; give the pair "
                          "(observation_space, single_observation_space) instead")
+    if max_concurrency is not None:
+        if not isinstance(max_concurrency, (int, np.integer)):
+            raise ValueError(f"`max_concurrency` must be an integer or None, got "
+                             f"{type(max_concurrency)}.")
+        if max_concurrency < 1:
+            raise ValueError(f"`max_concurrency` must be a positive or None, got "
+                             f"{max_concurrency}.")
+        max_concurrency = int(max_concurrency)
+    if not batch_infos and b < n:
+        raise ValueError(f"batch_infos=False: expected the synchronous mode, got batch_size={b} "
+                         f"< {n} envs (recv() returns batched infos with info['env_id'])")
+    return max_concurrency
 
 
 def observation_spaces(mode: ObservationMode, spaces: Sequence[gym.Space[Any]],
                        batch_size: int) -> Tuple[gym.Space[Any], gym.Space[Any]]:
-    """``(single_observation_space, observation_space)`` of envs with ``spaces``.
-
-    The same spaces, and the same errors, as gymnasium's vector envs.
-
-    Raises:
-        RuntimeError: the envs' spaces do not fit the mode (naming the env
-            and the spaces).
-        ValueError, TypeError: ``"different"`` spaces that
-            ``batch_differing_spaces`` cannot batch (other shapes, other types).
-    """
+    """``(single_observation_space, observation_space)`` of envs with ``spaces``, and
+    the errors (``RuntimeError`` naming the env), as gymnasium's vector envs give them."""
     if isinstance(mode, tuple):
         batched, single = mode
     elif mode == "same":
@@ -145,23 +126,12 @@ def observation_spaces(mode: ObservationMode, spaces: Sequence[gym.Space[Any]],
 def plan_workers(num_envs: int, batch_size: int, num_workers: Optional[int],
                  envs_per_worker: Optional[int],
                  max_concurrency: Optional[int] = None) -> List[Tuple[int, int]]:
-    """The env rows ``(begin, end)`` of each worker.
-
-    Args:
-        num_envs: number of envs.
-        batch_size: envs per step (fewer than ``num_envs``: asynchronous mode).
-        num_workers: worker processes, or ``None``.
-        envs_per_worker: envs per worker, or ``None``.
-        max_concurrency: most envs stepping at once, or ``None``: a worker
-            steps its envs one after the other, so this is the most workers
-            (the default number is lowered to it; a larger one given is an error).
-
-    Returns:
-        consecutive, non-empty row ranges covering ``[0, num_envs)``, sizes
-        differing by at most one (the larger first).
+    """The env rows ``(begin, end)`` of each worker: consecutive, covering ``[0, num_envs)``,
+    sizes differing by at most one (the larger first). A worker steps its envs one after
+    the other, so ``max_concurrency`` bounds the workers (``docs/options.rst``).
 
     Raises:
-        ValueError: both given, or values that do not fit (naming the argument).
+        ValueError: values that do not fit (naming the argument).
     """
     n, b, is_async = num_envs, batch_size, batch_size < num_envs
     if num_workers is not None and envs_per_worker is not None:
@@ -180,9 +150,8 @@ def plan_workers(num_envs: int, batch_size: int, num_workers: Optional[int],
                              f"of envs), got {num_workers}")
         num_workers = int(num_workers)
         if is_async and n % num_workers:
-            raise ValueError(f"num_workers: the asynchronous mode needs workers of equal "
-                             f"size, so num_workers must divide the number of envs ({n}); "
-                             f"got {num_workers}")
+            raise ValueError("num_workers: the asynchronous mode needs workers of equal size, so "
+                             f"num_workers must divide the number of envs ({n}); got {num_workers}")
     else:
         num_workers = n if is_async else min(n, usable_cpu_count())
         if max_concurrency is not None and num_workers > max_concurrency:
@@ -194,30 +163,13 @@ def plan_workers(num_envs: int, batch_size: int, num_workers: Optional[int],
                          f"step {num_workers} envs at once; give at most {max_concurrency} "
                          f"workers (num_workers / envs_per_worker)")
     base, extra = divmod(n, num_workers)
-    bounds, begin = [], 0
-    for w in range(num_workers):
-        end = begin + base + (w < extra)
-        bounds.append((begin, end))
-        begin = end
+    bounds = [(w * base + min(w, extra), (w + 1) * base + min(w + 1, extra))
+              for w in range(num_workers)]
     e = bounds[0][1] - bounds[0][0]
     if is_async and b % e:
-        raise ValueError(f"batch_size: the unit of asynchrony is a worker of {e} envs, "
-                         f"so batch_size must be a multiple of envs_per_worker={e}; "
-                         f"got {b}")
+        raise ValueError(f"batch_size: the unit of asynchrony is a worker of {e} envs, so "
+                         f"batch_size must be a multiple of envs_per_worker={e}; got {b}")
     return bounds
-
-
-def check_max_concurrency(max_concurrency: object) -> Optional[int]:
-    """gymnasium's checks of ``max_concurrency`` (with its messages); the value."""
-    if max_concurrency is None:
-        return None
-    if not isinstance(max_concurrency, (int, np.integer)):
-        raise ValueError(f"`max_concurrency` must be an integer or None, got "
-                         f"{type(max_concurrency)}.")
-    if max_concurrency < 1:
-        raise ValueError(f"`max_concurrency` must be a positive or None, got "
-                         f"{max_concurrency}.")
-    return int(max_concurrency)
 
 
 def declared_infos(info_example: Union[None, Dict[str, Any], Sequence[Dict[str, Any]]],
@@ -243,44 +195,25 @@ def declared_infos(info_example: Union[None, Dict[str, Any], Sequence[Dict[str, 
 
 
 class Spaces(NamedTuple):
-    """What the workers' envs said of themselves, as the vector env gives it."""
+    """What the workers' envs said of themselves (``each_env``: each env's two spaces)."""
     single_observation_space: gym.Space[Any]
     observation_space: gym.Space[Any]
     single_action_space: gym.Space[Any]
     action_space: gym.Space[Any]
     metadata: Dict[str, Any]
     render_mode: Optional[str]
-    #: ``(observation_space, action_space)`` of each env (a restarted worker's
-    #: envs must have the same).
     each_env: List[Tuple[gym.Space[Any], gym.Space[Any]]]
 
 
 class Transport(NamedTuple):
-    """How a ``FastVectorEnv`` reaches its workers once they are attached."""
-    #: Whether shared memory serves the steps (``False``: the pipe path).
-    shared_memory: bool
-    #: The shared block (``None`` on the pipe path).
+    """How a ``FastVectorEnv`` reaches its workers once they are attached (the pipe path:
+    no ``block``); ``rejoin(w, worker)`` makes a restarted worker ``w`` serve its rows."""
     block: Optional[SharedBlock]
-    #: A ``JobBoard``, or a ``PipeBoard`` on the pipe path.
     board: Board
-    #: The actions' layout (a ``SpaceLayout``, or a ``PipeLayout`` on the pipe path
-    #: for actions of no fixed size) and its rows.
     action: RowLayout
     action_views: List[np.ndarray]
     results: ResultAssembler
-    #: ``rejoin(w, worker)``: makes a new worker ``w`` (started, its envs reset
-    #: over the pipe, in the workers' list) serve its rows (a restart).
     rejoin: Callable[[int, ProcessEnvironment], None]
-
-
-def start_workers(env_fns: Sequence[Callable[[], gym.Env]], bounds: Sequence[Tuple[int, int]],
-                  autoreset_mode: AutoresetMode, context: str,
-                  daemon: bool = True) -> List[ProcessEnvironment]:
-    """Starts one worker per ``bounds`` entry, hosting the envs of those rows."""
-    workers = [make_worker(env_fns, bounds, w, autoreset_mode, context, daemon)
-               for w in range(len(bounds))]
-    start_environments(workers, start_serially=False)
-    return workers
 
 
 def make_worker(env_fns: Sequence[Callable[[], gym.Env]], bounds: Sequence[Tuple[int, int]],
@@ -297,12 +230,7 @@ def make_worker(env_fns: Sequence[Callable[[], gym.Env]], bounds: Sequence[Tuple
 
 def describe_workers(workers: Sequence[ProcessEnvironment], observation_mode: ObservationMode,
                      batch_size: int, autoreset_mode: AutoresetMode) -> Spaces:
-    """The spaces of the workers' envs, checked against each other.
-
-    Raises:
-        RuntimeError: the action spaces differ, or the observation spaces do
-            not fit ``observation_mode`` (naming the env and the spaces).
-    """
+    """The spaces of the workers' envs; ``RuntimeError`` if they differ (naming the env)."""
     promises = [w.call("describe") for w in workers]
     spaces = [pair for p in promises for pair in p()]
     act0 = spaces[0][1]
@@ -311,8 +239,7 @@ def describe_workers(workers: Sequence[ProcessEnvironment], observation_mode: Ob
             raise RuntimeError(
                 f"env {i} has action space {act}, but env 0 has {act0}; all envs of "
                 f"a FastVectorEnv must have the same action space")
-    single, batched = observation_spaces(observation_mode, [obs for obs, _ in spaces],
-                                         batch_size)
+    single, batched = observation_spaces(observation_mode, [obs for obs, _ in spaces], batch_size)
     metadata, render_mode = workers[0].call("info")()
     return Spaces(single, batched, act0, batch_space(act0, batch_size),
                   dict(metadata, autoreset_mode=autoreset_mode), render_mode, spaces)
@@ -320,71 +247,61 @@ def describe_workers(workers: Sequence[ProcessEnvironment], observation_mode: Ob
 
 def attach_workers(workers: Sequence[ProcessEnvironment], spaces: Spaces,
                    bounds: Sequence[Tuple[int, int]], *, shared_memory: bool,
-                   autoreset_mode: AutoresetMode, copy: bool, info_bytes: int,
-                   declared_infos: Sequence[Signature], spin_us: int,
-                   workers_spread: bool, batch_infos: bool = True,
-                   pin_when_quiet: Optional[Sequence[int]] = None) -> Transport:
-    """Builds the shared rows and sends each worker into its native job loop, or
-    sets up the pipe path (``shared_memory=False``, or actions of no fixed size).
-    ``batch_infos=False``: the results give each env's own info dict, not batched.
-    ``pin_when_quiet``: the workers' CPUs while the machine is otherwise idle
-    (:class:`~alf_env.data_plane.job_board.JobBoard`)."""
+                   autoreset_mode: AutoresetMode, copy: bool, info_bytes: int, batch_infos: bool,
+                   declared_infos: Sequence[Signature], spin_us: int, workers_spread: bool,
+                   pin_when_quiet: Optional[Sequence[int]]) -> Transport:
+    """Sends each worker into its native job loop over new shared rows, or sets up the pipe
+    path (``shared_memory=False``, or actions of no fixed size)."""
     observation = SpaceLayout(spaces.single_observation_space, "obs", "observation")
     action = action_layout(spaces.single_action_space)
-    # Observations of no fixed size travel beside the rows (pipe leaves), and
-    # the shape and dtype that observation_mode requires of every env is what
-    # its rows need; actions have no such way.
+    # Observations of no fixed size travel beside the rows (pipe leaves); actions cannot.
     if shared_memory and action.num_pipe_leaves:
-        logging.info("FastVectorEnv: action space %s: %s have no fixed size; the envs "
-                     "step through the pipe", spaces.single_action_space,
-                     list(action.pipe_paths))
+        logging.info("FastVectorEnv: action space %s: %s have no fixed size; the envs step "
+                     "through the pipe", spaces.single_action_space, list(action.pipe_paths))
         shared_memory = False
     if not shared_memory:
         return _attach_pipe(workers, spaces, bounds, observation, action, autoreset_mode, copy,
                             batch_infos)
-    num_envs = bounds[-1][1]
     block = SharedBlock(block_fields(observation, action, info_bytes),
-                        num_rows=num_envs, num_workers=len(workers))
+                        num_rows=bounds[-1][1], num_workers=len(workers))
     try:
         rows = EnvRows(block, observation, action)
-        results = ResultAssembler(rows, rows.info, observation, workers, bounds, copy,
-                                  autoreset_mode, declared_infos, batch_infos=batch_infos)
-        controller = block.controller(spin_us, workers_spread=workers_spread)
-        board = JobBoard(controller, workers, on_ok=results.collect_reports,
-                         pin_when_quiet=pin_when_quiet)
-        handlers = [GymRowsHandler(rows_of, observation, action, autoreset_mode,
-                                   info_bytes, declared_infos)
-                    for rows_of in bounds]
+        results = ResultAssembler(rows, observation, copy, workers, bounds, autoreset_mode,
+                                  declared_infos, batch_infos=batch_infos)
+        board = JobBoard(block.controller(spin_us, workers_spread=workers_spread), workers,
+                         on_ok=results.collect_reports, pin_when_quiet=pin_when_quiet)
+        handlers = [GymRowsHandler(rows_of, observation, action, autoreset_mode, info_bytes,
+                                   declared_infos) for rows_of in bounds]
         start_job_loops(board, block, spin_us, workers_spread, handlers)
     except BaseException:
         block.close()
         raise
+    normal_scheduling([w.pid for w in workers if w.pid is not None])  # not SCHED_BATCH
 
     def rejoin(w: int, worker: ProcessEnvironment) -> None:
         assert worker.pid is not None  # started
-        normal_scheduling([worker.pid])  # as FastVectorEnv does for its first workers
+        normal_scheduling([worker.pid])  # as the first workers
         join_job_loop(board, JobLoopSpec(block, w, spin_us, handlers[w], workers_spread))
-    return Transport(True, block, board, action, rows.act, results, rejoin)
+    return Transport(block, board, action, rows.act, results, rejoin)
 
 
 def _attach_pipe(workers: Sequence[ProcessEnvironment], spaces: Spaces,
                  bounds: Sequence[Tuple[int, int]], observation: SpaceLayout,
-                 fixed_action: SpaceLayout, autoreset_mode: AutoresetMode,
-                 copy: bool, batch_infos: bool = True) -> Transport:
+                 fixed_action: SpaceLayout, autoreset_mode: AutoresetMode, copy: bool,
+                 batch_infos: bool) -> Transport:
     """The pipe path: rows in this process, a board of pipe requests."""
     num_envs = bounds[-1][1]
     pipe_observation = PipeLayout(spaces.single_observation_space, "observation", num_envs)
     # Actions of a fixed size are checked as on the shared-memory path.
-    action: Union[SpaceLayout, PipeLayout] = fixed_action
+    action: RowLayout = fixed_action
     if fixed_action.num_pipe_leaves:
         action = PipeLayout(spaces.single_action_space, "action", num_envs)
     resolve_all([w.call("check_observations", observation) for w in workers])
     rows = PipeRows(pipe_observation, action, bounds)
-    # No info area: every info is a pipe payload, which the rows keep.
-    results = ResultAssembler(rows, None, pipe_observation, workers, bounds, copy,
-                              autoreset_mode, payloads=rows.payloads, batch_infos=batch_infos)
+    results = ResultAssembler(rows, pipe_observation, copy, workers, bounds, autoreset_mode,
+                              payloads=rows.payloads, batch_infos=batch_infos)
 
     def rejoin(w: int, worker: ProcessEnvironment) -> None:
         resolve_all([worker.call("check_observations", observation)])
-    return Transport(False, None, PipeBoard(workers, rows.actions_of, rows.store), action,
-                     rows.act, results, rejoin)
+    return Transport(None, PipeBoard(workers, rows.actions_of, rows.store), action, rows.act,
+                     results, rejoin)

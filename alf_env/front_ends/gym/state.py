@@ -1,16 +1,13 @@
 """The gymnasium-style state machine of the vector envs, and their argument checks.
 
-Shared by :class:`~alf_env.front_ends.gym.vector_env.FastVectorEnv` and
-:class:`~alf_env.front_ends.ray.vector_env.RayVectorEnv`, so both raise the same
-errors, word for word::
+Shared by ``FastVectorEnv`` and ``RayVectorEnv``, so both raise the same errors::
 
     DEFAULT --reset_async--> WAITING_RESET --reset_wait--> DEFAULT
     DEFAULT --step_async---> WAITING_STEP  --step_wait---> DEFAULT
     DEFAULT --call_async---> WAITING_CALL  --call_wait---> DEFAULT
 
 Unlike gymnasium, a ``*_wait`` that times out keeps its state, so waiting again
-loses nothing. The errors: ``docs/migration.rst`` ("From gymnasium
-AsyncVectorEnv") and ``docs/contract.rst`` ("Errors").
+loses nothing (``docs/contract.rst``, "Errors").
 """
 
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, TypeVar, Union
@@ -40,20 +37,15 @@ _T = TypeVar("_T")
 
 
 class CallState:
-    """The pending call of a vector env, what broke it, and the checks of its API.
-
-    ``owner`` is the class name the errors give; ``broken_by`` reads what broke
-    the env when something else than :meth:`guard` records it (a Ray actor group).
-    """
+    """The pending call of a vector env, what broke it, and the checks of its API
+    (``broken_by``: what broke it when another records it, a Ray actor group)."""
 
     def __init__(self, owner: str, num_envs: int, is_async: bool,
                  broken_by: Optional[Callable[[], Optional[BaseException]]] = None) -> None:
         self.owner = owner
         self.num_envs = num_envs
         self.is_async = is_async
-        #: The pending call.
         self.pending = AsyncState.DEFAULT
-        #: Set by :meth:`close`: every later check raises ``ClosedEnvironmentError``.
         self.closed = False
         self._broken: Optional[BaseException] = None
         self._broken_by = broken_by
@@ -67,8 +59,6 @@ class CallState:
         """Marks the env closed; returns the call that was pending (now dropped)."""
         pending, self.pending, self.closed = self.pending, AsyncState.DEFAULT, True
         return pending
-
-    # -- the state checks ---------------------------------------------------------
 
     def check_running(self) -> None:
         """Raises if the env was closed, or broken by a dead worker."""
@@ -87,7 +77,6 @@ class CallState:
                 f"`{self.pending.value}` to complete.", self.pending.value)
 
     def check_ready(self, what: str) -> None:
-        """Checks that ``what``, a call that starts something, may run now."""
         self.check_running()
         self.check_idle(what)
 
@@ -98,21 +87,16 @@ class CallState:
             raise NoAsyncCallError(f"Calling `{what}` without any prior call to `{pair}`.",
                                    state.value)
 
-    # -- running what may fail ------------------------------------------------------
-
     def guard(self, fn: Callable[[], _T]) -> _T:
         """Runs a post or a wait: a dead worker breaks the env; any other error
         but a timeout (waiting again picks the call up) ends the call."""
         try:
             return fn()
-        except WorkerDiedError as exc:
-            self._broken = exc
-            self.pending = AsyncState.DEFAULT
-            raise
-        except EnvTimeoutError:
-            raise
-        except BaseException:
-            self.pending = AsyncState.DEFAULT
+        except BaseException as exc:
+            if isinstance(exc, WorkerDiedError):
+                self._broken = exc
+            if not isinstance(exc, EnvTimeoutError):
+                self.pending = AsyncState.DEFAULT
             raise
 
     def resolve(self, promises: Sequence[Promise], timeout: Optional[float],
@@ -125,10 +109,7 @@ class CallState:
             raise
 
     def break_with(self, error: BaseException) -> None:
-        """Records ``error`` (a dead worker) as what broke the env."""
         self._broken = error
-
-    # -- the argument checks --------------------------------------------------------
 
     def reset_arguments(self, seed: Seeds, options: Optional[Dict[str, Any]]
                         ) -> Tuple[List[Optional[int]], Optional[Dict[str, Any]],
@@ -139,8 +120,7 @@ class CallState:
         self.check_running()
         n = self.num_envs
         if seed is None or isinstance(seed, (int, np.integer)):
-            seeds: List[Optional[int]] = [None if seed is None else int(seed) + i
-                                          for i in range(n)]
+            seeds: List[Optional[int]] = [None if seed is None else int(seed) + i for i in range(n)]
         else:
             seeds = list(seed)
             if len(seeds) != n:
@@ -157,11 +137,9 @@ class CallState:
         if not isinstance(mask, np.ndarray):
             raise TypeError(f"`options['reset_mask']` must be a numpy array, got {type(mask)}")
         if mask.shape != (n,):
-            raise ValueError(f"`options['reset_mask']` must have shape `({n},)`, "
-                             f"got {mask.shape}")
+            raise ValueError(f"`options['reset_mask']` must have shape `({n},)`, got {mask.shape}")
         if mask.dtype != np.bool_:
-            raise TypeError(f"`options['reset_mask']` must have `dtype=np.bool_`, got "
-                            f"{mask.dtype}")
+            raise TypeError(f"`options['reset_mask']` must have `dtype=np.bool_`, got {mask.dtype}")
         if not mask.any():
             raise ValueError(f"`options['reset_mask']` must contain a boolean array with at "
                              f"least one True value, got reset_mask={mask}")
@@ -186,18 +164,8 @@ class CallState:
 
 
 class VectorApi:
-    """The documented API of both vector envs, and the methods written in terms of
-    the others (a mixin of methods only: it reads no attribute).
-
-    The class using it implements the methods that raise ``NotImplementedError``
-    here and inherits their docstrings. Any call raises ``ClosedEnvironmentError``
-    after ``close()`` and ``WorkerDiedError`` once a worker died; one that starts
-    something raises ``AlreadyPendingCallError`` while a call is pending. Each
-    ``*_wait(timeout)`` waits at most ``timeout`` seconds, raises
-    ``NoAsyncCallError`` when its ``*_async`` is not pending and
-    ``EnvTimeoutError`` when ``timeout`` passes (call again to keep waiting). Full
-    semantics: ``docs/contract.rst`` ("gymnasium front end", "Errors").
-    """
+    """The documented API of both vector envs (a mixin of methods only: it reads no
+    attribute); the states and errors of every call: ``docs/contract.rst``."""
 
     def reset(self, *, seed: Seeds = None,
               options: Optional[Dict[str, Any]] = None) -> Tuple[Any, Dict[str, Any]]:
@@ -219,11 +187,7 @@ class VectorApi:
         return self.reset_wait()
 
     def call(self, name: str, /, *args: Any, **kwargs: Any) -> Tuple[Any, ...]:
-        """Calls method ``name`` of every env with ``*args, **kwargs``.
-
-        Returns:
-            One result per env, a tuple (the attribute's value if not callable).
-        """
+        """Calls method ``name`` of every env: a tuple, one result per env (or its value)."""
         self.call_async(name, *args, **kwargs)
         return self.call_wait()
 
@@ -242,9 +206,7 @@ class VectorApi:
         self.close()
 
     # -- implemented by the class using the mixin -------------------------------------
-
-    def reset_async(self, seed: Seeds = None,
-                    options: Optional[Dict[str, Any]] = None) -> None:
+    def reset_async(self, seed: Seeds = None, options: Optional[Dict[str, Any]] = None) -> None:
         """Posts the resets (arguments as :meth:`reset`); collect with :meth:`reset_wait`."""
         raise NotImplementedError
 
@@ -253,8 +215,7 @@ class VectorApi:
         raise NotImplementedError
 
     def step_wait(self, timeout: Optional[float] = None) -> Step:
-        """Waits for the steps of ``step_async``: ``(observations, rewards,
-        terminated, truncated, infos)``, batched."""
+        """Waits for the steps of ``step_async``: the 5-tuple of ``step``, batched."""
         raise NotImplementedError
 
     def call_async(self, name: str, /, *args: Any, **kwargs: Any) -> None:

@@ -1,10 +1,8 @@
 """``FastVectorEnv``: gymnasium's vector API over alf_env's shared-memory workers.
 
-The options and modes: ``docs/options.rst`` ("gymnasium front end") and
-``docs/contract.rst``. The class is composed of a ``CallState`` (``state.py``),
-a ``JobEngine`` (``engine.py``) and a ``ResultAssembler`` (``results.py``) over
-the workers that ``startup.py`` sets up (``pipe_path.py``: without shared memory);
-how a step runs through them: ``docs/architecture.rst`` ("One step of FastVectorEnv").
+The options and modes: ``docs/options.rst`` ("gymnasium front end"); the objects
+it is composed of and how a step runs through them: ``docs/architecture.rst``
+("One step of FastVectorEnv").
 """
 
 import functools
@@ -20,7 +18,6 @@ from gymnasium.vector import AutoresetMode
 from alf_env.control_plane.affinity import (
     AUTO,
     WorkerCpus,
-    normal_scheduling,
     pin_workers,
     pinned_cpus,
     pinned_when_quiet,
@@ -28,7 +25,7 @@ from alf_env.control_plane.affinity import (
 )
 from alf_env.control_plane.channel import Promise
 from alf_env.control_plane.guards import NotCopyable, OneThread, guard_methods
-from alf_env.control_plane.launch import close_all
+from alf_env.control_plane.launch import close_all, start_environments
 from alf_env.control_plane.process_environment import ProcessEnvironment
 from alf_env.control_plane.restart import RestartBudget, RestartPolicy
 from alf_env.control_plane.shutdown import close_when_collected
@@ -41,29 +38,21 @@ from alf_env.control_plane.step_timings import (
 )
 from alf_env.control_plane.torch_threads import advise_torch_threads
 from alf_env.data_plane.job_board import Board, JobBoard
-from alf_env.data_plane.shared_block import SPIN_ADAPTIVE, JobType, SharedBlock
+from alf_env.data_plane.shared_block import SPIN_ADAPTIVE, SharedBlock
 from alf_env.errors import EnvTimeoutError
 from alf_env.front_ends.gym.engine import JobEngine
-from alf_env.front_ends.gym.gym_rows import (
-    RESERVED_CALL_NAMES,
-    RESET_DEFAULT,
-    RESET_STAGED,
-    EnvCall,
-    StagedReset,
-)
+from alf_env.front_ends.gym.gym_rows import RESERVED_CALL_NAMES, EnvCall
 from alf_env.front_ends.gym.info_codec import DEFAULT_INFO_BYTES
 from alf_env.front_ends.gym.restarts import WorkerRestarter
 from alf_env.front_ends.gym.startup import (
     ObservationMode,
     attach_workers,
     check_arguments,
-    check_max_concurrency,
     declared_infos,
     describe_workers,
     make_worker,
     plan_workers,
     resolve_context,
-    start_workers,
 )
 from alf_env.front_ends.gym.state import AsyncState, CallState, Seeds, Step, VectorApi
 
@@ -73,38 +62,12 @@ __all__ = ["FastVectorEnv"]
 class FastVectorEnv(NotCopyable, VectorApi, gym.vector.VectorEnv):
     """A gymnasium vector env whose envs run in worker processes, stepped through shared memory.
 
-    ``AsyncVectorEnv``'s arguments come first, in its order (positional calls
-    work the same); alf_env's own are keyword-only. What each does and when to
-    change it: ``docs/options.rst`` ("gymnasium front end").
+    ``AsyncVectorEnv``'s arguments come first, in its order; alf_env's own are
+    keyword-only. What each argument but ``env_fns`` does and when to change it:
+    ``docs/options.rst`` ("gymnasium front end").
 
     Args:
         env_fns: one constructor per env (called in the workers).
-        shared_memory: ``False``: the pipe path, as ``AsyncVectorEnv``.
-        copy: ``False``: views of the shared rows, overwritten by the next step.
-        context: the start method (``None``: multiprocessing's default).
-        daemon: the workers' daemon flag (``False``: envs may start processes).
-        worker: not supported (``TypeError``); wrap the env instead.
-        observation_mode: ``"same"``, ``"different"`` or a pair of spaces, as gymnasium.
-        autoreset_mode: a ``gymnasium.vector.AutoresetMode`` (or its value).
-        max_concurrency: most envs stepping at once (bounds the workers).
-        batch_size: envs per step; fewer than ``len(env_fns)``: the EnvPool mode.
-        num_workers: worker processes (default: one per usable CPU; asynchronous
-            mode: one per env).
-        envs_per_worker: or envs per worker (give one of the two).
-        spin_us: how long waiters spin before sleeping (-1 adaptive, 0 never).
-        worker_cpus: ``"auto"``, ``None`` (the OS decides), ``"spread"`` or CPU ids.
-        info_bytes: shared memory per env for the fixed-size values of its infos.
-        info_example: an info dict as the envs return it, so that even the first
-            step sends nothing on the pipe.
-        batch_infos: ``False``: the infos that ``step`` and ``reset`` return are a
-            list of each env's own info dict, exactly as the env returned it
-            (same keys, values and types; ``{}`` for an env a ``reset_mask``
-            left alone), not gymnasium's batched dict. Synchronous mode only.
-        restart_policy: a :class:`~alf_env.control_plane.restart.RestartPolicy`:
-            a worker that dies during a step or reset is started again and its
-            envs come back truncated, with ``info["env_restarted"]``
-            (``docs/contract.rst``, "Restarts"). ``None``: a death raises
-            ``WorkerDiedError`` and breaks the env.
 
     Raises:
         TypeError: ``worker`` given, or a malformed ``observation_mode`` pair.
@@ -120,27 +83,20 @@ class FastVectorEnv(NotCopyable, VectorApi, gym.vector.VectorEnv):
                  autoreset_mode: Union[AutoresetMode, str] = AutoresetMode.NEXT_STEP,
                  max_concurrency: Optional[int] = None, *,
                  batch_size: Optional[int] = None, num_workers: Optional[int] = None,
-                 envs_per_worker: Optional[int] = None,
-                 spin_us: int = SPIN_ADAPTIVE, worker_cpus: WorkerCpus = AUTO,
-                 info_bytes: int = DEFAULT_INFO_BYTES,
+                 envs_per_worker: Optional[int] = None, spin_us: int = SPIN_ADAPTIVE,
+                 worker_cpus: WorkerCpus = AUTO, info_bytes: int = DEFAULT_INFO_BYTES,
                  info_example: Union[None, Dict[str, Any], Sequence[Dict[str, Any]]] = None,
-                 batch_infos: bool = True,
-                 restart_policy: Optional[RestartPolicy] = None) -> None:
+                 batch_infos: bool = True, restart_policy: Optional[RestartPolicy] = None) -> None:
         self._one_thread = OneThread(type(self).__name__)  # see guard_methods below
         env_fns = list(env_fns)
         batch_size = len(env_fns) if batch_size is None else int(batch_size)
         autoreset_mode = AutoresetMode(autoreset_mode)
         context = resolve_context(context)
-        check_arguments(env_fns, batch_size, autoreset_mode, worker, observation_mode)
-        max_concurrency = check_max_concurrency(max_concurrency)
-        if not batch_infos and batch_size < len(env_fns):
-            raise ValueError(f"batch_infos=False: expected the synchronous mode, got "
-                             f"batch_size={batch_size} < {len(env_fns)} envs (recv() "
-                             f"returns batched infos with info['env_id'])")
+        max_concurrency = check_arguments(env_fns, batch_size, autoreset_mode, worker,
+                                          observation_mode, max_concurrency, batch_infos)
         self._bounds = plan_workers(len(env_fns), batch_size, num_workers, envs_per_worker,
                                     max_concurrency)
         budget = RestartBudget(restart_policy, len(self._bounds))
-        #: The policy for dead workers (``None``: a death breaks the env).
         self.restart_policy = restart_policy
         declared, info_bytes = declared_infos(info_example, info_bytes)
         cpu_plan = plan_worker_cpus(worker_cpus, len(self._bounds),
@@ -149,23 +105,19 @@ class FastVectorEnv(NotCopyable, VectorApi, gym.vector.VectorEnv):
         self.num_envs = len(env_fns)
         self.batch_size = batch_size
         sizes = {end - begin for begin, end in self._bounds}
-        #: envs per worker (``None`` when the workers hold different numbers).
+        # None when the workers hold different numbers of envs.
         self.envs_per_worker: Optional[int] = sizes.pop() if len(sizes) == 1 else None
         self.num_workers = len(self._bounds)
         self.info_bytes = info_bytes
-        #: Whether the infos are batched (``False``: a list of each env's own dict).
         self.batch_infos = bool(batch_infos)
         self.copy = copy
         self.autoreset_mode = autoreset_mode
-        #: Whether shared memory serves the steps (``False``: the pipe path).
-        self.shared_memory = bool(shared_memory)
         self.context = context
         self.daemon = daemon
         self.observation_mode = observation_mode
         self.max_concurrency = max_concurrency
         self.is_async = self.batch_size < self.num_envs
         self._calls = CallState(type(self).__name__, self.num_envs, self.is_async)
-        self._all_row_list = list(range(self.num_envs))
         self._reset_rows: List[int] = []         # envs whose infos reset_wait returns
         self._pending_calls: List[Promise] = []
         self._workers: List[ProcessEnvironment] = []
@@ -173,44 +125,35 @@ class FastVectorEnv(NotCopyable, VectorApi, gym.vector.VectorEnv):
         self._board: Optional[Board] = None
         self._finalizer: Optional["weakref.finalize[..., None]"] = None
         self._restarter: Optional[WorkerRestarter] = None
+        new_worker = functools.partial(make_worker, env_fns, self._bounds,
+                                       autoreset_mode=autoreset_mode, context=context,
+                                       daemon=daemon)
         try:
-            self._workers = start_workers(env_fns, self._bounds, autoreset_mode, context, daemon)
-            # Dropped unclosed, the env is collected (nothing refers back to
-            # it) and this ends its workers; close() detaches it.
+            workers = [new_worker(w) for w in range(self.num_workers)]
+            start_environments(workers, start_serially=False)  # closes them if it fails
+            self._workers = workers
+            # Dropped unclosed, the env is collected (nothing refers back to it): this ends them.
             self._finalizer = close_when_collected(self, self._workers)
             pin_workers(self.worker_pids(), pinned_cpus(worker_cpus, cpu_plan))
-            spaces = describe_workers(self._workers, observation_mode, batch_size,
-                                      autoreset_mode)
-            self.single_observation_space = spaces.single_observation_space
-            self.observation_space = spaces.observation_space
-            self.single_action_space = spaces.single_action_space
-            self.action_space = spaces.action_space
-            self.metadata = spaces.metadata
-            self.render_mode = spaces.render_mode
+            spaces = describe_workers(self._workers, observation_mode, batch_size, autoreset_mode)
+            (self.single_observation_space, self.observation_space, self.single_action_space,
+             self.action_space, self.metadata, self.render_mode, each_env) = spaces
             transport = attach_workers(
-                self._workers, spaces, self._bounds, shared_memory=self.shared_memory,
+                self._workers, spaces, self._bounds, shared_memory=bool(shared_memory),
                 autoreset_mode=autoreset_mode, copy=copy, info_bytes=info_bytes,
-                declared_infos=declared, spin_us=spin_us,
-                workers_spread=cpu_plan is not None, batch_infos=batch_infos,
-                pin_when_quiet=pinned_when_quiet(worker_cpus, cpu_plan))
-            self.shared_memory = transport.shared_memory
+                declared_infos=declared, spin_us=spin_us, workers_spread=cpu_plan is not None,
+                batch_infos=batch_infos, pin_when_quiet=pinned_when_quiet(worker_cpus, cpu_plan))
+            self.shared_memory = transport.block is not None
             self._block, self._board = transport.block, transport.board
             self._results = transport.results
-            self._engine = JobEngine(self._calls, transport.board, self._workers, self._bounds,
-                                     batch_size, transport.action, transport.action_views,
-                                     transport.results)
+            self._engine = JobEngine(self._calls, transport, self._workers, self._bounds,
+                                     batch_size, self.envs_per_worker)
             if budget.enabled:
                 # The board holds the hook weakly; the hook's rejoin holds the board.
                 self._restarter = WorkerRestarter(
-                    budget, self._workers, self._bounds,
-                    functools.partial(make_worker, env_fns, self._bounds,
-                                      autoreset_mode=autoreset_mode, context=context,
-                                      daemon=daemon),
-                    spaces.each_env, transport.rejoin, transport.results,
-                    pinned_cpus(worker_cpus, cpu_plan))
+                    budget, self._workers, self._bounds, new_worker, each_env,
+                    transport.rejoin, transport.results, pinned_cpus(worker_cpus, cpu_plan))
                 transport.board.set_death_hook(self._restarter.restart)
-            if isinstance(self._board, JobBoard):
-                normal_scheduling(self.worker_pids())
             advise_torch_threads(self.num_workers)
         except BaseException:
             self.close(terminate=True)
@@ -218,24 +161,12 @@ class FastVectorEnv(NotCopyable, VectorApi, gym.vector.VectorEnv):
         # Still referenced at exit: control_plane.shutdown's exit hook closes the
         # workers (the board is registered) with every other worker, all at once.
 
-    # -- the gymnasium API ----------------------------------------------------------
-
-    def reset_async(self, seed: Seeds = None,
-                    options: Optional[Dict[str, Any]] = None) -> None:
+    def reset_async(self, seed: Seeds = None, options: Optional[Dict[str, Any]] = None) -> None:
         seeds, options, mask = self._calls.reset_arguments(seed, options)
-        self._engine.drain_in_flight()
-        workers = self._engine.workers_of(mask)
-        self._reset_rows = (self._all_row_list if mask is None
-                            else [int(i) for i in np.flatnonzero(mask)])
-        self._results.forget_ended(mask)
-        arg = RESET_DEFAULT
-        if seed is not None or options is not None or mask is not None:
-            arg = RESET_STAGED
-            for w in workers:
-                rows = slice(*self._bounds[w])
-                local_mask = [True] * (rows.stop - rows.start) if mask is None else mask[rows]
-                self._engine.stage_reset(w, StagedReset(seeds[rows], options, local_mask))
-        self._engine.post(workers, JobType.RESET, arg)
+        self._reset_rows = (list(range(self.num_envs)) if mask is None
+                            else np.flatnonzero(mask).tolist())
+        staged = seed is not None or options is not None or mask is not None
+        self._engine.reset(mask, (seeds, options) if staged else None)
         self._calls.pending = AsyncState.WAITING_RESET
 
     def reset_wait(self, timeout: Optional[float] = None) -> Tuple[Any, Dict[str, Any]]:
@@ -247,9 +178,8 @@ class FastVectorEnv(NotCopyable, VectorApi, gym.vector.VectorEnv):
         return self._results.gather_all(self._reset_rows)
 
     def step(self, actions: Any) -> Step:
-        """Steps the envs (asynchronous mode: those of the last ``recv``) with
-        ``actions``, as :meth:`step_async` (which lists the errors); returns
-        ``(observations, rewards, terminated, truncated, infos)``, batched."""
+        """Steps the envs (asynchronous mode: those of the last ``recv``) as
+        :meth:`step_async` and :meth:`step_wait` do, in one call."""
         if self.is_async or self._engine.in_flight or self._calls.pending is not \
                 AsyncState.DEFAULT:
             self.step_async(actions)  # raises what the state machine says
@@ -261,11 +191,8 @@ class FastVectorEnv(NotCopyable, VectorApi, gym.vector.VectorEnv):
         return step
 
     def step_async(self, actions: Any) -> None:
-        """Checks and writes the actions, posts the steps; collect with :meth:`step_wait`.
-
-        Args:
-            actions: the batch; each env gets its item as ``AsyncVectorEnv`` sends it,
-                never clipped (which are refused: ``docs/contract.rst``, "Errors").
+        """Checks and writes the actions (each env gets its item as ``AsyncVectorEnv``
+        sends it), posts the steps; collect with :meth:`step_wait`.
 
         Raises:
             TypeError: ``actions`` cannot be iterated over (e.g. ``step(0)``).
@@ -316,24 +243,17 @@ class FastVectorEnv(NotCopyable, VectorApi, gym.vector.VectorEnv):
         return tuple(value for group in groups for value in group)
 
     def set_attr(self, name: str, values: Any) -> None:
-        """Sets attribute ``name`` of every env to ``values``: one value per env
-        (a list or tuple), or one value for all."""
+        """Sets attribute ``name`` of every env: one value per env (a list or tuple), or one."""
         values = self._calls.attr_values(name, values)
         self._engine.settle()
         self._calls.resolve([w.call("set_each", name, list(values[begin:end]))
                              for w, (begin, end) in zip(self._workers, self._bounds)], None)
 
     def call_envs(self, name: str, calls: Mapping[int, EnvCall]) -> Dict[int, Any]:
-        """Calls ``name`` of some envs, each with its own arguments, as :meth:`call`.
+        """Calls ``name`` of some envs, each with its own arguments: ``calls`` is
+        ``{env_id: (args, kwargs)}``; returns ``{env_id: what its call returned}``.
 
-        Only their workers get a request, with only their envs' arguments, so a
-        large argument for one env crosses one pipe.
-
-        Args:
-            calls: ``{env_id: (args, kwargs)}``.
-
-        Returns:
-            ``{env_id: what its call returned}``.
+        Only their workers get a request, so a large argument crosses one pipe.
 
         Raises:
             ValueError: an env id out of ``[0, num_envs)``, or ``step``,
@@ -364,34 +284,20 @@ class FastVectorEnv(NotCopyable, VectorApi, gym.vector.VectorEnv):
         return [w.pid for w in self._workers if w.pid is not None]
 
     def timings(self) -> StepTimings:
-        """Where the steps since the last call spent their time (a
-        :class:`~alf_env.control_plane.step_timings.StepTimings`; ``print`` it for a
-        table); starts counting again.
-
-        Per env, its own ``step`` time inside its worker (which env is slow);
-        per lockstep step, from the workers' job slots (the pipe path has none),
-        the trainer's wait, the straggler spread and the hand-off overhead.
-        Costs one pipe call per worker now, nothing per step
-        (docs/simulators.rst, "Where each step's time goes").
-        """
-        self._calls.check_running()
-        self._calls.check_idle("timings")
+        """Where the steps since the last call spent their time (``print`` it for a table);
+        starts counting again. docs/simulators.rst ("Where each step's time goes")."""
+        self._calls.check_ready("timings")
         self._engine.settle()
-        readings = self._calls.resolve([w.call(STEP_TIMINGS_CALL) for w in self._workers],
-                                       None)
+        readings = self._calls.resolve([w.call(STEP_TIMINGS_CALL) for w in self._workers], None)
         if isinstance(self._board, JobBoard):
             wait, spread, handoff = batch_figures(self._board.controller.take_timings())
             return StepTimings(env_figures(readings), wait, spread, handoff)
         return StepTimings(env_figures(readings), no_figure(), no_figure(), no_figure(),
                            note="per-batch figures: not measured on the pipe path")
 
-    # -- the EnvPool API ----------------------------------------------------------
-
     def async_reset(self) -> None:
         self._calls.check_ready("async_reset")
-        self._engine.drain_in_flight()
-        self._results.forget_ended()
-        self._engine.post(self._engine.workers_of(None), JobType.RESET, RESET_DEFAULT)
+        self._engine.reset(None, None)
 
     def send(self, actions: Any, env_ids: npt.ArrayLike) -> None:
         self._calls.check_ready("send")
@@ -401,24 +307,13 @@ class FastVectorEnv(NotCopyable, VectorApi, gym.vector.VectorEnv):
         self._calls.check_ready("recv")
         return self._engine.receive(timeout)
 
-    # -- closing ------------------------------------------------------------------
-
     def close_extras(self, timeout: Optional[float] = None, terminate: bool = False) -> None:
-        """Ends the workers, within a bound (``VectorEnv.close`` calls this once).
-
-        A pending call is dropped with ``AsyncVectorEnv``'s ``UserWarning``; an
-        env's ``close()`` error is logged, not raised. The bound:
-        ``docs/protocol.rst`` ("Closing"), ``docs/reliability.md`` ("Fault table").
-
-        Args:
-            timeout: seconds running jobs may take before their workers are
-                terminated (default: ``CLOSE_POLITE_TIMEOUT``).
-            terminate: terminate the workers at once.
-        """
+        """Ends the workers, within a bound (``VectorEnv.close`` calls this once):
+        ``docs/protocol.rst`` ("Closing"). ``timeout``: seconds running jobs may take
+        before their workers are terminated (default: ``CLOSE_POLITE_TIMEOUT``)."""
         pending = self._calls.close()
         if pending is not AsyncState.DEFAULT:
-            # AsyncVectorEnv's UserWarning, word for word; the workers finish
-            # the pending jobs (bounded by ``timeout``) before they close.
+            # AsyncVectorEnv's UserWarning, word for word.
             gym.logger.warn(f"Calling `close` while waiting for a pending call to "
                             f"`{pending.value}` to complete.")
         if self._finalizer is not None:
@@ -435,9 +330,8 @@ class FastVectorEnv(NotCopyable, VectorApi, gym.vector.VectorEnv):
             engine.close()
 
 
-# One thread at a time: a second thread's call raises ConcurrentUseError before it
-# writes or posts anything (else it would write its actions into the rows of the
-# first thread's step, and post jobs the first thread then waits for).
+# A second thread's call raises ConcurrentUseError before it writes or posts anything
+# (else it would write into the rows of the first thread's step).
 guard_methods(FastVectorEnv, ("reset", "reset_async", "reset_wait", "step", "step_async",
                               "step_wait", "call", "call_async", "call_wait", "get_attr",
                               "set_attr", "render", "async_reset", "send", "recv",
