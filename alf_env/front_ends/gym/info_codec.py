@@ -51,13 +51,15 @@ class InfoEncoder:
         if lid is not None:
             return lid
         layout = InfoLayout(signature, self.capacity)
-        if layout.fits and len(self._layouts) > MAX_LAYOUTS and not self._warned:
-            self._warned = True
-            logging.warning("alf_env: more than %d info layouts in one worker; infos "
-                            "of new shapes now travel on the pipe", MAX_LAYOUTS)
-        lid = len(self._layouts) if layout.fits and len(self._layouts) <= MAX_LAYOUTS else 0
-        if lid:
-            self._layouts.append(layout)
+        if not layout.fits or len(self._layouts) > MAX_LAYOUTS:
+            if layout.fits and not self._warned:
+                self._warned = True
+                logging.warning("alf_env: more than %d info layouts in one worker; infos "
+                                "of new shapes now travel on the pipe", MAX_LAYOUTS)
+            self._by_signature[signature] = 0
+            return 0
+        lid = len(self._layouts)
+        self._layouts.append(layout)
         self._by_signature[signature] = lid
         return lid
 
