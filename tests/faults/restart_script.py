@@ -34,6 +34,7 @@ import logging
 import os
 import sys
 import tempfile
+import time
 from typing import Any, Callable, Dict, List, Sequence, Tuple
 
 import gymnasium as gym
@@ -49,6 +50,7 @@ VICTIM = 2  # its worker is killed
 NOW = [0]  # the loop's step (for the restarts' log lines)
 PLANTED = [0]  # kills planted so far in this run
 KINDS = ("sigkill", "segv", "exit")
+ASYNC_GRACE = 60.0  # seconds the asynchronous mode may run past STEPS for its kills
 CAUSES = {"sigkill": "killed by SIGKILL", "segv": "killed by SIGSEGV",
           "exit": "exited with code 3"}
 
@@ -96,8 +98,11 @@ def plant(marker: str, t: int, kills: Dict[int, str]) -> None:
     planned = sorted(kills)
     fired = PLANTED[0]
     if fired < len(planned) and t >= planned[fired] and len(LOG.steps) == fired:
-        with open(marker, "w") as f:
+        # Renamed into place: a worker stepping meanwhile (the asynchronous mode)
+        # never reads a marker that is there but not yet written.
+        with open(marker + ".new", "w") as f:
             f.write(kills[planned[fired]])
+        os.replace(marker + ".new", marker)
         PLANTED[0] += 1
 
 
@@ -141,7 +146,10 @@ def run_vector(marker: str, policy: Any, kills: Dict[int, str],
 
 def run_vector_async(marker: str, policy: Any, kills: Dict[int, str]) -> List[Dict[int, Record]]:
     """The asynchronous mode: ``recv`` returns 2 envs (one worker's) at a time;
-    a step here is one recv (a record per env it returned)."""
+    a step here is one recv (a record per env it returned). The other worker's
+    envs keep coming while a death waits for the controller's pid poll (every
+    50 ms) and the restart, so the run goes past ``STEPS`` until every planned
+    kill was seen, for at most ``ASYNC_GRACE`` seconds."""
     from alf_env.vector import FastVectorEnv
     env = FastVectorEnv([functools.partial(make_gym, i, marker) for i in range(NUM_ENVS)],
                         envs_per_worker=2, batch_size=2, restart_policy=policy)
@@ -156,9 +164,12 @@ def run_vector_async(marker: str, policy: Any, kills: Dict[int, str]) -> List[Di
         zeros = np.zeros(len(ids), np.bool_)
         steps.append(gym_records(obs, zeros.astype(np.float64), zeros, zeros, infos, ids))
         env.send(np.asarray([rngs[i].integers(0, 2) for i in ids]), ids)
-        for t in range(1, STEPS):
+        deadline = time.monotonic() + ASYNC_GRACE
+        t = 1
+        while t < STEPS or (len(LOG.steps) < len(kills) and time.monotonic() < deadline):
             NOW[0] = t
             plant(marker, t, kills)
+            t += 1
             obs, rewards, terminated, truncated, infos = env.recv()
             ids = infos["env_id"].tolist()
             steps.append(gym_records(obs, rewards, terminated, truncated, infos, ids))
@@ -295,7 +306,7 @@ def per_env(steps: List[Dict[int, Record]]) -> Dict[int, List[Record]]:
 def check(front_end: str, plain: List[Dict[int, Record]], run: List[Dict[int, Record]],
           hosted: List[int], kills: Dict[int, str], log: RestartLog) -> List[int]:
     """Checks a run against the undisturbed one; returns the steps of its restarts."""
-    assert len(run) == STEPS, len(run)
+    assert len(run) == STEPS or front_end == "vector_async" and len(run) > STEPS, len(run)
     seen, planned = log.steps, sorted(kills)
     assert len(seen) == len(planned), (front_end, seen, planned)
     for line, t in zip(log.lines, planned):
@@ -317,7 +328,11 @@ def check(front_end: str, plain: List[Dict[int, Record]], run: List[Dict[int, Re
         for i in range(NUM_ENVS):
             if i not in hosted:
                 n = min(len(expected[i]), len(got[i]))
-                assert n > STEPS // 4 and expected[i][:n] == got[i][:n], f"env {i}"
+                # recv's first-ready order is the scheduler's: beside other
+                # processes one worker's envs may come back 4 times as often.
+                assert n > STEPS // 20, (i, n)
+                for j, (want, record) in enumerate(zip(expected[i][:n], got[i][:n])):
+                    assert record == want, f"env {i}'s record {j} of {n}: {record} != {want}"
         return seen
     for t, (expected_step, step) in enumerate(zip(plain, run)):
         for i, record in step.items():
