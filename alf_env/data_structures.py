@@ -71,13 +71,6 @@ class TimeStep(
         return _equal(self.step_type, StepType.LAST)
 
 
-def _check_specs(specs: Any, field: str) -> None:
-    for path, leaf in nest.flatten_with_path(specs):
-        if not isinstance(leaf, TensorSpec):
-            raise TypeError(f"time_step_spec: {nest.field_name(field, path)} must be a "
-                            f"TensorSpec, got {type(leaf).__name__} ({leaf!r})")
-
-
 def time_step_spec(observation_spec: Any, action_spec: Any,
                    reward_spec: TensorSpec = TensorSpec(()),
                    env_info_spec: Optional[Any] = None) -> TimeStep:
@@ -97,10 +90,12 @@ def time_step_spec(observation_spec: Any, action_spec: Any,
     """
     if env_info_spec is None:
         env_info_spec = {}
-    _check_specs(observation_spec, "observation")
-    _check_specs(action_spec, "prev_action")
-    _check_specs(reward_spec, "reward")
-    _check_specs(env_info_spec, "env_info")
+    for field, specs in (("observation", observation_spec), ("prev_action", action_spec),
+                         ("reward", reward_spec), ("env_info", env_info_spec)):
+        for path, leaf in nest.flatten_with_path(specs):
+            if not isinstance(leaf, TensorSpec):
+                raise TypeError(f"time_step_spec: {nest.field_name(field, path)} must be a "
+                                f"TensorSpec, got {type(leaf).__name__} ({leaf!r})")
     return TimeStep(
         step_type=TensorSpec((), torch.int32), reward=reward_spec,
         discount=BoundedTensorSpec((), torch.float32, minimum=0.0, maximum=1.0),
@@ -129,15 +124,12 @@ _SCALAR_TYPES = frozenset({bool, int, float, np.bool_, np.int8, np.int16, np.int
 
 def scalar_array(value: Any, dtype: npt.DTypeLike) -> np.ndarray:
     """``np.broadcast_to(_to_np(value, dtype), ()).copy()``: a new 0-d array, faster."""
-    if type(value) in _SCALAR_TYPES:
-        return np.array(value, dtype=dtype)
-    array: np.ndarray = np.broadcast_to(_to_np(value, dtype), ()).copy()
-    return array
+    return _outer_array(value, dtype, ())
 
 
 def _outer_array(value: Any, dtype: npt.DTypeLike, outer: Tuple[int, ...]) -> np.ndarray:
-    if not outer:
-        return scalar_array(value, dtype)
+    if not outer and type(value) in _SCALAR_TYPES:
+        return np.array(value, dtype=dtype)
     array: np.ndarray = np.broadcast_to(_to_np(value, dtype), outer).copy()
     return array
 

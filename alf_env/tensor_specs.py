@@ -162,9 +162,8 @@ class TensorSpec:
 
     def numpy_constant(self, value: Any, outer_dims: OuterDims = None) -> np.ndarray:
         """An array of shape ``outer_dims + shape`` filled with ``value`` (broadcast)."""
-        value = to_numpy(value)
         out = np.empty(_full_shape(self._shape, outer_dims), dtype=self.numpy_dtype)
-        out[...] = value
+        out[...] = to_numpy(value)
         return out
 
     def randn(self, outer_dims: OuterDims = None) -> torch.Tensor:
@@ -304,8 +303,7 @@ class BoundedTensorSpec(TensorSpec):
                 and np.array_equal(np.broadcast_to(self._maximum, shape),
                                    np.broadcast_to(other._maximum, shape)))
 
-    def __hash__(self) -> int:
-        return super().__hash__()
+    __hash__ = TensorSpec.__hash__  # defining __eq__ would leave it None
 
     def __repr__(self) -> str:
         return (f"BoundedTensorSpec(shape={tuple(self._shape)}, dtype={self._dtype}, "

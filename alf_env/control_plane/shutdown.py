@@ -108,14 +108,11 @@ def unregister_worker(worker: Worker, finalizer: "Optional[weakref.finalize[...,
 
 
 def close_when_collected(owner: Any, envs: Sequence[HasWorker]) -> "weakref.finalize[..., None]":
-    """Terminates the workers ``envs`` when ``owner`` is collected unclosed; returns the
-    finalizer. A list is kept, not copied, so a worker a restart puts in it is ended too."""
-    return _finalizer(owner, _stop_owned, envs if isinstance(envs, list) else list(envs))
-
-
-def _stop_owned(envs: Sequence[HasWorker]) -> None:
-    """Terminates the workers of ``envs`` as they are now."""
-    stop_all([env.channel for env in envs], 0.0)
+    """Terminates the workers ``envs`` (as they are then) when ``owner`` is collected unclosed;
+    returns the finalizer. A list is kept, not copied, so a worker a restart puts in it is
+    ended too."""
+    kept = envs if isinstance(envs, list) else list(envs)
+    return _finalizer(owner, lambda: stop_all([env.channel for env in kept], 0.0))
 
 
 def _finalizer(owner: Any, stop: Callable[..., None], *args: Any) -> "weakref.finalize[..., None]":

@@ -90,12 +90,11 @@ class WorkerEnvProxy:
             self.step_clock.record(0, StepClock.now() - start)
         else:
             result = getattr(self.env, name)(*args, **kwargs)
-        if name == "step" or name == "reset":
-            if guard is not None:
-                checked = guard.time_step
-                return checked.flat(result) if self.flatten else checked(result)
-            if self.flatten:
-                return nest.flatten(result)
+        if guard is not None:  # a step or reset
+            checked = guard.time_step
+            return checked.flat(result) if self.flatten else checked(result)
+        if self.flatten and (name == "step" or name == "reset"):
+            return nest.flatten(result)
         return result
 
     def guard(self) -> Optional["WorkerSpecGuard"]:

@@ -67,7 +67,6 @@ class FlatSteps(NamedTuple):
 
 #: ``(step_type, reward, discount, observation, env_id, info, terminated)``.
 GymStepResult = Tuple[np.ndarray, Any, np.ndarray, Any, np.ndarray, Any, bool]
-GymStep = Callable[[Any], GymStepResult]
 
 # Set by AlfGymWrapper._compile; closures, left out of pickles.
 _COMPILED_ATTRIBUTES = ("_fast_observation", "_fast_action", "_fast_zero_action",
@@ -79,13 +78,23 @@ _COMPILED_ATTRIBUTES = ("_fast_observation", "_fast_action", "_fast_zero_action"
 def flat_steps_of(env: AlfEnvironment) -> Optional[FlatSteps]:
     """``env.flat_steps()`` (see ``AlfGymWrapper``), or ``None`` if it has none."""
     make = getattr(type(env), "flat_steps", None)
-    flat: Optional[FlatSteps] = make(env) if callable(make) else None
-    return flat
+    return make(env) if callable(make) else None
 
 
 def _is_inherited(obj: Any, name: str) -> bool:
     """Whether ``obj``'s class uses ``AlfGymWrapper``'s own method ``name``."""
     return getattr(type(obj), name) is getattr(AlfGymWrapper, name)
+
+
+def _compiled_or(convert: Optional[Converter], general: Converter, value: Any) -> Any:
+    """``convert(value)`` if compiled, else or if it raises ``general(value)``: a compiled
+    converter leaves every uncommon case to the general path (see gym_conversions)."""
+    if convert is not None:
+        try:
+            return convert(value)
+        except Exception:  # noqa: BLE001 -- not the common case: the general path decides
+            pass
+    return general(value)
 
 
 class AlfGymWrapper(AlfEnvironment):
@@ -172,18 +181,15 @@ class AlfGymWrapper(AlfEnvironment):
         self._compile()
 
     # ----- probing ----------------------------------------------------------
-    def _fixed_action(self) -> Any:
-        """A valid, deterministic action: 0 clipped into the action bounds."""
-        fixed = nest.map_structure(
-            lambda s: np.clip(s.numpy_zeros(), s.minimum, s.maximum).astype(s.numpy_dtype),
-            self._action_spec)
-        return self._to_gym_action(self._gym_env.action_space, fixed)
-
     def _probe_env_info_spec(self) -> Dict[Any, Any]:
         _, reset_info = self._gym_env.reset()
         # Read before the step: an env may reuse its info dict and refill it in step().
         reset_spec = info_spec(reset_info)
-        *_, step_info = self._gym_env.step(self._fixed_action())
+        # A valid, deterministic action: 0 clipped into the action bounds.
+        fixed = nest.map_structure(
+            lambda s: np.clip(s.numpy_zeros(), s.minimum, s.maximum).astype(s.numpy_dtype),
+            self._action_spec)
+        *_, step_info = self._gym_env.step(self._to_gym_action(self._gym_env.action_space, fixed))
         return merge_info_specs(reset_spec, info_spec(step_info))
 
     # ----- AlfEnvironment API -----------------------------------------------
@@ -192,14 +198,11 @@ class AlfGymWrapper(AlfEnvironment):
         """The wrapped gymnasium env."""
         return self._gym_env
 
+    gym = gym_env  # ALF's name
+
     def get_info(self) -> Any:
         """The gymnasium info dict of the last ``step``, as is; ``None`` after a reset."""
         return self._info
-
-    @property
-    def gym(self) -> gymnasium.Env:
-        """The wrapped gymnasium env (ALF's name; also :attr:`gym_env`)."""
-        return self._gym_env
 
     @property
     def done(self) -> bool:
@@ -278,7 +281,6 @@ class AlfGymWrapper(AlfEnvironment):
         if type(self) is not AlfGymWrapper or not (self._direct_time_steps
                                                    and self._direct_gym_action):
             return None
-        env_info_spec = {} if self._env_info_spec is None else self._env_info_spec
 
         def under(prefix: str, spec: Any) -> List[str]:
             return [nest.field_name(prefix, p) for p, _ in nest.flatten_with_path(spec)]
@@ -287,10 +289,10 @@ class AlfGymWrapper(AlfEnvironment):
                 ["step_type", "reward", "discount"]
                 + under("observation", self._observation_spec)
                 + under("prev_action", self._action_spec) + ["env_id"]
-                + under("env_info", env_info_spec)):
+                + under("env_info", self._env_info_spec)):
             return None
         flatten_observation = nest.compile_nest(self._observation_spec)[0]
-        flatten_info = nest.compile_nest(env_info_spec)[0]
+        flatten_info = nest.compile_nest(self._env_info_spec)[0]
         raw_info = compile_raw_info(self._env_info_spec)
         no_info = type(self._env_info_spec) is dict and not self._env_info_spec
         pack_action = nest.compile_nest(self._action_spec)[1]
@@ -306,8 +308,7 @@ class AlfGymWrapper(AlfEnvironment):
 
         def info_leaves_of(env_info: Any) -> Optional[List[Any]]:
             if env_info is not None and (type(env_info) is not dict or env_info):
-                leaves: List[Any] = flatten_info(env_info)
-                return leaves
+                return flatten_info(env_info)
             return None
 
         def flat_step(action_views: List[np.ndarray]) -> Optional[Tuple[List[Any], bool]]:
@@ -370,13 +371,7 @@ class AlfGymWrapper(AlfEnvironment):
 
     # ----- conversions --------------------------------------------------------
     def _observation(self, observation: Any) -> Any:
-        convert = self._fast_observation
-        if convert is not None:
-            try:
-                return convert(observation)
-            except Exception:  # noqa: BLE001 -- not the common case: the general path decides
-                pass
-        return self._observation_general(observation)
+        return _compiled_or(self._fast_observation, self._observation_general, observation)
 
     def _observation_general(self, observation: Any) -> Any:
         try:
@@ -388,13 +383,7 @@ class AlfGymWrapper(AlfEnvironment):
                                   self._observation_spec, observation, check_types=False)
 
     def _action_arrays(self, action: Any) -> Any:
-        convert = self._fast_action
-        if convert is not None:
-            try:
-                return convert(action)
-            except Exception:  # noqa: BLE001 -- not the common case: the general path decides
-                pass
-        return self._action_arrays_general(action)
+        return _compiled_or(self._fast_action, self._action_arrays_general, action)
 
     def _action_arrays_general(self, action: Any) -> Any:
         try:
@@ -420,12 +409,9 @@ class AlfGymWrapper(AlfEnvironment):
         return np.asarray(action, dtype=space.dtype)
 
     def _env_info(self, info: Any) -> Any:
-        fetch = self._fast_env_info
-        if fetch is not None:
-            try:
-                return fetch(info)
-            except Exception:  # noqa: BLE001 -- not the common case: the general path decides
-                pass
+        return _compiled_or(self._fast_env_info, self._env_info_general, info)
+
+    def _env_info_general(self, info: Any) -> Any:
         return fetch_info(self._env_info_spec, info, "")
 
     @staticmethod
@@ -467,7 +453,7 @@ class AlfGymWrapper(AlfEnvironment):
                             {} if env_info is None else env_info)
         return restart(observation, self._action_spec, env_id=self._env_id, env_info=env_info)
 
-    def _compile_gym_step(self) -> GymStep:
+    def _compile_gym_step(self) -> Callable[[Any], GymStepResult]:
         """Compiles the step of the gymnasium env that ``step()`` and the flat step share.
 
         A closure, because this class's attributes cost a full lookup each (its

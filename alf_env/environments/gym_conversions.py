@@ -53,9 +53,10 @@ def _compile_all(compile_one: Callable[[Any], Any], specs: List[Any]) -> Optiona
     return None if any(c is None for c in compiled) else compiled
 
 
-def compile_structure(spec: Any, leaf: Callable[[TensorSpec], Converter]) -> Optional[Converter]:
+def compile_structure(spec: Any, leaf: Callable[[TensorSpec], Optional[Converter]]
+                      ) -> Optional[Converter]:
     """Compiles ``map_structure(convert_leaf, spec, x, check_types=False)``, ``leaf`` making
-    each leaf's converter (which raises for a nest); ``None`` for other containers."""
+    each leaf's converter (which raises for a nest) or ``None``; ``None`` for other containers."""
     spec_type = type(spec)
     if spec_type is dict:
         keys = _sorted_keys(spec)
@@ -72,10 +73,8 @@ def compile_structure(spec: Any, leaf: Callable[[TensorSpec], Converter]) -> Opt
             if type(value) not in _FAST_MAPPINGS or len(value) != size:
                 raise _Fallback
             # Converted in sorted key order, as the general path does; packed in the spec's.
-            if in_sorted_order:
-                return {k: child(value[k]) for k, child in pairs}
             by_key = {k: child(value[k]) for k, child in pairs}
-            return {k: by_key[k] for k in spec_order}
+            return by_key if in_sorted_order else {k: by_key[k] for k in spec_order}
 
         return convert_dict
     if spec_type is tuple or spec_type is list:
@@ -137,23 +136,15 @@ def action_leaf(spec: TensorSpec) -> Converter:
 
 def compile_zeros(spec: Any) -> Optional[Callable[[], Any]]:
     """Compiles ``nest.map_structure(lambda s: s.numpy_zeros(()), spec)``."""
-    spec_type = type(spec)
-    if spec_type is dict:
-        zeros = None if _sorted_keys(spec) is None else _compile_all(
-            lambda k: compile_zeros(spec[k]), list(spec))
-        if zeros is None:
+    def zeros(leaf: TensorSpec) -> Optional[Converter]:
+        if type(leaf) not in (TensorSpec, BoundedTensorSpec):
             return None
-        spec_order, by_key = list(spec), zeros
-        return lambda: dict(zip(spec_order, [child() for child in by_key]))
-    if spec_type is tuple or spec_type is list:
-        items = _compile_all(compile_zeros, list(spec))
-        if items is None:
-            return None
-        return lambda: spec_type([child() for child in items])
-    if type(spec) in (TensorSpec, BoundedTensorSpec):
-        shape, dtype = tuple(spec.shape), spec.numpy_dtype
-        return lambda: np.zeros(shape, dtype=dtype)
-    return None
+        shape, dtype = tuple(leaf.shape), leaf.numpy_dtype
+        return lambda _: np.zeros(shape, dtype=dtype)
+
+    # A conversion of the spec itself, whose leaves it ignores.
+    convert = compile_structure(spec, zeros)
+    return None if convert is None else lambda: convert(spec)
 
 
 def compile_gym_action(space: spaces.Space[Any]) -> Converter:

@@ -45,7 +45,6 @@ def tensor_spec_from_gym_space(space: spaces.Space[Any], simplify_box_bounds: bo
     Raises:
         TypeError: for any other kind of space, naming its path.
     """
-    where = path or "<root>"
     if isinstance(space, spaces.Box):
         dtype = space.dtype
         if float_dtype is not None and np.issubdtype(dtype, np.floating):
@@ -75,5 +74,5 @@ def tensor_spec_from_gym_space(space: spaces.Space[Any], simplify_box_bounds: bo
         return tuple(tensor_spec_from_gym_space(s, simplify_box_bounds, float_dtype,
                                                 path=join_path(path, i))
                      for i, s in enumerate(space.spaces))
-    raise TypeError(f"space at {where}: expected Box, Discrete, MultiDiscrete, MultiBinary, "
-                    f"Dict or Tuple, got {type(space).__name__} ({space})")
+    raise TypeError(f"space at {path or '<root>'}: expected Box, Discrete, MultiDiscrete, "
+                    f"MultiBinary, Dict or Tuple, got {type(space).__name__} ({space})")

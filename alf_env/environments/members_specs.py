@@ -13,8 +13,7 @@ SPEC_METHODS = ("observation_spec", "action_spec", "reward_spec", "env_info_spec
                 "time_step_spec")
 
 # What the members of one batch must agree on (their time step specs follow).
-SAME_SPECS = ("observation_spec", "action_spec", "reward_spec", "env_info_spec",
-              "batched", "batch_size")
+SAME_SPECS = SPEC_METHODS[:4] + ("batched", "batch_size")
 
 
 class BatchSpecs(NamedTuple):

@@ -70,7 +70,13 @@ class RandomAlfEnvironment(AlfEnvironment):
         self._use_tensor = bool(use_tensor_time_step)
         self._strict_action_shape = bool(strict_action_shape)
         self._outer = () if batch_size is None else (batch_size, )
-        self._discount = self._check_discount(discount)
+        discount = np.asarray(discount, dtype=np.float32)
+        if discount.ndim == 0:
+            discount = np.broadcast_to(discount, self._outer).copy()
+        elif discount.shape != self._outer:
+            raise ValueError(f"discount: expected a scalar or shape {self._outer} (one per row of "
+                             f"batch_size={batch_size}), got shape {discount.shape}")
+        self._discount = discount
         self._sample_specs = nest.map_structure(  # unbounded leaves get default bounds
             lambda s: s if isinstance(s, BoundedTensorSpec) else BoundedTensorSpec.from_spec(s),
             observation_spec)
@@ -78,16 +84,6 @@ class RandomAlfEnvironment(AlfEnvironment):
         self._num_steps = 0
         self._env_ids = (np.int32(self._env_id) if batch_size is None else
                          np.arange(batch_size, dtype=np.int32) + np.int32(self._env_id))
-
-    def _check_discount(self, discount: Any) -> np.ndarray:
-        value = np.asarray(discount, dtype=np.float32)
-        if value.ndim == 0:
-            broadcast: np.ndarray = np.broadcast_to(value, self._outer).copy()
-            return broadcast
-        if value.shape != self._outer:
-            raise ValueError(f"discount: expected a scalar or shape {self._outer} (one per row of "
-                             f"batch_size={self._batch_size}), got shape {value.shape}")
-        return value
 
     @property
     def batched(self) -> bool:

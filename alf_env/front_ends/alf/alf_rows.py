@@ -116,11 +116,10 @@ class AlfRowsHandler:
             self.step = self._step_flat  # type: ignore[method-assign]  # chosen per env
         if self.grouped:
             # Each member reads and writes its own rows: no slicing, no batching.
-            group: MemberEnvs = env
-            self._group = group
+            self._group: MemberEnvs = env
             self.after_step = self._after_members_step
             begin, end = self.rows
-            members = group.members
+            members = self._group.members
             n = len(members)
             per = (end - begin) // n
             member_batched = per > 1 or bool(members[0].batched)

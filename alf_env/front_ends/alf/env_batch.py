@@ -15,7 +15,7 @@ import numpy as np
 from alf_env import nest
 from alf_env.control_plane.process_environment import ProcessEnvironment
 from alf_env.control_plane.remote import RemoteMethod, mark_raised_by
-from alf_env.control_plane.worker import close_each, construct_env
+from alf_env.control_plane.worker import close_each, construct_env, forward_progress
 from alf_env.data_structures import StepType, TimeStep
 from alf_env.environments.alf_environment import AlfEnvironment
 from alf_env.environments.alf_gym_wrapper import FlatSteps, flat_steps_of
@@ -225,9 +225,7 @@ class AlfEnvBatch(BatchedEnvironment, MemberEnvs):
     def sync_progress(self, progress: Any = None) -> None:
         """Forwards ``progress`` to every member that defines ``sync_progress``."""
         for env in self._members:
-            sync = getattr(env, "sync_progress", None)
-            if callable(sync):
-                sync(progress)
+            forward_progress(env, progress)
 
     def render(self, mode: str = "rgb_array") -> Any:
         """Renders member 0."""

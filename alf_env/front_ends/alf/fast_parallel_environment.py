@@ -4,7 +4,7 @@ The pipes keep what has no fixed size (``seed``, ``render``, ``call``, errors); 
 design: docs/architecture.rst; what each fault raises: docs/reliability.md."""
 
 import functools
-from typing import Any, Callable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, List, Optional, Sequence
 
 import numpy as np
 import torch
@@ -14,16 +14,11 @@ from alf_env.control_plane.affinity import AUTO, WorkerCpus, normal_scheduling, 
 from alf_env.control_plane.process_environment import ProcessEnvironment
 from alf_env.control_plane.restart import RestartPolicy
 from alf_env.control_plane.spec_checks import ActionChecker
-from alf_env.control_plane.step_timings import (
-    STEP_TIMINGS_CALL,
-    StepTimings,
-    batch_figures,
-    env_figures,
-)
+from alf_env.control_plane.step_timings import StepTimings, batch_figures
 from alf_env.control_plane.torch_threads import advise_torch_threads
 from alf_env.data_plane.job_board import PIPE_CALL, JobBoard
 from alf_env.data_plane.job_loop import JobLoopSpec, join_job_loop, start_job_loops
-from alf_env.data_plane.shared_block import copy_leaves
+from alf_env.data_plane.shared_block import JobType, SharedBlock, copy_leaves
 from alf_env.data_structures import StepType, TimeStep
 from alf_env.errors import EnvTimeoutError, WorkerDiedError
 from alf_env.front_ends.alf.alf_rows import AlfRowsHandler
@@ -31,13 +26,6 @@ from alf_env.front_ends.alf.env_batch import AlfEnvBatch, MemberProxy
 from alf_env.front_ends.alf.parallel_environment import SlotScheduler
 from alf_env.front_ends.alf.workers import AlfWorkers, BatchSpecs, CallGuard, WorkersEnvironment
 from alf_env.nest import compile_nest
-
-try:
-    from alf_env.data_plane.shared_block import JobType, SharedBlock
-except ImportError as _err:  # pragma: no cover - the package always builds it
-    raise ImportError(
-        "alf_env._penv (the native module) is not built; reinstall alf_env with "
-        "`pip install -e .` (needs a C++17 compiler)") from _err
 
 _STEP = JobType.STEP
 _RESET = JobType.RESET
@@ -272,20 +260,17 @@ class FastParallelEnvironment(WorkersEnvironment):
 
     def call_envs_with_same_args(self, name: str, *args: Any, **kwargs: Any) -> List[Any]:
         """Calls ``env.name(*args, **kwargs)`` in every env; returns their values."""
-        if self._group_size == 1:
-            return self._guard.run("a call", self._workers.request_all, f"call of {name!r}",
-                                   lambda env: env.call(name, *args, **kwargs))
-        groups = self._guard.run("a call", self._workers.request_all, f"call of {name!r}",
-                                 lambda env: env.call("call_each", name, args, kwargs))
-        return [value for group in groups for value in group]
+        one = self._group_size == 1
+        values = self._guard.run("a call", self._workers.request_all, f"call of {name!r}",
+                                 lambda env: env.call(name, *args, **kwargs) if one
+                                 else env.call("call_each", name, args, kwargs))
+        return values if one else [value for group in values for value in group]
 
     def timings(self) -> StepTimings:
         """Where the steps since the last call spent their time; starts counting again
         (docs/simulators.rst, "Where each step's time goes")."""
-        readings = self._guard.run("timings()", self._workers.request_all, "timings",
-                                   lambda env: env.call(STEP_TIMINGS_CALL))
-        wait, spread, handoff = batch_figures(self._board.controller.take_timings())
-        return StepTimings(env_figures(readings), wait, spread, handoff)
+        return StepTimings(self._env_figures(),
+                           *batch_figures(self._board.controller.take_timings()))
 
     def _close(self) -> None:
         self._guard.close()
@@ -310,25 +295,21 @@ class SlotRows:
     def __init__(self, specs: BatchSpecs, num_workers: int, slot_env: List[int],
                  zero_copy: bool) -> None:
         b = self._b = specs.batch_size
-        fields: List[Tuple[str, Tuple[int, ...], np.dtype]] = []
-        action_names: List[str] = []
-        time_step_names: List[str] = []
-        for prefix, spec, names in (("action", specs.action, action_names),
-                                    ("time_step", specs.time_step, time_step_names)):
-            for path, leaf in nest.flatten_with_path(spec):
-                name = f"{prefix}.{path}"
-                fields.append((name, tuple(leaf.shape), leaf.numpy_dtype))
-                names.append(name)
-        self.action_names = tuple(action_names)  # for the workers' row handlers
-        self.time_step_names = tuple(time_step_names)
+        fields = [(f"{prefix}.{path}", tuple(leaf.shape), leaf.numpy_dtype)
+                  for prefix, spec in (("action", specs.action), ("time_step", specs.time_step))
+                  for path, leaf in nest.flatten_with_path(spec)]
+        names = [name for name, _, _ in fields]
+        # For the workers' row handlers.
+        self.action_names = tuple(n for n in names if n.startswith("action."))
+        self.time_step_names = tuple(n for n in names if n.startswith("time_step."))
         self.block = SharedBlock(fields, num_rows=num_workers * b, num_workers=num_workers)
         views = self.block.views
-        self._action_views = [views[n] for n in action_names]
-        self._time_step_views = [views[n] for n in time_step_names]
+        self._action_views = [views[n] for n in self.action_names]
+        self._time_step_views = [views[n] for n in self.time_step_names]
         # env_id is the slots' ids (spares move envs), not read from the rows.
-        self._env_id_leaf = time_step_names.index("time_step.env_id")
+        self._env_id_leaf = self.time_step_names.index("time_step.env_id")
         self._fields = [v for i, v in enumerate(self._time_step_views) if i != self._env_id_leaf]
-        self._step_type_leaf = [n for n in time_step_names
+        self._step_type_leaf = [n for n in self.time_step_names
                                 if n != "time_step.env_id"].index("time_step.step_type")
         batch = len(slot_env) * b
         self._action_heads = [v[:batch] for v in self._action_views]
@@ -338,8 +319,6 @@ class SlotRows:
         self._zero_copy = zero_copy
         #: Each slot's step type at the last :meth:`time_step` (a view with ``zero_copy``).
         self.step_types = np.zeros(0, np.int32)
-        self._slot_rows = self._env_ids
-        self._identity = True
         self.move_slots(slot_env)
 
     def move_slots(self, slot_env: List[int]) -> None:

@@ -8,6 +8,7 @@ after LAST anyway). ``reset()`` waits for such a reset rather than repeat it, ``
 starts it again (so the new seed applies), other calls reach the env after it began."""
 
 import collections
+import operator
 from typing import Any, Callable, Deque, Dict, List, Optional, Sequence
 
 import numpy as np
@@ -18,14 +19,7 @@ from alf_env.control_plane.affinity import WorkerCpus
 from alf_env.control_plane.process_environment import ProcessEnvironment
 from alf_env.control_plane.restart import RestartPolicy
 from alf_env.control_plane.spec_checks import ActionChecker
-from alf_env.control_plane.step_timings import (
-    STEP_TIMINGS_CALL,
-    BatchClock,
-    StepClock,
-    StepTimings,
-    env_figures,
-    no_figure,
-)
+from alf_env.control_plane.step_timings import BatchClock, StepClock, StepTimings, no_figure
 from alf_env.data_structures import StepType, TimeStep
 from alf_env.errors import WorkerDiedError
 from alf_env.front_ends.alf.workers import AlfWorkers, CallGuard, WorkersEnvironment
@@ -121,9 +115,7 @@ class ParallelAlfEnvironment(WorkersEnvironment):
     def timings(self) -> StepTimings:
         """Where the steps since the last call spent their time; starts counting again
         (docs/simulators.rst, "Where each step's time goes")."""
-        readings = self._guard.run("timings()", self._workers.request_all, "timings",
-                                   lambda env: env.call(STEP_TIMINGS_CALL))
-        return StepTimings(env_figures(readings), self._batch_clock.take(), no_figure(),
+        return StepTimings(self._env_figures(), self._batch_clock.take(), no_figure(),
                            no_figure(), note="spread and hand-off: not measured without job "
                                              "slots (FastParallelEnvironment measures them)")
 
@@ -185,27 +177,25 @@ class ParallelAlfEnvironment(WorkersEnvironment):
         action = self._check_action(action)
         b = self._workers.specs.batch_size
         batched = self._workers.env_batched
-
-        def send(slot: int, env: ProcessEnvironment) -> Any:
-            rows = slice(slot * b, (slot + 1) * b)
-            env_action = nest.map_structure(
-                (lambda a: a[rows]) if batched else (lambda a: a[slot]), action)
-            return env.step(env_action, blocking=False)
         promises = dict(self._slots.fresh_slots)
         self._slots.fresh_slots.clear()
         for slot, env_index in enumerate(self._slots.slot_env):
             if slot not in promises:
-                promises[slot] = self._now_or_later(send(slot, self._workers.envs[env_index]))
+                rows = slice(slot * b, (slot + 1) * b) if batched else slot
+                env_action = nest.map_structure(operator.itemgetter(rows), action)
+                env = self._workers.envs[env_index]
+                promises[slot] = self._now_or_later(env.step(env_action, blocking=False))
         results = self._resolve_slots([promises[slot] for slot in range(num_slots)], "step")
         self._batch_clock.record(StepClock.now() - start)
         return self._finish(results)
 
     def _finish(self, results: List[Any]) -> TimeStep:
         """Batches the slots' time steps; ended slots go to spares or reset at once."""
-        batched, step_types = self._batch(results)
-        if self._slots.has_spares or self._background_resets:
+        combine = np.concatenate if self._workers.env_batched else np.stack
+        batched = nest.map_structure(lambda *xs: combine(xs), *results)
+        if self._slots.has_spares or self._background_resets:  # unbatched envs only
             envs = self._workers.envs
-            for slot in np.flatnonzero(step_types == StepType.LAST).tolist():
+            for slot in np.flatnonzero(batched.step_type == StepType.LAST).tolist():
                 if self._slots.has_spares:
                     old, new = self._slots.swap(slot)
                     self._slots.fresh_slots[slot] = self._spare_resets.pop(new)
@@ -217,14 +207,6 @@ class ParallelAlfEnvironment(WorkersEnvironment):
         time_step: TimeStep = nest.map_structure(
             lambda a: torch.from_numpy(np.ascontiguousarray(a)), batched)
         return time_step
-
-    def _batch(self, results: List[Any]) -> "tuple[TimeStep, np.ndarray]":
-        """The batched ``TimeStep`` of numpy arrays, and each slot's step type (unbatched envs)."""
-        env_batched = self._workers.env_batched
-        combine = np.concatenate if env_batched else np.stack
-        batched = nest.map_structure(lambda *xs: combine(xs), *results)
-        step_types = np.asarray(batched.step_type)
-        return batched, (step_types if not env_batched else np.zeros(0, np.int32))
 
 
 def _nothing_to_rejoin(worker: int, new: ProcessEnvironment) -> None:

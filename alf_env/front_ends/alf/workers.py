@@ -5,7 +5,7 @@ from top to bottom in its own file (docs/architecture.rst, "Front ends")."""
 
 import abc
 import functools
-from typing import Any, Callable, List, Optional, Protocol, Sequence, TypeVar
+from typing import Any, Callable, List, Optional, Protocol, Sequence, Tuple, TypeVar
 
 from alf_env.control_plane.affinity import (
     WorkerCpus,
@@ -20,6 +20,7 @@ from alf_env.control_plane.launch import close_all, start_environments
 from alf_env.control_plane.process_environment import ProcessEnvironment
 from alf_env.control_plane.restart import RestartBudget, RestartPolicy, describe_death
 from alf_env.control_plane.shutdown import close_when_collected
+from alf_env.control_plane.step_timings import STEP_TIMINGS_CALL, DurationStats, env_figures
 from alf_env.environments.members_specs import BatchedEnvironment, BatchSpecs, check_same_specs
 from alf_env.errors import (
     EnvironmentClosedError,
@@ -246,6 +247,11 @@ class WorkersEnvironment(NotCopyable, BatchedEnvironment):
     @abc.abstractmethod
     def _seed_all(self, seeds: List[int]) -> None:
         """:meth:`seed`'s hook (the seeds checked, guarded)."""
+
+    def _env_figures(self) -> Tuple[DurationStats, ...]:
+        """Each env's figures for ``timings()``; its worker's clock starts counting again."""
+        return env_figures(self.__guard.run("timings()", self.__workers.request_all, "timings",
+                                            lambda env: env.call(STEP_TIMINGS_CALL)))
 
     def sync_progress(self, progress: Any = None) -> None:
         """Forwards ``progress`` to every env that has ``sync_progress``; waits for all."""

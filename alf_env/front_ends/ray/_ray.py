@@ -10,19 +10,15 @@ from alf_env.lazy_import import import_from
 DEFAULT_INIT_KWARGS: Dict[str, Any] = {"include_dashboard": False, "log_to_driver": True}
 
 
-def import_ray() -> Any:
-    """Imports Ray, or raises an ``ImportError`` that says how to install it."""
+def ensure_initialized(init_kwargs: Optional[Dict[str, Any]] = None) -> Any:
+    """Returns the ``ray`` module, starting a local Ray instance if none is connected (an
+    ``ImportError`` says how to install Ray if it is missing)."""
     try:
-        return import_from("ray")
+        ray = import_from("ray")
     except ImportError as exc:
         raise ImportError(
             "alf_env.distributed needs Ray, which is not installed; install it with "
             "`pip install alf_env[ray]` (or `pip install 'ray>=2.9'`)") from exc
-
-
-def ensure_initialized(init_kwargs: Optional[Dict[str, Any]] = None) -> Any:
-    """Returns the ``ray`` module, starting a local Ray instance if none is connected."""
-    ray = import_ray()
     if not ray.is_initialized():
         kwargs = dict(DEFAULT_INIT_KWARGS, **(init_kwargs or {}))
         logging.info("alf_env.distributed: no Ray instance connected; ray.init(%s)", kwargs)

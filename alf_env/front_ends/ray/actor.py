@@ -1,6 +1,7 @@
 """EnvActor: the Ray actor that hosts a share of the envs; its methods return what the env
 raises as a :class:`Failure`, so that a Ray error always means the actor is gone."""
 
+import functools
 import os
 import socket
 from typing import Any, Callable, Dict, List, Optional, cast
@@ -111,11 +112,7 @@ def _node_id() -> str:
         return ""
 
 
-_REMOTE_CLASS: Dict[str, Any] = {}
-
-
+@functools.lru_cache(maxsize=None)
 def actor_class(ray: Any) -> Any:
     """``EnvActor`` as a Ray actor class (built once per process)."""
-    if "cls" not in _REMOTE_CLASS:
-        _REMOTE_CLASS["cls"] = ray.remote(max_restarts=0, max_task_retries=0)(EnvActor)
-    return _REMOTE_CLASS["cls"]
+    return ray.remote(max_restarts=0, max_task_retries=0)(EnvActor)

@@ -57,8 +57,9 @@ class RayParallelAlfEnvironment(BatchedEnvironment):
             start_timeout=start_timeout)
         described: List[BatchSpecs] = self._group.start()  # AlfHost.describe of each
         sizes = [specs.batch_size for specs in described]
-        self._offsets = np.cumsum([0] + sizes[:-1]).tolist()
-        self._bounds = [(o, o + s) for o, s in zip(self._offsets, sizes)]
+        offsets = np.cumsum([0] + sizes[:-1]).tolist()
+        self._bounds = [(o, o + s) for o, s in zip(offsets, sizes)]
+        self._env_id_offsets = torch.from_numpy(np.repeat(offsets, sizes).astype(np.int32))
         super().__init__(described[0]._replace(batch_size=int(sum(sizes))))
         self._check_action = ActionChecker(self.action_spec(), self.batch_size)
 
@@ -119,9 +120,7 @@ class RayParallelAlfEnvironment(BatchedEnvironment):
         parts = [value for _, _, value in results]
         time_step: TimeStep = nest.map_structure(
             lambda *xs: torch.from_numpy(np.concatenate(xs)), *parts)
-        offsets = np.repeat(self._offsets, [hi - lo for lo, hi in self._bounds])
-        return time_step._replace(env_id=time_step.env_id + torch.from_numpy(
-            offsets.astype(np.int32)))
+        return time_step._replace(env_id=time_step.env_id + self._env_id_offsets)
 
     def _check_usable(self) -> None:
         self._check_not_closed()

@@ -45,7 +45,6 @@ class EnvActors:
         self._factories = list(factories)
         self.shares = list(shares)
         self._options = [dict(o) for o in actor_options]
-        self.policy = restart_policy
         self.on_restart = on_restart
         self._calls: Dict[int, Tuple[str, Tuple[Any, ...], Any]] = {}
         self._call_values: Dict[int, Any] = {}
@@ -54,7 +53,6 @@ class EnvActors:
         self.actors: List[Any] = [None] * len(self.shares)
         self.where: List[Dict[str, Any]] = [{} for _ in self.shares]
         self.budget = RestartBudget(restart_policy, len(self.shares))
-        self.restarts = self.budget.counts  # per actor (what actor_info() reports)
         self.jobs: Dict[int, Job] = {}                 # actor -> job in flight (oldest first)
         self._done: Dict[int, Tuple[Job, Any]] = {}    # actor -> finished job, not collected
         self.fresh: Set[int] = set()                   # recreated, restart not yet reported
@@ -71,8 +69,8 @@ class EnvActors:
             raise
 
     def _create(self, j: int) -> Any:
-        if self.restarts[j] and self.policy is not None and self.policy.actor_options:
-            self._options[j] = dict(self.policy.actor_options)
+        if self.budget.counts[j] and self.budget.policy and self.budget.policy.actor_options:
+            self._options[j] = dict(self.budget.policy.actor_options)
         self.actors[j] = self._cls.options(**self._options[j]).remote(
             self._factories[j], self.shares[j].start)
         return self.actors[j].start.remote()
@@ -139,7 +137,7 @@ class EnvActors:
     def info(self) -> List[Dict[str, Any]]:
         """What the front ends' ``actor_info()`` return."""
         return [dict(where, envs=list(share), restarts=restarts)
-                for share, where, restarts in zip(self.shares, self.where, self.restarts)]
+                for share, where, restarts in zip(self.shares, self.where, self.budget.counts)]
 
     def post(self, j: int, method: str, *args: Any, restarted: bool = False, **kwargs: Any) -> None:
         """Starts ``method(*args, **kwargs)`` of actor ``j``'s hosted env."""
@@ -159,9 +157,8 @@ class EnvActors:
         ``EnvTimeoutError`` finished jobs stay; an ``ActorDiedError`` breaks the group."""
         deadline = None if timeout is None else time.monotonic() + timeout
         wanted = set(actors)
-        while sum(1 for j in self._done if j in wanted) < count:
+        while (need := count - sum(1 for j in self._done if j in wanted)) > 0:
             waiting = [j for j in self.jobs if j in wanted]
-            need = count - sum(1 for j in self._done if j in wanted)
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
             refs = [self.jobs[j].ref for j in waiting]
             ready, _ = self._ray.wait(refs, num_returns=min(need, len(refs)), timeout=remaining)

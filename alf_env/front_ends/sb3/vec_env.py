@@ -65,9 +65,6 @@ class FastSubprocVecEnv(NotCopyable, VecEnv):
         except ValueError as exc:
             raise ValueError(f"start_method: {exc} (expected one of {START_METHODS} or "
                              f"None)") from exc
-        if start_method not in START_METHODS:
-            raise ValueError(f"start_method: expected one of {START_METHODS} or None, got "
-                             f"{start_method!r}")
         self.waiting = False
         self.closed = False
         # Each worker hosts an Sb3Env per env: not a gymnasium.Env, but stepped like one.
