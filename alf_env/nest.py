@@ -318,20 +318,26 @@ def _assert_same_structure(a: Any, b: Any, check_types: bool) -> None:
     b_map = b_kind == MAPPING
     if a_map != b_map or (check_types and not a_map and type(a) is not type(b)):
         raise Mismatch(NestTypeError, a, b)
-    if a_map:
-        keys: Any = sorted_keys(a)
-        if keys != sorted_keys(b):
-            raise Mismatch(NestStructureError, a, b, keys=True)
-        a_children: Any = (a[k] for k in keys)  # read as the walk goes
-        b_children: Any = (b[k] for k in keys)
-    else:
-        if len(a) != len(b):
-            raise Mismatch(NestStructureError, a, b)
-        keys = range(len(a)) if a_kind == SEQUENCE else type(a)._fields
-        a_children = a if a_kind == SEQUENCE else namedtuple_children(a, a_kind)
-        b_children = b if b_kind == SEQUENCE else namedtuple_children(b, b_kind)
     kinds_get = KINDS.get
-    for key, a_child, b_child in zip(keys, a_children, b_children):
+    if a_map:
+        a_keys = sorted_keys(a)
+        if a_keys != sorted_keys(b):
+            raise Mismatch(NestStructureError, a, b, keys=True)
+        for k in a_keys:
+            a_child, b_child = a[k], b[k]
+            if kinds_get(type(a_child)) == LEAF and kinds_get(type(b_child)) == LEAF:
+                continue
+            try:
+                _assert_same_structure(a_child, b_child, check_types)
+            except Mismatch as mismatch:
+                mismatch.reversed_path.append(k)
+                raise
+        return
+    if len(a) != len(b):
+        raise Mismatch(NestStructureError, a, b)
+    a_children = a if a_kind == SEQUENCE else namedtuple_children(a, a_kind)
+    b_children = b if b_kind == SEQUENCE else namedtuple_children(b, b_kind)
+    for index, (a_child, b_child) in enumerate(zip(a_children, b_children)):
         a_type = type(a_child)
         if kinds_get(a_type) == LEAF and kinds_get(type(b_child)) == LEAF:
             continue
@@ -341,7 +347,7 @@ def _assert_same_structure(a: Any, b: Any, check_types: bool) -> None:
         try:
             _assert_same_structure(a_child, b_child, check_types)
         except Mismatch as mismatch:
-            mismatch.reversed_path.append(key)
+            mismatch.reversed_path.append(index if a_kind == SEQUENCE else type(a)._fields[index])
             raise
 
 

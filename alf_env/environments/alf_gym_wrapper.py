@@ -86,17 +86,6 @@ def _is_inherited(obj: Any, name: str) -> bool:
     return getattr(type(obj), name) is getattr(AlfGymWrapper, name)
 
 
-def _compiled_or(convert: Optional[Converter], general: Converter, value: Any) -> Any:
-    """``convert(value)`` if compiled, else or if it raises ``general(value)``: a compiled
-    converter leaves every uncommon case to the general path (see gym_conversions)."""
-    if convert is not None:
-        try:
-            return convert(value)
-        except Exception:  # noqa: BLE001 -- not the common case: the general path decides
-            pass
-    return general(value)
-
-
 class AlfGymWrapper(AlfEnvironment):
     """An :class:`AlfEnvironment` over a ``gymnasium.Env`` (unknown public attributes are the
     gymnasium env's); its specs are compiled into conversions: do not change them."""
@@ -371,7 +360,13 @@ class AlfGymWrapper(AlfEnvironment):
 
     # ----- conversions --------------------------------------------------------
     def _observation(self, observation: Any) -> Any:
-        return _compiled_or(self._fast_observation, self._observation_general, observation)
+        convert = self._fast_observation
+        if convert is not None:
+            try:
+                return convert(observation)
+            except Exception:  # noqa: BLE001 -- not the common case: the general path decides
+                pass
+        return self._observation_general(observation)
 
     def _observation_general(self, observation: Any) -> Any:
         try:
@@ -383,7 +378,13 @@ class AlfGymWrapper(AlfEnvironment):
                                   self._observation_spec, observation, check_types=False)
 
     def _action_arrays(self, action: Any) -> Any:
-        return _compiled_or(self._fast_action, self._action_arrays_general, action)
+        convert = self._fast_action
+        if convert is not None:
+            try:
+                return convert(action)
+            except Exception:  # noqa: BLE001 -- not the common case: the general path decides
+                pass
+        return self._action_arrays_general(action)
 
     def _action_arrays_general(self, action: Any) -> Any:
         try:
@@ -409,9 +410,12 @@ class AlfGymWrapper(AlfEnvironment):
         return np.asarray(action, dtype=space.dtype)
 
     def _env_info(self, info: Any) -> Any:
-        return _compiled_or(self._fast_env_info, self._env_info_general, info)
-
-    def _env_info_general(self, info: Any) -> Any:
+        fetch = self._fast_env_info
+        if fetch is not None:
+            try:
+                return fetch(info)
+            except Exception:  # noqa: BLE001 -- not the common case: the general path decides
+                pass
         return fetch_info(self._env_info_spec, info, "")
 
     @staticmethod

@@ -260,11 +260,12 @@ class FastParallelEnvironment(WorkersEnvironment):
 
     def call_envs_with_same_args(self, name: str, *args: Any, **kwargs: Any) -> List[Any]:
         """Calls ``env.name(*args, **kwargs)`` in every env; returns their values."""
-        one = self._group_size == 1
-        values = self._guard.run("a call", self._workers.request_all, f"call of {name!r}",
-                                 lambda env: env.call(name, *args, **kwargs) if one
-                                 else env.call("call_each", name, args, kwargs))
-        return values if one else [value for group in values for value in group]
+        if self._group_size == 1:
+            return self._guard.run("a call", self._workers.request_all, f"call of {name!r}",
+                                   lambda env: env.call(name, *args, **kwargs))
+        groups = self._guard.run("a call", self._workers.request_all, f"call of {name!r}",
+                                 lambda env: env.call("call_each", name, args, kwargs))
+        return [value for group in groups for value in group]
 
     def timings(self) -> StepTimings:
         """Where the steps since the last call spent their time; starts counting again
