@@ -390,6 +390,27 @@ PYBIND11_MODULE(_penv, m) {
         word_at(region, offset).store(value, std::memory_order_seq_cst);
       },
       py::arg("region"), py::arg("offset"), py::arg("value"));
+  // A waiter's spin policy alone, to test how its adaptive budget moves.
+  py::class_<SpinPolicy>(testing, "SpinPolicy")
+      .def(py::init([](int spin_us, std::size_t num_processes, double cap_us) {
+             return SpinPolicy(spin_us, num_processes, false,
+                               std::chrono::nanoseconds(
+                                   static_cast<std::int64_t>(cap_us * 1e3)));
+           }),
+           py::arg("spin_us"), py::arg("num_processes"), py::arg("cap_us") = 0.0)
+      .def("fail",
+           [](SpinPolicy& policy) {
+             // A spin whose condition never holds: it fails (or spins not at all).
+             return policy.spin([] { return false; }, std::chrono::seconds(1));
+           })
+      .def("record_wait",
+           [](SpinPolicy& policy, double waited_us) {
+             policy.record_wait(static_cast<std::int64_t>(waited_us * 1e3));
+           },
+           py::arg("waited_us"))
+      .def_property_readonly("budget_us", [](const SpinPolicy& policy) {
+        return to_us(policy.budget());
+      });
   testing.def("usable_cpu_count", &usable_cpu_count);
   testing.def("timing_bucket", &timing_bucket, py::arg("ns"));
 }

@@ -190,6 +190,12 @@ void SpinPolicy::record(bool success, std::int64_t spun_ns, bool truncated) {
   }
 }
 
+void SpinPolicy::record_wait(std::int64_t waited_ns) {
+  if (mode_ != Mode::kAdaptive || waited_ns > max_budget_ns_) return;
+  budget_ns_ = std::clamp<std::int64_t>(std::max(budget_ns_, 2 * waited_ns),
+                                        kAdaptiveMinSpin.count(), max_budget_ns_);
+}
+
 Deadline Deadline::after(std::optional<double> timeout_s, const char* who) {
   Deadline deadline;
   if (!timeout_s || std::isinf(*timeout_s)) {

@@ -42,7 +42,14 @@
 //     With a zero budget, every kAdaptiveProbePeriod-th wait probes once with
 //     the full budget so the waiter notices when spinning starts paying off.
 //     So waits much longer than the cap soon sleep at once, and short ones
-//     spin.
+//     spin. A worker waiting for its next job also sets the budget from a
+//     wait that slept but ended within the cap (record_wait: twice that
+//     wait): its waits mix short ones with a long one now and then (a
+//     straggler, a reset), and the halving alone let one long wait drag the
+//     budget under the short ones, each of which then failed and halved it
+//     again, down to sleeping at once (HalfCheetah, 8 envs on 2 workers:
+//     a hand-off of ~22 us at p50 instead of ~5 us, the wake-up of an idle
+//     vCPU). The main process's wait keeps the halving alone.
 // Pausing vs yielding: with no more processes taking part (num_workers + 1)
 // than usable CPUs, a waiter pauses for kPauseRounds rounds, then yields.
 // When they outnumber the CPUs, a waiter only yields: every round hands the
@@ -198,6 +205,10 @@ class SpinPolicy {
   // Replaces the adaptive budget's cap (0: the mode's own cap) and restarts
   // the budget at it. No effect unless the policy is adaptive.
   void set_cap(std::chrono::nanoseconds cap);
+
+  // After a wait that slept (see the header comment): a whole wait within the
+  // cap raises the budget to twice it, as a spin that succeeded would have.
+  void record_wait(std::int64_t waited_ns);
 
   // The current budget (0 when the waiter sleeps at once).
   std::chrono::nanoseconds budget() const noexcept {

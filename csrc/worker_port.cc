@@ -96,8 +96,13 @@ WorkerPort::Job WorkerPort::wait_job(const Deadline& deadline,
     spin_.set_cap(std::chrono::microseconds(cap_us));
   }
   Job job{JobType::NONE, 0};
+  const std::int64_t wait_start = monotonic_ns();
+  bool slept = false;
   for (;;) {
-    if (try_take_job(job)) return job;
+    if (try_take_job(job)) {
+      if (slept) spin_.record_wait(monotonic_ns() - wait_start);
+      return job;
+    }
     if (deadline.passed()) return Job{JobType::NONE, 0};
     if (spin_.spin(
             // acquire: as in try_take_job (a cheap pre-check while spinning).
@@ -112,6 +117,7 @@ WorkerPort::Job WorkerPort::wait_job(const Deadline& deadline,
                          std::memory_order_relaxed);
     const FutexWaitResult result = sleep_on(
         slot.seq, seen_seq_, slot.sleeping, deadline.remaining(kMaxSleepSlice));
+    slept = true;
     if (result == FutexWaitResult::kTimedOut ||
         result == FutexWaitResult::kInterrupted) {
       if (check) check();  // may throw (e.g. KeyboardInterrupt)

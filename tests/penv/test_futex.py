@@ -150,6 +150,31 @@ def test_adaptive_spin_starts_on_when_cpus_suffice():
     assert controller.spin_budget_us == 100  # kAdaptiveMaxSpin
 
 
+def test_a_wait_that_slept_within_the_cap_restores_the_adaptive_budget():
+    # A worker's job wait (futex.h): a failed spin halves the budget, down to
+    # sleeping at once; a wait that then slept but ended within the cap sets it
+    # to twice that wait, so one long wait does not leave the worker sleeping
+    # (and paying a wake-up) through every short wait after it.
+    policy = _testing.SpinPolicy(-1, 2, cap_us=50)
+    assert policy.budget_us == 50
+    budgets = []
+    while policy.budget_us:
+        assert not policy.fail()
+        budgets.append(policy.budget_us)
+    assert budgets == [25, 12.5, 6.25, 3.125, 0]
+    policy.record_wait(20)
+    assert policy.budget_us == 40
+    policy.record_wait(30)
+    assert policy.budget_us == 50  # the cap
+    assert not policy.fail()
+    policy.record_wait(80)  # longer than the cap: the halving stands
+    assert policy.budget_us == 25
+    for spin_us in (0, 300):  # a fixed budget (or none) is the caller's own
+        fixed = _testing.SpinPolicy(spin_us, 2)
+        fixed.record_wait(10)
+        assert fixed.budget_us == spin_us
+
+
 def test_adaptive_spin_learns_to_sleep_through_long_jobs(start_process):
     # Oversubscribed (cpus + 1 processes), pinned workers: the budget starts
     # at 5 ms; jobs of 20 ms make every spin fail, so it halves to nothing
