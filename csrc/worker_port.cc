@@ -96,11 +96,11 @@ WorkerPort::Job WorkerPort::wait_job(const Deadline& deadline,
     spin_.set_cap(std::chrono::microseconds(cap_us));
   }
   Job job{JobType::NONE, 0};
-  const std::int64_t wait_start = monotonic_ns();
+  const std::uint64_t wait_start = monotonic_ns();
   bool slept = false;
   for (;;) {
     if (try_take_job(job)) {
-      if (slept) spin_.record_wait(monotonic_ns() - wait_start);
+      if (slept) spin_.record_wait(static_cast<std::int64_t>(monotonic_ns() - wait_start));
       return job;
     }
     if (deadline.passed()) return Job{JobType::NONE, 0};
