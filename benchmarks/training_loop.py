@@ -22,6 +22,7 @@ Run:  python benchmarks/training_loop.py run /tmp/run
 """
 
 import argparse
+import functools
 import importlib.metadata
 import json
 import os
@@ -31,9 +32,11 @@ import statistics
 import subprocess
 import sys
 from pathlib import Path
-from typing import Callable, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 REPO = Path(__file__).resolve().parent.parent
+#: A results file as loaded: its runs (and machine, versions, commit) by key.
+Results = Mapping[str, Any]
 RESULTS = REPO / "docs" / "results" / "training_loop.json"
 
 #: What every run's loop is (the file says it once).
@@ -206,7 +209,7 @@ def _row(cells: Sequence[str]) -> str:
     return "| " + " | ".join(cells) + " |"
 
 
-def ratio_table(results: Mapping[str, dict]) -> List[str]:
+def ratio_table(results: Results) -> List[str]:
     """Each alf_env front end over each backend, paired medians per table run."""
     columns = [run.replace("-v1", "").replace("-v5", "") for run in TABLE_RUNS]
     lines = [_row(["ratio", *columns]), "|---|" + "---|" * len(columns)]
@@ -220,7 +223,7 @@ def ratio_table(results: Mapping[str, dict]) -> List[str]:
     return lines
 
 
-def rates_table(results: Mapping[str, dict]) -> List[str]:
+def rates_table(results: Results) -> List[str]:
     """Each table run's median env-steps/s per backend."""
     lines = [_row(["run", *TABLE_BACKENDS.values()]), "|---|" + "---:|" * len(TABLE_BACKENDS)]
     for run in TABLE_RUNS:
@@ -234,7 +237,7 @@ def _spread(values: Sequence[float]) -> str:
     return f"{rate(statistics.median(values))} ({rate(min(values))}–{rate(max(values))})"
 
 
-def headline_table(results: Mapping[str, dict]) -> List[str]:
+def headline_table(results: Results) -> List[str]:
     """The README's runs: rates (median, min–max) and the paired ratio to Sync."""
     lines = [_row(["run", "launches", "`FastVectorEnv`, env-steps/s",
                    "`FastParallelEnvironment`", "`SyncVectorEnv`",
@@ -251,7 +254,7 @@ def headline_table(results: Mapping[str, dict]) -> List[str]:
     return lines
 
 
-def headline(results: Mapping[str, dict]) -> List[str]:
+def headline(results: Results) -> List[str]:
     """The README's paragraph of headline ratios (FastVectorEnv over SyncVectorEnv)."""
     hc, pong, busy = (f"{paired_median(launches['fast_vector'], launches['gym_sync']):.2f}"
                       for launches in (results[run]["launches"] for run in HEADLINES))
@@ -265,8 +268,10 @@ def headline(results: Mapping[str, dict]) -> List[str]:
     ]
 
 
+#: Renders a block's lines from the results file.
+Render = Callable[[Results], List[str]]
 #: Each generated block: the page it is on, and what renders it.
-BLOCKS: Dict[str, tuple] = {
+BLOCKS: Dict[str, Tuple[str, Render]] = {
     "ratios": ("docs/benchmarks.md", ratio_table),
     "rates": ("docs/benchmarks.md", rates_table),
     "headline runs": ("docs/benchmarks.md", headline_table),
@@ -274,8 +279,9 @@ BLOCKS: Dict[str, tuple] = {
 }
 
 
-def render_page(text: str, results: Mapping[str, dict],
-                blocks: Mapping[str, tuple] = BLOCKS, page: Optional[str] = None) -> str:
+def render_page(text: str, results: Results,
+                blocks: Mapping[str, Tuple[str, Render]] = BLOCKS,
+                page: Optional[str] = None) -> str:
     """``text`` with each block of ``page`` (every block when None) rendered from
     ``results``; ``ValueError`` if a block's markers are missing."""
     for name, (block_page, render) in blocks.items():
@@ -284,14 +290,19 @@ def render_page(text: str, results: Mapping[str, dict],
         begin, end = f"<!-- training_loop: {name} -->", f"<!-- /training_loop: {name} -->"
         pattern = re.compile(rf"^{re.escape(begin)}\n.*?^{re.escape(end)}$", re.S | re.M)
         body = "\n".join([begin, *render(results), end])
-        text, count = pattern.subn(lambda _, body=body: body, text)
+        # A function, not the string: a block's text may hold backslashes.
+        text, count = pattern.subn(functools.partial(_block, body), text)
         if count != 1:
             raise ValueError(f"{block_page}: expected one block {begin!r} ... {end!r}, "
                              f"found {count}")
     return text
 
 
-def stale_pages(results: Mapping[str, dict], write: bool,
+def _block(body: str, _: "re.Match[str]") -> str:
+    return body
+
+
+def stale_pages(results: Results, write: bool,
                 read: Callable[[str], str] = lambda page: (REPO / page).read_text()) -> List[str]:
     """The pages whose generated blocks differ from ``results`` (rewritten if ``write``)."""
     stale = []
