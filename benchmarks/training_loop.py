@@ -1,11 +1,12 @@
-"""The full training-loop run behind ``docs/results/training_loop.json``, and the
-tables the docs print from it.
+"""The full training-loop run behind ``docs/results/training_loop.json``, and every
+figure the user pages quote from it.
 
-``docs/benchmarks.md``'s tables and the README's headline are generated here,
-between ``<!-- training_loop: NAME -->`` and ``<!-- /training_loop: NAME -->``
-lines, from the results file alone, so a new run changes them by one command;
-the figures quoted in prose are checked against the same file by
-``tests/test_doc_figures.py``.
+README.md, docs/choosing.rst, docs/benchmarks.md and docs/training.rst quote
+figures only inside blocks generated here from the results file alone, between
+``<!-- training_loop: NAME -->`` and ``<!-- /training_loop: NAME -->`` lines
+(``.. training_loop: NAME`` comments in reStructuredText), so a new run changes
+every figure by one command; ``tests/test_doc_figures.py`` fails on a figure
+outside a block.
 
 * ``run DIR``: every run of the file, each by ``benchmarks/launch_spread.py``
   in fresh processes, one JSON per run in ``DIR``; a run whose JSON is already
@@ -31,6 +32,7 @@ import re
 import statistics
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -268,6 +270,200 @@ def headline(results: Results) -> List[str]:
     ]
 
 
+def _pair(results: Results, run: str, ours: str, other: str) -> float:
+    launches = results[run]["launches"]
+    return paired_median(launches[ours], launches[other])
+
+
+def _span(values: Sequence[float]) -> str:
+    """"1.18–1.92x" (one value: "1.18x")."""
+    low, high = f"{min(values):.2f}", f"{max(values):.2f}"
+    return f"{low}x" if low == high else f"{low}–{high}x"
+
+
+def _paragraph(text: str, width: int = 78) -> List[str]:
+    return textwrap.wrap(text, width, break_on_hyphens=False)
+
+
+def _bullets(items: Sequence[str]) -> List[str]:
+    return [line for item in items for line in textwrap.wrap(
+        item, 78, initial_indent="* ", subsequent_indent="  ", break_on_hyphens=False)]
+
+
+def table_notes(results: Results) -> List[str]:
+    """The bullets under the ratio table: what each backend's row says."""
+    def runs(*workloads: str) -> List[str]:
+        return [run for run in TABLE_RUNS if run.split(", ")[0] in workloads]
+
+    def fast(other: str, *workloads: str) -> List[float]:
+        return [_pair(results, run, "fast_vector", other) for run in runs(*workloads)]
+
+    pipes = fast("gym_async", "CartPole-v1", "HalfCheetah-v5") + fast(
+        "sb3_subproc", "CartPole-v1", "HalfCheetah-v5")
+    pong_pipes = fast("gym_async", "Pong") + fast("sb3_subproc", "Pong")
+    cp_quiet, cp_policy, cp_busy = fast("gym_sync", "CartPole-v1")
+    heavy = fast("gym_sync", "HalfCheetah-v5", "Pong")
+    puffer = results["CartPole-v1, quiet"]["launches"]
+    puffer_policy = results["CartPole-v1, policy"]["launches"]["pufferlib_1w"]
+    alf = [_pair(results, run, "fast_parallel", "fast_vector") for run in TABLE_RUNS]
+    one_worker = _pair(results, "CartPole-v1, quiet", "fast_vector", "pufferlib_1w")
+    return _bullets([
+        "**`AsyncVectorEnv` and `SubprocVecEnv`** send each step's actions and results "
+        f"through a pipe per worker: `FastVectorEnv` ran {_span(pipes)} them on CartPole and "
+        f"HalfCheetah and {_span(pong_pipes)} on Pong, where the env's own step takes most "
+        "of the time.",
+        "**`SyncVectorEnv`** steps in the trainer's process. On CartPole's microsecond step "
+        f"`FastVectorEnv` ran {cp_policy:.2f}x it with the policy, whose forward pass needs "
+        f"the cores the workers use, {cp_quiet:.2f}x quiet and {cp_busy:.2f}x beside a busy "
+        f"process; on HalfCheetah and Pong {_span(heavy)} in every condition.",
+        "**EnvPool** steps its own C++ versions of these envs, with no Python, and runs "
+        "only the envs it ships, not your Python env: its row shows where it leads (below "
+        "1) and where the workers do.",
+        f"**PufferLib** with one worker keeps up on the quiet steps (`FastVectorEnv` "
+        f"{one_worker:.2f}x on CartPole) and falls far behind with torch in the loop: its "
+        "waiting processes spin on the cores torch's threads need "
+        f"({rate(statistics.median(puffer_policy))} env-steps/s on CartPole with the "
+        "policy). With its default of one worker per CPU the quiet CartPole loop ran "
+        f"{rate(statistics.median(puffer['pufferlib']))} env-steps/s.",
+        "**`FastParallelEnvironment`** (the ALF API: `TimeStep`s of torch tensors) ran "
+        f"{alf[0]:.2f}x `FastVectorEnv` on CartPole's quiet step and {_span(alf[1:])} in the "
+        "other cells: its trainer makes a torch tensor of each leaf, and its workers run "
+        "ALF's conversions in Python around each env step ({doc}`performance_analysis`).",
+    ])
+
+
+def headline_notes(results: Results) -> List[str]:
+    """The paragraph under the headline runs: the ALF front end, the slowest launch."""
+    hc, pong, busy = (_pair(results, run, "fast_parallel", "fast_vector") for run in HEADLINES)
+
+    def slowest(run: str, backend: str) -> str:
+        values = results[run]["launches"][backend]
+        return f"{min(values) / statistics.median(values):.2f}"
+
+    return _paragraph(
+        f"Rates are medians (min–max) over the launches. In these runs "
+        f"`FastParallelEnvironment` ran {hc:.2f}x `FastVectorEnv` on HalfCheetah, "
+        f"{pong:.2f}x on Pong and {busy:.2f}x beside the busy process (paired medians). "
+        f"Over 20 launches the slowest `FastVectorEnv` launch was "
+        f"{slowest('HalfCheetah-v5', 'fast_vector')} of the median on HalfCheetah and "
+        f"{slowest('Pong', 'fast_vector')} on Pong (`SyncVectorEnv`: "
+        f"{slowest('HalfCheetah-v5', 'gym_sync')} and {slowest('Pong', 'gym_sync')}).")
+
+
+def per_second(results: Results) -> List[str]:
+    """The paragraph on the 60 s runs, second by second."""
+    runs = results["HalfCheetah-v5, per second"]["long"]["fast_vector"]
+    pair = results["HalfCheetah-v5, per second, FastVectorEnv and SyncVectorEnv "
+                   "interleaved"]["long"]
+    medians = [statistics.median(seconds) for seconds in runs]
+    dips = [min(seconds) / median for seconds, median in zip(runs, medians)]
+
+    def slowest(backend: str) -> str:
+        return " and ".join(f"{min(s) / statistics.median(s):.2f}" for s in pair[backend])
+
+    return _paragraph(
+        f"Second by second, {len(runs)} runs of 60 s of the HalfCheetah loop with the policy "
+        f"(no warm-up: the first seconds count) had medians of {rate(min(medians))} to "
+        f"{rate(max(medians))} env-steps/s, and their slowest second was {min(dips):.2f} to "
+        f"{max(dips):.2f} of the run's median. In 60 s runs interleaved with two more of "
+        f"`FastVectorEnv` ({slowest('fast_vector')}), `SyncVectorEnv`, which steps in the "
+        f"trainer's process with no worker and no setting, had slowest seconds of "
+        f"{slowest('gym_sync')} of its median (`docs/results/training_loop.json`).")
+
+
+def torch_thread_runs(results: Results) -> List[str]:
+    """The paragraph on one torch thread, and the bullet on another session's process."""
+    def run(name: str) -> Tuple[float, str, str]:
+        launches = results[name]["launches"]
+        return (paired_median(launches["fast_vector"], launches["gym_sync"]),
+                rate(statistics.median(launches["fast_vector"])),
+                rate(statistics.median(launches["gym_sync"])))
+
+    one, one_fast, one_sync = run("HalfCheetah-v5, one torch thread")
+    apart, apart_fast, apart_sync = run("HalfCheetah-v5, a busy process of another session")
+    apart1, apart1_fast, apart1_sync = run(
+        "HalfCheetah-v5, a busy process of another session, one torch thread")
+    return _paragraph(
+        f"With one torch thread instead of torch's default 2, the HalfCheetah policy loop "
+        f"on `FastVectorEnv` ran {one:.2f}x `SyncVectorEnv` ({one_fast} against {one_sync} "
+        f"env-steps/s; \"HalfCheetah-v5, one torch thread\"). Beside a busy process of "
+        f"another session (below) it ran {apart:.2f}x at torch's 2 threads, where both "
+        f"crawled ({apart_fast} and {apart_sync} env-steps/s), and {apart1:.2f}x at one torch "
+        f"thread ({apart1_fast} and {apart1_sync}).")
+
+
+def _policy_ratio(results: Results, run: str) -> str:
+    return f"{_pair(results, run, 'fast_vector', 'gym_sync'):.2f}x"
+
+
+def choosing_cartpole(results: Results) -> List[str]:
+    """choosing.rst's decision row for steps under ~20 µs."""
+    quiet, policy, busy = (_policy_ratio(results, f"CartPole-v1, {c}") for c in CONDITIONS)
+    return _paragraph(f"CartPole with the policy in the loop: ``FastVectorEnv`` {policy} "
+                      f"``SyncVectorEnv``; the step alone {quiet}; beside a busy process "
+                      f"{busy}.", 70)
+
+
+def choosing_halfcheetah(results: Results) -> List[str]:
+    """choosing.rst's decision row for steps of ~30-300 µs."""
+    fast = results["HalfCheetah-v5"]["launches"]["fast_vector"]
+    return _paragraph(
+        f"HalfCheetah with the policy in the loop: ``FastVectorEnv`` "
+        f"{_policy_ratio(results, 'HalfCheetah-v5')} ``SyncVectorEnv`` "
+        f"({rate(statistics.median(fast))} env-steps/s); beside a busy process "
+        f"{_policy_ratio(results, 'HalfCheetah-v5, one busy process')}.", 70)
+
+
+def choosing_pong(results: Results) -> List[str]:
+    """choosing.rst's decision row for steps of ~300 µs to 1 ms and more."""
+    quiet = _pair(results, "Pong, quiet", "fast_vector", "envpool")
+    policy = _pair(results, "Pong, policy", "fast_vector", "envpool")
+    return _paragraph(
+        f"Pong with the policy in the loop: ``FastVectorEnv`` "
+        f"{_policy_ratio(results, 'Pong')} ``SyncVectorEnv``. EnvPool steps its own C++ "
+        f"version of the env and skips Python: the step alone ran {quiet:.2f}x it on Pong, "
+        f"and {policy:.2f}x with the policy (:doc:`benchmarks`).", 70)
+
+
+def choosing_losses(results: Results) -> List[str]:
+    """choosing.rst's bullets on where alf_env does not win, with their figures."""
+    apart = "HalfCheetah-v5, a busy process of another session"
+    return _bullets([
+        "**Cheap envs with a policy on few cores.** When the step costs about as much as "
+        "handing work to another process, stepping in the trainer's process is hard to "
+        "beat: with the policy in the loop, CartPole ran faster in ``SyncVectorEnv`` on 2 "
+        f"vCPUs (``FastVectorEnv`` {_policy_ratio(results, 'CartPole-v1, policy')}).",
+        "**A busy process of another session.** When another terminal's job keeps a core "
+        "busy, the kernel gives the trainer's whole session about one core: "
+        f"``FastVectorEnv`` ran {_policy_ratio(results, apart)} ``SyncVectorEnv`` at "
+        f"torch's 2 threads, {_policy_ratio(results, apart + ', one torch thread')} at one "
+        "thread, and both far faster at one thread. The env logs a WARNING naming "
+        "``torch.set_num_threads(n)`` when it sees this.",
+    ])
+
+
+def choosing_pufferlib(results: Results) -> List[str]:
+    """choosing.rst's paragraph on PufferLib."""
+    default = results["CartPole-v1, quiet"]["launches"]["pufferlib"]
+    one = _pair(results, "CartPole-v1, quiet", "fast_vector", "pufferlib_1w")
+    return _paragraph(
+        "**PufferLib.** ``pufferlib.vector.Multiprocessing`` (pufferlib-core 3.0.23) spins "
+        "in its workers and its main process without yielding, so with one worker per CPU "
+        "there are more spinners than cores on a small machine. With that default the quiet "
+        f"CartPole loop ran {rate(statistics.median(default))} env-steps/s here; with one "
+        f"worker it keeps up on steps alone (``FastVectorEnv`` {one:.2f}x on CartPole), and "
+        "with a policy in the loop it spins on the cores torch's threads need "
+        "(:doc:`benchmarks`).")
+
+
+def training_figures(results: Results) -> List[str]:
+    """training.rst's pointer to the benchmarks' policy-loop figures."""
+    return _paragraph(
+        f"In a training loop of 8 envs with a policy, ``FastVectorEnv`` ran "
+        f"{_policy_ratio(results, 'HalfCheetah-v5')} ``SyncVectorEnv`` on HalfCheetah and "
+        f"{_policy_ratio(results, 'Pong')} on Pong (:doc:`benchmarks`).", 74)
+
+
 #: Renders a block's lines from the results file.
 Render = Callable[[Results], List[str]]
 #: Each generated block: the page it is on, and what renders it.
@@ -275,31 +471,53 @@ BLOCKS: Dict[str, Tuple[str, Render]] = {
     "ratios": ("docs/benchmarks.md", ratio_table),
     "rates": ("docs/benchmarks.md", rates_table),
     "headline runs": ("docs/benchmarks.md", headline_table),
+    "table notes": ("docs/benchmarks.md", table_notes),
+    "headline notes": ("docs/benchmarks.md", headline_notes),
+    "per second": ("docs/benchmarks.md", per_second),
+    "torch threads": ("docs/benchmarks.md", torch_thread_runs),
     "headline": ("README.md", headline),
+    "cartpole": ("docs/choosing.rst", choosing_cartpole),
+    "halfcheetah": ("docs/choosing.rst", choosing_halfcheetah),
+    "pong": ("docs/choosing.rst", choosing_pong),
+    "losses": ("docs/choosing.rst", choosing_losses),
+    "pufferlib": ("docs/choosing.rst", choosing_pufferlib),
+    "policy loop": ("docs/training.rst", training_figures),
 }
+
+
+def markers(page: str, name: str) -> Tuple[str, str]:
+    """A block's begin and end lines on ``page``: HTML comments in Markdown, comments
+    in reStructuredText (set off by blank lines, as its explicit markup needs)."""
+    if page.endswith(".rst"):
+        return f".. training_loop: {name}", f".. /training_loop: {name}"
+    return f"<!-- training_loop: {name} -->", f"<!-- /training_loop: {name} -->"
 
 
 def render_page(text: str, results: Results,
                 blocks: Mapping[str, Tuple[str, Render]] = BLOCKS,
                 page: Optional[str] = None) -> str:
     """``text`` with each block of ``page`` (every block when None) rendered from
-    ``results``; ``ValueError`` if a block's markers are missing."""
+    ``results``, at its markers' indentation (a block may sit in a list item or a
+    table cell); ``ValueError`` if a block's markers are missing."""
     for name, (block_page, render) in blocks.items():
         if page is not None and block_page != page:
             continue
-        begin, end = f"<!-- training_loop: {name} -->", f"<!-- /training_loop: {name} -->"
-        pattern = re.compile(rf"^{re.escape(begin)}\n.*?^{re.escape(end)}$", re.S | re.M)
-        body = "\n".join([begin, *render(results), end])
+        begin, end = markers(block_page, name)
+        pattern = re.compile(rf"^(?P<indent>[ ]*){re.escape(begin)}\n.*?"
+                             rf"^(?P=indent){re.escape(end)}$", re.S | re.M)
+        gap = [""] if block_page.endswith(".rst") else []
+        lines = [begin, *gap, *render(results), *gap, end]
         # A function, not the string: a block's text may hold backslashes.
-        text, count = pattern.subn(functools.partial(_block, body), text)
+        text, count = pattern.subn(functools.partial(_block, lines), text)
         if count != 1:
             raise ValueError(f"{block_page}: expected one block {begin!r} ... {end!r}, "
                              f"found {count}")
     return text
 
 
-def _block(body: str, _: "re.Match[str]") -> str:
-    return body
+def _block(lines: List[str], match: "re.Match[str]") -> str:
+    indent = match.group("indent")
+    return "\n".join(indent + line if line else line for line in lines)
 
 
 def stale_pages(results: Results, write: bool,

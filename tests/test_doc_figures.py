@@ -3,9 +3,9 @@
 The pages a user compares backends on (README.md, docs/choosing.rst,
 docs/benchmarks.md, docs/training.rst) may quote a ratio ("1.22x") or a rate
 ("5.5k env-steps/s") only if it can be computed from the measurements in
-``docs/results/training_loop.json`` (``benchmarks/training_loop.py``, which
-also generates their tables): a figure typed by hand, or left from an earlier
-run, fails here. A quoted figure is backed when a value computed from one run
+``docs/results/training_loop.json``, and only inside the blocks
+``benchmarks/training_loop.py`` generates from it: a figure typed by hand, or
+left from an earlier run, fails here. A quoted figure is backed when a value computed from one run
 of a results file rounds to it at the quoted precision.
 A rate: the median, min or max of a list of measurements. A ratio: a value the
 file states as one (a key naming a ratio; of a list, its median, min or max),
@@ -160,6 +160,31 @@ def test_a_page_quoting_a_figure_absent_from_the_results_fails(values):
     page = (f"FastVectorEnv runs **{ratio}x** SyncVectorEnv "
             f"({rate} env-steps/s), and **9.87x** AsyncVectorEnv at 77.7k env-steps/s.")
     assert unbacked(page, *values) == ["9.87x", "77.7k env-steps/s"]
+
+
+def outside_blocks(page: str, text: str) -> str:
+    """``text`` without the blocks ``benchmarks/training_loop.py`` generates on ``page``."""
+    for name, (block_page, _) in TRAINING_LOOP.BLOCKS.items():
+        if block_page == page:
+            begin, end = TRAINING_LOOP.markers(page, name)
+            text = re.sub(rf"^([ ]*){re.escape(begin)}\n.*?^\1{re.escape(end)}$", "", text,
+                          flags=re.S | re.M)
+    return text
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_every_figure_of_the_page_is_generated_from_the_full_run(page):
+    """Written by hand, a figure outlives the run it came from; generated, it changes
+    with the run (``python benchmarks/training_loop.py tables``)."""
+    ratios, rates = quoted_figures(outside_blocks(page, (REPO_ROOT / page).read_text()))
+    assert [f.text for f in ratios + rates] == [], f"{page}: figures outside the blocks"
+
+
+def test_a_figure_outside_the_generated_blocks_is_found():
+    text = (REPO_ROOT / "docs/training.rst").read_text()
+    assert "1.15x" not in outside_blocks("docs/training.rst", text)
+    typed = outside_blocks("docs/training.rst", text + "\nIt ran 1.15x faster.\n")
+    assert [f.text for f in quoted_figures(typed)[0]] == ["1.15"]
 
 
 def test_a_figure_of_another_results_file_is_not_backed(values):

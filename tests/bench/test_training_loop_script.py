@@ -66,6 +66,24 @@ def test_the_readme_headline_is_fast_vector_over_sync_in_the_three_runs(loop):
     assert text.count("**1.50x**") == 3
 
 
+def test_an_rst_block_is_rendered_at_its_markers_indentation(loop):
+    results = _results(loop, [2.0, 3.0, 4.0], [2.0, 2.0, 2.0])
+    cell = ("     - Before.\n\n       .. training_loop: policy loop\n\n       old\n\n"
+            "       .. /training_loop: policy loop\n\n       After.\n")
+    text = loop.render_page(cell, results, page="docs/training.rst")
+    lines = text.splitlines()
+    assert lines[2:5] == ["       .. training_loop: policy loop", "",
+                          "       In a training loop of 8 envs with a policy, "
+                          "``FastVectorEnv`` ran 1.50x"]
+    assert lines[-3:] == ["       .. /training_loop: policy loop", "", "       After."]
+    assert "old" not in text
+
+
+def test_every_page_with_a_block_is_one_the_figures_test_reads(loop):
+    from tests.test_doc_figures import PAGES
+    assert {page for page, _ in loop.BLOCKS.values()} <= set(PAGES)
+
+
 @pytest.mark.parametrize("value, quoted", [
     (214_321.0, "214k"), (49_249.0, "49.2k"), (5_612.0, "5.61k"), (1_817.0, "1.82k"),
     (630.4, "630")])
@@ -83,8 +101,7 @@ def test_a_page_without_exactly_one_block_is_an_error_naming_it(loop, text):
 
 def test_stale_pages_names_a_page_whose_block_is_out_of_date(loop):
     results = json.loads((REPO_ROOT / "docs" / "results" / "training_loop.json").read_text())
-    current = {page: (REPO_ROOT / page).read_text() for page in ("README.md",
-                                                                "docs/benchmarks.md")}
+    current = {page: (REPO_ROOT / page).read_text() for page, _ in loop.BLOCKS.values()}
     assert loop.stale_pages(results, write=False, read=current.__getitem__) == []
     edited = dict(current)
     edited["README.md"] = current["README.md"].replace("**", "*", 1)
