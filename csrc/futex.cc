@@ -191,9 +191,8 @@ void SpinPolicy::record(bool success, std::int64_t spun_ns, bool truncated) {
 }
 
 void SpinPolicy::record_wait(std::int64_t waited_ns) {
-  if (mode_ != Mode::kAdaptive || waited_ns > max_budget_ns_) return;
-  budget_ns_ = std::clamp<std::int64_t>(std::max(budget_ns_, 2 * waited_ns),
-                                        kAdaptiveMinSpin.count(), max_budget_ns_);
+  // As a spin of that length that succeeded (record() leaves fixed budgets be).
+  if (waited_ns <= max_budget_ns_) record(true, waited_ns, false);
 }
 
 Deadline Deadline::after(std::optional<double> timeout_s, const char* who) {
