@@ -258,8 +258,8 @@ def headline_table(results: Results) -> List[str]:
 
 def headline(results: Results) -> List[str]:
     """The README's paragraph of headline ratios (FastVectorEnv over SyncVectorEnv)."""
-    hc, pong, busy = (f"{paired_median(launches['fast_vector'], launches['gym_sync']):.2f}"
-                      for launches in (results[run]["launches"] for run in HEADLINES))
+    hc, pong, busy = (f"{_pair(results, run, 'fast_vector', 'gym_sync'):.2f}"
+                      for run in HEADLINES)
     return [
         "On the project's 2-CPU machine (a Firecracker VM, torch 2.13 at its default threads), "
         "in a",
@@ -493,6 +493,14 @@ def markers(page: str, name: str) -> Tuple[str, str]:
     return f"<!-- training_loop: {name} -->", f"<!-- /training_loop: {name} -->"
 
 
+def block_pattern(page: str, name: str) -> "re.Pattern[str]":
+    """Matches block ``name`` on ``page``, markers included; its markers' indentation
+    is the group ``indent``."""
+    begin, end = markers(page, name)
+    return re.compile(rf"^(?P<indent>[ ]*){re.escape(begin)}\n.*?"
+                      rf"^(?P=indent){re.escape(end)}$", re.S | re.M)
+
+
 def render_page(text: str, results: Results,
                 blocks: Mapping[str, Tuple[str, Render]] = BLOCKS,
                 page: Optional[str] = None) -> str:
@@ -503,8 +511,7 @@ def render_page(text: str, results: Results,
         if page is not None and block_page != page:
             continue
         begin, end = markers(block_page, name)
-        pattern = re.compile(rf"^(?P<indent>[ ]*){re.escape(begin)}\n.*?"
-                             rf"^(?P=indent){re.escape(end)}$", re.S | re.M)
+        pattern = block_pattern(block_page, name)
         gap = [""] if block_page.endswith(".rst") else []
         lines = [begin, *gap, *render(results), *gap, end]
         # A function, not the string: a block's text may hold backslashes.

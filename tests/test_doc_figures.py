@@ -166,9 +166,7 @@ def outside_blocks(page: str, text: str) -> str:
     """``text`` without the blocks ``benchmarks/training_loop.py`` generates on ``page``."""
     for name, (block_page, _) in TRAINING_LOOP.BLOCKS.items():
         if block_page == page:
-            begin, end = TRAINING_LOOP.markers(page, name)
-            text = re.sub(rf"^([ ]*){re.escape(begin)}\n.*?^\1{re.escape(end)}$", "", text,
-                          flags=re.S | re.M)
+            text = TRAINING_LOOP.block_pattern(page, name).sub("", text)
     return text
 
 
