@@ -233,6 +233,36 @@ PYBIND11_MODULE(_penv, m) {
           "workers in completion order; TIMEOUT with no ids (completions stay "
           "queued); WORKER_DIED with the dead workers' ids.")
       .def(
+          "run",
+          [](Controller& controller, const py::handle& worker_ids, JobType job,
+             std::int64_t arg, std::optional<double> timeout_s) {
+            // A lockstep step's post, wait and failed() in one call with one GIL
+            // release: three calls into the module less on the hot path.
+            const std::vector<std::int64_t> ids = to_ids(worker_ids);
+            const Deadline deadline = Deadline::after(timeout_s, "Controller.run");
+            Controller::WaitResult result;
+            {
+              py::gil_scoped_release release;
+              result = controller.run(ids, job, arg, deadline, python_signal_check());
+            }
+            py::array_t<std::int32_t> finished(static_cast<py::ssize_t>(result.workers.size()));
+            std::copy(result.workers.begin(), result.workers.end(), finished.mutable_data());
+            py::list failed;
+            if (result.status == WaitStatus::OK) {
+              for (std::int32_t id : result.workers) {
+                if (controller.status(static_cast<std::size_t>(id)) == JobStatus::ERROR) {
+                  failed.append(id);
+                }
+              }
+            }
+            return py::make_tuple(result.status, finished, failed);
+          },
+          py::arg("worker_ids"), py::arg("job"), py::arg("arg") = 0,
+          py::arg("timeout_s") = py::none(),
+          "post() then wait(len(worker_ids)) with nothing else outstanding "
+          "(ValueError otherwise); returns wait()'s (WaitStatus, int32 array) "
+          "and, on OK, the finished workers whose job reported ERROR (a list).")
+      .def(
           "take_timings",
           [](Controller& controller) {
             const BatchTimings taken = controller.take_timings();

@@ -237,6 +237,19 @@ std::vector<std::int32_t> Controller::find_dead_workers() {
   return dead;
 }
 
+Controller::WaitResult Controller::run(const std::vector<std::int64_t>& workers,
+                                       JobType job, std::int64_t arg,
+                                       const Deadline& deadline,
+                                       const InterruptCheck& check) {
+  if (num_outstanding_ != 0) {
+    throw std::invalid_argument("Controller.run: expected no outstanding job, got " +
+                                std::to_string(num_outstanding_) +
+                                " (use post and wait)");
+  }
+  post(workers, job, arg);
+  return wait(workers.size(), deadline, check);
+}
+
 Controller::WaitResult Controller::wait(std::size_t k, const Deadline& deadline,
                                         const InterruptCheck& check) {
   BusyGuard guard(busy_, "Controller.wait");

@@ -114,6 +114,13 @@ class Controller {
   WaitResult wait(std::size_t k, const Deadline& deadline,
                   const InterruptCheck& check);
 
+  // post(workers, job, arg), then wait(workers.size()): a lockstep step's
+  // round trip in one call. With a job outstanding it posts nothing and throws
+  // std::invalid_argument (the first completions might not be these workers').
+  WaitResult run(const std::vector<std::int64_t>& workers, JobType job,
+                 std::int64_t arg, const Deadline& deadline,
+                 const InterruptCheck& check);
+
   // Status of the worker's last finished job (meaningful once wait() has
   // returned the worker).
   JobStatus status(std::size_t worker) const;

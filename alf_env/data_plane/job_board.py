@@ -182,14 +182,13 @@ class JobBoard:
         parked = self._pool.before_step()
         try:
             self.ledger.posted(workers, job)
-            controller.post(workers, job, arg)
             if timeout is None:
                 timeout = self.timeout
             deadline = None if timeout is None else time.monotonic() + timeout
             # Only these jobs are outstanding: the first len(workers) completions are theirs.
-            status, ids = controller.wait(len(workers), timeout)
+            status, ids, failed = controller.run(workers, job, arg, timeout)
             if status == WaitStatus.OK:
-                self._on_finished(ids.tolist())
+                self._on_finished(ids.tolist(), failed)
             else:
                 self._after_wait(status, ids, len(workers), during, deadline, timeout,
                                  lambda: [w for w in workers if w not in self.ledger.done])
@@ -291,10 +290,12 @@ class JobBoard:
         named = ", ".join(str(w) for w in workers)
         return f"envs {ids} (worker{'s' if len(workers) > 1 else ''} {named})"
 
-    def _on_finished(self, workers: List[int]) -> None:
-        """Records finished jobs; reads what their workers sent on the pipe for them."""
+    def _on_finished(self, workers: List[int], failed: Optional[List[int]] = None) -> None:
+        """Records finished jobs; reads what their workers sent on the pipe for them
+        (``failed``: those whose job reported ERROR, when the caller knows them)."""
         self.ledger.done.update(dict.fromkeys(workers))
-        failed = self.controller.failed(workers)
+        if failed is None:
+            failed = self.controller.failed(workers)
         if failed:
             # Every report's place is taken before any is read: a Ctrl-C leaves all in step.
             reports = {}

@@ -79,7 +79,9 @@ def other_threads_cpu() -> float:
 class PoolPark:
     """Parks the trainer's OpenMP pool (counting ``parked_steps``) for a lockstep step when the
     trainer's code since the previous step took over :data:`MIN_GAP_S` and the pool's threads
-    ran meanwhile, so they spin now (back-to-back steps leave it asleep: parking would wake it)."""
+    ran meanwhile, so they spin now (back-to-back steps leave it asleep: parking would wake it).
+    It reads the pool's CPU clocks only after a long gap before the previous step too, so
+    a loop of steps alone makes no system call for it."""
 
     def __init__(self, clock: Callable[[], float] = time.perf_counter,
                  coarse_cpu: Callable[[], float] = other_threads_cpu,
@@ -89,7 +91,10 @@ class PoolPark:
         self._clock = clock
         self._coarse_cpu = coarse_cpu
         self._returned_at = -float("inf")
-        self._pool_cpu_at = 0.0
+        # The pool's CPU at the last return; read (a system call per thread, ~0.5 µs
+        # each) only while the steps come after long gaps, ``None`` otherwise.
+        self._pool_cpu_at: Optional[float] = None
+        self._long_gap = False  # whether the trainer's code before the last step took long
         self._watch = watch if watch is not None else PoolWaitWatch()
         self.parked_steps = 0
 
@@ -109,7 +114,9 @@ class PoolPark:
         """Notes that the front end handed a step's results to the trainer's code."""
         now = self._returned_at = self._clock()
         if self._may_park():
-            self._pool_cpu_at = self._pool_cpu()
+            # A loop of steps alone reads no CPU clock; the first long gap after them
+            # (a forward pass) parks nothing, and teaches the next return to read it.
+            self._pool_cpu_at = self._pool_cpu() if self._long_gap else None
             if self._park is not None and self._watch.due(now):
                 tids = self._park.pool_tids()
                 share = self._watch.look(tids, self.parked_steps, now)
@@ -118,8 +125,10 @@ class PoolPark:
 
     def before_step(self) -> bool:
         """Parks the pool if a torch op ran since the last step; returns whether it did."""
-        if (self._clock() - self._returned_at <= MIN_GAP_S or not self._may_park()
-                or self._pool_cpu() <= self._pool_cpu_at):
+        long_gap = self._long_gap = self._clock() - self._returned_at > MIN_GAP_S
+        pool_cpu_at = self._pool_cpu_at
+        if (not long_gap or pool_cpu_at is None or not self._may_park()
+                or self._pool_cpu() <= pool_cpu_at):
             return False
         park = self._park
         if park is None:

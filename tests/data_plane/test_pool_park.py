@@ -38,16 +38,34 @@ def test_steps_after_a_forward_pass_park_the_pool_and_steps_alone_do_not(loop_re
     assert loop_report["parked_alone"] == 0
 
 
-def _pool_park_with(monkeypatch, pool_busy):
-    """A PoolPark on a fake clock whose pool ran (or not) through each gap."""
+def _pool_park_with(monkeypatch, pool_busy, reads=None):
+    """A PoolPark on a fake clock whose pool ran (or not) through each gap; each read of
+    the pool's CPU is appended to ``reads``."""
     now = [0.0]
     cpu = [0.0]
 
     def tick(gap):
         now[0] += gap
         cpu[0] += gap if pool_busy else 0.0
-    park = pool_park.PoolPark(clock=lambda: now[0], coarse_cpu=lambda: cpu[0])
+
+    def coarse_cpu():
+        if reads is not None:
+            reads.append(now[0])
+        return cpu[0]
+    park = pool_park.PoolPark(clock=lambda: now[0], coarse_cpu=coarse_cpu)
     return park, tick
+
+
+def _steps(park, tick, gaps):
+    """A step after each of ``gaps`` (seconds of the trainer's code); whether each parked."""
+    parked_steps = []
+    for gap in gaps:
+        tick(gap)
+        parked = park.before_step()
+        park.after_step(parked)
+        park.returned()
+        parked_steps.append(parked)
+    return parked_steps
 
 
 @pytest.mark.parametrize("gap, busy, parks", [
@@ -63,13 +81,25 @@ def test_pool_park_parks_after_a_gap_in_which_the_pool_ran(monkeypatch, gap, bus
         torch.ones(1 << 20).sum()  # the pool exists
         park, tick = _pool_park_with(monkeypatch, busy)
         park.returned()
-        tick(gap)
-        parked = park.before_step()
-        park.after_step(parked)
-        assert parked is parks
-        assert park.parked_steps == int(parks)
+        # The first step after a long gap parks nothing: no CPU was read at the return
+        # before it (the step before had no long gap).
+        assert _steps(park, tick, [gap, gap, gap]) == [False, parks, parks]
+        assert park.parked_steps == 2 * int(parks)
     finally:
         torch.set_num_threads(threads)
+
+
+def test_steps_back_to_back_read_no_cpu_clock(monkeypatch):
+    # Each read is a system call (~0.5 µs here): a loop of steps alone, torch loaded,
+    # must not pay one per step; a forward pass between steps brings the reads back.
+    pytest.importorskip("torch")
+    reads = []
+    park, tick = _pool_park_with(monkeypatch, pool_busy=False, reads=reads)
+    park.returned()
+    _steps(park, tick, [10e-6] * 50)
+    assert reads == []
+    _steps(park, tick, [300e-6] * 3)
+    assert len(reads) >= 3
 
 
 def test_pool_park_never_parks_without_torch(monkeypatch):

@@ -51,6 +51,29 @@ def test_error_status_travels_back(start_process):
     close_workers(controller, processes)
 
 
+def test_run_posts_waits_and_names_the_failed_jobs(start_process):
+    block, controller, processes = _start(start_process, 2)
+    block["inp"][:] = [[7], [8]]
+    status, ids, failed = controller.run([0, 1], JobType.STEP, _workers.step_arg(1), 10)
+    assert status == WaitStatus.OK and sorted(ids) == [0, 1] and failed == []
+    np.testing.assert_array_equal(block["out"], block["inp"])
+    status, ids, failed = controller.run([0], JobType.CALL, _workers.CALL_FAIL, 10)
+    assert (status, ids.tolist(), failed) == (WaitStatus.OK, [0], [0])
+    # run() is for a lockstep step only: with a job outstanding it posts nothing.
+    controller.post([1], JobType.STEP, _workers.step_arg(2, delay_us=200_000))
+    with pytest.raises(ValueError, match="no outstanding job"):
+        controller.run([0], JobType.STEP, _workers.step_arg(3))
+    assert controller.num_outstanding == 1
+    status, ids = controller.wait(1, timeout_s=10)
+    assert status == WaitStatus.OK and ids.tolist() == [1]
+    # A timeout returns no ids and keeps the job, as wait() does.
+    status, ids, failed = controller.run([1], JobType.STEP,
+                                         _workers.step_arg(4, delay_us=400_000), 0.05)
+    assert (status, ids.tolist(), failed) == (WaitStatus.TIMEOUT, [], [])
+    assert controller.wait(1, timeout_s=10)[0] == WaitStatus.OK
+    close_workers(controller, processes)
+
+
 def test_timeout_returns_no_ids_and_loses_nothing(start_process):
     _, controller, processes = _start(start_process, 2)
     controller.post([0], JobType.STEP, _workers.step_arg(1))                     # fast
