@@ -3,8 +3,10 @@
 A lockstep step's wall time is the workers' jobs, the hand-off to them and back, and
 the trainer's Python around it. In one process, this builds a ``FastVectorEnv`` and a
 ``FastParallelEnvironment`` of the workload (8 envs, default arguments; the ALF one
-over ``suite_gym``'s wrapping) and times, in alternating blocks so that the machine's
-drift (30% within minutes) hits them alike, three loops of each:
+over ``suite_gym``'s wrapping), each in processes of its own (two front ends in one
+process would each see the other's workers as load and stop pinning its own), and
+times, in alternating blocks so that the machine's drift (30% within minutes) hits
+them alike, three loops of it:
 
 * ``handoff``: the native round trip alone (``Controller.run``: post the STEP jobs,
   wait for them): the workers' jobs and the hand-off;
@@ -17,8 +19,8 @@ drift (30% within minutes) hits them alike, three loops of each:
 ``minimal - handoff`` bounds what one native call that also copied the actions in
 and the results out could save; ``step - minimal`` is the bookkeeping around the
 step (the one-thread guards, the job ledger, the torch pool's park, the info
-decoder, ...). Printed, for each of ``--repeats`` fresh processes: the median µs
-of a step of each loop (medians of the blocks' medians).
+decoder, ...). Printed, for each of ``--repeats`` rounds of a fresh process per
+front end: the median µs of a step of each loop (medians of the blocks' medians).
 
 Run:  python benchmarks/trainer_cost.py [--workload CartPole-v1 ...] [--blocks 40]
       [--block 200] [--repeats 3] [--json out.json]
@@ -99,13 +101,14 @@ def _fast_parallel_loops(workload: str, envs: int) -> Dict[str, Callable[[], Any
             "close": env.close}
 
 
-def measure(workload: str, envs: int, blocks: int, block: int,
+def measure(workload: str, envs: int, blocks: int, block: int, front_end: str,
             warmup: int = 500) -> Dict[str, float]:
-    """Median µs of a step of each loop, keyed ``front_end/loop``."""
+    """Median µs of a step of each loop of ``front_end`` (one of :data:`FRONT_ENDS`),
+    keyed ``front_end/loop``."""
     makers = {"fast_vector": _fast_vector_loops, "fast_parallel": _fast_parallel_loops}
-    built = {name: makers[name](workload, envs) for name in FRONT_ENDS}
+    built = makers[front_end](workload, envs)
     try:
-        loops = {f"{name}/{loop}": built[name][loop] for name in FRONT_ENDS for loop in LOOPS}
+        loops = {f"{front_end}/{loop}": built[loop] for loop in LOOPS}
         for run in loops.values():
             for _ in range(warmup):
                 run()
@@ -121,25 +124,27 @@ def measure(workload: str, envs: int, blocks: int, block: int,
                 per_block[key].append(statistics.median(times) / 1e3)
         return {key: statistics.median(values) for key, values in per_block.items()}
     finally:
-        for parts in built.values():
-            parts["close"]()
+        built["close"]()
 
 
 def _repeats(workload: str, args: argparse.Namespace) -> List[Dict[str, float]]:
     """``--repeats`` fresh processes' :func:`measure` of ``workload``, each printed."""
     runs: List[Dict[str, float]] = []
     for r in range(args.repeats):
-        done = subprocess.run(
-            [sys.executable, __file__, "--child", "--workload", workload,
-             "--envs", str(args.envs), "--blocks", str(args.blocks), "--block", str(args.block)],
-            capture_output=True, text=True, check=False, timeout=900)
-        if done.returncode != 0:
-            raise RuntimeError(f"repeat {r + 1} failed:\n{done.stderr[-2000:]}")
-        runs.append(f := json.loads(done.stdout.strip().splitlines()[-1]))
+        f: Dict[str, float] = {}
         for name in FRONT_ENDS:
+            done = subprocess.run(
+                [sys.executable, __file__, "--child", name, "--workload", workload,
+                 "--envs", str(args.envs), "--blocks", str(args.blocks),
+                 "--block", str(args.block)],
+                capture_output=True, text=True, check=False, timeout=900)
+            if done.returncode != 0:
+                raise RuntimeError(f"repeat {r + 1} of {name} failed:\n{done.stderr[-2000:]}")
+            f.update(json.loads(done.stdout.strip().splitlines()[-1]))
             h, m, s = (f[f"{name}/{loop}"] for loop in LOOPS)
             print(f"{workload}, {args.envs} envs, repeat {r + 1}, {name}: hand-off {h:.1f} us, "
                   f"minimal {m:.1f} us (+{m - h:.1f}), step {s:.1f} us (+{s - m:.1f})", flush=True)
+        runs.append(f)
     for name in FRONT_ENDS:
         over = {loop: [run[f"{name}/{loop}"] - run[f"{name}/handoff"] for run in runs]
                 for loop in LOOPS[1:]}
@@ -157,12 +162,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--blocks", type=int, default=40)
     parser.add_argument("--block", type=int, default=200)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--child", choices=FRONT_ENDS, help=argparse.SUPPRESS)
     parser.add_argument("--json", default=None, help="also write the figures to this file")
     args = parser.parse_args(argv)
     workloads = args.workload or ["CartPole-v1"]
     if args.child:
-        print(json.dumps(measure(workloads[0], args.envs, args.blocks, args.block)))
+        print(json.dumps(measure(workloads[0], args.envs, args.blocks, args.block, args.child)))
         return 0
     saved: Dict[str, Any] = {}
     for workload in workloads:

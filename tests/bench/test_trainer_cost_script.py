@@ -4,6 +4,7 @@ over the hand-off."""
 import json
 
 import numpy as np
+import psutil
 import pytest
 
 from alf_env import nest
@@ -15,13 +16,16 @@ def trainer_cost():
     return load_benchmark_script("trainer_cost")
 
 
-def test_measure_times_every_loop_of_both_front_ends(trainer_cost):
+@pytest.mark.parametrize("front_end", ["fast_vector", "fast_parallel"])
+def test_measure_times_every_loop_and_closes_the_workers(trainer_cost, front_end):
     # 4 envs: two per worker, as the defaults give 8 (one env per worker would reset
     # ended envs in the background, and the hand-off loop posts only to idle workers).
-    figures = trainer_cost.measure("CartPole-v1", 4, blocks=2, block=5, warmup=5)
-    assert set(figures) == {f"{name}/{loop}" for name in trainer_cost.FRONT_ENDS
-                            for loop in trainer_cost.LOOPS}
+    before = psutil.Process().children()
+    figures = trainer_cost.measure("CartPole-v1", 4, blocks=2, block=5, front_end=front_end,
+                                   warmup=5)
+    assert set(figures) == {f"{front_end}/{loop}" for loop in trainer_cost.LOOPS}
     assert all(value > 0 for value in figures.values())
+    assert psutil.Process().children() == before
 
 
 def _kinds(value):
