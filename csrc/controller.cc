@@ -241,10 +241,14 @@ Controller::WaitResult Controller::run(const std::vector<std::int64_t>& workers,
                                        JobType job, std::int64_t arg,
                                        const Deadline& deadline,
                                        const InterruptCheck& check) {
-  if (num_outstanding_ != 0) {
-    throw std::invalid_argument("Controller.run: expected no outstanding job, got " +
-                                std::to_string(num_outstanding_) +
-                                " (use post and wait)");
+  {
+    // A second thread inside wait() is named as such, not as an outstanding job.
+    BusyGuard guard(busy_, "Controller.run");
+    if (num_outstanding_ != 0) {
+      throw std::invalid_argument("Controller.run: expected no outstanding job, got " +
+                                  std::to_string(num_outstanding_) +
+                                  " (use post and wait)");
+    }
   }
   post(workers, job, arg);
   return wait(workers.size(), deadline, check);

@@ -146,6 +146,8 @@ def test_concurrent_use_from_two_threads_is_refused(start_process):
     try:
         with pytest.raises(RuntimeError, match="not thread-safe"):
             controller.post([1], JobType.STEP)
+        with pytest.raises(RuntimeError, match="Controller.run: another thread"):
+            controller.run([1], JobType.STEP)
     finally:
         thread.join()
     assert result["wait"][0] == WaitStatus.OK
