@@ -180,10 +180,13 @@ class InfoDecoder:
 
     def _shared_layout(self, rows: Union[slice, np.ndarray], lids: np.ndarray) -> int:
         """The global id of the one pure layout all envs of ``rows`` share, 0 if none has
-        an info, -1 otherwise (remembered for a slice)."""
+        an info, -1 otherwise (a shared layout remembered for a slice)."""
         seen = None
         if isinstance(rows, slice):
-            seen = (rows.start, rows.stop, rows.step, lids.tobytes())
+            ids = lids.tobytes()
+            if not ids.strip(b"\0"):
+                return 0  # no env has an info: answered faster than remembered
+            seen = (rows.start, rows.stop, rows.step, ids)
             known = self._whole_batch.get(seen)
             if known is not None:
                 return known
@@ -269,8 +272,6 @@ class InfoDecoder:
         lids = self._lid[rows]
         if not payloads and include is None:
             # The common steps: no env has an info, or all share one pure layout.
-            if not np.count_nonzero(lids):
-                return infos  # a third of _shared_layout's cost for no infos
             gid = self._shared_layout(rows, lids)
             if gid == 0:
                 return infos
