@@ -60,6 +60,18 @@ std::vector<std::int64_t> to_ids(const py::handle& ids) {
   return ids.cast<std::vector<std::int64_t>>();
 }
 
+// The workers among `ids` whose last finished job reported ERROR, as a list.
+template <typename Ids>
+py::list failed_among(const Controller& controller, const Ids& ids) {
+  py::list failed;
+  for (const auto id : ids) {
+    if (controller.status(static_cast<std::size_t>(id)) == JobStatus::ERROR) {
+      failed.append(id);
+    }
+  }
+  return failed;
+}
+
 std::atomic<std::uint32_t>& word_at(SharedRegion& region, std::int64_t offset) {
   if (offset < 0 || offset % static_cast<std::int64_t>(sizeof(std::uint32_t)) != 0 ||
       static_cast<std::size_t>(offset) + sizeof(std::uint32_t) > region.size()) {
@@ -247,15 +259,10 @@ PYBIND11_MODULE(_penv, m) {
             }
             py::array_t<std::int32_t> finished(static_cast<py::ssize_t>(result.workers.size()));
             std::copy(result.workers.begin(), result.workers.end(), finished.mutable_data());
-            py::list failed;
-            if (result.status == WaitStatus::OK) {
-              for (std::int32_t id : result.workers) {
-                if (controller.status(static_cast<std::size_t>(id)) == JobStatus::ERROR) {
-                  failed.append(id);
-                }
-              }
-            }
-            return py::make_tuple(result.status, finished, failed);
+            return py::make_tuple(result.status, finished,
+                                  result.status == WaitStatus::OK
+                                      ? failed_among(controller, result.workers)
+                                      : py::list());
           },
           py::arg("worker_ids"), py::arg("job"), py::arg("arg") = 0,
           py::arg("timeout_s") = py::none(),
@@ -285,14 +292,8 @@ PYBIND11_MODULE(_penv, m) {
       .def(
           "failed",
           [](const Controller& controller, const py::handle& worker_ids) {
-            // One call instead of one status() per worker on the hot path.
-            py::list failed;
-            for (std::int64_t id : to_ids(worker_ids)) {
-              if (controller.status(static_cast<std::size_t>(id)) == JobStatus::ERROR) {
-                failed.append(id);
-              }
-            }
-            return failed;
+            // One call instead of one status() per worker.
+            return failed_among(controller, to_ids(worker_ids));
           },
           py::arg("worker_ids"),
           "The listed workers whose last finished job reported ERROR.")
