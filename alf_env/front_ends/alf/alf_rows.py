@@ -158,8 +158,6 @@ class AlfRowsHandler:
             self._outputs.write_leaves(result[0], self._env_id, True)
 
     def _step_members(self, arg: int) -> None:
-        # Every member steps before any row is written, so the writes' objects
-        # stay in the caches an env's step evicts (GymRowsHandler.step says more).
         group = self._group
         group.begin_job()
         now, lap = self._clock.reader(), self._clock.lap

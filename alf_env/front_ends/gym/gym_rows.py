@@ -307,9 +307,8 @@ class GymRowsHandler:
         return self
 
     def step(self, arg: int) -> None:
-        """Steps every env with its action row, then writes their rows: after all the steps,
-        which evict the caches the writes use (docs/performance_analysis.md, "A lockstep
-        step on a quiet machine")."""
+        """Steps every env with its action row, then writes their rows: the steps run back to
+        back, so that in a timed step one clock reading between two envs' steps times both."""
         report: Report = {}
         begin = self.rows[0]
         read_row, act, step_one = self.action.read_row, self._rows.act, self._step_one
