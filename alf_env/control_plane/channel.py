@@ -9,8 +9,6 @@ from multiprocessing.connection import Connection
 from multiprocessing.reduction import ForkingPickler
 from typing import Any, Callable, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
 
-from absl import logging
-
 from alf_env.control_plane import shutdown
 from alf_env.control_plane.guards import OneThread, one_thread_at_a_time
 from alf_env.control_plane.protocol import (
@@ -24,6 +22,7 @@ from alf_env.control_plane.protocol import (
 from alf_env.control_plane.shutdown import (
     Stopping,
     register_worker,
+    release_process,
     stop_all,
     unregister_worker,
 )
@@ -143,11 +142,7 @@ class WorkerChannel:
 
     def end_close(self, stopping: Stopping) -> None:
         """Last step of ``stop_all``: releases the process and the pipe."""
-        process = stopping.process
-        if process.exitcode is None:
-            logging.error("env %s: the worker (pid %s) survived SIGKILL", self.env_id, process.pid)
-        else:
-            process.close()
+        release_process(stopping.process, self.env_id)
         self.conn.close()
         self._waiting.clear()
 
@@ -357,7 +352,7 @@ class WorkerChannel:
 
     def died(self, during: str, last_words: str = "") -> WorkerDiedError:
         """Records that the worker is gone; the error has its last words (if any)."""
-        self.process.join(shutdown.CLOSE_KILL_TIMEOUT)  # read now, so a setting applies
+        self.process.join(shutdown.KILL_TIMEOUT)  # read now, so a setting applies
         exitcode = self.process.exitcode
         self._death = WorkerDiedError(self.env_id, exitcode, during, self.hosted_env_ids,
                                       last_words or read_last_words(self.conn, exitcode))

@@ -2,7 +2,8 @@
 docs/reliability.md, "How a training script ends"). Set the timeouts below on this module."""
 
 import atexit
-import multiprocessing.util  # noqa: F401 -- its exit hook must be registered before ours
+import multiprocessing.process
+import multiprocessing.util  # its exit hook must be registered before ours
 import os
 import select
 import signal
@@ -17,15 +18,22 @@ from absl import logging
 from alf_env.control_plane.protocol import DEATH_GRACE, MessageType, read_message
 from alf_env.errors import EnvironmentProcessError, describe_exit
 
-# Seconds to exit when asked politely, after SIGTERM, after SIGKILL: they bound ``close()``.
+# Seconds to exit when asked politely, then after SIGTERM: with KILL_TIMEOUT they bound
+# ``close()``.
 CLOSE_POLITE_TIMEOUT = 5.0
 CLOSE_TERMINATE_TIMEOUT = 1.0
-CLOSE_KILL_TIMEOUT = 1.0
 
 # The same at exit (or SIGTERM), for all the workers still running together.
 EXIT_POLITE_TIMEOUT = 1.0
 EXIT_TERMINATE_TIMEOUT = 0.25
-EXIT_KILL_TIMEOUT = 0.25
+
+# Seconds a worker may take to be gone after SIGKILL, at close and at exit. The wait ends as
+# soon as it is: only the kernel acts then, within milliseconds, or as late as a stalled
+# machine lets it (over 1 s seen on a loaded 2-core CI runner). A shorter bound would not end
+# the script sooner (the interpreter's exit waits for its children) but would report a dying
+# worker as a stuck one. One still there is stuck in the kernel: reported, and left to the
+# system so that the exit does not wait for it.
+KILL_TIMEOUT = 5.0
 
 SIGTERM_EXIT_CODE = 128 + signal.SIGTERM
 
@@ -97,7 +105,7 @@ def register_board(board: Releasable) -> None:
 def register_worker(worker: Worker) -> "weakref.finalize[..., None]":
     """Registers a started worker; returns the finalizer that ends it if collected unclosed."""
     _registry.envs[id(worker)] = worker
-    return _finalizer(worker, _end_process, worker.process, worker.conn)
+    return _finalizer(worker, _end_process, worker.process, worker.conn, worker.env_id)
 
 
 def unregister_worker(worker: Worker, finalizer: "Optional[weakref.finalize[..., None]]") -> None:
@@ -128,7 +136,7 @@ def _in_process(pid: int, stop: Callable[..., None], args: Tuple[Any, ...]) -> N
         stop(*args)
 
 
-def _end_process(process: Any, conn: Any) -> None:
+def _end_process(process: Any, conn: Any, env_id: Optional[int]) -> None:
     """Ends the process of a worker collected unclosed."""
     conn.close()
     if process.exitcode is None:
@@ -136,9 +144,22 @@ def _end_process(process: Any, conn: Any) -> None:
         process.join(CLOSE_TERMINATE_TIMEOUT)
     if process.exitcode is None:
         process.kill()
-        process.join(CLOSE_KILL_TIMEOUT)
+        process.join(KILL_TIMEOUT)
+    release_process(process, env_id)
+
+
+def release_process(process: Any, env_id: Optional[int]) -> None:
+    """Closes the ended ``process``; one still there after SIGKILL is reported and forgotten.
+
+    Such a worker is stuck in the kernel (or a second Ctrl-C cut the wait short): the
+    interpreter's exit would wait for it without a bound, so multiprocessing forgets it.
+    """
     if process.exitcode is not None:
         process.close()
+        return
+    logging.error("env %s: the worker (pid %s) was still there after SIGKILL; left for the "
+                  "system to reap", env_id, process.pid)
+    multiprocessing.process._children.discard(process)  # type: ignore[attr-defined]
 
 
 def install_hooks() -> None:
@@ -289,20 +310,19 @@ def stop_all(envs: Sequence[Worker], polite_timeout: Optional[float] = None) -> 
                     "terminating it", s.env_id, s.process.pid, polite_timeout)
             s.polite = False  # its death is expected now
             s.process.terminate()
-        terminate_wait, kill_wait = ((EXIT_TERMINATE_TIMEOUT, EXIT_KILL_TIMEOUT)
-                                     if _registry.exiting else
-                                     (CLOSE_TERMINATE_TIMEOUT, CLOSE_KILL_TIMEOUT))
+        terminate_wait = (EXIT_TERMINATE_TIMEOUT if _registry.exiting
+                          else CLOSE_TERMINATE_TIMEOUT)
         _wait_for_exits(late, time.monotonic() + terminate_wait)
         late = [s for s in late if not s.exited]
         for s in late:
             s.process.kill()
-        _wait_for_exits(late, time.monotonic() + kill_wait)
+        _wait_for_exits(late, time.monotonic() + KILL_TIMEOUT)
     except BaseException:  # interrupted: end the rest now
         for s in stopping:
             if not s.exited:
                 s.polite = False
                 s.process.kill()
-        _wait_for_exits(stopping, time.monotonic() + CLOSE_KILL_TIMEOUT)
+        _wait_for_exits(stopping, time.monotonic() + KILL_TIMEOUT)
         raise
     finally:
         for s in stopping:

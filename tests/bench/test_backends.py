@@ -5,6 +5,7 @@ import importlib.util
 import math
 import multiprocessing
 import sys
+import time
 import types
 from typing import Any, Dict, List
 
@@ -158,12 +159,17 @@ def test_a_dead_bare_lockstep_worker_is_an_error_not_a_hang():
         assert len(workers) == min(usable_cpu_count(), 4)
         worker = workers[0]
         worker.kill()
-        worker.wait(5)
+        # Dead but not reaped here: psutil's wait() would reap the runner's child behind
+        # multiprocessing's back, which then keeps it among its children for good.
+        deadline = time.monotonic() + 5.0
+        while worker.status() != psutil.STATUS_ZOMBIE and time.monotonic() < deadline:
+            time.sleep(0.01)
         with pytest.raises(RuntimeError, match="a worker's STEP ended with"):
             runner.step(0)
     finally:
         runner.close()
     assert not [p for p in workers if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    assert not [p for p in multiprocessing.active_children() if p.pid in {w.pid for w in workers}]
 
 
 def test_envpool_steps_its_own_version_of_the_env():

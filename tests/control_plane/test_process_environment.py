@@ -314,8 +314,8 @@ def test_close_of_a_hung_worker_is_bounded(make_env, monkeypatch):
     pid = env.pid
     begin = time.monotonic()
     env.close()
-    bound = 0.5 + shutdown.CLOSE_TERMINATE_TIMEOUT + \
-        shutdown.CLOSE_KILL_TIMEOUT
+    # SIGKILL, if SIGTERM did not end it, ends it at once: its wait is the kernel's.
+    bound = 0.5 + shutdown.CLOSE_TERMINATE_TIMEOUT + 1.0
     assert time.monotonic() - begin < bound + 1.0
     assert not psutil.pid_exists(pid)
 

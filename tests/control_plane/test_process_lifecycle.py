@@ -1,6 +1,6 @@
 """Life cycle of the workers inside one process: the registry of live workers,
-``shutdown()`` (what the exit hook and SIGTERM run), ``close_all`` interrupted,
-and attribute forwarding of ``ProcessEnvironment``.
+``shutdown()`` (what the exit hook and SIGTERM run), ``close_all`` interrupted, the wait
+after SIGKILL, and attribute forwarding of ``ProcessEnvironment``.
 
 How a whole training script ends (no ``close()``, Ctrl-C, SIGTERM, SIGKILL, ...)
 is tests/faults/test_endings.py: real child scripts, one table for every
@@ -11,10 +11,13 @@ import builtins
 import copy
 import functools
 import logging
+import multiprocessing
+import os
+import signal
 import sys
 import threading
 import time
-from typing import Optional
+from typing import List, Optional
 
 import numpy as np
 import psutil
@@ -172,6 +175,67 @@ def test_ctrl_c_during_close_all_kills_the_workers_and_is_raised():
     assert time.monotonic() - begin < 0.3 + SLACK
     assert wait_all_gone(pids, timeout=0.5)
     assert not any(id(env.channel) in shutdown._registry.envs for env in envs)
+
+
+def _sigkill_late(monkeypatch, delay: Optional[float]) -> "List[threading.Timer]":
+    """Makes every ``Process.kill()`` take effect ``delay`` s late (``None``: never), as on a
+    stalled machine or for a worker stuck in the kernel; returns the timers started."""
+    timers: List[threading.Timer] = []
+
+    def kill(process) -> None:
+        if delay is not None:
+            timers.append(threading.Timer(delay, os.kill, (process.pid, signal.SIGKILL)))
+            timers[-1].start()
+
+    monkeypatch.setattr(multiprocessing.process.BaseProcess, "kill", kill)
+    return timers
+
+
+def test_a_worker_slow_to_die_after_sigkill_is_reaped_quietly(monkeypatch, caplog):
+    # Ctrl-C during close_all: the workers are killed, and the kernel takes 1.5 s to end
+    # them (a loaded machine). The wait lasts as long as that, nothing is reported, and
+    # no child is left for the interpreter's exit.
+    timers = _sigkill_late(monkeypatch, 1.5)
+    envs = [ProcessEnvironment(functools.partial(SlowClose, env_id=i), env_id=i)
+            for i in range(3)]
+    start_environments(envs, start_serially=False)
+    pids = [env.pid for env in envs]
+    begin = time.monotonic()
+    with caplog.at_level(logging.WARNING), alarm(KeyboardInterrupt, 0.3), \
+            pytest.raises(KeyboardInterrupt):
+        close_all(envs)
+    assert 0.3 + 1.5 <= time.monotonic() - begin < 0.3 + 1.5 + SLACK
+    for timer in timers:
+        timer.join()
+    assert caplog.records == []
+    assert not any(psutil.pid_exists(pid) for pid in pids)  # reaped, not zombies
+    assert not [p for p in multiprocessing.active_children() if p.pid in pids]
+
+
+def test_a_worker_still_there_after_sigkill_is_reported_and_left_to_the_system(
+        monkeypatch, caplog):
+    # SIGKILL that does not end the worker within KILL_TIMEOUT (stuck in the kernel):
+    # close() returns in its bound, names the env and the pid, and multiprocessing
+    # forgets the process, so that the interpreter's exit does not wait for it.
+    _sigkill_late(monkeypatch, None)
+    monkeypatch.setattr(shutdown, "CLOSE_TERMINATE_TIMEOUT", 0.2)
+    monkeypatch.setattr(shutdown, "KILL_TIMEOUT", 0.3)
+    env = ProcessEnvironment(functools.partial(SlowClose, env_id=4), env_id=4)
+    env.start()
+    pid = env.pid
+    os.kill(pid, signal.SIGSTOP)  # nor does SIGTERM end it
+    try:
+        begin = time.monotonic()
+        with caplog.at_level(logging.WARNING):
+            env.close(polite_timeout=0.2)
+        assert time.monotonic() - begin < 0.2 + 0.2 + 0.3 + SLACK
+        assert (f"env 4: the worker (pid {pid}) was still there after SIGKILL; left for "
+                f"the system to reap") in caplog.text
+        assert not [p for p in multiprocessing.active_children() if p.pid == pid]
+        assert psutil.Process(pid).status() == psutil.STATUS_STOPPED
+    finally:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
 
 
 # -- attribute forwarding --------------------------------------------------------------

@@ -605,7 +605,7 @@ def kill_leftovers(pids: List[int]) -> None:
 def close_bound() -> float:
     """What ``ProcessEnvironment.close()`` documents as its bound."""
     return (shutdown.CLOSE_POLITE_TIMEOUT + shutdown.CLOSE_TERMINATE_TIMEOUT
-            + shutdown.CLOSE_KILL_TIMEOUT)
+            + shutdown.KILL_TIMEOUT)
 
 
 def timed_close(frontend: FrontEnd, env: Any) -> float:

@@ -135,8 +135,8 @@ def test_signal_interrupts_a_hung_step_and_close_is_bounded(monkeypatch):
         begin = time.monotonic()
         env.close()
         closed_in = time.monotonic() - begin
-    bound = 0.5 + shutdown.CLOSE_TERMINATE_TIMEOUT + \
-        shutdown.CLOSE_KILL_TIMEOUT
+    # SIGKILL, if SIGTERM did not end it, ends it at once: its wait is the kernel's.
+    bound = 0.5 + shutdown.CLOSE_TERMINATE_TIMEOUT + 1.0
     assert closed_in < bound + 1.0
 
 
