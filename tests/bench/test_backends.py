@@ -5,7 +5,6 @@ import importlib.util
 import math
 import multiprocessing
 import sys
-import time
 import types
 from typing import Any, Dict, List
 
@@ -17,6 +16,7 @@ from alf_env.bench import backends, references, workloads
 from alf_env.bench.core import Actions, Plan, Skip
 from alf_env.bench.measure import ProgressBar, measure, run_all
 from alf_env.control_plane.affinity import usable_cpu_count
+from tests.support.faults import wait_all_gone
 
 PLAN = Plan(warmup=2, steps=10, seconds=0.1)
 
@@ -161,9 +161,7 @@ def test_a_dead_bare_lockstep_worker_is_an_error_not_a_hang():
         worker.kill()
         # Dead but not reaped here: psutil's wait() would reap the runner's child behind
         # multiprocessing's back, which then keeps it among its children for good.
-        deadline = time.monotonic() + 5.0
-        while worker.status() != psutil.STATUS_ZOMBIE and time.monotonic() < deadline:
-            time.sleep(0.01)
+        assert wait_all_gone([worker.pid], timeout=5.0)
         with pytest.raises(RuntimeError, match="a worker's STEP ended with"):
             runner.step(0)
     finally:
